@@ -1,0 +1,5 @@
+import sys
+
+from arpo.cli import main
+
+sys.exit(main())

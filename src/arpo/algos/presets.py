@@ -1,0 +1,149 @@
+"""Named algorithm presets: ARPO and the baselines of spec §4 as one-line switches.
+
+A preset is a frozen dataclass of plain hyper-parameters, the names of the functions to use
+(looked up in advantages.ADVANTAGE_ESTIMATORS, losses.POLICY_LOSSES / AGGREGATIONS /
+KL_ESTIMATORS) and flags for rollout-side features. Every field is documented once, on
+`AlgoPreset`. Change a field with `dataclasses.replace(get_preset("arpo"), clip_high=0.28)`.
+
+Baselines keep ARPO's optimizer and rollout budget (lr, weight decay, grad clip, epochs,
+group_size) so that comparisons are like for like, as in the paper; each preset's docstring
+line says what it changes and where that comes from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from arpo.algos.advantages import ADVANTAGE_ESTIMATORS, ATTRIBUTIONS
+from arpo.algos.losses import AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES
+from arpo.errors import ArpoError
+
+
+@dataclass(frozen=True)
+class AlgoPreset:
+    """Hyper-parameters of one RL algorithm. Defaults are ARPO's reference settings (spec §4, §2)."""
+
+    name: str = "arpo"
+    source: str = ""  # where these settings come from
+
+    # advantages (spec §3)
+    advantage_estimator: str = "grpo"  # key of ADVANTAGE_ESTIMATORS
+    attribution: str = "soft"  # "soft" (own Â on every token) or "hard" (mean over sharers)
+    entropy_aware_advantage: bool = False  # AEPO: Â·(1 + α·z(H)) (spec §7)
+    entropy_aware_alpha: float = 0.2  # α of the entropy-aware advantage
+
+    # policy loss (spec §4)
+    loss_type: str = "ppo_clip"  # key of POLICY_LOSSES; "entropy_balanced" is AEPO's clipping
+    loss_agg: str = "token-mean"  # key of AGGREGATIONS
+    agg_normalizer: float | None = None  # constant for seq-mean-token-sum-norm (None: padded T)
+    clip_low: float = 0.2  # ε_low
+    clip_high: float = 0.2  # ε_high (DAPO clip-higher when > ε_low)
+    dual_clip: float | None = 3.0  # c for negative advantages; None disables
+    kl_coef: float = 0.0  # β_KL; 0 means no reference model is kept
+    kl_type: str = "low_var_kl"  # key of KL_ESTIMATORS
+    entropy_coef: float = 0.0  # entropy bonus coefficient
+
+    # optimization
+    lr: float = 1e-6  # AdamW, constant schedule
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0  # max global grad norm
+    ppo_epochs: int = 1  # passes over each rollout batch
+
+    # rollout (spec §2)
+    group_size: int = 16  # M trajectories per prompt
+    initial_rollouts: int = 8  # N global samples; the other M − N come from branching
+    branching: bool = True  # entropy-based adaptive branching at tool steps
+    branch_factor: int = 1  # Z extra partial rollouts per branch
+    entropy_weight: float = 0.2  # β of P_t = α + β·ΔH_t
+    branch_threshold: float = 0.5  # τ
+    entropy_tokens: int = 20  # k tokens whose entropy is measured
+    dynamic_sampling: bool = False  # DAPO: drop groups whose rewards are all equal, resample
+    dynamic_budget: bool = False  # AEPO: N from a probe of H_root vs H_tool (spec §7)
+    consecutive_branch_penalty: float = 0.0  # AEPO: P_t ·= max(0, 1 − penalty·l); 0 disables
+
+    def __post_init__(self) -> None:
+        for field, table in (
+            ("advantage_estimator", ADVANTAGE_ESTIMATORS),
+            ("attribution", ATTRIBUTIONS),
+            ("loss_type", POLICY_LOSSES),
+            ("loss_agg", AGGREGATIONS),
+            ("kl_type", KL_ESTIMATORS),
+        ):
+            if getattr(self, field) not in table:
+                raise ArpoError(f"preset {self.name!r}: {field}={getattr(self, field)!r}; valid: {sorted(table)}")
+        if not 1 <= self.initial_rollouts <= self.group_size:
+            raise ArpoError(
+                f"preset {self.name!r}: initial_rollouts={self.initial_rollouts} "
+                f"must be in [1, group_size={self.group_size}]"
+            )
+        if not self.branching and self.initial_rollouts != self.group_size:
+            raise ArpoError(
+                f"preset {self.name!r}: without branching every trajectory is a global sample; "
+                f"set initial_rollouts = group_size ({self.group_size}) or branching = true"
+            )
+        if self.clip_low <= 0 or self.clip_high <= 0:
+            raise ArpoError(f"preset {self.name!r}: clip_low and clip_high must be > 0")
+        if self.dual_clip is not None and self.dual_clip <= 1:
+            raise ArpoError(f"preset {self.name!r}: dual_clip must be > 1 or null, got {self.dual_clip}")
+
+    @property
+    def entropy_balanced_clipping(self) -> bool:
+        """AEPO's stop-gradient clipping is selected through loss_type."""
+        return self.loss_type == "entropy_balanced"
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+_ARPO = AlgoPreset(
+    name="arpo",
+    source="ARPO (arXiv 2507.19849) and its released training scripts, spec §2 and §4",
+)
+
+_NO_BRANCHING = dict(initial_rollouts=_ARPO.group_size, branching=False)
+
+PRESETS: dict[str, AlgoPreset] = {
+    "arpo": _ARPO,
+    # The paper's GRPO baseline: ARPO with every trajectory a global sample (spec §4).
+    "grpo": dataclasses.replace(
+        _ARPO, name="grpo", source="spec §4: ARPO with initial_rollouts = group_size", **_NO_BRANCHING
+    ),
+    # DAPO (arXiv 2503.14476): clip-higher 0.2/0.28, token-level loss, dynamic sampling, no KL,
+    # no dual clip. Its overlong reward shaping is a reward-side feature and not part of this preset.
+    "dapo": dataclasses.replace(
+        _ARPO, name="dapo", source="DAPO, arXiv 2503.14476",
+        clip_high=0.28, dual_clip=None, loss_agg="token-mean", kl_coef=0.0, dynamic_sampling=True, **_NO_BRANCHING,
+    ),  # fmt: skip
+    # REINFORCE++ (arXiv 2501.03262): global batch mean/std advantages with the PPO clip. Its KL
+    # penalty folded into the reward is not reproduced; ARPO's comparison runs use KL coef 0.
+    "reinforce_pp": dataclasses.replace(
+        _ARPO, name="reinforce_pp", source="REINFORCE++, arXiv 2501.03262", advantage_estimator="reinforce_pp",
+        **_NO_BRANCHING,
+    ),  # fmt: skip
+    # Dr.GRPO (arXiv 2503.20783): no std division, no 1/|o_i| length normalization; the constant
+    # is the max generation length (spec §6: 4096 response tokens for reasoning runs).
+    "drgrpo": dataclasses.replace(
+        _ARPO, name="drgrpo", source="Dr.GRPO, arXiv 2503.20783", advantage_estimator="drgrpo",
+        loss_agg="seq-mean-token-sum-norm", agg_normalizer=4096, **_NO_BRANCHING,
+    ),  # fmt: skip
+    # GSPO (arXiv 2507.18071): sequence-level ratio, clip range 3e-4 / 4e-4, sequence-mean loss.
+    "gspo": dataclasses.replace(
+        _ARPO, name="gspo", source="GSPO, arXiv 2507.18071", loss_type="gspo", loss_agg="seq-mean-token-mean",
+        clip_low=3e-4, clip_high=4e-4, dual_clip=None, **_NO_BRANCHING,
+    ),  # fmt: skip
+    # AEPO (arXiv 2510.14545, spec §7): ARPO plus dynamic global/branch budget, the consecutive-branch
+    # penalty 0.05, entropy-balanced clipping and the entropy-aware advantage (α = 0.2).
+    "aepo": dataclasses.replace(
+        _ARPO, name="aepo", source="AEPO, arXiv 2510.14545, spec §7",
+        dynamic_budget=True, consecutive_branch_penalty=0.05, loss_type="entropy_balanced",
+        entropy_aware_advantage=True, entropy_aware_alpha=0.2,
+    ),  # fmt: skip
+}
+
+
+def get_preset(name: str) -> AlgoPreset:
+    """The preset called `name` (frozen; derive variants with dataclasses.replace)."""
+    if name not in PRESETS:
+        raise ArpoError(f"unknown algorithm preset {name!r}; valid presets: {', '.join(sorted(PRESETS))}")
+    return PRESETS[name]

@@ -1,0 +1,55 @@
+"""`arpo` command line. Each subcommand lives in the module that owns its job and exposes
+`register(subparsers)`; this file only assembles them, so `arpo --help` lists everything."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from arpo.errors import ArpoError
+
+# module path -> registers one or more subcommands
+COMMAND_MODULES = [
+    "arpo.commands.chat",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="arpo",
+        description="Train, evaluate and run multi-turn tool-using LLM agents with ARPO "
+        "(Agentic Reinforced Policy Optimization, arXiv 2507.19849).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Run `arpo COMMAND --help` for the options of each command.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            mod = importlib.import_module(name)
+        except ImportError as e:  # an optional extra is missing: keep the rest of the CLI usable
+            missing = e.name or name
+            sub.add_parser(name.rsplit(".", 1)[-1], help=f"(unavailable: {missing} not installed)")
+            continue
+        mod.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    try:
+        return int(args.func(args) or 0)
+    except ArpoError as e:
+        print(f"arpo {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

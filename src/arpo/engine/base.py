@@ -1,0 +1,83 @@
+"""The generation-engine interface that rollouts are written against.
+
+It is deliberately small so that a second backend (vLLM, issue #7) can implement it: sequences are
+added, stepped, paused at stop strings, extended with appended tokens, forked and released.
+
+    sid = engine.add(prompt_ids, params)          # starts generating on the next step()
+    outs = engine.step()                          # one decode step for every running sequence
+    engine.append(sid, result_ids)                # a paused sequence gets tool-result tokens and resumes
+    kids = engine.fork(sid, n, at=len_tokens)     # n new sequences sharing tokens[:at] (KV shared, not recomputed)
+    engine.release(sid)                           # free its KV cache
+
+Every generated token carries its log-probability and the entropy of the full sampling distribution;
+appended tokens carry `gen_mask = 0` (they are masked out of the loss).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+import torch
+
+
+@dataclass
+class SamplingParams:
+    temperature: float = 1.0  # 0 = greedy
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = off
+    max_len: int = 2048  # cap on prompt + response tokens of the sequence
+    stop: tuple[str, ...] = ()  # pause when the generated text ends with one of these
+    stop_regex: str | None = None  # or when a match appears in the newly generated text
+    seed: int | None = None  # per-sequence RNG: same seed -> same tokens, whatever else is in the batch
+    # Optional hook (tokens so far, logits (V,)) -> logits, e.g. for constrained decoding or scripted tests.
+    logits_hook: Callable[[list[int], torch.Tensor], torch.Tensor] | None = None
+
+
+@dataclass
+class Sequence:
+    """A sequence's state, owned by the engine; rollouts read it (never mutate it)."""
+
+    sid: int
+    tokens: list[int]  # prompt + response so far
+    prompt_len: int
+    params: SamplingParams
+    gen_mask: list[int] = field(default_factory=list)  # per response token: 1 generated, 0 appended
+    logprobs: list[float] = field(default_factory=list)  # per response token (0.0 for appended ones)
+    entropies: list[float] = field(default_factory=list)  # per response token (0.0 for appended ones)
+    status: str = "waiting"  # waiting | running | paused | finished
+    finish_reason: str | None = None  # stop | eos | length (stop = paused at a stop string)
+    stop_text: str | None = None  # which stop string/regex match paused it
+    parent: int | None = None  # sid this one was forked from
+    fork_at: int | None = None  # number of tokens shared with the parent
+
+    @property
+    def response(self) -> list[int]:
+        return self.tokens[self.prompt_len :]
+
+
+@dataclass
+class StepOutput:
+    sid: int
+    token: int
+    logprob: float
+    entropy: float
+    finish_reason: str | None  # None while still running
+
+
+class Engine(Protocol):
+    tokenizer: object
+
+    def add(self, prompt_ids: list[int], params: SamplingParams) -> int: ...
+
+    def step(self) -> list[StepOutput]: ...
+
+    def append(self, sid: int, token_ids: list[int]) -> None: ...
+
+    def fork(self, sid: int, n: int, at: int | None = None, seeds: list[int] | None = None) -> list[int]: ...
+
+    def release(self, sid: int) -> None: ...
+
+    def seq(self, sid: int) -> Sequence: ...
+
+    def has_unfinished(self) -> bool: ...

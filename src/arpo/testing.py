@@ -1,0 +1,67 @@
+"""Tiny random-weight models and tokenizers built in code, for tests (yours and ours).
+
+Nothing is downloaded: the tokenizer is a byte-level BPE trained in a fraction of a second on the
+agent protocol's own vocabulary, with a ChatML chat template like the default model's.
+"""
+
+from __future__ import annotations
+
+import functools
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+_CORPUS = [
+    "<think> I need to compute this. </think> <python> print(17 * 23) </python> <result> 391 </result>",
+    "<search> capital of France </search> <result> Page 1: Paris\n Paris is the capital. </result>",
+    "<answer> The answer is \\boxed{391} </answer> What is 2 + 2? Use python. The result is 4.",
+    "def f(x): return x * 2\nfor i in range(10): print(i)\nimport math\nmath.sqrt(16)",
+    "Question: Who wrote Hamlet? William Shakespeare wrote it in 1600. yes no maybe",
+    "abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ 0123456789 +-*/=()[]{}<>.,;:!?'\"#$%&_|~^`@\\",
+]
+
+
+@functools.lru_cache(maxsize=4)
+def tiny_tokenizer(vocab_size: int = 512):
+    """A PreTrainedTokenizerFast with ChatML special tokens and chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_CORPUS * 20, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<|im_start|>", eos_token="<|im_end|>", pad_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+    )
+    fast.chat_template = CHATML_TEMPLATE
+    return fast
+
+
+def tiny_model(tokenizer=None, hidden: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2,
+               seed: int = 0, dtype=None):
+    """A random-weight LlamaForCausalLM (the default model's architecture) sized for unit tests."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = tokenizer or tiny_tokenizer()
+    cfg = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=2048,
+        tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+    )
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(cfg)
+    if dtype is not None:
+        model = model.to(dtype)
+    return model.eval()

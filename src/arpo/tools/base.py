@@ -1,0 +1,117 @@
+"""The tool protocol (spec §1): each tool owns a tag; the agent writes `<tag> input </tag>` and the
+environment answers `<result>\\n{output}\\n</result>`.
+
+A tool is any object with a `name` (its tag) and `__call__(input: str) -> ToolResult`. Tools never
+raise into the rollout: failures come back as `ToolResult(ok=False, output=<error text>)`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, Protocol, runtime_checkable
+
+RESULT_OPEN, RESULT_CLOSE = "<result>", "</result>"
+ANSWER_TAG = "answer"
+NON_CALL_TAGS = ("answer", "think", "result")  # closing these is not a tool call
+# Any closing tag except </think> and </result> pauses generation, so that unknown tools are caught too.
+STOP_REGEX = r"</(?!think>|result>)[A-Za-z_][A-Za-z0-9_]*>"
+
+
+@dataclass
+class ToolResult:
+    output: str  # exactly the text placed between <result> and </result>
+    ok: bool = True
+    elapsed_s: float = 0.0
+    truncated: bool = False
+    cached: bool = False
+    meta: dict = field(default_factory=dict)
+
+
+@runtime_checkable
+class Tool(Protocol):
+    name: str  # the tag this tool owns, e.g. "python" for <python>...</python>
+
+    def __call__(self, input: str) -> ToolResult: ...
+
+
+def format_result(output: str) -> str:
+    """The text the environment appends after a tool call (spec §1)."""
+    return f"\n{RESULT_OPEN}\n{output}\n{RESULT_CLOSE}\n"
+
+
+@dataclass
+class ToolCall:
+    tag: str  # the tag the model wrote (may be unknown)
+    input: str  # body between the tags, stripped
+    error: str | None = None  # set when the call is malformed; then the error is the result
+
+
+class ToolRegistry:
+    """Maps tags to tools; provides the stop strings and parses the model's last call."""
+
+    def __init__(self, tools: Iterable[Tool] = ()):
+        self._tools: dict[str, Tool] = {}
+        for t in tools:
+            self.register(t)
+
+    def register(self, tool: Tool) -> None:
+        if not re.fullmatch(r"[a-z_][a-z0-9_]*", tool.name):
+            raise ValueError(f"tool tag {tool.name!r} must be lowercase [a-z0-9_]")
+        if tool.name in (ANSWER_TAG, "result", "think"):
+            raise ValueError(f"tag <{tool.name}> is reserved by the protocol")
+        self._tools[tool.name] = tool
+
+    def __contains__(self, tag: str) -> bool:
+        return tag in self._tools
+
+    def __getitem__(self, tag: str) -> Tool:
+        return self._tools[tag]
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def stop_strings(self) -> list[str]:
+        """Generation pauses at any tool's closing tag and ends at `</answer>`."""
+        return [f"</{t}>" for t in self._tools] + [f"</{ANSWER_TAG}>"]
+
+    def parse_last_call(self, segment: str) -> ToolCall | None:
+        """Parse the tool call that ends `segment` (the text generated since the last result).
+
+        Returns None when the segment ends with `</answer>` or no closing tag at all (a plain finish).
+        Unknown tags, unclosed tags and empty bodies become a ToolCall with `error` set: the agent
+        receives the error as its result and the trajectory goes on (issue #2, item 3).
+        """
+        m = re.search(r"</([A-Za-z_][A-Za-z0-9_]*)>\s*$", segment.rstrip()) or re.search(
+            r"</([A-Za-z_][A-Za-z0-9_]*)>", segment[-40:]
+        )
+        if m is None:
+            return None
+        tag = m.group(1)
+        if tag in NON_CALL_TAGS:
+            return None
+        close_at = segment.rfind(f"</{tag}>")
+        head = segment[:close_at]
+        open_at = head.rfind(f"<{tag}>")
+        if tag not in self._tools:
+            known = ", ".join(f"<{t}>" for t in self._tools) or "none"
+            return ToolCall(tag, "", error=f"Error: unknown tool <{tag}>. Available tools: {known}.")
+        if open_at < 0:
+            return ToolCall(tag, "", error=f"Error: found </{tag}> without an opening <{tag}> tag.")
+        body = head[open_at + len(tag) + 2 :].strip()
+        if not body:
+            return ToolCall(tag, "", error=f"Error: empty <{tag}> call; put the input between the tags.")
+        return ToolCall(tag, body)
+
+    def run(self, call: ToolCall) -> ToolResult:
+        """Run a parsed call; errors (malformed call or a tool that raised) become error results."""
+        if call.error is not None:
+            return ToolResult(call.error, ok=False)
+        try:
+            return self._tools[call.tag](call.input)
+        except Exception as e:  # a tool must never crash the rollout
+            return ToolResult(f"Error: tool <{call.tag}> failed: {type(e).__name__}: {e}", ok=False)

@@ -1,0 +1,94 @@
+"""Every preset loads, is internally consistent, and drives the loss functions it names."""
+
+import dataclasses
+
+import pytest
+import torch
+
+from arpo.algos.advantages import ADVANTAGE_ESTIMATORS
+from arpo.algos.losses import policy_loss
+from arpo.algos.presets import PRESETS, AlgoPreset, get_preset
+from arpo.errors import ArpoError
+
+NAMES = ["arpo", "grpo", "dapo", "reinforce_pp", "drgrpo", "gspo", "aepo"]
+
+
+def test_all_presets_present_and_named_after_their_key():
+    assert set(PRESETS) == set(NAMES)
+    for name in NAMES:
+        p = get_preset(name)
+        assert isinstance(p, AlgoPreset) and p.name == name and p.source
+
+
+def test_arpo_matches_spec_reference_settings():
+    p = get_preset("arpo")
+    # spec §4
+    assert (p.clip_low, p.clip_high, p.dual_clip) == (0.2, 0.2, 3.0)
+    assert (p.loss_type, p.loss_agg, p.kl_type, p.kl_coef, p.entropy_coef) == ("ppo_clip", "token-mean", "low_var_kl", 0.0, 0.0)
+    assert (p.lr, p.weight_decay, p.grad_clip, p.ppo_epochs) == (1e-6, 0.01, 1.0, 1)
+    # spec §2, §3
+    assert (p.group_size, p.initial_rollouts, p.branch_factor) == (16, 8, 1)
+    assert (p.entropy_weight, p.branch_threshold, p.entropy_tokens) == (0.2, 0.5, 20)
+    assert p.branching and p.attribution == "soft" and p.advantage_estimator == "grpo"
+
+
+def test_baselines_switch_what_their_papers_change():
+    grpo = get_preset("grpo")
+    assert grpo.initial_rollouts == grpo.group_size == 16 and not grpo.branching
+    dapo = get_preset("dapo")
+    assert (dapo.clip_low, dapo.clip_high, dapo.loss_agg, dapo.kl_coef) == (0.2, 0.28, "token-mean", 0.0)
+    assert dapo.dynamic_sampling and not get_preset("arpo").dynamic_sampling
+    assert get_preset("reinforce_pp").advantage_estimator == "reinforce_pp"
+    dr = get_preset("drgrpo")
+    assert (dr.advantage_estimator, dr.loss_agg, dr.agg_normalizer) == ("drgrpo", "seq-mean-token-sum-norm", 4096)
+    gspo = get_preset("gspo")
+    assert (gspo.loss_type, gspo.clip_low, gspo.clip_high) == ("gspo", 3e-4, 4e-4)
+    aepo = get_preset("aepo")
+    assert aepo.dynamic_budget and aepo.consecutive_branch_penalty == 0.05
+    assert aepo.entropy_balanced_clipping and aepo.entropy_aware_advantage and aepo.entropy_aware_alpha == 0.2
+    assert not get_preset("arpo").entropy_balanced_clipping
+    for name in ["grpo", "dapo", "reinforce_pp", "drgrpo", "gspo"]:  # trajectory-level baselines
+        p = get_preset(name)
+        assert p.initial_rollouts == p.group_size and not p.branching, name
+
+
+def test_unknown_preset_lists_valid_names():
+    with pytest.raises(ArpoError) as err:
+        get_preset("ppo")
+    assert "ppo" in str(err.value) and all(n in str(err.value) for n in NAMES)
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ({"loss_agg": "sum"}, "loss_agg"),
+        ({"loss_type": "trpo"}, "loss_type"),
+        ({"advantage_estimator": "gae"}, "advantage_estimator"),
+        ({"attribution": "medium"}, "attribution"),
+        ({"kl_type": "k9"}, "kl_type"),
+        ({"initial_rollouts": 17}, "initial_rollouts"),
+        ({"branching": False}, "initial_rollouts"),  # 8 of 16 without branching cannot fill the group
+        ({"dual_clip": 0.5}, "dual_clip"),
+    ],
+)
+def test_invalid_overrides_are_rejected_with_the_key(override, key):
+    with pytest.raises(ArpoError, match=key):
+        dataclasses.replace(get_preset("arpo"), **override)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_preset_runs_its_advantage_and_loss(name):
+    p = get_preset(name)
+    adv = ADVANTAGE_ESTIMATORS[p.advantage_estimator](torch.tensor([1.0, 0.0, 0.0, 1.0]), [0, 0, 0, 0])
+    logp = torch.full((4, 3), -1.0, requires_grad=True)
+    old = torch.full((4, 3), -1.05)
+    mask = torch.tensor([[1, 1, 0]] * 4)
+    loss, diag = policy_loss(
+        logp, old, adv[:, None].expand(4, 3), mask,
+        loss_type=p.loss_type, agg=p.loss_agg, agg_normalizer=p.agg_normalizer,
+        clip_low=p.clip_low, clip_high=p.clip_high, dual_clip=p.dual_clip,
+        kl_coef=p.kl_coef, kl_type=p.kl_type, entropy_coef=p.entropy_coef,
+    )  # fmt: skip
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(logp.grad).all()
+    assert p.to_dict()["name"] == name
