@@ -65,3 +65,30 @@ def tiny_model(tokenizer=None, hidden: int = 64, layers: int = 2, heads: int = 4
     if dtype is not None:
         model = model.to(dtype)
     return model.eval()
+
+
+def scripted_hook(tokenizer, segments: list[str], eos_after: bool = True):
+    """A logits hook that makes any model write `segments[k]` as its k-th generated segment (segments
+    are separated by appended tool results), then EOS. Lets protocol tests run a real engine with
+    exact, known outputs."""
+    import torch
+
+    targets = [tokenizer.encode(s, add_special_tokens=False) for s in segments]
+
+    def hook(seq, logits):
+        mask = seq.gen_mask
+        k = sum(1 for i in range(len(mask)) if mask[i] == 0 and (i + 1 == len(mask) or mask[i + 1] == 1))
+        pos = 0
+        while pos < len(mask) and mask[len(mask) - 1 - pos] == 1:
+            pos += 1
+        if k < len(targets) and pos < len(targets[k]):
+            t = targets[k][pos]
+        elif eos_after:
+            t = tokenizer.eos_token_id
+        else:
+            return logits
+        forced = torch.full_like(logits, float("-inf"))
+        forced[t] = 0.0
+        return forced
+
+    return hook

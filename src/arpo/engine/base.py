@@ -30,8 +30,8 @@ class SamplingParams:
     stop: tuple[str, ...] = ()  # pause when the generated text ends with one of these
     stop_regex: str | None = None  # or when a match appears in the newly generated text
     seed: int | None = None  # per-sequence RNG: same seed -> same tokens, whatever else is in the batch
-    # Optional hook (tokens so far, logits (V,)) -> logits, e.g. for constrained decoding or scripted tests.
-    logits_hook: Callable[[list[int], torch.Tensor], torch.Tensor] | None = None
+    # Optional hook (sequence so far, logits (V,)) -> logits, e.g. constrained decoding or scripted tests.
+    logits_hook: Callable[["Sequence", torch.Tensor], torch.Tensor] | None = None
 
 
 @dataclass

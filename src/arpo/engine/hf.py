@@ -277,7 +277,7 @@ class HFEngine:
         seqs = [self.seqs[s] for s in sids]
         for i, s in enumerate(seqs):
             if s.params.logits_hook is not None:
-                logits[i] = s.params.logits_hook(s.tokens, logits[i])
+                logits[i] = s.params.logits_hook(s, logits[i])
         temp = torch.tensor([s.params.temperature for s in seqs], dtype=torch.float32)
         logp, ent = token_stats(logits.cpu(), temp)
         trunc = truncate(

@@ -15,7 +15,7 @@ def token_stats(logits: torch.Tensor, temperature: torch.Tensor) -> tuple[torch.
     """log-softmax of logits/T and the full-vocab entropy. logits (B, V), temperature (B,)."""
     t = torch.where(temperature > 0, temperature, torch.ones_like(temperature))
     logp = torch.log_softmax(logits.float() / t[:, None], dim=-1)  # (B, V)
-    entropy = -(logp.exp() * logp).sum(-1)  # (B,)
+    entropy = -(logp.exp() * torch.nan_to_num(logp, neginf=0.0)).sum(-1)  # (B,); 0·log 0 = 0
     return logp, entropy
 
 

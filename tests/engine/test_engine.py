@@ -1,0 +1,171 @@
+import pytest
+import torch
+
+from arpo.engine.base import SamplingParams
+from arpo.engine.hf import HFEngine
+
+
+def full_logprobs(model, tokens, temperature=1.0):
+    """Recompute per-position log-softmax from scratch, no cache: (len, V)."""
+    with torch.no_grad():
+        logits = model(torch.tensor([tokens])).logits[0].float()
+    return torch.log_softmax(logits / temperature, -1)
+
+
+def assert_matches_recompute(model, seq, tol=1e-4):
+    lp = full_logprobs(model, seq.tokens)
+    for i, (g, rec_lp, rec_h) in enumerate(zip(seq.gen_mask, seq.logprobs, seq.entropies)):
+        if not g:
+            continue
+        pos = seq.prompt_len + i
+        ref = lp[pos - 1]
+        assert abs(float(ref[seq.tokens[pos]]) - rec_lp) < tol, f"logprob at response token {i}"
+        ref_h = float(-(ref.exp() * ref).sum())
+        assert abs(ref_h - rec_h) < tol, f"entropy at response token {i}"
+
+
+@pytest.fixture
+def engine(tiny_lm, tiny_tok):
+    return HFEngine(tiny_lm, tiny_tok, eos_token_ids=[-1])  # never stops at EOS: long random text
+
+
+def prompt(tok, text):
+    return tok(text)["input_ids"]
+
+
+def test_batched_decode_matches_recompute(engine, tiny_lm, tiny_tok):
+    seqs = engine.generate(
+        [prompt(tiny_tok, "What is 17 * 23?"), prompt(tiny_tok, "hello"), prompt(tiny_tok, "print(1) " * 5)],
+        SamplingParams(max_len=48, seed=1),
+    )
+    for s in seqs:
+        assert s.finish_reason == "length" and len(s.tokens) == 48
+        assert_matches_recompute(tiny_lm, s)
+
+
+def test_fork_shares_prefix_and_matches_recompute(engine, tiny_lm, tiny_tok):
+    a = engine.add(prompt(tiny_tok, "What is 17 * 23? <python>"), SamplingParams(max_len=80, seed=3))
+    b = engine.add(prompt(tiny_tok, "hello there " * 4), SamplingParams(max_len=90, seed=4))
+    for _ in range(10):
+        engine.step()
+    prefill_before = engine.stats["prefill_tokens"]
+    at = len(engine.seq(a).tokens) - 4  # fork in the past of a running sequence
+    kids = engine.fork(a, 3, at=at)
+    engine.step()
+    # each child recomputes exactly one token (the last shared one): no prefix recomputation
+    assert engine.stats["prefill_tokens"] - prefill_before == 3
+    while engine.has_unfinished():
+        engine.step()
+    parent = engine.seq(a)
+    for k in kids:
+        s = engine.seq(k)
+        assert s.parent == a and s.fork_at == at
+        assert s.tokens[:at] == parent.tokens[:at]
+        assert_matches_recompute(tiny_lm, s)
+    assert len({tuple(engine.seq(k).tokens) for k in kids}) == 3  # sampled independently
+    assert_matches_recompute(tiny_lm, parent)
+    assert_matches_recompute(tiny_lm, engine.seq(b))
+
+
+def test_pause_append_resume_and_fork_after_append(engine, tiny_lm, tiny_tok):
+    a = engine.add(prompt(tiny_tok, "Use python."), SamplingParams(max_len=120, seed=5, stop=("e",)))
+    while engine.seq(a).status in ("waiting", "running"):
+        engine.step()
+    s = engine.seq(a)
+    assert s.status == "paused" and s.stop_text == "e"
+    result = prompt(tiny_tok, "\n<result>\n391\n</result>\n")
+    n_before = len(s.tokens)
+    engine.append(a, result)
+    kids = engine.fork(a, 2)  # branch right after the tool result, before it was prefilled
+    p0 = engine.stats["prefill_tokens"]
+    engine.step()
+    # the result is prefilled once by the parent path; each fork recomputes only its last token
+    assert engine.stats["prefill_tokens"] - p0 == 1 + 2
+    for sid in [a] + kids:
+        e = engine.seq(sid)
+        e.params.stop = ()
+    while engine.has_unfinished():
+        engine.step()
+    for sid in [a] + kids:
+        e = engine.seq(sid)
+        assert e.tokens[n_before : n_before + len(result)] == result
+        r0 = n_before - e.prompt_len
+        assert e.gen_mask[r0 : r0 + len(result)] == [0] * len(result)
+        assert all(m == 1 for m in e.gen_mask[:r0]) and all(m == 1 for m in e.gen_mask[r0 + len(result) :])
+        assert_matches_recompute(tiny_lm, e)
+
+
+def test_same_seed_same_tokens_different_seed_differs(tiny_lm, tiny_tok):
+    def run(seed, other_prompt):
+        eng = HFEngine(tiny_lm, tiny_tok, eos_token_ids=[-1])
+        a = eng.add(prompt(tiny_tok, "What is 2 + 2?"), SamplingParams(max_len=40, seed=seed))
+        eng.add(prompt(tiny_tok, other_prompt), SamplingParams(max_len=30, seed=99))
+        while eng.has_unfinished():
+            eng.step()
+        return eng.seq(a).tokens
+
+    assert run(7, "x") == run(7, "x")
+    assert run(7, "x") != run(8, "x")
+
+
+def test_sampling_controls(tiny_lm, tiny_tok):
+    eng = HFEngine(tiny_lm, tiny_tok, eos_token_ids=[-1])
+    greedy = eng.generate([prompt(tiny_tok, "abc")] * 2, SamplingParams(max_len=20, temperature=0.0))
+    assert greedy[0].tokens == greedy[1].tokens
+    lp = full_logprobs(tiny_lm, greedy[0].tokens)
+    for i in range(greedy[0].prompt_len, 20):
+        assert greedy[0].tokens[i] == int(lp[i - 1].argmax())
+    topk1 = eng.generate([prompt(tiny_tok, "abc")], SamplingParams(max_len=20, top_k=1, seed=3))[0]
+    assert topk1.tokens == greedy[0].tokens
+    # top-p: every sampled token lies inside the nucleus of its distribution
+    s = eng.generate([prompt(tiny_tok, "abc")], SamplingParams(max_len=40, top_p=0.05, seed=3))[0]
+    lp = full_logprobs(tiny_lm, s.tokens)
+    for i in range(s.prompt_len, len(s.tokens)):
+        p = lp[i - 1].exp()
+        sorted_p, order = p.sort(descending=True)
+        keep = int(((sorted_p.cumsum(0) - sorted_p) < 0.05).sum())
+        assert s.tokens[i] in order[:keep].tolist()
+
+
+def test_stops_at_each_closing_tag(tiny_lm, tiny_tok):
+    from arpo.testing import scripted_hook
+    from arpo.tools.base import STOP_REGEX
+
+    for text, expected in [
+        ("<python> print(1) </python> tail", "</python>"),
+        ("<search> Paris </search> tail", "</search>"),
+        ("<answer> \\boxed{1} </answer> tail", "</answer>"),
+        ("<calc> 1+1 </calc> tail", "</calc>"),
+    ]:
+        eng = HFEngine(tiny_lm, tiny_tok)
+        params = SamplingParams(
+            max_len=200, stop=("</python>", "</search>", "</answer>"), stop_regex=STOP_REGEX,
+            logits_hook=scripted_hook(tiny_tok, [text]),
+        )
+        s = eng.generate([prompt(tiny_tok, "Q")], params)[0]
+        assert s.status == "paused" and s.finish_reason == "stop", text
+        assert s.stop_text == expected
+        assert tiny_tok.decode(s.response).rstrip().endswith(expected)
+    # </think> and </result> are not calls
+    eng = HFEngine(tiny_lm, tiny_tok)
+    s = eng.generate(
+        [prompt(tiny_tok, "Q")],
+        SamplingParams(max_len=200, stop_regex=STOP_REGEX, logits_hook=scripted_hook(tiny_tok, ["<think> a </think> b"])),
+    )[0]
+    assert s.finish_reason == "eos"
+
+
+def test_many_sequences_join_and_leave(tiny_lm, tiny_tok):
+    """Sequences of different lengths joining mid-flight (with compactions) all stay exact."""
+    eng = HFEngine(tiny_lm, tiny_tok, eos_token_ids=[-1])
+    sids = []
+    for i in range(6):
+        sids.append(eng.add(prompt(tiny_tok, "word " * (1 + 3 * i)), SamplingParams(max_len=20 + 7 * i, seed=i)))
+        eng.step()
+        eng.step()
+    while eng.has_unfinished():
+        eng.step()
+    for sid in sids:
+        assert_matches_recompute(tiny_lm, eng.seq(sid))
+    eng.release(sids[0])
+    assert sids[0] not in eng.seqs
