@@ -18,6 +18,24 @@ from arpo.engine.kv import KVBatch, SlotCache
 from arpo.engine.sampling import sample, token_stats, truncate
 
 _TAIL = 16  # tokens decoded to look for a stop string that the newest token completed
+_ATTN = "arpo_sdpa_gqa"
+
+
+def _sdpa_gqa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
+    """SDPA with native grouped-query attention. transformers' own sdpa path repeats the K/V heads
+    (a full copy of the cache per layer per step) whenever a mask is given, which on CPU costs more
+    than the attention itself; the engine always passes its 4D mask, so it uses this instead."""
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=attention_mask, scale=scaling,
+        is_causal=attention_mask is None and query.shape[2] > 1, enable_gqa=key.shape[1] != query.shape[1],
+    )
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _register_attention() -> None:
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(_ATTN, _sdpa_gqa)
 
 
 class _State:
@@ -34,6 +52,7 @@ class _State:
 
 class HFEngine:
     def __init__(self, model, tokenizer, max_prefill_tokens: int = 4096, eos_token_ids=None):
+        _register_attention()
         self.model, self.tokenizer = model.eval(), tokenizer
         cfg = model.config
         n_kv = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
@@ -267,10 +286,17 @@ class HFEngine:
 
     def _forward(self, ids, pos, mask, cache) -> torch.Tensor:
         self.stats["forwards"] += 1
-        out = self.model(
-            input_ids=ids.to(self.device), position_ids=pos.to(self.device), attention_mask=mask.to(self.device),
-            past_key_values=cache, use_cache=True, logits_to_keep=1,
-        )
+        cfg = self.model.config
+        saved = cfg._attn_implementation
+        if saved in ("sdpa", _ATTN):  # eager / flash-attention users keep their kernel
+            cfg._attn_implementation = _ATTN
+        try:
+            out = self.model(
+                input_ids=ids.to(self.device), position_ids=pos.to(self.device), attention_mask=mask.to(self.device),
+                past_key_values=cache, use_cache=True, logits_to_keep=1,
+            )
+        finally:
+            cfg._attn_implementation = saved
         return out.logits[:, -1, :]  # (B, V)
 
     def _sample(self, sids: list[int], logits: torch.Tensor) -> list[StepOutput]:

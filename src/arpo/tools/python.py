@@ -1,0 +1,1116 @@
+"""The `<python>` tool: runs model-written code in an isolated, short-lived process (spec §1).
+
+Model-written code is hostile input, and during RL it is written by a policy that is being
+*rewarded* for whatever works, so the sandbox must hold against code that forks, allocates,
+loops, floods stdout, writes files, opens sockets or signals its parent — while costing only
+milliseconds per call, because rollouts make thousands of calls.
+
+Design (who runs where)::
+
+    trainer process                         (PythonTool; never runs model code, never forks itself)
+      └─ zygote      python -I, minimal env, math/numpy/sympy pre-imported, root, host namespaces
+           └─ c1        unshare(pid, mount, net, ipc, uts); forks init; passes init's pidfd up; exits
+                └─ init   pid 1 of the new namespaces: private read-only mounts, tmpfs /tmp;
+                    │      relays the code, enforces the deadline, reports the exit status
+                    └─ runner  rlimits, scrubbed env, own uid, no_new_privs, cwd=/tmp;
+                               waits for code on a pipe, runs ONE call, then everything dies
+
+* **Fast.** Forking a zygote that already imported numpy/sympy costs a few ms, against
+  ~25 ms for a cold `python -c` (and ~1 s to import sympy). A pool of `pool_size` runners is
+  kept ready, so a call only ships code over a pipe and reads the output. Each runner serves
+  exactly one call and is then killed; a background thread forks replacements.
+* **Nothing outlives a call.** The runner lives in its own PID namespace whose init is a root
+  process it cannot signal. When init exits (call done, deadline, parent gone) or is SIGKILLed
+  by the trainer through a pidfd (race-free: the pidfd is opened by init's parent), the kernel
+  kills every process in the namespace — `setsid`, double forks and fork bombs included.
+* **Nothing persists.** In its private mount namespace every mount is remounted read-only and
+  `/tmp` (the working directory) and `/dev/shm` are fresh size-capped tmpfs mounts that vanish
+  with the namespace. The code runs as a per-worker unprivileged uid (so RLIMIT_NPROC applies
+  per call and root-only files stay closed), with `no_new_privs` (no setuid binaries).
+* **No network**: a fresh network namespace with only loopback.
+* **Bounded**: RLIMIT_AS / CPU / NPROC / FSIZE / NOFILE / CORE, a wall-clock deadline enforced
+  both by the trainer and by init, and output read with a byte cap (a flood is stopped, not
+  buffered).
+
+Where the machine does not allow namespaces (not root and no unprivileged user namespaces)
+the tool degrades to rlimits + process group + temporary directory and warns loudly once;
+see `isolation`. Run as root (e.g. in a container with CAP_SYS_ADMIN) or enable
+`kernel.unprivileged_userns_clone` / `user.max_user_namespaces` to get full isolation.
+
+Known limits: no seccomp filter (the kernel's syscall surface is reachable), no memory cgroup
+(RLIMIT_AS bounds address space; tmpfs is bounded by `disk_mb`), the hash seed is shared by
+all workers of one zygote.
+
+This file is also loaded *by path* inside the zygote (without the `arpo` package, so that no
+package import can bloat or break it): keep its top-level imports to the standard library.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import ctypes
+import errno
+import json
+import linecache
+import logging
+import os
+import select
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import threading
+import time
+import traceback
+import types
+import warnings
+import weakref
+from collections import deque
+
+try:
+    from .base import ToolResult
+except ImportError:  # loaded by path inside the zygote: the sandbox side never builds results
+    ToolResult = None  # type: ignore[assignment,misc]
+
+log = logging.getLogger(__name__)
+
+# ---------------------------------------------------------------------------------------------
+# Linux constants (not all are exposed by the os module of every supported Python)
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
+CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
+MS_REMOUNT, MS_NOATIME, MS_NODIRATIME, MS_BIND = 0x20, 0x400, 0x800, 0x1000
+MS_REC, MS_PRIVATE, MS_RELATIME, MS_STRICTATIME = 0x4000, 0x40000, 0x200000, 0x1000000
+PR_SET_NAME, PR_CAPBSET_DROP, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 15, 24, 36, 38
+_MOUNT_OPTION_FLAGS = {
+    "nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": MS_NOATIME,
+    "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME, "strictatime": MS_STRICTATIME,
+}
+
+USER_FILENAME = "<string>"  # what tracebacks of the model's code show, as for `python -c`
+TRACEBACK_FRAMES = 5  # frames of the model's own code kept in a traceback (the last ones)
+SANDBOX_UID_SPAN = 1_000_000  # per-worker uids cycle through [uid_base, uid_base + span)
+_CODE_HEADER = struct.Struct("!dQ")  # (timeout_s, len(code)) in front of the code bytes
+
+# Why a fresh process gets these variables and nothing else: the trainer's environment holds
+# tokens and paths that model-written code must not read; thread counts of 1 keep numeric
+# libraries from spawning thread pools (fork-unsafe in the zygote, and RLIMIT_NPROC counts them).
+_SANDBOX_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HOME": "/tmp",
+    "TMPDIR": "/tmp",
+    "USER": "sandbox",
+    "LANG": "C.UTF-8",
+    "PYTHONIOENCODING": "utf-8",
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "NUMEXPR_NUM_THREADS": "1",
+    "MALLOC_ARENA_MAX": "2",  # glibc reserves 64 MB of address space per arena: RLIMIT_AS
+    "MPLBACKEND": "Agg",
+}
+
+
+# =============================================================================================
+# Sandbox side: everything below until "Trainer side" runs in the zygote or its children.
+# =============================================================================================
+
+
+def _libc():
+    lib = ctypes.CDLL(None, use_errno=True)
+    lib.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+    lib.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    lib.unshare.argtypes = [ctypes.c_int]
+    lib.sethostname.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    return lib
+
+
+def _check(ret: int, what: str) -> None:
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _mount(lib, src, target, fstype, flags, data=None) -> None:
+    enc = lambda s: s.encode() if isinstance(s, str) else s  # noqa: E731
+    _check(lib.mount(enc(src), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
+
+
+def _mountinfo() -> list[tuple[str, int]]:
+    """(mount point, flags that must be kept on a remount) for every mount we can see."""
+    out = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            point = fields[4].encode().decode("unicode_escape")  # \040 etc. are octal escapes
+            flags = 0
+            for opt in fields[5].split(","):
+                flags |= _MOUNT_OPTION_FLAGS.get(opt, 0)
+            out.append((point, flags))
+    return out
+
+
+def _setup_namespaces_fs(lib, cfg: dict) -> None:
+    """Give this (new) mount namespace a read-only view of the host plus private scratch space.
+
+    Runs in init (pid 1 of the new pid namespace, root there). Making `/` recursively private
+    first is what keeps every later mount from propagating back to the host.
+    """
+    _mount(lib, "none", "/", None, MS_REC | MS_PRIVATE)
+    try:  # a proc for the new pid namespace: the code sees only its own processes
+        _mount(lib, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    except OSError as e:  # e.g. a container that masks parts of /proc; the host /proc stays
+        log.debug("sandbox: no private /proc: %s", e)
+    for point, keep in _mountinfo():
+        try:
+            _mount(lib, None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | keep)
+        except OSError:
+            pass  # hidden (over-mounted) or vanished mount points cannot be reached anyway
+    disk = f"size={int(cfg['disk_mb'])}m,nr_inodes=16384,mode=1777"
+    _mount(lib, "tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, disk)
+    if os.path.isdir("/dev/shm"):
+        _mount(lib, "tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=16m,mode=1777")
+
+
+def _loopback_up() -> None:
+    """A fresh network namespace has `lo` down; up, it lets code use localhost inside itself."""
+    import fcntl
+
+    SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        req = struct.pack("16sh14x", b"lo", 0)
+        flags = struct.unpack("16sh14x", fcntl.ioctl(s.fileno(), SIOCGIFFLAGS, req))[1]
+        fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack("16sh14x", b"lo", flags | IFF_UP))
+
+
+def _drop_capabilities(lib) -> None:
+    """In user-namespace mode the runner is 'root' of its namespace: take every capability away."""
+    for cap in range(64):
+        lib.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()
+    _check(lib.capset(header, data), "capset")
+
+
+def _close_fds_except(keep: set[int]) -> None:
+    last = 2
+    for fd in sorted(keep):
+        if fd > last + 1:
+            os.closerange(last + 1, fd)
+        last = max(last, fd)
+    os.closerange(last + 1, 1 << 20)
+
+
+def _read_exact(fd: int, n: int) -> bytes:
+    chunks, got = [], 0
+    while got < n:
+        chunk = os.read(fd, min(n - got, 1 << 20))
+        if not chunk:
+            raise EOFError("the code pipe closed early")
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def _join_threads() -> None:
+    """Wait for non-daemon threads as a normal interpreter exit would (bounded by the deadline)."""
+    shutdown = getattr(threading, "_shutdown", None)
+    if shutdown is not None:
+        try:
+            shutdown()
+        except Exception:
+            pass
+
+
+def _run_user_code(src: str) -> str:
+    """Run `src` as `__main__` with REPL semantics; return 'ok', 'exc' or 'exit N'.
+
+    The last statement, if a bare expression, is evaluated and its repr printed (not when
+    None), because models write `x` at the end expecting to see it. Tracebacks start at the
+    model's own code and keep its last frames only: harness frames would be noise.
+    """
+    mod = types.ModuleType("__main__")
+    mod.__builtins__ = builtins
+    sys.modules["__main__"] = mod
+    linecache.cache[USER_FILENAME] = (len(src), None, src.splitlines(True), USER_FILENAME)
+    try:
+        tree = ast.parse(src, USER_FILENAME, "exec")
+        last = None
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            last = ast.Expression(tree.body.pop().value)
+        exec(compile(tree, USER_FILENAME, "exec"), mod.__dict__)
+        if last is not None:
+            value = eval(compile(last, USER_FILENAME, "eval"), mod.__dict__)
+            if value is not None:
+                print(repr(value))
+        _join_threads()
+        return "ok"
+    except SystemExit as e:
+        code = e.code
+        if code is None or code == 0:
+            return "ok"
+        if not isinstance(code, int):
+            print(code, file=sys.stderr)
+            code = 1
+        return f"exit {code}"
+    except BaseException as e:  # noqa: BLE001 - the model's code may raise anything
+        try:
+            sys.stdout.flush()
+        except Exception:
+            pass
+        tb = e.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename != USER_FILENAME:
+            tb = tb.tb_next
+        sys.stderr.write("".join(traceback.format_exception(type(e), e, tb, limit=-TRACEBACK_FRAMES)))
+        return "exc"
+
+
+def _set_limits(cfg: dict) -> None:
+    """Resource limits for the runner. Address space is counted on top of what the pre-imported
+    interpreter already maps, so `memory_mb` means memory the code itself may use."""
+    import resource
+
+    base = 0
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmSize:"):
+                base = int(line.split()[1]) * 1024
+    mb = 1 << 20
+    limits = {
+        resource.RLIMIT_AS: base + int(cfg["memory_mb"]) * mb,
+        resource.RLIMIT_CPU: 3600,  # lowered to the call's timeout once the code arrives
+        resource.RLIMIT_FSIZE: int(cfg["disk_mb"]) * mb,
+        resource.RLIMIT_NOFILE: int(cfg["max_open_files"]),
+        resource.RLIMIT_CORE: 0,
+        # Counted per uid: meaningful with our own uid or user namespace, harmful without.
+        **({resource.RLIMIT_NPROC: int(cfg["max_processes"])} if cfg.get("_own_uid") else {}),
+        resource.RLIMIT_MSGQUEUE: 0,
+        resource.RLIMIT_MEMLOCK: 0,
+    }
+    for which, value in limits.items():
+        try:
+            resource.setrlimit(which, (value, value))
+        except (ValueError, OSError) as e:
+            log.debug("sandbox: setrlimit(%s) failed: %s", which, e)
+
+
+def _runner_main(lib, cfg: dict, mode: str, uid: int | None, workdir: str,
+                 code_r: int, rep_w: int, out_w: int) -> None:
+    """Become the locked-down process that runs one call; never returns."""
+    status = "crash"
+    try:
+        _close_fds_except({code_r, rep_w, out_w})
+        devnull = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(out_w, 1)
+        os.dup2(out_w, 2)
+        for fd in {devnull, out_w} - {0, 1, 2}:
+            os.close(fd)
+        os.setsid()
+        if cfg["nice"]:
+            os.nice(int(cfg["nice"]))
+        _set_limits(dict(cfg, _own_uid=uid is not None or mode == "userns"))
+        os.environ.clear()
+        os.environ.update(_SANDBOX_ENV)
+        if uid is not None:  # root: a uid of our own makes the host's files and processes foreign
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+        _check(lib.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+        if mode == "userns":
+            _drop_capabilities(lib)
+        os.chdir(workdir)
+        sys.stdin = open(0, "r", encoding="utf-8", errors="replace", closefd=False)
+        sys.stdout = open(1, "w", encoding="utf-8", errors="backslashreplace", buffering=1, closefd=False)
+        sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", buffering=1, closefd=False)
+        sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
+        sys.argv = [""]
+        import faulthandler
+        import random
+
+        faulthandler.enable(sys.stderr)  # a segfault still tells the model where it happened
+        random.seed()  # forked workers would otherwise all draw the same "random" numbers
+        if "numpy" in sys.modules:
+            sys.modules["numpy"].random.seed()
+        os.write(rep_w, b"R\n")
+        timeout_s, n = _CODE_HEADER.unpack(_read_exact(code_r, _CODE_HEADER.size))
+        src = _read_exact(code_r, n).decode("utf-8", "replace")
+        os.close(code_r)
+        import resource
+
+        cpu = int(timeout_s) + 2
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        status = _run_user_code(src)
+    except BaseException:  # noqa: BLE001
+        try:
+            traceback.print_exc()
+        except Exception:
+            pass
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:
+        pass
+    try:
+        os.write(rep_w, f"D {status}\n".encode())
+    except OSError:
+        pass
+    os._exit(0)
+
+
+def _kill_descendants() -> None:
+    """Without a pid namespace: kill everything reparented to us (we are a subreaper)."""
+    for _ in range(50):
+        kids = set()
+        try:
+            for tid in os.listdir("/proc/self/task"):
+                with open(f"/proc/self/task/{tid}/children") as f:
+                    kids.update(int(p) for p in f.read().split())
+        except OSError:
+            return
+        if not kids:
+            return
+        for pid in kids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        _reap(None)
+        time.sleep(0.01)
+
+
+def _reap(watch: int | None) -> int | None:
+    """Reap every zombie; return the wait status of `watch` if it was among them."""
+    found = None
+    while True:
+        try:
+            pid, st = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return found
+        if pid == 0:
+            return found
+        if pid == watch:
+            found = st
+
+
+def _init_main(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket, out_w: int) -> None:
+    """Pid 1 of the sandbox: set it up, fork the runner, relay its code and report its end.
+
+    It enforces the call's deadline itself (timeout + grace), so a runner dies even when the
+    trainer hangs or leaked a copy of our socket into a forked child; when it exits, the kernel
+    kills the whole pid namespace.
+    """
+    workdir = "/tmp"
+    tmpdir = None
+    try:
+        if mode != "none":
+            _setup_namespaces_fs(lib, cfg)
+            if not cfg["network"]:
+                try:
+                    _loopback_up()
+                except OSError:
+                    pass
+            lib.sethostname(b"sandbox", 7)
+        else:
+            import tempfile
+
+            lib.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+            tmpdir = workdir = tempfile.mkdtemp(prefix="arpo_py_")
+            if uid is not None:
+                os.chown(tmpdir, uid, uid)
+        code_r, code_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        runner = os.fork()
+        if runner == 0:
+            ctl.close()
+            os.close(code_w)
+            os.close(rep_r)
+            _runner_main(lib, cfg, mode, uid, workdir, code_r, rep_w, out_w)
+        os.close(code_r)
+        os.close(rep_w)
+        os.close(out_w)
+    except BaseException as e:  # noqa: BLE001
+        try:
+            ctl.sendall(f"E sandbox setup failed: {type(e).__name__}: {e}\n".encode())
+        finally:
+            os._exit(1)
+
+    def finish(*_):
+        if mode == "none":
+            _kill_descendants()
+            if tmpdir:
+                import shutil
+
+                shutil.rmtree(tmpdir, ignore_errors=True)
+        os._exit(0)
+
+    def send(line: str) -> None:
+        try:
+            ctl.sendall(line.encode() + b"\n")
+        except OSError:
+            finish()
+
+    signal.signal(signal.SIGTERM, finish)
+    pidfd = os.pidfd_open(runner)
+    poller = select.poll()
+    for fd in (ctl.fileno(), rep_r, pidfd):
+        poller.register(fd, select.POLLIN)
+    inbox, reports, deadline, runner_status = b"", b"", None, None
+    while True:
+        wait_ms = 1000 if deadline is None else max(0, (deadline - time.monotonic()) * 1000)
+        events = poller.poll(wait_ms)
+        st = _reap(runner)
+        runner_status = st if st is not None else runner_status
+        for fd, _ev in events:
+            if fd == ctl.fileno():
+                chunk = ctl.recv(1 << 20)
+                if not chunk:
+                    finish()  # the trainer is gone or gave up on us
+                inbox += chunk
+                if deadline is None and len(inbox) >= 1 + _CODE_HEADER.size:
+                    timeout_s, n = _CODE_HEADER.unpack(inbox[1 : 1 + _CODE_HEADER.size])
+                    if len(inbox) >= 1 + _CODE_HEADER.size + n:
+                        deadline = time.monotonic() + timeout_s + 1.0
+                        try:
+                            _write_all(code_w, inbox[1:])
+                        except OSError:
+                            pass
+                        os.close(code_w)
+                        inbox = b""
+            elif fd == rep_r:
+                chunk = os.read(rep_r, 4096)
+                if not chunk:
+                    poller.unregister(rep_r)
+                reports = (reports + chunk)[-4096:]
+                while b"\n" in reports:
+                    line, reports = reports.split(b"\n", 1)
+                    if line == b"R":
+                        send("R")
+                    elif line.startswith(b"D "):
+                        send("X " + line[2:].decode("ascii", "replace")[:40])
+                        finish()
+            elif fd == pidfd and runner_status is None:
+                runner_status = _reap(runner)
+        if runner_status is not None:
+            if os.WIFSIGNALED(runner_status):
+                send(f"X signal {os.WTERMSIG(runner_status)}")
+            else:
+                send(f"X wexit {os.waitstatus_to_exitcode(runner_status)}")
+            finish()
+        if deadline is not None and time.monotonic() >= deadline:
+            send("T")
+            finish()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _spawn_worker(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket, out_w: int) -> None:
+    """In the zygote's child (c1): enter new namespaces, fork init, hand init's pidfd upward."""
+    flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
+    if not cfg["network"]:
+        flags |= CLONE_NEWNET
+    try:
+        if mode == "userns":
+            real_uid, real_gid = os.getuid(), os.getgid()
+            _check(lib.unshare(flags | CLONE_NEWUSER), "unshare")
+            for path, text in (("setgroups", "deny"), ("uid_map", f"0 {real_uid} 1"), ("gid_map", f"0 {real_gid} 1")):
+                with open(f"/proc/self/{path}", "w") as f:
+                    f.write(text)
+        elif mode == "namespaces":
+            _check(lib.unshare(flags), "unshare")
+        init = os.fork()
+        if init == 0:
+            _init_main(lib, cfg, mode, uid, ctl, out_w)
+            os._exit(0)
+        pidfd = os.pidfd_open(init)  # race-free: init is our own child and not yet reaped
+        socket.send_fds(ctl, [f"P {init}\n".encode()], [pidfd])
+    except BaseException as e:  # noqa: BLE001
+        try:
+            ctl.sendall(f"E sandbox spawn failed: {type(e).__name__}: {e}\n".encode())
+        except OSError:
+            pass
+    os._exit(0)
+
+
+def _probe_mode(lib, cfg: dict) -> tuple[str, str]:
+    """Find the strongest isolation this machine allows by trying it once in a throwaway child."""
+    candidates = ["namespaces", "userns"] if os.geteuid() == 0 else ["userns"]
+    errors = []
+    for mode in candidates:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(r)
+                flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET
+                if mode == "userns":
+                    uid, gid = os.getuid(), os.getgid()
+                    _check(lib.unshare(flags | CLONE_NEWUSER), "unshare")
+                    for path, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
+                        with open(f"/proc/self/{path}", "w") as f:
+                            f.write(text)
+                else:
+                    _check(lib.unshare(flags), "unshare")
+                child = os.fork()
+                if child == 0:
+                    try:
+                        _setup_namespaces_fs(lib, cfg)
+                        os._exit(0)
+                    except BaseException as e:  # noqa: BLE001
+                        os.write(w, f"{type(e).__name__}: {e}".encode()[:500])
+                        os._exit(1)
+                _, st = os.waitpid(child, 0)
+                os._exit(0 if st == 0 else 1)
+            except BaseException as e:  # noqa: BLE001
+                os.write(w, f"{type(e).__name__}: {e}".encode()[:500])
+                os._exit(1)
+        os.close(w)
+        _, st = os.waitpid(pid, 0)
+        msg = os.read(r, 1000).decode(errors="replace")
+        os.close(r)
+        if st == 0:
+            return mode, "; ".join(errors)
+        errors.append(f"{mode}: {msg or 'failed'}")
+    return "none", "; ".join(errors)
+
+
+def _zygote_main(argv: list[str]) -> None:
+    """Entry point of the zygote process (see the module docstring)."""
+    cfg = json.loads(argv[1])
+    sock = socket.socket(fileno=int(argv[2]))
+    preloaded = []
+    for name in cfg["preimport"]:
+        try:
+            __import__(name)
+            preloaded.append(name)
+        except Exception:  # noqa: BLE001 - an optional library that is not installed
+            pass
+    if "sympy" in preloaded:
+        try:  # first use pulls in the parser and printer modules: do it once here
+            import sympy
+
+            str(sympy.simplify(sympy.sympify("x**2 + 2*x + 1")))
+        except Exception:  # noqa: BLE001
+            pass
+    lib = _libc()
+    mode, why = _probe_mode(lib, cfg)  # before the SIGCHLD handler, which would reap the probe
+    lib.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphaned inits come back to us to be reaped
+    signal.signal(signal.SIGCHLD, lambda *_: _reap(None))
+    switch_uid = os.geteuid() == 0 and mode != "userns"
+    sock.sendall(json.dumps({"mode": mode, "why": why, "preloaded": preloaded, "uid_switch": switch_uid}).encode())
+    count = 0
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(sock, 4096, 4)
+        except OSError:
+            break
+        if not msg:
+            break  # the trainer closed the tool or died
+        if len(fds) != 2:
+            for fd in fds:
+                os.close(fd)
+            continue
+        if cfg["uid"] is not None:
+            uid = int(cfg["uid"]) if switch_uid else None
+        else:
+            uid = int(cfg["uid_base"]) + count % SANDBOX_UID_SPAN if switch_uid else None
+        count += 1
+        pid = os.fork()
+        if pid == 0:
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            sock.close()
+            ctl = socket.socket(fileno=fds[0])
+            _spawn_worker(lib, cfg, mode, uid, ctl, fds[1])
+            os._exit(0)
+        for fd in fds:
+            os.close(fd)
+    # Shutting down: kill every sandbox that is still ours, reap, leave.
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    _kill_descendants()
+    os._exit(0)
+
+
+# =============================================================================================
+# Trainer side
+# =============================================================================================
+
+_warned_modes: set[str] = set()
+_ZYGOTE_BOOT = (
+    "import importlib.util, sys\n"
+    "spec = importlib.util.spec_from_file_location('_arpo_python_sandbox', sys.argv[3])\n"
+    "mod = importlib.util.module_from_spec(spec)\n"
+    "sys.modules['_arpo_python_sandbox'] = mod\n"
+    "spec.loader.exec_module(mod)\n"
+    "mod._zygote_main(sys.argv)\n"
+)
+
+
+class SandboxUnavailable(RuntimeError):
+    """The zygote could not be started or produced no worker in time."""
+
+
+class _Zygote:
+    """The trainer's handle on the zygote process: start it, ask it for workers."""
+
+    def __init__(self, cfg: dict, start_timeout_s: float):
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-I", "-B", "-c", _ZYGOTE_BOOT, json.dumps(cfg), str(child.fileno()), __file__],
+                pass_fds=(child.fileno(),), env=dict(_SANDBOX_ENV), cwd="/",
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            )
+        finally:
+            child.close()
+        self.sock = parent
+        self.lock = threading.Lock()
+        parent.settimeout(start_timeout_s)
+        try:
+            hello = parent.recv(65536)
+        except OSError as e:
+            self.close()
+            raise SandboxUnavailable(f"the python sandbox did not start: {e}") from e
+        if not hello:
+            self.close()
+            raise SandboxUnavailable("the python sandbox exited during start-up")
+        parent.settimeout(None)
+        self.info = json.loads(hello)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def spawn(self) -> "_Worker":
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            with self.lock:
+                socket.send_fds(self.sock, [b"spawn"], [child.fileno(), out_w])
+        except OSError:
+            parent.close()
+            os.close(out_r)
+            raise
+        finally:
+            child.close()
+            os.close(out_w)
+        return _Worker(parent, out_r, self.info["mode"])
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class _Worker:
+    """One pre-started sandbox, good for exactly one call."""
+
+    def __init__(self, ctl: socket.socket, out_r: int, mode: str):
+        self.ctl, self.out_r, self.mode = ctl, out_r, mode
+        self.pidfd: int | None = None
+        self.pid: int | None = None
+        self.buf = b""
+        self.ready = False
+        self.dead = False
+
+    def _recv(self, timeout_s: float | None) -> list[str]:
+        """Receive status lines from init (and init's pidfd, attached to the first one)."""
+        self.ctl.settimeout(timeout_s)
+        try:
+            data, fds, _, _ = socket.recv_fds(self.ctl, 65536, 4)
+        except (socket.timeout, BlockingIOError, InterruptedError):
+            return []
+        finally:
+            self.ctl.settimeout(None)
+        if not data:
+            self.dead = True
+            return ["EOF"]
+        for fd in fds:
+            if self.pidfd is None:
+                self.pidfd = fd
+            else:
+                os.close(fd)
+        self.buf += data
+        lines = self.buf.split(b"\n")
+        self.buf = lines.pop()
+        return [ln.decode("utf-8", "replace") for ln in lines]
+
+    def wait_ready(self, deadline: float) -> None:
+        while not self.ready:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise SandboxUnavailable("a python sandbox worker did not become ready in time")
+            for line in self._recv(remaining):
+                if line.startswith("P "):
+                    self.pid = int(line[2:])
+                elif line == "R":
+                    self.ready = True
+                elif line.startswith("E ") or line == "EOF":
+                    raise SandboxUnavailable(line[2:] if line != "EOF" else "a sandbox worker died at start")
+
+    def kill(self) -> None:
+        """Kill init: in namespace mode the kernel then kills everything the call started."""
+        sig = signal.SIGKILL if self.mode != "none" else signal.SIGTERM
+        try:
+            if self.pidfd is not None:
+                signal.pidfd_send_signal(self.pidfd, sig)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.kill()
+        for close in (self.ctl.close, lambda: os.close(self.out_r), lambda: self.pidfd is not None and os.close(self.pidfd)):
+            try:
+                close()
+            except OSError:
+                pass
+
+
+def _fmt_seconds(t: float) -> str:
+    return f"{t:.1f}" if abs(t * 10 - round(t * 10)) < 1e-9 else f"{t:g}"
+
+
+def _signal_text(sig: int) -> str:
+    if sig == signal.SIGXCPU:
+        return "Error: CPU time limit exceeded"
+    try:
+        name = signal.Signals(sig).name
+    except ValueError:
+        name = f"signal {sig}"
+    desc = signal.strsignal(sig) or name
+    return f"Error: the process was killed by {name} ({desc})"
+
+
+def _truncate(text: str, limit: int, keep_tail: bool) -> tuple[str, bool]:
+    """Cut to `limit` characters with a visible marker; errors keep their tail (the traceback)."""
+    if len(text) <= limit:
+        return text, False
+    if keep_tail:
+        head = limit * 3 // 5
+        tail = limit - head
+        dropped = len(text) - head - tail
+        return f"{text[:head]}\n... [output truncated: {dropped} more characters] ...\n{text[len(text) - tail:]}", True
+    return f"{text[:limit]}\n... [output truncated: {len(text) - limit} more characters]", True
+
+
+class PythonTool:
+    """`<python>` tool: run code in a pre-forked, namespace-isolated, one-shot interpreter.
+
+    Thread-safe: `__call__` may run from many threads at once; each call takes its own worker.
+    Keyword arguments beyond the first six tune the sandbox: `disk_mb` bounds the private
+    tmpfs (and file sizes), `max_processes` is RLIMIT_NPROC for the call's own uid, `nice`
+    lowers the code's CPU priority below the trainer's, `uid` forces one sandbox uid (default:
+    a fresh uid per worker from `uid_base`), `max_read_bytes` is where a flood of output is
+    stopped (the program is killed; the model sees the head and a marker).
+    """
+
+    name = "python"
+
+    def __init__(
+        self,
+        timeout_s: float = 5.0,
+        max_output_chars: int = 2000,
+        memory_mb: int = 1024,
+        pool_size: int = 4,
+        preimport: tuple[str, ...] = ("math", "numpy", "sympy"),
+        network: bool = False,
+        *,
+        disk_mb: int = 64,
+        max_processes: int = 64,
+        max_open_files: int = 256,
+        nice: int = 5,
+        uid: int | None = None,
+        uid_base: int = 1_500_000_000,
+        max_read_bytes: int = 1 << 20,
+        start_timeout_s: float = 60.0,
+    ):
+        if timeout_s <= 0 or max_output_chars <= 0 or memory_mb <= 0:
+            raise ValueError("timeout_s, max_output_chars and memory_mb must be positive")
+        self.timeout_s = float(timeout_s)
+        self.max_output_chars = int(max_output_chars)
+        self.pool_size = max(1, int(pool_size))
+        self.max_read_bytes = max(int(max_read_bytes), 4 * self.max_output_chars)
+        self.start_timeout_s = float(start_timeout_s)
+        self._cfg = {
+            "preimport": list(preimport), "network": bool(network), "memory_mb": int(memory_mb),
+            "disk_mb": int(disk_mb), "max_processes": int(max_processes),
+            "max_open_files": int(max_open_files), "nice": int(nice), "uid": uid, "uid_base": int(uid_base),
+        }
+        self._state = _PoolState()
+        self._finalizer = weakref.finalize(self, self._state.shutdown)
+        self._thread = threading.Thread(target=self._state.refill_loop, args=(self._cfg, self.pool_size, self.start_timeout_s),
+                                        name="arpo-python-pool", daemon=True)
+        self._thread.start()
+
+    # -- public API ---------------------------------------------------------------------------
+    def __call__(self, input: str) -> ToolResult:
+        return self.run(input)
+
+    @property
+    def isolation(self) -> str:
+        """'namespaces' (full), 'userns' (unprivileged namespaces) or 'none' (rlimits only)."""
+        return self._state.wait_info(self.start_timeout_s).get("mode", "unknown")
+
+    def run(self, code: str, timeout_s: float | None = None) -> ToolResult:
+        """Run one program; never raises (errors come back as ok=False results)."""
+        t0 = time.monotonic()
+        timeout = self.timeout_s if timeout_s is None else float(timeout_s)
+        try:
+            worker = self._state.acquire(t0 + self.start_timeout_s)
+        except Exception as e:  # noqa: BLE001
+            return ToolResult(f"Error: the python sandbox is unavailable: {e}", ok=False, elapsed_s=time.monotonic() - t0)
+        try:
+            return self._execute(worker, code, timeout, t0)
+        except Exception as e:  # noqa: BLE001 - a tool must never raise into the rollout
+            log.exception("python tool failed")
+            return ToolResult(f"Error: python tool failed: {type(e).__name__}: {e}", ok=False, elapsed_s=time.monotonic() - t0)
+        finally:
+            worker.close()
+
+    def close(self) -> None:
+        self._finalizer()
+
+    def __enter__(self) -> "PythonTool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- one call -----------------------------------------------------------------------------
+    def _execute(self, w: _Worker, code: str, timeout: float, t0: float) -> ToolResult:
+        data = code.encode("utf-8", "replace")
+        w.ctl.sendall(b"C" + _CODE_HEADER.pack(timeout, len(data)) + data)
+        deadline = time.monotonic() + timeout
+        out, total, status = bytearray(), 0, None
+        timed_out = overflow = False
+        poller = select.poll()
+        poller.register(w.out_r, select.POLLIN)
+        poller.register(w.ctl.fileno(), select.POLLIN)
+        out_open = True
+        while status is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                break
+            for fd, _ in poller.poll(max(1, int(remaining * 1000 + 0.999))):
+                if fd == w.out_r:
+                    chunk = os.read(w.out_r, 1 << 16)
+                    if not chunk:
+                        poller.unregister(w.out_r)
+                        out_open = False
+                    total += len(chunk)
+                    out += chunk[: max(0, self.max_read_bytes - len(out))]
+                    overflow = total > self.max_read_bytes
+                else:
+                    for line in w._recv(0):
+                        if line.startswith(("X ", "T", "E ", "EOF")) and status is None:
+                            status = line
+            if overflow:
+                break
+        w.kill()
+        if out_open and not overflow:  # what the runner wrote before it reported is in the pipe
+            os.set_blocking(w.out_r, False)
+            try:
+                while len(out) < self.max_read_bytes:
+                    chunk = os.read(w.out_r, 1 << 16)
+                    if not chunk:
+                        break
+                    out += chunk
+            except BlockingIOError:
+                pass
+        return self._result(bytes(out), status, timeout, timed_out, overflow, time.monotonic() - t0, w.mode)
+
+    def _result(self, raw: bytes, status: str | None, timeout: float, timed_out: bool,
+                overflow: bool, elapsed: float, mode: str) -> ToolResult:
+        text = raw.decode("utf-8", "replace").replace("\x00", "")
+        ok, error = True, None
+        if timed_out or status == "T":
+            ok, error = False, f"Error: execution timed out after {_fmt_seconds(timeout)} s"
+        elif overflow:
+            ok, error = False, f"Error: output limit exceeded; the program was stopped after {self.max_read_bytes} bytes"
+        elif status == "X ok":
+            pass
+        elif status == "X exc":
+            ok = False
+        elif status and status.startswith("X exit "):
+            ok, error = False, f"Error: the program exited with status {status[7:]}"
+        elif status and status.startswith("X signal "):
+            ok, error = False, _signal_text(int(status[9:]))
+        elif status and status.startswith("X wexit "):
+            code = int(status[8:])
+            ok = code == 0
+            error = None if ok else f"Error: the process exited with status {code}"
+        else:
+            ok, error = False, f"Error: the sandbox failed ({status or 'no status'})"
+        text, truncated = _truncate(text, self.max_output_chars, keep_tail=not ok)
+        if overflow:
+            truncated = True
+        if error:
+            text = f"{text.rstrip()}\n{error}" if text.strip() else error
+        elif not text.strip():
+            text = "(no output)"
+        meta = {"isolation": mode, "status": status, "timed_out": timed_out, "output_bytes": len(raw)}
+        return ToolResult(text.rstrip("\n"), ok=ok, elapsed_s=elapsed, truncated=truncated, meta=meta)
+
+
+class _PoolState:
+    """The zygote and the queue of ready workers, shared by the tool and its refill thread.
+
+    Kept apart from `PythonTool` so that a garbage-collected tool can still be shut down by
+    its finalizer (the thread holds this, not the tool)."""
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.pool: deque[_Worker] = deque()
+        self.closed = False
+        self.zygote: _Zygote | None = None
+        self.info: dict = {}
+        self.error: str | None = None
+
+    def wait_info(self, timeout_s: float) -> dict:
+        end = time.monotonic() + timeout_s
+        with self.cond:
+            while not self.info and not self.error and not self.closed and time.monotonic() < end:
+                self.cond.wait(0.1)
+            return dict(self.info)
+
+    def refill_loop(self, cfg: dict, size: int, start_timeout_s: float) -> None:
+        backoff = 0.1
+        while True:
+            with self.cond:
+                while not self.closed and len(self.pool) >= size:
+                    self.cond.wait()
+                if self.closed:
+                    return
+            try:
+                if self.zygote is None or not self.zygote.alive():
+                    if self.zygote is not None:
+                        self.zygote.close()
+                    self.zygote = _Zygote(cfg, start_timeout_s)
+                    self._announce(self.zygote.info, cfg)
+                worker = self.zygote.spawn()
+                backoff = 0.1
+            except Exception as e:  # noqa: BLE001
+                log.warning("python sandbox: could not start a worker: %s", e)
+                with self.cond:
+                    self.error = str(e)
+                    self.cond.notify_all()
+                if self.zygote is not None and not self.zygote.alive():
+                    self.zygote = None
+                time.sleep(backoff)
+                backoff = min(5.0, backoff * 2)
+                continue
+            with self.cond:
+                if self.closed:
+                    worker.close()
+                    return
+                self.pool.append(worker)
+                self.cond.notify_all()
+
+    def _announce(self, info: dict, cfg: dict) -> None:
+        with self.cond:
+            self.info, self.error = info, None
+            self.cond.notify_all()
+        mode = info.get("mode")
+        if mode != "namespaces" and mode not in _warned_modes:
+            _warned_modes.add(mode)
+            msg = (
+                f"arpo PythonTool: running model code with WEAK isolation (mode={mode!r}): "
+                + ("no pid/mount/network namespaces — code can see the network and the host "
+                   "filesystem, and detached processes may survive a call. " if mode == "none" else
+                   "no uid switch — code runs as your own user inside user namespaces. ")
+                + f"Run as root (or in a container with CAP_SYS_ADMIN) or enable unprivileged user "
+                  f"namespaces (sysctl user.max_user_namespaces>0, kernel.unprivileged_userns_clone=1). "
+                  f"Probe errors: {info.get('why') or 'none'}"
+            )
+            warnings.warn(msg, RuntimeWarning, stacklevel=2)
+            log.warning(msg)
+
+    def acquire(self, deadline: float) -> _Worker:
+        for _attempt in range(3):
+            with self.cond:
+                while not self.pool:
+                    if self.closed:
+                        raise SandboxUnavailable("the tool is closed")
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise SandboxUnavailable(self.error or "timed out waiting for a worker")
+                    self.cond.wait(min(remaining, 0.5))
+                worker = self.pool.popleft()
+                self.cond.notify_all()
+            try:
+                worker.wait_ready(deadline)
+                return worker
+            except SandboxUnavailable as e:
+                worker.close()
+                with self.cond:
+                    self.error = str(e)
+        raise SandboxUnavailable(self.error or "no worker")
+
+    def shutdown(self) -> None:
+        with self.cond:
+            self.closed = True
+            workers = list(self.pool)
+            self.pool.clear()
+            self.cond.notify_all()
+        for w in workers:
+            w.close()
+        if self.zygote is not None:
+            self.zygote.close()
+            self.zygote = None
+
+
+# =============================================================================================
+# Benchmark
+# =============================================================================================
+
+
+def benchmark(n: int = 50, code: str = "print(1+1)") -> dict:
+    """p50/p95 latency of pool calls vs a cold `subprocess.run([python, -c, code])`, and calls/s
+    with 4 concurrent callers. Pool calls are spaced so the pool is refilled between them (the
+    latency a rollout sees); the concurrent run measures sustained throughput, refills included."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def pct(xs, q):
+        xs = sorted(xs)
+        return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+    with PythonTool(pool_size=4) as tool:
+        tool.run("1")  # wait for the zygote
+        pool = []
+        for _ in range(n):
+            with tool._state.cond:
+                tool._state.cond.wait_for(lambda: len(tool._state.pool) >= tool.pool_size, timeout=2)
+            t = time.perf_counter()
+            res = tool.run(code)
+            pool.append(time.perf_counter() - t)
+            assert res.ok, res.output
+        cold = []
+        for _ in range(n):
+            t = time.perf_counter()
+            subprocess.run([sys.executable, "-c", code], capture_output=True)
+            cold.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        with ThreadPoolExecutor(4) as ex:
+            list(ex.map(lambda _: tool.run(code), range(n)))
+        conc = n / (time.perf_counter() - t)
+        mode = tool.isolation
+    res = {
+        "isolation": mode,
+        "pool_p50_ms": 1000 * statistics.median(pool), "pool_p95_ms": 1000 * pct(pool, 0.95),
+        "cold_p50_ms": 1000 * statistics.median(cold), "cold_p95_ms": 1000 * pct(cold, 0.95),
+        "concurrent4_calls_per_s": conc,
+    }
+    res["ratio_p50"] = res["pool_p50_ms"] / res["cold_p50_ms"]
+    return res
