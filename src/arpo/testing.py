@@ -67,13 +67,18 @@ def tiny_model(tokenizer=None, hidden: int = 64, layers: int = 2, heads: int = 4
     return model.eval()
 
 
-def scripted_hook(tokenizer, segments: list[str], eos_after: bool = True):
+def scripted_hook(tokenizer, segments: list[str], eos_after: bool = True, free_tokens: int = 0):
     """A logits hook that makes any model write `segments[k]` as its k-th generated segment (segments
     are separated by appended tool results), then EOS. Lets protocol tests run a real engine with
-    exact, known outputs."""
+    exact, known outputs.
+
+    With `free_tokens = n`, each segment starts with n tokens sampled from the model itself, at a
+    sharpness that varies pseudo-randomly with the sequence so far (so entropies, and ARPO's branch
+    decisions, vary); then the scripted text follows."""
     import torch
 
     targets = [tokenizer.encode(s, add_special_tokens=False) for s in segments]
+    banned = [tokenizer.eos_token_id] + [i for i in range(len(tokenizer)) if "<" in tokenizer.decode([i]) or ">" in tokenizer.decode([i])] if free_tokens else []
 
     def hook(seq, logits):
         mask = seq.gen_mask
@@ -81,6 +86,12 @@ def scripted_hook(tokenizer, segments: list[str], eos_after: bool = True):
         pos = 0
         while pos < len(mask) and mask[len(mask) - 1 - pos] == 1:
             pos += 1
+        if free_tokens and k < len(targets) and pos < free_tokens:
+            h = (sum(seq.tokens) * 2654435761 + len(seq.tokens) * 40503) % 1000 / 1000.0
+            out = logits * (0.2 + 8.0 * h * h)
+            out[banned] = float("-inf")
+            return out
+        pos -= free_tokens if k < len(targets) else 0
         if k < len(targets) and pos < len(targets[k]):
             t = targets[k][pos]
         elif eos_after:

@@ -45,6 +45,8 @@ class Sequence:
     gen_mask: list[int] = field(default_factory=list)  # per response token: 1 generated, 0 appended
     logprobs: list[float] = field(default_factory=list)  # per response token (0.0 for appended ones)
     entropies: list[float] = field(default_factory=list)  # per response token (0.0 for appended ones)
+    # entropy from the top-k probabilities only (the reference's estimator), if the engine records it
+    topk_entropies: list[float] = field(default_factory=list)
     status: str = "waiting"  # waiting | running | paused | finished
     finish_reason: str | None = None  # stop | eos | length (stop = paused at a stop string)
     stop_text: str | None = None  # which stop string/regex match paused it

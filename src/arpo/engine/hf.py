@@ -51,7 +51,7 @@ class _State:
 
 
 class HFEngine:
-    def __init__(self, model, tokenizer, max_prefill_tokens: int = 4096, eos_token_ids=None):
+    def __init__(self, model, tokenizer, max_prefill_tokens: int = 4096, eos_token_ids=None, topk_entropy: int = 10):
         _register_attention()
         self.model, self.tokenizer = model.eval(), tokenizer
         cfg = model.config
@@ -61,6 +61,7 @@ class HFEngine:
         self.kv = KVBatch(cfg.num_hidden_layers, n_kv, head_dim, p.dtype, p.device)
         self.device = p.device
         self.max_prefill_tokens = max_prefill_tokens
+        self.topk_entropy = topk_entropy  # also record -sum p log p over the top-k tokens (0 = off)
         eos = set(eos_token_ids or [])
         if not eos:
             for src in (tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None)):
@@ -91,6 +92,8 @@ class HFEngine:
         s.gen_mask += [0] * len(token_ids)
         s.logprobs += [0.0] * len(token_ids)
         s.entropies += [0.0] * len(token_ids)
+        if self.topk_entropy:
+            s.topk_entropies += [0.0] * len(token_ids)
         st.pending += list(token_ids)
         st.seg_start = len(s.tokens)
         s.status, s.finish_reason, s.stop_text = "waiting", None, None
@@ -120,7 +123,7 @@ class HFEngine:
             r = at - s.prompt_len
             self.seqs[k] = Sequence(
                 k, s.tokens[:at], s.prompt_len, params, s.gen_mask[:r], s.logprobs[:r], s.entropies[:r],
-                status="waiting", parent=sid, fork_at=at,
+                s.topk_entropies[:r], status="waiting", parent=sid, fork_at=at,
             )
             gen = self._generator(params.seed) if seeds is not None else _split(self._st[sid].gen)
             self._st[k] = _State(past, [s.tokens[at - 1]], gen, at)
@@ -314,6 +317,9 @@ class HFEngine:
         u = torch.cat([torch.rand(1, generator=self._st[s.sid].gen) for s in seqs])
         toks = sample(trunc, temp, u)
         chosen = logp.gather(-1, toks[:, None]).squeeze(-1)
+        if self.topk_entropy:
+            top = logp.topk(self.topk_entropy, dim=-1).values
+            topk_ent = (-(top.exp() * torch.nan_to_num(top, neginf=0.0)).sum(-1)).tolist()
         outs = []
         for i, s in enumerate(seqs):
             t = int(toks[i])
@@ -321,6 +327,8 @@ class HFEngine:
             s.gen_mask.append(1)
             s.logprobs.append(float(chosen[i]))
             s.entropies.append(float(ent[i]))
+            if self.topk_entropy:
+                s.topk_entropies.append(topk_ent[i])
             self._st[s.sid].pending = [t]
             reason = self._finish_reason(s)
             if reason is not None:

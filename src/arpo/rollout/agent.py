@@ -111,17 +111,16 @@ class AgentLoop:
                 live = any(self.engine.seq(s).status in ("waiting", "running") for s in states)
                 if not live and not pending:
                     break
-                if live:
-                    outs = self.engine.step()
-                    for o in outs:
-                        if o.finish_reason is not None and o.sid in states:
-                            self._on_stop(o.sid, states[o.sid], pool, pending)
-                    if on_step is not None:
-                        on_step(outs, states)
+                outs = self.engine.step() if live else []
+                for o in outs:
+                    if o.finish_reason is not None and o.sid in states:
+                        self._on_stop(o.sid, states[o.sid], pool, pending)
                 done = [f for f in pending if f.done()] if live else wait(pending, return_when=FIRST_COMPLETED)[0]
                 for f in done:
                     sid = pending.pop(f)
                     self._deliver(sid, states[sid], f.result())
+                if on_step is not None:
+                    on_step(outs, states)
 
     # ---- one pause: answer, tool call or end ----------------------------------------------------
     def _on_stop(self, sid: int, st: TrajState, pool, pending) -> None:

@@ -153,7 +153,51 @@ def _mountinfo() -> list[tuple[str, int]]:
     return out
 
 
-def _setup_namespaces_fs(lib, cfg: dict) -> None:
+def _interpreter_paths() -> list[str]:
+    """Directories the sandboxed interpreter must be able to read: its stdlib, site-packages,
+    binaries. Outermost first, nested ones dropped (binding the outer one covers them)."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+             os.path.dirname(os.path.realpath(sys.executable)), *sys.path}
+    real = sorted({os.path.realpath(p) for p in paths if p and os.path.isdir(p)})
+    out: list[str] = []
+    for p in real:
+        if not any(p == q or p.startswith(q.rstrip("/") + "/") for q in out):
+            out.append(p)
+    return out
+
+
+def _blocking_ancestor(path: str) -> str | None:
+    """The outermost directory on the way to `path` that a foreign uid cannot traverse."""
+    parts = path.strip("/").split("/")
+    for i in range(1, len(parts)):
+        d = "/" + "/".join(parts[:i])
+        if not os.stat(d).st_mode & 0o001:
+            return d
+    return None
+
+
+def _expose_interpreter(lib) -> None:
+    """Make the interpreter reachable for the sandbox uid without exposing its neighbours.
+
+    The interpreter often lives under a private directory (pyenv in /root, mode 700). Changing
+    that mode would change the host; instead, in our mount namespace, a tmpfs is laid over the
+    private directory and only the interpreter's own directories are bind-mounted back into
+    it, so the rest of /root (keys, credentials) stays invisible.
+    """
+    masks: dict[str, list[tuple[str, int]]] = {}
+    for p in _interpreter_paths():
+        top = _blocking_ancestor(p)
+        if top is not None:  # keep a handle on p before the mask hides it
+            masks.setdefault(top, []).append((p, os.open(p, os.O_PATH | os.O_DIRECTORY)))
+    for top, items in masks.items():
+        _mount(lib, "tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
+        for p, fd in items:
+            os.makedirs(p, mode=0o755, exist_ok=True)
+            _mount(lib, f"/proc/self/fd/{fd}", p, None, MS_BIND | MS_REC)
+            os.close(fd)
+
+
+def _setup_namespaces_fs(lib, cfg: dict, foreign_uid: bool) -> None:
     """Give this (new) mount namespace a read-only view of the host plus private scratch space.
 
     Runs in init (pid 1 of the new pid namespace, root there). Making `/` recursively private
@@ -164,6 +208,8 @@ def _setup_namespaces_fs(lib, cfg: dict) -> None:
         _mount(lib, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     except OSError as e:  # e.g. a container that masks parts of /proc; the host /proc stays
         log.debug("sandbox: no private /proc: %s", e)
+    if foreign_uid:
+        _expose_interpreter(lib)
     for point, keep in _mountinfo():
         try:
             _mount(lib, None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | keep)
@@ -333,8 +379,8 @@ def _runner_main(lib, cfg: dict, mode: str, uid: int | None, workdir: str,
 
         faulthandler.enable(sys.stderr)  # a segfault still tells the model where it happened
         random.seed()  # forked workers would otherwise all draw the same "random" numbers
-        if "numpy" in sys.modules:
-            sys.modules["numpy"].random.seed()
+        if "numpy.random" in sys.modules:
+            sys.modules["numpy.random"].seed()
         os.write(rep_w, b"R\n")
         timeout_s, n = _CODE_HEADER.unpack(_read_exact(code_r, _CODE_HEADER.size))
         src = _read_exact(code_r, n).decode("utf-8", "replace")
@@ -407,7 +453,7 @@ def _init_main(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket, o
     tmpdir = None
     try:
         if mode != "none":
-            _setup_namespaces_fs(lib, cfg)
+            _setup_namespaces_fs(lib, cfg, foreign_uid=uid is not None)
             if not cfg["network"]:
                 try:
                     _loopback_up()
@@ -561,7 +607,7 @@ def _probe_mode(lib, cfg: dict) -> tuple[str, str]:
                 child = os.fork()
                 if child == 0:
                     try:
-                        _setup_namespaces_fs(lib, cfg)
+                        _setup_namespaces_fs(lib, cfg, foreign_uid=mode == "namespaces")
                         os._exit(0)
                     except BaseException as e:  # noqa: BLE001
                         os.write(w, f"{type(e).__name__}: {e}".encode()[:500])
@@ -592,6 +638,12 @@ def _zygote_main(argv: list[str]) -> None:
             preloaded.append(name)
         except Exception:  # noqa: BLE001 - an optional library that is not installed
             pass
+    if "numpy" in preloaded:
+        for name in ("numpy.random", "numpy.linalg"):  # numpy 2 loads these lazily
+            try:
+                __import__(name)
+            except Exception:  # noqa: BLE001
+                pass
     if "sympy" in preloaded:
         try:  # first use pulls in the parser and printer modules: do it once here
             import sympy
@@ -792,6 +844,22 @@ def _signal_text(sig: int) -> str:
     return f"Error: the process was killed by {name} ({desc})"
 
 
+def _clean_fault_report(text: str) -> str:
+    """Drop the harness frames and module list from a faulthandler report (segfault etc.): the
+    model's own frames come first ("most recent call first"), ours follow them."""
+    if "Fatal Python error" not in text:
+        return text
+    out, skipping = [], False
+    for line in text.split("\n"):
+        if line.startswith('  File "') and (skipping or f'File "{__file__}"' in line):
+            skipping = True
+            continue
+        skipping = False
+        if not line.startswith("Extension modules:"):
+            out.append(line)
+    return "\n".join(out)
+
+
 def _truncate(text: str, limit: int, keep_tail: bool) -> tuple[str, bool]:
     """Cut to `limit` characters with a visible marker; errors keep their tail (the traceback)."""
     if len(text) <= limit:
@@ -933,7 +1001,7 @@ class PythonTool:
 
     def _result(self, raw: bytes, status: str | None, timeout: float, timed_out: bool,
                 overflow: bool, elapsed: float, mode: str) -> ToolResult:
-        text = raw.decode("utf-8", "replace").replace("\x00", "")
+        text = _clean_fault_report(raw.decode("utf-8", "replace").replace("\x00", ""))
         ok, error = True, None
         if timed_out or status == "T":
             ok, error = False, f"Error: execution timed out after {_fmt_seconds(timeout)} s"

@@ -1,0 +1,250 @@
+"""Entropy-based adaptive rollout (spec §2) — the ARPO branch rule, in one place.
+
+Per prompt: start N global samples (`initial_rollouts`). For each, H_initial = entropy of its first
+k generated tokens. After each tool result t, H_t = entropy of the first k tokens that follow it;
+ΔH_t = H_t − H_initial; with α ~ U(0, 1), branch if  P_t = α + β·ΔH_t > τ,  i.e. with probability
+clip(1 − τ + β·ΔH_t, 0, 1). A branch forks Z new partial trajectories right after the tool result
+(the engine shares the KV cache: nothing is recomputed). Branching stops once M (`group_size`)
+trajectories exist; if every path ends with fewer, fresh global samples fill the group up.
+
+GRPO is this scheduler with N = M (the budget is full from the start: no branching).
+
+`mode: reference` reproduces the reference code's decision timing: the decision at tool call t uses
+the entropy measured after the *previous* tool result (ΔH = 0 at the first call). Pair it with
+`entropy_estimator: topk`, `entropy_reduction: sum`, `entropy_normalize: true` for its numbers. The
+reference's stale per-batch-slot H_initial is a bug and is not reproduced: H_initial always belongs
+to the trajectory.
+
+AEPO options (spec §7): `dynamic_budget` picks N per prompt from a probe rollout's entropies;
+`consecutive_branch_penalty` scales the branch probability by max(0, 1 − c·l), l = consecutive
+branching decisions of this prompt.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+from dataclasses import dataclass, field
+
+from arpo.engine.base import Engine
+from arpo.errors import ArpoError
+from arpo.rollout.agent import AgentConfig, AgentLoop, TrajState
+from arpo.rollout.tree import RolloutTree, TreeTrajectory
+from arpo.tools.base import ToolRegistry
+
+
+@dataclass
+class RolloutConfig:
+    group_size: int = 16  # M: trajectories per prompt (reference 16)
+    initial_rollouts: int = 8  # N: global samples started per prompt (reference 8)
+    branch_factor: int = 1  # Z: new partial rollouts per branch (reference 1, i.e. beam size 2)
+    entropy_weight: float = 0.2  # β (reference 0.2)
+    branch_threshold: float = 0.5  # τ (reference 0.5)
+    entropy_tokens: int = 20  # k: tokens whose entropy is measured (reference 20)
+    entropy_estimator: str = "full"  # full (exact, from logits) | topk (reference: top-10 log-probs)
+    entropy_reduction: str = "mean"  # mean (default: per-token nats, β on that scale) | sum (reference)
+    entropy_normalize: bool = False  # divide by ln|V| (reference: true)
+    mode: str = "paper"  # paper | reference (one-step-lagged ΔH)
+    fill_up: bool = True  # add fresh global samples when all paths ended with < M trajectories
+    dynamic_budget: bool = False  # AEPO: N from a probe rollout's entropies
+    consecutive_branch_penalty: float = 0.0  # AEPO: 0.05
+    seed: int = 0
+
+    def validate(self) -> None:
+        def need(ok, key, msg):
+            if not ok:
+                raise ArpoError(f"rollout.{key}: {msg}")
+
+        need(self.group_size >= 1, "group_size", "must be >= 1")
+        need(1 <= self.initial_rollouts <= self.group_size, "initial_rollouts", "must be in [1, group_size]")
+        need(self.branch_factor >= 1, "branch_factor", "must be >= 1")
+        need(self.entropy_tokens >= 1, "entropy_tokens", "must be >= 1")
+        need(self.entropy_estimator in ("full", "topk"), "entropy_estimator", "must be full or topk")
+        need(self.entropy_reduction in ("mean", "sum"), "entropy_reduction", "must be mean or sum")
+        need(self.mode in ("paper", "reference"), "mode", "must be paper or reference")
+        need(self.consecutive_branch_penalty >= 0, "consecutive_branch_penalty", "must be >= 0")
+
+
+# ---- the math, as pure functions ------------------------------------------------------------------
+def segment_entropy(entropies: list[float], k: int, reduction: str, normalize: bool, vocab_size: int) -> float:
+    """Entropy of a segment's first min(k, len) tokens (spec §2, 'Entropy definition')."""
+    xs = entropies[:k]
+    if not xs:
+        return 0.0
+    h = sum(xs) if reduction == "sum" else sum(xs) / len(xs)
+    return h / math.log(vocab_size) if normalize else h
+
+
+def branch_probability(delta_h: float, beta: float, tau: float, consecutive: int = 0, penalty: float = 0.0) -> float:
+    """P(α + β·ΔH > τ) for α ~ U(0,1) = clip(1 − τ + β·ΔH, 0, 1); times AEPO's max(0, 1 − penalty·l)."""
+    p = min(1.0, max(0.0, 1.0 - tau + beta * delta_h))
+    return p * max(0.0, 1.0 - penalty * consecutive)
+
+
+def dynamic_initial_rollouts(m: int, h_root: float, h_tool: float) -> int:
+    """AEPO (spec §7): N = clamp(int(M·σ(0.5·(H_root − H_tool))) + 1, 1, M)."""
+    sig = 1.0 / (1.0 + math.exp(-0.5 * (h_root - h_tool)))
+    return max(1, min(m, int(m * sig) + 1))
+
+
+# ---- the scheduler -------------------------------------------------------------------------------
+@dataclass
+class _Traj(TrajState):
+    group: int = 0
+    parent_sid: int | None = None
+    branch_token_index: int | None = None
+    initial_entropy: float | None = None
+    step_entropies: list[float] = field(default_factory=list)
+    decided: int = 0  # tool results whose branch decision is done (or inherited)
+    decisions: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class _Group:
+    prompt: list[int]
+    rng: random.Random
+    sids: list[int] = field(default_factory=list)
+    target_globals: int = 0
+    consecutive: int = 0
+    probed: bool = False
+
+
+def _generated_run(ents: list[float], mask: list[int], start: int, k: int) -> list[float]:
+    """Entropies of up to k generated tokens from `start`, stopping at the next tool result."""
+    out = []
+    for e, m in zip(ents[start : start + k], mask[start : start + k]):
+        if not m:
+            break
+        out.append(e)
+    return out
+
+
+class ARPORollout:
+    def __init__(self, engine: Engine, tools: ToolRegistry, agent: AgentConfig | None = None,
+                 cfg: RolloutConfig | None = None):
+        self.cfg = cfg or RolloutConfig()
+        self.cfg.validate()
+        self.loop = AgentLoop(engine, tools, agent)
+        self.engine = engine
+        self.vocab = len(engine.tokenizer)
+
+    def run(self, prompts: list[list[int]], prompt_ids: list[str] | None = None, seed: int | None = None) -> list[RolloutTree]:
+        c = self.cfg
+        base = c.seed if seed is None else seed
+        groups = [_Group(p, random.Random(f"{base}:{i}")) for i, p in enumerate(prompts)]
+        states: dict[int, _Traj] = {}
+        for gi, g in enumerate(groups):
+            g.target_globals = 1 if c.dynamic_budget else c.initial_rollouts
+            for _ in range(g.target_globals):
+                self._add_global(gi, g, states)
+        self.loop.drive(states, on_step=lambda outs, st: self._on_step(outs, st, groups))
+        trees = []
+        for gi, g in enumerate(groups):
+            trees.append(self._tree(gi, g, states, None if prompt_ids is None else prompt_ids[gi]))
+            for sid in g.sids:
+                self.engine.release(sid)
+        return trees
+
+    def _add_global(self, gi: int, g: _Group, states) -> None:
+        seed = g.rng.randrange(2**62)
+        sid = self.engine.add(g.prompt, self.loop.params(len(g.prompt), seed))
+        states[sid] = _Traj(seg_start=len(g.prompt), group=gi)
+        g.sids.append(sid)
+
+    def _entropies(self, sid: int) -> list[float]:
+        s = self.engine.seq(sid)
+        return s.topk_entropies if self.cfg.entropy_estimator == "topk" else s.entropies
+
+    def _h(self, xs: list[float]) -> float:
+        c = self.cfg
+        return segment_entropy(xs, c.entropy_tokens, c.entropy_reduction, c.entropy_normalize, self.vocab)
+
+    def _on_step(self, outs, states, groups) -> None:
+        for sid in {o.sid for o in outs if o.sid in states}:
+            self._measure(sid, states[sid], states, groups)
+        for gi, g in enumerate(groups):
+            if all(self.engine.seq(s).status == "finished" for s in g.sids):
+                self._refill(gi, g, states)
+
+    def _measure(self, sid: int, st: _Traj, states, groups) -> None:
+        """Record H_initial / H_t once k tokens (or the whole segment) follow the start / a tool result;
+        take the branch decision that goes with it."""
+        c, s = self.cfg, self.engine.seq(sid)
+        ended = s.status != "running"
+        ents = self._entropies(sid)
+        starts = [0] + [rec.result_span[1] for rec in st.calls if rec.result_span[1] > 0]
+        n_results = len(starts) - 1
+        if st.initial_entropy is None:
+            seg = _generated_run(ents, s.gen_mask, 0, c.entropy_tokens)
+            if len(seg) >= c.entropy_tokens or ended or n_results:
+                st.initial_entropy = self._h(seg)
+        r = len(st.step_entropies)
+        if r < n_results:
+            seg = _generated_run(ents, s.gen_mask, starts[r + 1], c.entropy_tokens)
+            if len(seg) >= c.entropy_tokens or (seg and (ended or n_results > r + 1)):
+                st.step_entropies.append(self._h(seg))
+        # decisions: paper mode decides at result t with H_t; reference mode with H_{t-1} (0 at t=0)
+        while st.decided < n_results:
+            t = st.decided
+            if c.mode == "paper":
+                if t >= len(st.step_entropies):
+                    break
+                dh = st.step_entropies[t] - st.initial_entropy
+            else:
+                if t > 0 and t - 1 >= len(st.step_entropies):
+                    break
+                dh = 0.0 if t == 0 else st.step_entropies[t - 1] - st.initial_entropy
+            st.decided += 1
+            self._decide(sid, st, t, starts[t + 1], dh, states, groups[st.group])
+
+    def _decide(self, sid, st: _Traj, t: int, start: int, dh: float, states, g: _Group) -> None:
+        c = self.cfg
+        room = c.group_size - len(g.sids)
+        if room <= 0:
+            return  # branching stops once M trajectories exist
+        p = branch_probability(dh, c.entropy_weight, c.branch_threshold, g.consecutive, c.consecutive_branch_penalty)
+        branched = g.rng.random() < p
+        st.decisions.append({"tool_call_index": t, "probability": round(p, 6), "delta_entropy": round(dh, 6),
+                             "branched": branched})
+        g.consecutive = g.consecutive + 1 if branched else 0
+        if not branched:
+            return
+        s = self.engine.seq(sid)
+        at = s.prompt_len + start
+        for k in self.engine.fork(sid, min(c.branch_factor, room), at=at):
+            states[k] = _Traj(
+                seg_start=at, calls=copy.deepcopy(st.calls[: t + 1]), group=st.group, parent_sid=sid,
+                branch_token_index=start, initial_entropy=st.initial_entropy,
+                step_entropies=list(st.step_entropies[:t]), decided=t + 1,
+            )
+            g.sids.append(k)
+
+    def _refill(self, gi: int, g: _Group, states) -> None:
+        """All paths of this prompt ended: after an AEPO probe, start the other N−1 globals; otherwise
+        fill the group up to M with fresh global samples (spec §2, step 4)."""
+        c = self.cfg
+        if c.dynamic_budget and not g.probed:
+            g.probed = True
+            probe = states[g.sids[0]]
+            h_root = probe.initial_entropy or 0.0
+            h_tool = sum(probe.step_entropies) / len(probe.step_entropies) if probe.step_entropies else h_root
+            g.target_globals = dynamic_initial_rollouts(c.group_size, h_root, h_tool)
+            n_new = min(g.target_globals, c.group_size) - len(g.sids)
+        else:
+            n_new = c.group_size - len(g.sids) if c.fill_up else 0
+        for _ in range(max(0, n_new)):
+            self._add_global(gi, g, states)
+
+    def _tree(self, gi: int, g: _Group, states, prompt_id) -> RolloutTree:
+        index = {sid: i for i, sid in enumerate(g.sids)}
+        out = []
+        for i, sid in enumerate(g.sids):
+            st = states[sid]
+            out.append(TreeTrajectory(
+                traj=self.loop.trajectory(sid, st), traj_id=i,
+                parent_id=None if st.parent_sid is None else index[st.parent_sid],
+                branch_token_index=st.branch_token_index, initial_entropy=st.initial_entropy,
+                step_entropies=list(st.step_entropies), branch_decisions=list(st.decisions),
+            ))
+        return RolloutTree(prompt_id=str(gi) if prompt_id is None else prompt_id, prompt_ids=g.prompt, trajectories=out)

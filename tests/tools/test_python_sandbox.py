@@ -1,0 +1,431 @@
+"""The python sandbox against hostile programs, and its everyday behaviour.
+
+Every hostile program must: come back as a result (never an exception) within its timeout plus
+slack, leave the test process alive, leave nothing behind (files, processes), and leave the tool
+able to answer the next call.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from arpo.tools.base import Tool, ToolResult
+from arpo.tools.python import PythonTool
+
+TIMEOUT = 1.5
+SLACK = 2.0  # a loaded 2-core machine: kill, teardown and the next pool fork take a moment
+UID_BASE = 1_500_000_000
+
+
+@pytest.fixture(scope="module")
+def tool():
+    with PythonTool(timeout_s=TIMEOUT, memory_mb=256, max_output_chars=2000, pool_size=2) as t:
+        assert t("print(1+1)").output == "2"  # the zygote is up
+        yield t
+
+
+@pytest.fixture(scope="module")
+def isolated(tool):
+    if tool.isolation != "namespaces":
+        pytest.skip(f"full isolation needs root and namespaces here (got {tool.isolation!r})")
+    return tool
+
+
+def sandbox_processes() -> list[int]:
+    """Host pids running as a sandbox uid (ready pool workers included)."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/status") as f:
+                    uid = next(int(ln.split()[1]) for ln in f if ln.startswith("Uid:"))
+            except (OSError, StopIteration):
+                continue
+            if uid >= UID_BASE:
+                pids.append(int(d))
+    return pids
+
+
+def wait_until(pred, timeout=3.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return pred()
+
+
+def run_hostile(tool: PythonTool, code: str) -> ToolResult:
+    t = time.monotonic()
+    res = tool(code)
+    elapsed = time.monotonic() - t
+    assert isinstance(res, ToolResult)
+    assert elapsed <= TIMEOUT + SLACK, f"took {elapsed:.1f} s: {res.output[:300]}"
+    assert len(res.output) <= tool.max_output_chars + 300
+    # nothing of the call survives: only ready pool workers (one process each) may remain
+    assert wait_until(lambda: len(sandbox_processes()) <= tool.pool_size), sandbox_processes()
+    after = tool("print(1+1)")
+    assert after.ok and after.output == "2", after.output
+    return res
+
+
+# --------------------------------------------------------------------------------------------
+# hostile programs
+
+HOSTILE_TIMEOUTS = {
+    "fork_bomb": "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
+    "infinite_loop": "while True:\n    pass",
+    "cpu_burn_threads": (
+        "import threading\n"
+        "def burn():\n    while True: pass\n"
+        "ts = [threading.Thread(target=burn) for _ in range(8)]\n"
+        "[t.start() for t in ts]\n[t.join() for t in ts]"
+    ),
+    "sleep_past_timeout": "import time\ntime.sleep(60)",
+    "sigstop_self": "import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)",
+    "ignore_sigterm_and_sleep": (
+        "import signal, time\nfor s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):\n"
+        "    signal.signal(s, signal.SIG_IGN)\ntime.sleep(60)"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_TIMEOUTS))
+def test_hostile_timeouts(tool, name):
+    res = run_hostile(tool, HOSTILE_TIMEOUTS[name])
+    assert not res.ok
+    assert f"timed out after {TIMEOUT:.1f} s" in res.output
+    assert res.meta["timed_out"]
+
+
+def test_memory_bomb(tool):
+    res = run_hostile(tool, "x = bytearray(8 * 1024**3)")
+    assert not res.ok and "MemoryError" in res.output
+
+
+def test_memory_bomb_incremental(tool):
+    res = run_hostile(tool, "l = []\nwhile True:\n    l.append(bytearray(10**7))")
+    assert not res.ok and ("MemoryError" in res.output or "killed" in res.output)
+
+
+def test_huge_stdout_is_stopped_early(tool):
+    t = time.monotonic()
+    res = run_hostile(tool, "while True:\n    print('x' * 10000)")
+    assert time.monotonic() - t < TIMEOUT + SLACK
+    assert not res.ok and res.truncated
+    assert "[output truncated:" in res.output and "output limit exceeded" in res.output
+
+
+def test_huge_single_write(tool):
+    res = run_hostile(tool, "print('y' * 3_000_000)")
+    assert res.truncated and "[output truncated:" in res.output
+
+
+def test_huge_stderr(tool):
+    res = run_hostile(tool, "import sys\nfor _ in range(10**6):\n    sys.stderr.write('e' * 100)")
+    assert res.truncated and res.output.startswith("eeee")
+
+
+def test_binary_garbage_on_stdout(tool):
+    res = run_hostile(tool, "import os, sys\nsys.stdout.buffer.write(os.urandom(1000) + b'\\x00\\xff')\nprint('end')")
+    assert res.ok and isinstance(res.output, str) and "\x00" not in res.output
+    assert res.output.endswith("end")
+
+
+def test_stdin_read_gets_eof(tool):
+    res = run_hostile(tool, "input('? ')")
+    assert not res.ok and "EOFError" in res.output
+
+
+def test_create_file_outside_workdir(isolated, tmp_path):
+    name = f"arpo_pwned_{uuid.uuid4().hex}"
+    targets = [f"/tmp/{name}", f"/var/tmp/{name}", f"/dev/shm/{name}", str(tmp_path / name), f"/{name}"]
+    code = (
+        f"for p in {targets!r}:\n"
+        "    try:\n        open(p, 'w').write('pwned')\n        print('wrote', p)\n"
+        "    except OSError as e:\n        print('denied', p, type(e).__name__)"
+    )
+    run_hostile(isolated, code)
+    for p in targets:
+        assert not os.path.exists(p), p
+
+
+def test_delete_and_chmod_file_outside(isolated):
+    victim = f"/var/tmp/arpo_victim_{uuid.uuid4().hex}"
+    with open(victim, "w") as f:
+        f.write("keep me")
+    os.chmod(victim, 0o644)
+    try:
+        code = (
+            "import os\n"
+            f"for op in (lambda: os.remove({victim!r}), lambda: os.chmod({victim!r}, 0o777),\n"
+            f"           lambda: open({victim!r}, 'w'), lambda: os.rename({victim!r}, '/tmp/x')):\n"
+            "    try:\n        op()\n        print('succeeded')\n    except OSError as e:\n        print(type(e).__name__)"
+        )
+        res = run_hostile(isolated, code)
+        assert "succeeded" not in res.output
+        with open(victim) as f:
+            assert f.read() == "keep me"
+        assert os.stat(victim).st_mode & 0o777 == 0o644
+    finally:
+        os.remove(victim)
+
+
+def test_escape_workdir_and_chmod_root(isolated):
+    code = (
+        "import os\n"
+        "for op in (lambda: os.chmod('/', 0o777), lambda: os.chdir('../..') or open('/etc/arpo_x', 'w'),\n"
+        "           lambda: os.symlink('/etc/passwd', '/etc/arpo_link'), lambda: os.mkdir('/usr/arpo_x')):\n"
+        "    try:\n        op()\n        print('succeeded')\n    except OSError as e:\n        print(type(e).__name__)"
+    )
+    res = run_hostile(isolated, code)
+    assert "succeeded" not in res.output
+    assert not os.path.exists("/etc/arpo_x") and not os.path.exists("/usr/arpo_x")
+    assert os.stat("/").st_mode & 0o777 == 0o755
+
+
+def test_fill_the_disk(isolated):
+    code = "f = open('big', 'wb')\nwhile True:\n    f.write(b'\\0' * (1 << 20))"
+    res = run_hostile(isolated, code)
+    assert not res.ok and ("No space left" in res.output or "File too large" in res.output)
+
+
+def test_parent_environment_is_invisible(monkeypatch):
+    secret = uuid.uuid4().hex
+    monkeypatch.setenv("ARPO_TEST_SECRET", secret)
+    with PythonTool(timeout_s=TIMEOUT, pool_size=1) as t:
+        res = t(
+            "import os\nprint(sorted(os.environ))\n"
+            "for p in ('/proc/self/environ', '/proc/1/environ'):\n"
+            "    try:\n        print(open(p, 'rb').read())\n    except OSError as e:\n        print(type(e).__name__)"
+        )
+        assert res.ok, res.output
+        assert secret not in res.output and "ARPO_TEST_SECRET" not in res.output
+        assert t("print(1+1)").output == "2"
+
+
+def test_no_network(isolated):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(0.2)
+    port = server.getsockname()[1]
+    try:
+        code = (
+            "import socket\n"
+            f"try:\n    socket.create_connection(('127.0.0.1', {port}), timeout=1)\n    print('CONNECTED')\n"
+            "except OSError as e:\n    print('refused', type(e).__name__)\n"
+            "try:\n    socket.create_connection(('1.1.1.1', 53), timeout=1)\n    print('CONNECTED')\n"
+            "except OSError as e:\n    print('refused', type(e).__name__)"
+        )
+        res = run_hostile(isolated, code)
+        assert "CONNECTED" not in res.output and res.output.count("refused") == 2
+        with pytest.raises(socket.timeout):
+            server.accept()
+    finally:
+        server.close()
+
+
+def test_kill_parent_and_test_process(isolated):
+    code = (
+        "import os, signal\n"
+        f"for pid in (os.getppid(), 1, {os.getpid()}, {os.getppid()}, -1):\n"
+        "    try:\n        os.kill(pid, signal.SIGKILL)\n    except OSError as e:\n        print(pid, type(e).__name__)\n"
+        "print('still here')"
+    )
+    run_hostile(isolated, code)  # the test process being alive to assert this is the test
+
+
+def test_signals_to_self(tool):
+    res = run_hostile(tool, "import os, signal\nprint('before', flush=True)\nos.kill(os.getpid(), signal.SIGTERM)")
+    assert not res.ok and "SIGTERM" in res.output and "before" in res.output
+
+
+def test_os_exit(tool):
+    res = run_hostile(tool, "print('bye')\nimport os\nos._exit(0)")
+    assert res.ok and res.output == "bye"
+    res = run_hostile(tool, "import os\nos._exit(7)")
+    assert not res.ok and "status 7" in res.output
+
+
+def test_detached_grandchild_dies_with_the_call(isolated):
+    marker = "orph" + uuid.uuid4().hex[:8]  # a process name (comm) we can look for on the host
+    code = (
+        "import os, time, ctypes\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        f"        ctypes.CDLL(None).prctl(15, {marker.encode()!r}, 0, 0, 0)\n"
+        "        time.sleep(1)\n"
+        f"        open('/var/tmp/{marker}', 'w').write('I survived')\n"
+        "        time.sleep(30)\n"
+        "    os._exit(0)\n"
+        "time.sleep(0.2)\n"
+        "print('parent done')"
+    )
+    res = run_hostile(isolated, code)
+    assert res.ok and res.output == "parent done"
+
+    def alive():
+        for d in os.listdir("/proc"):
+            try:
+                if d.isdigit() and open(f"/proc/{d}/comm").read().strip() == marker:
+                    return True
+            except OSError:
+                pass
+        return False
+
+    assert wait_until(lambda: not alive(), 1.0)
+    time.sleep(1.2)
+    assert not alive() and not os.path.exists(f"/var/tmp/{marker}")
+
+
+def test_recursion(tool):
+    res = run_hostile(tool, "def f(n):\n    return f(n + 1)\nf(0)")
+    assert not res.ok and "RecursionError" in res.output
+    assert res.output.count("\n") < 20  # last frames only
+
+
+def test_deep_recursion_crash(tool):
+    res = run_hostile(tool, "import sys\nsys.setrecursionlimit(10**7)\ndef f(n):\n    return f(n + 1)\nf(0)")
+    assert not res.ok
+
+
+def test_ctypes_segfault(tool):
+    res = run_hostile(tool, "import ctypes\nctypes.string_at(0)")
+    assert not res.ok and "SIGSEGV" in res.output
+    assert "python.py" not in res.output  # harness frames are cut from the fault report
+
+
+def test_root_only_files(isolated):
+    code = (
+        "import os\nprint(os.getuid())\n"
+        "for p in ('/etc/shadow', '/root'):\n"
+        "    try:\n        print(open(p).read()[:20] if p != '/root' else os.listdir(p))\n"
+        "    except OSError as e:\n        print(p, type(e).__name__)"
+    )
+    res = run_hostile(isolated, code)
+    assert "/etc/shadow PermissionError" in res.output
+    assert int(res.output.split()[0]) >= UID_BASE
+
+
+def test_privilege_escalation(isolated):
+    code = (
+        "import os, subprocess\n"
+        "for op in (lambda: os.setuid(0), lambda: os.setgid(0)):\n"
+        "    try:\n        op()\n        print('ROOT')\n    except OSError as e:\n        print(type(e).__name__)\n"
+        "r = subprocess.run(['mount', '-t', 'tmpfs', 'none', '/mnt'], capture_output=True)\n"
+        "print('mount', r.returncode)"
+    )
+    res = run_hostile(isolated, code)
+    assert "ROOT" not in res.output and "mount 0" not in res.output
+
+
+# --------------------------------------------------------------------------------------------
+# functional behaviour
+
+
+def test_protocol(tool):
+    assert isinstance(tool, Tool) and tool.name == "python"
+
+
+def test_repl_last_expression(tool):
+    assert tool("x = 21\nx * 2").output == "42"
+    assert tool("'a' + 'b'").output == "'ab'"
+    assert tool("print('hi')").output == "hi"  # print returns None: not echoed
+    assert tool("None").output == "(no output)"
+    res = tool("import numpy as np, sympy\nx = sympy.symbols('x')\nprint(np.arange(4).sum())\nsympy.factor(x**2 - 1)")
+    assert res.ok and res.output == "6\n(x - 1)*(x + 1)"
+
+
+def test_traceback_last_lines(tool):
+    res = tool("def g(x):\n    return 1 / x\ndef f():\n    return g(0)\nprint('partial')\nf()")
+    assert not res.ok
+    assert res.output.startswith("partial\nTraceback (most recent call last):")
+    assert res.output.rstrip().endswith("ZeroDivisionError: division by zero")
+    assert 'line 2, in g' in res.output and "return 1 / x" in res.output
+    assert "python.py" not in res.output and "exec(" not in res.output
+
+
+def test_syntax_error(tool):
+    res = tool("print(1")
+    assert not res.ok and "SyntaxError" in res.output
+
+
+def test_truncation_marker():
+    with PythonTool(timeout_s=TIMEOUT, max_output_chars=100, pool_size=1) as t:
+        res = t("print('z' * 1000)")
+        assert res.truncated and res.ok
+        assert res.output.startswith("z" * 100)
+        assert "[output truncated: 901 more characters]" in res.output
+
+
+def test_no_state_leak(tool):
+    assert tool("SECRET_GLOBAL = 123\nimport math\nmath.tau = 1\nSECRET_GLOBAL").output == "123"
+    res = tool("print('SECRET_GLOBAL' in globals())\nimport math\nprint(math.tau)")
+    assert res.output.split() == ["False", str(__import__("math").tau)]
+
+
+def test_fresh_randomness(tool):
+    a = tool("import random, numpy\nprint(random.random(), numpy.random.rand())").output
+    b = tool("import random, numpy\nprint(random.random(), numpy.random.rand())").output
+    assert a != b
+
+
+def test_concurrent_calls(tool):
+    codes = [f"import time\ntime.sleep(0.2)\nprint({i} * {i})" for i in range(8)]
+    with ThreadPoolExecutor(8) as ex:
+        results = list(ex.map(tool, codes))
+    assert [r.output for r in results] == [str(i * i) for i in range(8)]
+
+
+def test_subprocess_inside_the_sandbox_works(tool):
+    res = tool("import subprocess, sys\nprint(subprocess.run([sys.executable, '-c', 'print(5)'], capture_output=True, text=True).stdout)")
+    assert res.ok and res.output.strip() == "5", res.output
+
+
+def test_never_raises_on_odd_input(tool):
+    for code in ["", "\ud800", "\x00", "import sys; sys.exit('bye')", "raise SystemExit(0)"]:
+        res = tool(code)
+        assert isinstance(res, ToolResult) and isinstance(res.output, str) and res.output
+
+
+def test_pool_latency_is_small(tool):
+    cold, warm = [], []
+    for _ in range(5):
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "print(1+1)"], capture_output=True)
+        cold.append(time.perf_counter() - t)
+    for _ in range(10):
+        wait_until(lambda: len(tool._state.pool) >= tool.pool_size, 1.0)
+        t = time.perf_counter()
+        assert tool("print(1+1)").output == "2"
+        warm.append(time.perf_counter() - t)
+    assert statistics.median(warm) < max(0.05, statistics.median(cold)), (warm, cold)
+
+
+def test_close_is_idempotent_and_calls_after_close_fail_softly():
+    t = PythonTool(pool_size=1)
+    assert t("1").output == "1"
+    t.close()
+    t.close()
+    res = t("print(1)")
+    assert not res.ok and "unavailable" in res.output
+    assert wait_until(lambda: not t._thread.is_alive(), 2.0)
+
+
+def test_tool_threads_do_not_leak():
+    before = threading.active_count()
+    with PythonTool(pool_size=1) as t:
+        t("1")
+    assert wait_until(lambda: threading.active_count() <= before, 2.0)
