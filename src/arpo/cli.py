@@ -12,6 +12,7 @@ from arpo.errors import ArpoError
 # module path -> registers one or more subcommands
 COMMAND_MODULES = [
     "arpo.commands.chat",
+    "arpo.commands.rollout",
 ]
 
 

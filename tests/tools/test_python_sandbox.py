@@ -41,19 +41,31 @@ def isolated(tool):
     return tool
 
 
-def sandbox_processes() -> list[int]:
-    """Host pids running as a sandbox uid (ready pool workers included)."""
-    pids = []
+def sandbox_processes(tool: PythonTool) -> list[int]:
+    """Host pids of `tool`'s zygote's descendants that run as a sandbox uid (ready pool workers
+    included). Other tools (other tests, other people on this machine) are not counted."""
+    parent, uid = {}, {}
     for d in os.listdir("/proc"):
         if d.isdigit():
             try:
                 with open(f"/proc/{d}/status") as f:
-                    uid = next(int(ln.split()[1]) for ln in f if ln.startswith("Uid:"))
-            except (OSError, StopIteration):
+                    fields = dict(ln.split(":", 1) for ln in f if ":" in ln)
+                parent[int(d)] = int(fields["PPid"])
+                uid[int(d)] = int(fields["Uid"].split()[0])
+            except (OSError, KeyError, ValueError):
                 continue
-            if uid >= UID_BASE:
-                pids.append(int(d))
-    return pids
+    root = tool._state.zygote.proc.pid
+
+    def descends(pid):
+        for _ in range(64):
+            pid = parent.get(pid, 0)
+            if pid == root:
+                return True
+            if pid <= 1:
+                return False
+        return False
+
+    return [p for p in parent if uid[p] >= UID_BASE and descends(p)]
 
 
 def wait_until(pred, timeout=3.0) -> bool:
@@ -73,7 +85,7 @@ def run_hostile(tool: PythonTool, code: str) -> ToolResult:
     assert elapsed <= TIMEOUT + SLACK, f"took {elapsed:.1f} s: {res.output[:300]}"
     assert len(res.output) <= tool.max_output_chars + 300
     # nothing of the call survives: only ready pool workers (one process each) may remain
-    assert wait_until(lambda: len(sandbox_processes()) <= tool.pool_size), sandbox_processes()
+    assert wait_until(lambda: len(sandbox_processes(tool)) <= tool.pool_size), sandbox_processes(tool)
     after = tool("print(1+1)")
     assert after.ok and after.output == "2", after.output
     return res
@@ -407,7 +419,7 @@ def test_pool_latency_is_small(tool):
         subprocess.run([sys.executable, "-c", "print(1+1)"], capture_output=True)
         cold.append(time.perf_counter() - t)
     for _ in range(10):
-        wait_until(lambda: len(tool._state.pool) >= tool.pool_size, 1.0)
+        assert tool.warm_up(10.0)
         t = time.perf_counter()
         assert tool("print(1+1)").output == "2"
         warm.append(time.perf_counter() - t)

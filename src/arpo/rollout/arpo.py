@@ -230,7 +230,7 @@ class ARPORollout:
             h_root = probe.initial_entropy or 0.0
             h_tool = sum(probe.step_entropies) / len(probe.step_entropies) if probe.step_entropies else h_root
             g.target_globals = dynamic_initial_rollouts(c.group_size, h_root, h_tool)
-            n_new = min(g.target_globals, c.group_size) - len(g.sids)
+            n_new = min(g.target_globals - 1, c.group_size - len(g.sids))  # the probe is global no. 1
         else:
             n_new = c.group_size - len(g.sids) if c.fill_up else 0
         for _ in range(max(0, n_new)):

@@ -442,13 +442,16 @@ def _reap(watch: int | None) -> int | None:
             found = st
 
 
-def _init_main(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket, out_w: int) -> None:
-    """Pid 1 of the sandbox: set it up, fork the runner, relay its code and report its end.
+def _init_main(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket, pipes: tuple[int, int, int]) -> None:
+    """Pid 1 of the sandbox: set it up, fork the runner, watch the deadline, report crashes.
 
-    It enforces the call's deadline itself (timeout + grace), so a runner dies even when the
-    trainer hangs or leaked a copy of our socket into a forked child; when it exits, the kernel
-    kills the whole pid namespace.
+    The code and the runner's own report travel on pipes between the trainer and the runner
+    directly (one scheduler wake-up less each way); init only hears "C <timeout>" when a call
+    starts. It enforces that deadline itself (timeout + grace), so a runner dies even when the
+    trainer hangs or leaked a copy of our socket into a forked child; when init exits, the
+    kernel kills the whole pid namespace.
     """
+    out_w, code_r, rep_w = pipes
     workdir = "/tmp"
     tmpdir = None
     try:
@@ -467,17 +470,12 @@ def _init_main(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket, o
             tmpdir = workdir = tempfile.mkdtemp(prefix="arpo_py_")
             if uid is not None:
                 os.chown(tmpdir, uid, uid)
-        code_r, code_w = os.pipe()
-        rep_r, rep_w = os.pipe()
         runner = os.fork()
         if runner == 0:
             ctl.close()
-            os.close(code_w)
-            os.close(rep_r)
             _runner_main(lib, cfg, mode, uid, workdir, code_r, rep_w, out_w)
-        os.close(code_r)
-        os.close(rep_w)
-        os.close(out_w)
+        for fd in pipes:
+            os.close(fd)
     except BaseException as e:  # noqa: BLE001
         try:
             ctl.sendall(f"E sandbox setup failed: {type(e).__name__}: {e}\n".encode())
@@ -502,44 +500,23 @@ def _init_main(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket, o
     signal.signal(signal.SIGTERM, finish)
     pidfd = os.pidfd_open(runner)
     poller = select.poll()
-    for fd in (ctl.fileno(), rep_r, pidfd):
-        poller.register(fd, select.POLLIN)
-    inbox, reports, deadline, runner_status = b"", b"", None, None
+    poller.register(ctl.fileno(), select.POLLIN)
+    poller.register(pidfd, select.POLLIN)
+    inbox, deadline = b"", None
     while True:
         wait_ms = 1000 if deadline is None else max(0, (deadline - time.monotonic()) * 1000)
         events = poller.poll(wait_ms)
-        st = _reap(runner)
-        runner_status = st if st is not None else runner_status
-        for fd, _ev in events:
-            if fd == ctl.fileno():
-                chunk = ctl.recv(1 << 20)
-                if not chunk:
-                    finish()  # the trainer is gone or gave up on us
-                inbox += chunk
-                if deadline is None and len(inbox) >= 1 + _CODE_HEADER.size:
-                    timeout_s, n = _CODE_HEADER.unpack(inbox[1 : 1 + _CODE_HEADER.size])
-                    if len(inbox) >= 1 + _CODE_HEADER.size + n:
-                        deadline = time.monotonic() + timeout_s + 1.0
-                        try:
-                            _write_all(code_w, inbox[1:])
-                        except OSError:
-                            pass
-                        os.close(code_w)
-                        inbox = b""
-            elif fd == rep_r:
-                chunk = os.read(rep_r, 4096)
-                if not chunk:
-                    poller.unregister(rep_r)
-                reports = (reports + chunk)[-4096:]
-                while b"\n" in reports:
-                    line, reports = reports.split(b"\n", 1)
-                    if line == b"R":
-                        send("R")
-                    elif line.startswith(b"D "):
-                        send("X " + line[2:].decode("ascii", "replace")[:40])
-                        finish()
-            elif fd == pidfd and runner_status is None:
-                runner_status = _reap(runner)
+        runner_status = _reap(runner)
+        if any(fd == ctl.fileno() for fd, _ in events):
+            chunk = ctl.recv(4096)
+            if not chunk:
+                finish()  # the trainer is gone or gave up on us
+            inbox += chunk
+            if deadline is None and len(inbox) >= 1 + _CODE_HEADER.size:
+                timeout_s, _n = _CODE_HEADER.unpack(inbox[1 : 1 + _CODE_HEADER.size])
+                deadline = time.monotonic() + timeout_s + 1.0
+        if runner_status is None and any(fd == pidfd for fd, _ in events):
+            runner_status = _reap(runner)
         if runner_status is not None:
             if os.WIFSIGNALED(runner_status):
                 send(f"X signal {os.WTERMSIG(runner_status)}")
@@ -557,7 +534,7 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _spawn_worker(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket, out_w: int) -> None:
+def _spawn_worker(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket, pipes: tuple[int, int, int]) -> None:
     """In the zygote's child (c1): enter new namespaces, fork init, hand init's pidfd upward."""
     flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
     if not cfg["network"]:
@@ -573,7 +550,7 @@ def _spawn_worker(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket
             _check(lib.unshare(flags), "unshare")
         init = os.fork()
         if init == 0:
-            _init_main(lib, cfg, mode, uid, ctl, out_w)
+            _init_main(lib, cfg, mode, uid, ctl, pipes)
             os._exit(0)
         pidfd = os.pidfd_open(init)  # race-free: init is our own child and not yet reaped
         socket.send_fds(ctl, [f"P {init}\n".encode()], [pidfd])
@@ -665,7 +642,7 @@ def _zygote_main(argv: list[str]) -> None:
             break
         if not msg:
             break  # the trainer closed the tool or died
-        if len(fds) != 2:
+        if len(fds) != 4:
             for fd in fds:
                 os.close(fd)
             continue
@@ -679,7 +656,7 @@ def _zygote_main(argv: list[str]) -> None:
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             sock.close()
             ctl = socket.socket(fileno=fds[0])
-            _spawn_worker(lib, cfg, mode, uid, ctl, fds[1])
+            _spawn_worker(lib, cfg, mode, uid, ctl, (fds[1], fds[2], fds[3]))
             os._exit(0)
         for fd in fds:
             os.close(fd)
@@ -739,19 +716,24 @@ class _Zygote:
         return self.proc.poll() is None
 
     def spawn(self) -> "_Worker":
+        """Ask the zygote for one worker; it arrives asynchronously (see `_Worker.wait_ready`)."""
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        code_r, code_w = os.pipe2(os.O_CLOEXEC)
+        rep_r, rep_w = os.pipe2(os.O_CLOEXEC)
         try:
             with self.lock:
-                socket.send_fds(self.sock, [b"spawn"], [child.fileno(), out_w])
+                socket.send_fds(self.sock, [b"spawn"], [child.fileno(), out_w, code_r, rep_w])
         except OSError:
             parent.close()
-            os.close(out_r)
+            for fd in (out_r, code_w, rep_r):
+                os.close(fd)
             raise
         finally:
             child.close()
-            os.close(out_w)
-        return _Worker(parent, out_r, self.info["mode"])
+            for fd in (out_w, code_r, rep_w):
+                os.close(fd)
+        return _Worker(parent, out_r, code_w, rep_r, self.info["mode"])
 
     def close(self) -> None:
         try:
@@ -766,50 +748,74 @@ class _Zygote:
 
 
 class _Worker:
-    """One pre-started sandbox, good for exactly one call."""
+    """One pre-started sandbox, good for exactly one call.
 
-    def __init__(self, ctl: socket.socket, out_r: int, mode: str):
-        self.ctl, self.out_r, self.mode = ctl, out_r, mode
+    Channels: `ctl` talks to init (its pidfd arrives on it; crash and deadline reports come
+    back on it); `code_w` / `rep_r` go straight to the runner (code in; "R" ready and
+    "D <status>" done out); `out_r` carries the program's stdout and stderr.
+    """
+
+    def __init__(self, ctl: socket.socket, out_r: int, code_w: int, rep_r: int, mode: str):
+        self.ctl, self.out_r, self.code_w, self.rep_r, self.mode = ctl, out_r, code_w, rep_r, mode
+        self.ctl.setblocking(False)
         self.pidfd: int | None = None
         self.pid: int | None = None
-        self.buf = b""
+        self.ctl_buf = self.rep_buf = b""
         self.ready = False
-        self.dead = False
+        self.lock = threading.Lock()  # warm_up() may wait on a worker that a call then takes
 
-    def _recv(self, timeout_s: float | None) -> list[str]:
-        """Receive status lines from init (and init's pidfd, attached to the first one)."""
-        self.ctl.settimeout(timeout_s)
+    def read_ctl(self) -> list[str]:
+        """Status lines from init (and init's pidfd, attached to the first one); 'EOF' at the end."""
         try:
             data, fds, _, _ = socket.recv_fds(self.ctl, 65536, 4)
-        except (socket.timeout, BlockingIOError, InterruptedError):
+        except (BlockingIOError, InterruptedError):
             return []
-        finally:
-            self.ctl.settimeout(None)
-        if not data:
-            self.dead = True
-            return ["EOF"]
+        except OSError:
+            data, fds = b"", []
         for fd in fds:
             if self.pidfd is None:
                 self.pidfd = fd
             else:
                 os.close(fd)
-        self.buf += data
-        lines = self.buf.split(b"\n")
-        self.buf = lines.pop()
+        if not data:
+            return ["EOF"]
+        lines = (self.ctl_buf + data).split(b"\n")
+        self.ctl_buf = lines.pop()[-4096:]
         return [ln.decode("utf-8", "replace") for ln in lines]
 
+    def read_rep(self) -> list[str]:
+        """Lines from the runner; the model's code can write here too, so they are only hints."""
+        try:
+            data = os.read(self.rep_r, 4096)
+        except BlockingIOError:
+            return []
+        if not data:
+            return ["EOF"]
+        lines = (self.rep_buf + data).split(b"\n")
+        self.rep_buf = lines.pop()[-4096:]
+        return [ln.decode("utf-8", "replace")[:64] for ln in lines]
+
     def wait_ready(self, deadline: float) -> None:
-        while not self.ready:
+        with self.lock:
+            self._wait_ready(deadline)
+
+    def _wait_ready(self, deadline: float) -> None:
+        poller = select.poll()
+        poller.register(self.ctl.fileno(), select.POLLIN)
+        poller.register(self.rep_r, select.POLLIN)
+        while not (self.ready and self.pidfd is not None):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise SandboxUnavailable("a python sandbox worker did not become ready in time")
-            for line in self._recv(remaining):
-                if line.startswith("P "):
-                    self.pid = int(line[2:])
-                elif line == "R":
-                    self.ready = True
-                elif line.startswith("E ") or line == "EOF":
-                    raise SandboxUnavailable(line[2:] if line != "EOF" else "a sandbox worker died at start")
+            for fd, _ in poller.poll(max(1, int(remaining * 1000))):
+                lines = self.read_ctl() if fd == self.ctl.fileno() else self.read_rep()
+                for line in lines:
+                    if line.startswith("P "):
+                        self.pid = int(line[2:])
+                    elif line == "R":
+                        self.ready = True
+                    elif line.startswith(("E ", "X ")) or line == "EOF":
+                        raise SandboxUnavailable(line[2:] if line.startswith("E ") else "a sandbox worker died at start")
 
     def kill(self) -> None:
         """Kill init: in namespace mode the kernel then kills everything the call started."""
@@ -822,11 +828,13 @@ class _Worker:
 
     def close(self) -> None:
         self.kill()
-        for close in (self.ctl.close, lambda: os.close(self.out_r), lambda: self.pidfd is not None and os.close(self.pidfd)):
-            try:
-                close()
-            except OSError:
-                pass
+        for fd in (self.out_r, self.code_w, self.rep_r, self.pidfd):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self.ctl.close()
 
 
 def _fmt_seconds(t: float) -> str:
@@ -946,6 +954,11 @@ class PythonTool:
         finally:
             worker.close()
 
+    def warm_up(self, timeout_s: float | None = None) -> bool:
+        """Block until the pool is full of ready workers (e.g. before a rollout starts or a
+        benchmark); True when it is. Calls work without this: they just wait for their worker."""
+        return self._state.wait_full(self.pool_size, time.monotonic() + (timeout_s or self.start_timeout_s))
+
     def close(self) -> None:
         self._finalizer()
 
@@ -958,15 +971,20 @@ class PythonTool:
     # -- one call -----------------------------------------------------------------------------
     def _execute(self, w: _Worker, code: str, timeout: float, t0: float) -> ToolResult:
         data = code.encode("utf-8", "replace")
-        w.ctl.sendall(b"C" + _CODE_HEADER.pack(timeout, len(data)) + data)
+        header = _CODE_HEADER.pack(timeout, len(data))
+        w.ctl.sendall(b"C" + header)  # arms init's own deadline
         deadline = time.monotonic() + timeout
         out, total, status = bytearray(), 0, None
         timed_out = overflow = False
+        try:
+            _write_all(w.code_w, header + data)
+        except OSError:
+            status = "E the sandbox worker died before it got the code"
         poller = select.poll()
-        poller.register(w.out_r, select.POLLIN)
-        poller.register(w.ctl.fileno(), select.POLLIN)
+        for fd in (w.out_r, w.rep_r, w.ctl.fileno()):
+            poller.register(fd, select.POLLIN)
         out_open = True
-        while status is None:
+        while status is None and not overflow:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 timed_out = True
@@ -980,12 +998,15 @@ class PythonTool:
                     total += len(chunk)
                     out += chunk[: max(0, self.max_read_bytes - len(out))]
                     overflow = total > self.max_read_bytes
-                else:
-                    for line in w._recv(0):
-                        if line.startswith(("X ", "T", "E ", "EOF")) and status is None:
-                            status = line
-            if overflow:
-                break
+                    continue
+                lines = w.read_rep() if fd == w.rep_r else w.read_ctl()
+                for line in lines:
+                    if line == "EOF" and fd == w.rep_r:
+                        poller.unregister(w.rep_r)
+                    elif status is None and line.startswith("D "):
+                        status = "X " + line[2:]
+                    elif status is None and (line.startswith(("X ", "E ")) or line in ("T", "EOF")):
+                        status = line
         w.kill()
         if out_open and not overflow:  # what the runner wrote before it reported is in the pipe
             os.set_blocking(w.out_r, False)
@@ -1126,6 +1147,18 @@ class _PoolState:
                     self.error = str(e)
         raise SandboxUnavailable(self.error or "no worker")
 
+    def wait_full(self, size: int, deadline: float) -> bool:
+        with self.cond:
+            if not self.cond.wait_for(lambda: self.closed or len(self.pool) >= size, max(0, deadline - time.monotonic())):
+                return False
+            workers = list(self.pool)
+        try:
+            for w in workers:
+                w.wait_ready(deadline)
+        except (SandboxUnavailable, OSError):
+            return False
+        return not self.closed
+
     def shutdown(self) -> None:
         with self.cond:
             self.closed = True
@@ -1146,8 +1179,12 @@ class _PoolState:
 
 def benchmark(n: int = 50, code: str = "print(1+1)") -> dict:
     """p50/p95 latency of pool calls vs a cold `subprocess.run([python, -c, code])`, and calls/s
-    with 4 concurrent callers. Pool calls are spaced so the pool is refilled between them (the
-    latency a rollout sees); the concurrent run measures sustained throughput, refills included."""
+    with 4 concurrent callers.
+
+    Pool calls start from a full, ready pool (the latency a rollout sees when its calls are
+    spaced by generation); the concurrent run measures sustained throughput, where every call
+    also pays for forking its replacement.
+    """
     from concurrent.futures import ThreadPoolExecutor
 
     def pct(xs, q):
@@ -1158,8 +1195,8 @@ def benchmark(n: int = 50, code: str = "print(1+1)") -> dict:
         tool.run("1")  # wait for the zygote
         pool = []
         for _ in range(n):
-            with tool._state.cond:
-                tool._state.cond.wait_for(lambda: len(tool._state.pool) >= tool.pool_size, timeout=2)
+            tool.warm_up(5.0)
+            time.sleep(0.02)  # let the previous call's namespaces finish tearing down
             t = time.perf_counter()
             res = tool.run(code)
             pool.append(time.perf_counter() - t)

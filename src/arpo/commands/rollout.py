@@ -1,0 +1,43 @@
+"""`arpo rollout`: sample ARPO rollout trees and dump them as JSONL."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+EXAMPLES = """examples:
+  arpo rollout --config configs/rollout_gsm8k.yaml --limit 2 --out rollouts.jsonl
+  arpo rollout --config configs/rollout_hotpotqa.yaml --limit 2 --out hp.jsonl rollout.group_size=8
+  arpo rollout --out grpo.jsonl rollout.initial_rollouts=16      # GRPO: N = M, no branching
+
+Each output line is one trajectory: prompt_id, traj_id, parent_id, branch_token_index,
+response_token_ids, loss_mask, text, tool_calls, initial_entropy, step_entropies,
+branch_decisions, finish_reason."""
+
+
+def register(sub) -> None:
+    p = sub.add_parser("rollout", help="sample ARPO rollout trees for prompts and dump them (JSONL)",
+                       description="Sample entropy-branching ARPO rollout trees (spec §2) and write one JSON "
+                       "line per trajectory.", epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", help="YAML config (sections: model, data, tools, agent, rollout)")
+    p.add_argument("--data", help="data file (overrides data.path)")
+    p.add_argument("--limit", type=int, help="number of prompts (overrides data.limit)")
+    p.add_argument("--out", required=True, help="output JSONL path")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("overrides", nargs="*", help="dotted config overrides, e.g. rollout.group_size=8")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from arpo.config import load_config
+    from arpo.recipes import rollout
+
+    ov = list(args.overrides)
+    if args.data:
+        ov.append(f"data.path={args.data}")
+    if args.limit is not None:
+        ov.append(f"data.limit={args.limit}")
+    cfg = load_config(rollout.RolloutJobConfig, args.config, ov)
+    stats = rollout.run(cfg, args.out, quiet=args.quiet)
+    print(json.dumps(stats))
+    return 0

@@ -1,0 +1,151 @@
+"""Typed configs: YAML -> dataclasses, with dotted `key=value` overrides from the command line.
+
+Every component has its own small dataclass documented once (its field comments); this module only
+loads and validates. An unknown key, or a value of the wrong type, is an error that names the key
+(and the file), so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+
+import yaml
+
+from arpo.errors import ArpoError
+
+
+def _type_name(t) -> str:
+    return getattr(t, "__name__", str(t))
+
+
+def _coerce(value, tp, key: str, where: str):
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _coerce(value, a, key, where)
+            except ArpoError as e:
+                errors.append(str(e))
+        raise ArpoError(errors[0] if errors else f"{where}{key}: invalid value {value!r}")
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ArpoError(f"{where}{key}: expected a mapping of {tp.__name__} fields, got {value!r}")
+        return from_dict(tp, value, prefix=f"{key}.", where=where)
+    if origin in (list, tuple):
+        (inner, *_) = typing.get_args(tp) or (typing.Any,)
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)):
+            raise ArpoError(f"{where}{key}: expected a list, got {value!r}")
+        out = [_coerce(v, inner, f"{key}[{i}]", where) for i, v in enumerate(value)]
+        return tuple(out) if origin is tuple else out
+    if tp is typing.Any:
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ArpoError(f"{where}{key}: expected true/false, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ArpoError(f"{where}{key}: expected an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ArpoError(f"{where}{key}: expected a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise ArpoError(f"{where}{key}: expected a string, got {value!r}")
+    if tp is dict or origin is dict:
+        if isinstance(value, dict):
+            return value
+        raise ArpoError(f"{where}{key}: expected a mapping, got {value!r}")
+    raise ArpoError(f"{where}{key}: unsupported field type {_type_name(tp)}")
+
+
+def from_dict(cls, data: dict, prefix: str = "", where: str = ""):
+    """Build dataclass `cls` from a dict, recursively, rejecting unknown keys."""
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    for k in data:
+        if k not in names:
+            close = [n for n in names if n.startswith(str(k)[:3])]
+            hint = f" (did you mean {', '.join(prefix + c for c in close)}?)" if close else ""
+            raise ArpoError(f"{where}unknown config key '{prefix}{k}'{hint}; valid keys: "
+                            f"{', '.join(sorted(prefix + n for n in names))}")
+    kwargs = {k: _coerce(v, hints[k], prefix + k, where) for k, v in data.items()}
+    obj = cls(**kwargs)
+    if hasattr(obj, "validate"):
+        obj.validate()
+    return obj
+
+
+def to_dict(obj) -> dict:
+    return dataclasses.asdict(obj)
+
+
+def _set_dotted(d: dict, dotted: str, value) -> None:
+    parts = dotted.split(".")
+    for p in parts[:-1]:
+        d = d.setdefault(p, {})
+        if not isinstance(d, dict):
+            raise ArpoError(f"override {dotted}: '{p}' is not a section")
+    d[parts[-1]] = value
+
+
+def parse_overrides(items: list[str]) -> dict:
+    """['rollout.group_size=8', 'tools.enabled=[python,search]'] -> nested dict (values parsed as YAML)."""
+    out: dict = {}
+    for item in items:
+        if "=" not in item:
+            raise ArpoError(f"override {item!r}: expected key=value, e.g. rollout.group_size=8")
+        k, v = item.split("=", 1)
+        try:
+            val = yaml.safe_load(v) if v != "" else ""
+        except yaml.YAMLError:
+            val = v
+        _set_dotted(out, k.strip(), val)
+    return out
+
+
+def merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def load_config(cls, path: str | None = None, overrides: list[str] | None = None):
+    """cls from YAML file `path` (optional) with dotted overrides applied on top."""
+    data: dict = {}
+    where = ""
+    if path:
+        p = Path(path)
+        where = f"{p}: "
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except OSError as e:
+            raise ArpoError(f"cannot read config {p}: {e.strerror}") from e
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            line = f":{mark.line + 1}" if mark else ""
+            raise ArpoError(f"{p}{line}: invalid YAML: {getattr(e, 'problem', e)}") from e
+        if not isinstance(data, dict):
+            raise ArpoError(f"{p}: top level must be a mapping of sections")
+    if overrides:
+        data = merge(data, parse_overrides(overrides))
+    return from_dict(cls, data, where=where)
+
+
+def save_config(obj, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(to_dict(obj), sort_keys=False))

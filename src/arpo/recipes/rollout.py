@@ -1,0 +1,69 @@
+"""Rollout recipe: dataset -> ARPO rollout trees -> one JSON line per trajectory.
+
+    arpo rollout --config configs/rollout_gsm8k.yaml --limit 4 --out rollouts.jsonl
+
+The dump is the project's main debugging and analysis artifact (format: RolloutTree.to_records).
+Lines are flushed after every batch of prompts, so a crash loses at most the batch in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+from arpo.recipes.common import DataConfig, ModelConfig, ToolsConfig
+from arpo.rollout.agent import AgentConfig
+from arpo.rollout.arpo import RolloutConfig
+
+
+@dataclass
+class RolloutJobConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    prompts_per_batch: int = 4  # prompts whose trees are sampled together in one engine batch
+
+
+def prompts_for(examples, tokenizer, tools: list[str], template: str | None) -> list[list[int]]:
+    from arpo.data.prompts import default_template, render_prompt, system_prompt
+
+    system = system_prompt(template or default_template(tools), tools)
+    return [render_prompt(tokenizer, ex["question"], system) for ex in examples]
+
+
+def run(cfg: RolloutJobConfig, out_path: str, quiet: bool = False) -> dict:
+    from rich.progress import Progress
+
+    from arpo.data.datasets import load_examples
+    from arpo.engine.hf import HFEngine
+    from arpo.models import load_model
+    from arpo.rollout.arpo import ARPORollout
+
+    examples = load_examples(cfg.data.path, cfg.data.limit, cfg.data.task)
+    tools = cfg.tools.build()
+    model, tok = load_model(cfg.model.name, cfg.model.device, cfg.model.dtype)
+    ro = ARPORollout(HFEngine(model, tok), tools, cfg.agent, cfg.rollout)
+    stats = {"prompts": 0, "trajectories": 0, "branches": 0, "tool_calls": 0, "seconds": 0.0}
+    t0 = time.perf_counter()
+    with open(out_path, "w") as f, Progress(disable=quiet, transient=False) as bar:
+        task = bar.add_task("rollout", total=len(examples))
+        for b in range(0, len(examples), cfg.prompts_per_batch):
+            batch = examples[b : b + cfg.prompts_per_batch]
+            prompts = prompts_for(batch, tok, cfg.tools.enabled, cfg.data.template)
+            trees = ro.run(prompts, prompt_ids=[ex["id"] for ex in batch], seed=cfg.rollout.seed + b)
+            for tree in trees:
+                for rec in tree.to_records():
+                    f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                    stats["trajectories"] += 1
+                    stats["branches"] += rec["parent_id"] is not None
+                    stats["tool_calls"] += len(rec["tool_calls"])
+            f.flush()
+            stats["prompts"] += len(batch)
+            bar.advance(task, len(batch))
+    for name in tools.names:
+        getattr(tools[name], "close", lambda: None)()
+    stats["seconds"] = round(time.perf_counter() - t0, 2)
+    return stats

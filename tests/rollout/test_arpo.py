@@ -1,0 +1,173 @@
+"""ARPO scheduler: tree invariants over many random trees, the branch rule's semantics and rate."""
+
+import math
+import random
+
+import pytest
+
+from arpo.engine.hf import HFEngine
+from arpo.rollout.agent import AgentConfig
+from arpo.rollout.arpo import ARPORollout, RolloutConfig, branch_probability, dynamic_initial_rollouts, segment_entropy
+from arpo.testing import scripted_hook
+from arpo.tools.base import ToolRegistry, ToolResult
+
+
+class Echo:
+    name = "python"
+
+    def __call__(self, x):
+        return ToolResult(x[::-1])
+
+
+SCRIPT = ["<python> a </python>", "<python> bb </python>", "<python> ccc </python>", "<answer> \\boxed{1} </answer>"]
+
+
+def make(tiny_lm, tok, cfg, agent=None, free_tokens=4, script=SCRIPT):
+    ro = ARPORollout(HFEngine(tiny_lm, tok), ToolRegistry([Echo()]), agent or AgentConfig(max_response_tokens=400), cfg)
+    hook = scripted_hook(tok, script, free_tokens=free_tokens)
+    base = ro.loop.params
+
+    def params(n, seed):
+        p = base(n, seed)
+        p.logits_hook = hook
+        return p
+
+    ro.loop.params = params
+    return ro
+
+
+def prompts(tok, n):
+    return [tok(f"Question number {i}?")["input_ids"] for i in range(n)]
+
+
+def check_tree(tree, cfg, agent, prompt):
+    tree.validate()
+    trajs = tree.trajectories
+    assert len(trajs) == cfg.group_size  # exactly M (fill-up on)
+    assert sum(t.parent_id is None for t in trajs) >= cfg.initial_rollouts  # at least N global samples
+    for t in trajs:
+        tr = t.traj
+        assert tr.prompt_ids == prompt
+        assert len(tr.response_ids) <= agent.max_response_tokens
+        assert len(tr.tool_calls) <= agent.max_tool_calls
+        # loss mask is 0 exactly on tool-result tokens
+        expected = [1] * len(tr.response_ids)
+        for c in tr.tool_calls:
+            a, b = c.result_span
+            expected[a:b] = [0] * (b - a)
+        assert tr.loss_mask == expected
+        if t.parent_id is not None:
+            parent = trajs[t.parent_id]
+            b = t.branch_token_index
+            # every branch point sits directly after one of the parent's tool results
+            assert b in [c.result_span[1] for c in parent.traj.tool_calls]
+            assert tr.response_ids[:b] == parent.traj.response_ids[:b]
+            assert tr.loss_mask[:b] == parent.traj.loss_mask[:b]
+            assert t.initial_entropy == parent.initial_entropy  # forks inherit H_initial
+        # decisions use the entropy *after* the tool result (paper semantics)
+        for d in t.branch_decisions:
+            i = d["tool_call_index"]
+            start = tr.tool_calls[i].result_span[1]
+            seg = []
+            for e, m in zip(tr.entropies[start : start + cfg.entropy_tokens], tr.loss_mask[start:]):
+                if not m:
+                    break
+                seg.append(e)
+            assert t.step_entropies[i] == pytest.approx(sum(seg) / len(seg), abs=1e-9)
+            assert d["delta_entropy"] == pytest.approx(t.step_entropies[i] - t.initial_entropy, abs=1e-5)
+            assert d["probability"] == pytest.approx(
+                branch_probability(d["delta_entropy"], cfg.entropy_weight, cfg.branch_threshold), abs=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_trees_satisfy_invariants(tiny_lm, tiny_tok, seed):
+    r = random.Random(seed)
+    m = r.choice([2, 4, 6, 8])
+    cfg = RolloutConfig(group_size=m, initial_rollouts=r.randint(1, m), branch_factor=r.choice([1, 2]),
+                        entropy_tokens=r.choice([1, 3, 4]), entropy_weight=r.choice([0.2, 0.5, 1.0]), seed=seed)
+    agent = AgentConfig(max_response_tokens=r.choice([60, 400]), max_tool_calls=r.choice([1, 2, 5]))
+    ro = make(tiny_lm, tiny_tok, cfg, agent)
+    ps = prompts(tiny_tok, 2)
+    trees = ro.run(ps)
+    for tree, p in zip(trees, ps):
+        check_tree(tree, cfg, agent, p)
+    assert not ro.engine.seqs  # everything released
+
+
+def test_grpo_is_no_branching(tiny_lm, tiny_tok):
+    cfg = RolloutConfig(group_size=4, initial_rollouts=4, entropy_tokens=2)
+    (tree,) = make(tiny_lm, tiny_tok, cfg).run(prompts(tiny_tok, 1))
+    assert all(t.parent_id is None for t in tree.trajectories) and len(tree) == 4
+    assert all(t.branch_decisions == [] for t in tree.trajectories)
+
+
+def test_branching_happens_and_shares_prefix_computation(tiny_lm, tiny_tok):
+    cfg = RolloutConfig(group_size=8, initial_rollouts=2, entropy_weight=0.0, branch_threshold=0.0, entropy_tokens=2)
+    ro = make(tiny_lm, tiny_tok, cfg)
+    (tree,) = ro.run(prompts(tiny_tok, 1))
+    forks = [t for t in tree.trajectories if t.parent_id is not None]
+    assert len(forks) == 6  # P = α + 0 > τ = 0 always: branch at every decision until M
+    shared = sum(t.branch_token_index for t in forks)
+    # a fork's prefill is one token, never its shared prefix
+    assert ro.engine.stats["prefill_tokens"] < sum(len(t.traj.response_ids) for t in tree.trajectories) - shared + 8 * 40
+
+
+def test_empirical_branch_rate_matches_formula(tiny_lm, tiny_tok):
+    """With a seeded RNG, the branched fraction matches the mean of clip(1 − τ + β·ΔH) (binomial test)."""
+    cfg = RolloutConfig(group_size=16, initial_rollouts=8, entropy_tokens=3, entropy_weight=0.4, seed=11)
+    ro = make(tiny_lm, tiny_tok, cfg, AgentConfig(max_response_tokens=400))
+    decisions = []
+    for s in range(3):
+        for tree in ro.run(prompts(tiny_tok, 4), seed=s):
+            for t in tree.trajectories:
+                decisions += t.branch_decisions
+    assert len(decisions) > 60
+    ps = [d["probability"] for d in decisions]
+    assert min(ps) < 0.4 < 0.6 < max(ps)  # the entropy term really moves the probability
+    n, k = len(ps), sum(d["branched"] for d in decisions)
+    mean, var = sum(ps), sum(p * (1 - p) for p in ps)
+    assert abs(k - mean) < 3.5 * math.sqrt(var), (k, mean, var)
+
+
+def test_reference_mode_uses_lagged_entropy(tiny_lm, tiny_tok):
+    cfg = RolloutConfig(group_size=6, initial_rollouts=3, entropy_tokens=3, mode="reference", seed=2)
+    (tree,) = make(tiny_lm, tiny_tok, cfg).run(prompts(tiny_tok, 1))
+    seen = 0
+    for t in tree.trajectories:
+        for d in t.branch_decisions:
+            i = d["tool_call_index"]
+            want = 0.0 if i == 0 else t.step_entropies[i - 1] - t.initial_entropy
+            assert d["delta_entropy"] == pytest.approx(want, abs=1e-5)
+            seen += 1
+    assert seen > 0
+
+
+def test_dynamic_budget_and_penalty(tiny_lm, tiny_tok):
+    cfg = RolloutConfig(group_size=6, initial_rollouts=3, entropy_tokens=3, dynamic_budget=True,
+                        consecutive_branch_penalty=0.05, seed=3)
+    (tree,) = make(tiny_lm, tiny_tok, cfg).run(prompts(tiny_tok, 1))
+    assert len(tree) == 6
+    probe = tree.trajectories[0]
+    h_tool = sum(probe.step_entropies) / len(probe.step_entropies)
+    n = dynamic_initial_rollouts(6, probe.initial_entropy, h_tool)
+    def root(i):
+        while tree.trajectories[i].parent_id is not None:
+            i = tree.trajectories[i].parent_id
+        return i
+
+    probe_forks = sum(1 for i, t in enumerate(tree.trajectories) if t.parent_id is not None and root(i) == 0)
+    assert sum(t.parent_id is None for t in tree.trajectories) >= min(n, 6 - probe_forks)
+
+
+def test_pure_functions_hand_values():
+    # mean of [1, 2, 3] (k=3 of 4 tokens) = 2; sum = 6; normalized by ln(100)
+    assert segment_entropy([1.0, 2.0, 3.0, 9.0], 3, "mean", False, 100) == pytest.approx(2.0)
+    assert segment_entropy([1.0, 2.0, 3.0, 9.0], 3, "sum", True, 100) == pytest.approx(6.0 / math.log(100))
+    # 1 − 0.5 + 0.2·1.0 = 0.7; clipped at 0 and 1
+    assert branch_probability(1.0, 0.2, 0.5) == pytest.approx(0.7)
+    assert branch_probability(-10.0, 0.2, 0.5) == 0.0 and branch_probability(10.0, 0.2, 0.5) == 1.0
+    # AEPO penalty: 0.7 · (1 − 0.05·2) = 0.63
+    assert branch_probability(1.0, 0.2, 0.5, consecutive=2, penalty=0.05) == pytest.approx(0.63)
+    # N = int(16·σ(0.5·(2−1))) + 1 = int(16·0.62246) + 1 = 9 + 1 = 10
+    assert dynamic_initial_rollouts(16, 2.0, 1.0) == 10
+    assert dynamic_initial_rollouts(16, -100.0, 100.0) == 1 and dynamic_initial_rollouts(16, 100.0, -100.0) == 16
