@@ -64,10 +64,7 @@ def run(args) -> int:
     try:
         traj = loop.run([prompt], seeds=[args.seed])[0]
     finally:
-        for t in tools.names:
-            close = getattr(tools[t], "close", None)
-            if close:
-                close()
+        tools.close()
     t_run = time.perf_counter() - t1
     if args.json:
         out = traj.to_dict() | {"model": args.model, "seed": args.seed, "load_s": round(t_load, 2),

@@ -15,7 +15,7 @@ import torch
 
 from arpo.engine.base import SamplingParams, Sequence, StepOutput
 from arpo.engine.kv import KVBatch, SlotCache
-from arpo.engine.sampling import sample, token_stats, truncate
+from arpo.engine.sampling import sample, token_stats, topk_entropy, truncate
 
 _TAIL = 16  # tokens decoded to look for a stop string that the newest token completed
 _ATTN = "arpo_sdpa_gqa"
@@ -318,8 +318,7 @@ class HFEngine:
         toks = sample(trunc, temp, u)
         chosen = logp.gather(-1, toks[:, None]).squeeze(-1)
         if self.topk_entropy:
-            top = logp.topk(self.topk_entropy, dim=-1).values
-            topk_ent = (-(top.exp() * torch.nan_to_num(top, neginf=0.0)).sum(-1)).tolist()
+            topk_ent = topk_entropy(logp, self.topk_entropy).tolist()
         outs = []
         for i, s in enumerate(seqs):
             t = int(toks[i])

@@ -15,8 +15,18 @@ def token_stats(logits: torch.Tensor, temperature: torch.Tensor) -> tuple[torch.
     """log-softmax of logits/T and the full-vocab entropy. logits (B, V), temperature (B,)."""
     t = torch.where(temperature > 0, temperature, torch.ones_like(temperature))
     logp = torch.log_softmax(logits.float() / t[:, None], dim=-1)  # (B, V)
-    entropy = -(logp.exp() * torch.nan_to_num(logp, neginf=0.0)).sum(-1)  # (B,); 0·log 0 = 0
-    return logp, entropy
+    return logp, entropy_of(logp)
+
+
+def entropy_of(logp: torch.Tensor) -> torch.Tensor:
+    """−Σ p log p over the last dim of (possibly partial) log-probs; 0·log 0 = 0. (B, K) -> (B,)."""
+    return -(logp.exp() * torch.nan_to_num(logp, neginf=0.0)).sum(-1)
+
+
+def topk_entropy(logp: torch.Tensor, k: int) -> torch.Tensor:
+    """The reference's estimator (spec §2): entropy over the k most likely tokens only, not
+    renormalized. logp (B, V) -> (B,)."""
+    return entropy_of(logp.topk(k, dim=-1).values)
 
 
 def truncate(logp: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:

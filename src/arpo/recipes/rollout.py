@@ -63,7 +63,6 @@ def run(cfg: RolloutJobConfig, out_path: str, quiet: bool = False) -> dict:
             f.flush()
             stats["prompts"] += len(batch)
             bar.advance(task, len(batch))
-    for name in tools.names:
-        getattr(tools[name], "close", lambda: None)()
+    tools.close()
     stats["seconds"] = round(time.perf_counter() - t0, 2)
     return stats

@@ -107,6 +107,13 @@ class ToolRegistry:
             return ToolCall(tag, "", error=f"Error: empty <{tag}> call; put the input between the tags.")
         return ToolCall(tag, body)
 
+    def close(self) -> None:
+        """Release tool resources (worker pools, connections) of tools that hold any."""
+        for t in self._tools.values():
+            close = getattr(t, "close", None)
+            if close is not None:
+                close()
+
     def run(self, call: ToolCall) -> ToolResult:
         """Run a parsed call; errors (malformed call or a tool that raised) become error results."""
         if call.error is not None:
