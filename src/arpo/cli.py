@@ -12,7 +12,11 @@ from arpo.errors import ArpoError
 # module path -> registers one or more subcommands
 COMMAND_MODULES = [
     "arpo.commands.chat",
+    "arpo.commands.tool",
+    "arpo.commands.index",
+    "arpo.commands.serve",
     "arpo.commands.rollout",
+    "arpo.commands.sft_data",
 ]
 
 

@@ -33,7 +33,7 @@ def test_group_normalize_unbiased_std():
     close(group_normalize(torch.tensor([1.0, 0, 0, 0])), [1.5, -0.5, -0.5, -0.5])
 
 
-def test_group_normalize_drgrpo_and_degenerate_groups():
+def test_group_normalize_dr_grpo_and_degenerate_groups():
     close(group_normalize(torch.tensor([1.0, 0, 0, 0]), std=False), [0.75, -0.25, -0.25, -0.25])
     close(group_normalize(torch.tensor([5.0])), [0.0])  # a group of one has no baseline
     close(group_normalize(torch.tensor([1.0, 1.0, 1.0])), [0.0, 0.0, 0.0])  # 0 / (0 + eps)
@@ -68,10 +68,10 @@ def test_batch_normalize_reinforce_pp():
 
 
 def test_registry_names_and_dispatch():
-    assert {"grpo", "drgrpo", "reinforce_pp"} <= set(ADVANTAGE_ESTIMATORS)
+    assert {"grpo", "dr_grpo", "reinforce_pp"} <= set(ADVANTAGE_ESTIMATORS)
     r, gid = torch.tensor([1.0, 0, 0, 0]), [0, 0, 0, 0]
     close(compute_advantages("grpo", r, gid), [1.5, -0.5, -0.5, -0.5])
-    close(compute_advantages("drgrpo", r, gid), [0.75, -0.25, -0.25, -0.25])
+    close(compute_advantages("dr_grpo", r, gid), [0.75, -0.25, -0.25, -0.25])
     # one group: global and group statistics coincide
     close(compute_advantages("reinforce_pp", r, gid), [1.5, -0.5, -0.5, -0.5])
     with pytest.raises(ValueError, match="grpo"):

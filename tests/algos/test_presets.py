@@ -10,7 +10,7 @@ from arpo.algos.losses import policy_loss
 from arpo.algos.presets import PRESETS, AlgoPreset, get_preset
 from arpo.errors import ArpoError
 
-NAMES = ["arpo", "grpo", "dapo", "reinforce_pp", "drgrpo", "gspo", "aepo"]
+NAMES = ["arpo", "grpo", "dapo", "reinforce_pp", "dr_grpo", "gspo", "aepo"]
 
 
 def test_all_presets_present_and_named_after_their_key():
@@ -39,15 +39,15 @@ def test_baselines_switch_what_their_papers_change():
     assert (dapo.clip_low, dapo.clip_high, dapo.loss_agg, dapo.kl_coef) == (0.2, 0.28, "token-mean", 0.0)
     assert dapo.dynamic_sampling and not get_preset("arpo").dynamic_sampling
     assert get_preset("reinforce_pp").advantage_estimator == "reinforce_pp"
-    dr = get_preset("drgrpo")
-    assert (dr.advantage_estimator, dr.loss_agg, dr.agg_normalizer) == ("drgrpo", "seq-mean-token-sum-norm", 4096)
+    dr = get_preset("dr_grpo")
+    assert (dr.advantage_estimator, dr.loss_agg, dr.agg_normalizer) == ("dr_grpo", "seq-mean-token-sum-norm", 4096)
     gspo = get_preset("gspo")
     assert (gspo.loss_type, gspo.clip_low, gspo.clip_high) == ("gspo", 3e-4, 4e-4)
     aepo = get_preset("aepo")
     assert aepo.dynamic_budget and aepo.consecutive_branch_penalty == 0.05
     assert aepo.entropy_balanced_clipping and aepo.entropy_aware_advantage and aepo.entropy_aware_alpha == 0.2
     assert not get_preset("arpo").entropy_balanced_clipping
-    for name in ["grpo", "dapo", "reinforce_pp", "drgrpo", "gspo"]:  # trajectory-level baselines
+    for name in ["grpo", "dapo", "reinforce_pp", "dr_grpo", "gspo"]:  # trajectory-level baselines
         p = get_preset(name)
         assert p.initial_rollouts == p.group_size and not p.branching, name
 

@@ -103,7 +103,7 @@ def grpo_advantage(rewards: torch.Tensor, group_ids: IntsLike) -> torch.Tensor:
     return grouped_normalize(rewards, group_ids, std=True)
 
 
-def drgrpo_advantage(rewards: torch.Tensor, group_ids: IntsLike) -> torch.Tensor:
+def dr_grpo_advantage(rewards: torch.Tensor, group_ids: IntsLike) -> torch.Tensor:
     """Dr.GRPO: per-prompt mean only, no std division. (N,), (N,) -> (N,)"""
     return grouped_normalize(rewards, group_ids, std=False)
 
@@ -121,7 +121,7 @@ def reinforce_pp_baseline_advantage(rewards: torch.Tensor, group_ids: IntsLike) 
 # name -> f(rewards (N,), group_ids (N,)) -> advantages (N,)
 ADVANTAGE_ESTIMATORS: dict[str, Callable[[torch.Tensor, IntsLike], torch.Tensor]] = {
     "grpo": grpo_advantage,
-    "drgrpo": drgrpo_advantage,
+    "dr_grpo": dr_grpo_advantage,
     "reinforce_pp": reinforce_pp_advantage,
     "reinforce_pp_baseline": reinforce_pp_baseline_advantage,
 }

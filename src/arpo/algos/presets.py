@@ -123,8 +123,8 @@ PRESETS: dict[str, AlgoPreset] = {
     ),  # fmt: skip
     # Dr.GRPO (arXiv 2503.20783): no std division, no 1/|o_i| length normalization; the constant
     # is the max generation length (spec §6: 4096 response tokens for reasoning runs).
-    "drgrpo": dataclasses.replace(
-        _ARPO, name="drgrpo", source="Dr.GRPO, arXiv 2503.20783", advantage_estimator="drgrpo",
+    "dr_grpo": dataclasses.replace(
+        _ARPO, name="dr_grpo", source="Dr.GRPO, arXiv 2503.20783", advantage_estimator="dr_grpo",
         loss_agg="seq-mean-token-sum-norm", agg_normalizer=4096, **_NO_BRANCHING,
     ),  # fmt: skip
     # GSPO (arXiv 2507.18071): sequence-level ratio, clip range 3e-4 / 4e-4, sequence-mean loss.
