@@ -46,3 +46,43 @@ class DataConfig:
     limit: int | None = None  # use only the first N examples
     task: str | None = None  # force math | qa (default: per row)
     template: str | None = None  # prompt template (default: from the enabled tools)
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-6  # AdamW learning rate (ARPO reference: 1e-6, constant)
+    weight_decay: float = 0.01
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    schedule: str = "constant"  # constant | cosine | linear (after warmup)
+    warmup_steps: int = 0
+    min_lr_ratio: float = 0.0  # cosine/linear decay down to lr * this
+    grad_clip: float = 1.0  # max global gradient norm (0 disables)
+
+    def validate(self) -> None:
+        if self.lr <= 0:
+            raise ArpoError(f"optim.lr must be > 0, got {self.lr}")
+        if self.schedule not in ("constant", "cosine", "linear"):
+            raise ArpoError(f"optim.schedule: {self.schedule!r}; choose constant, cosine or linear")
+        if len(self.betas) != 2:
+            raise ArpoError(f"optim.betas must have 2 values, got {self.betas}")
+
+
+@dataclass
+class LoraConfig:
+    enabled: bool = False  # train a LoRA adapter (peft) instead of all weights
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj",
+                                                                "gate_proj", "up_proj", "down_proj"])
+
+
+@dataclass
+class RunConfig:
+    dir: str = "runs/default"  # RUN_DIR: metrics.jsonl, tensorboard/, checkpoints/, config.yaml
+    seed: int = 0
+    save_every: int = 50  # checkpoint every n steps (and at the end); 0: only at the end
+    keep_checkpoints: int = 2
+    log_every: int = 1
+    tensorboard: bool = True
+    threads: int = 0  # torch CPU threads (0: leave torch's default)

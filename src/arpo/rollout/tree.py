@@ -120,6 +120,12 @@ class RolloutTree:
             d += 1
         return d
 
+    def to_training(self) -> tuple[dict, list[list[int]]]:
+        """The tree as training/packing.py takes it, and each trajectory's loss mask."""
+        tree = {"prompt": list(self.prompt_ids), "responses": [list(t.traj.response_ids) for t in self.trajectories],
+                "parent": self.parents, "branch_at": self.branch_at}
+        return tree, [list(t.traj.loss_mask) for t in self.trajectories]
+
     def to_records(self) -> list[dict]:
         """One JSON-able dict per trajectory: the `arpo rollout` dump format."""
         recs = []

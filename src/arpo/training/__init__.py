@@ -1,0 +1,1 @@
+"""Training-side building blocks: tree packing, checkpoints, logging, optimizers."""

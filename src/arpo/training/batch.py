@@ -1,0 +1,159 @@
+"""A training batch of rollout trees, its log-probs under a model (tree-packed or flat), and the
+backward pass through them in bounded memory.
+
+    batch = TreeBatch.from_trees(trees)                       # layout: one row per trajectory
+    old_logp, _ = token_logprobs(model, batch)                # no grad: the behaviour policy
+    loss, diag = loss_and_backward(model, batch, loss_fn)     # grads accumulate in model params
+
+`loss_and_backward` computes the loss on the flat (B, T) log-probs (so every loss and aggregation
+of algos/losses.py applies as written), takes dL/d logp there, then re-runs the model one
+micro-batch of packs at a time and back-propagates `Σ logp · dL/dlogp`: exact for any loss (the
+loss depends on the parameters only through logp and entropy), with activation memory bounded by
+one micro-batch instead of the whole batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from arpo.training.packing import Pack, pack_trees, packed_token_logprobs, unpack
+
+
+@dataclass
+class TreeBatch:
+    trees: list[dict]  # {prompt, responses, parent, branch_at} (see packing.pack_trees)
+    rows: dict[tuple[int, int], int]  # (tree, traj) -> row of the flat (B, T) tensors
+    lengths: torch.Tensor  # (B,) response lengths
+    mask: torch.Tensor  # (B, T) float: 1 on generated tokens, 0 on tool results / padding
+    advantages: torch.Tensor | None = None  # (B, T)
+    old_logp: torch.Tensor | None = None  # (B, T)
+    ref_logp: torch.Tensor | None = None  # (B, T)
+    extras: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_trees(cls, trees: list[dict], masks: list[list[list[int]]] | None = None) -> "TreeBatch":
+        """masks[t][i]: loss mask of trajectory i of tree t (default: all ones)."""
+        rows, lengths = {}, []
+        for ti, tr in enumerate(trees):
+            for i, r in enumerate(tr["responses"]):
+                rows[(ti, i)] = len(lengths)
+                lengths.append(len(r))
+        t_max = max(lengths, default=0)
+        mask = torch.zeros(len(lengths), t_max)
+        for (ti, i), row in rows.items():
+            m = masks[ti][i] if masks is not None else [1] * lengths[row]
+            if len(m) != lengths[row]:
+                raise ValueError(f"tree {ti} trajectory {i}: mask has {len(m)} entries for {lengths[row]} tokens")
+            mask[row, : len(m)] = torch.tensor(m, dtype=torch.float32)
+        return cls(trees=trees, rows=rows, lengths=torch.tensor(lengths, dtype=torch.long), mask=mask)
+
+    @property
+    def width(self) -> int:
+        return self.mask.shape[1]
+
+    def n_tokens(self, packed: bool) -> int:
+        """Tokens the model must process for this batch: packed counts each shared token once."""
+        if packed:
+            return sum(len(t["prompt"]) + sum(len(r) - (b if p != -1 else 0)
+                       for r, p, b in zip(t["responses"], t["parent"], t["branch_at"])) for t in self.trees)
+        return sum(len(t["prompt"]) * len(t["responses"]) + sum(len(r) for r in t["responses"]) for t in self.trees)
+
+    def subset(self, tree_ids: list[int]) -> "TreeBatch":
+        """The batch restricted to some trees (a mini-batch), tensors sliced consistently."""
+        keep_rows = [self.rows[(t, i)] for t in tree_ids for i in range(len(self.trees[t]["responses"]))]
+        new_rows = {}
+        for nt, t in enumerate(tree_ids):
+            for i in range(len(self.trees[t]["responses"])):
+                new_rows[(nt, i)] = len(new_rows)
+        idx = torch.tensor(keep_rows, dtype=torch.long)
+        width = int(self.lengths[idx].max()) if len(idx) else 0
+
+        def sl(x):
+            return None if x is None else x[idx, :width]
+
+        return TreeBatch(trees=[self.trees[t] for t in tree_ids], rows=new_rows, lengths=self.lengths[idx],
+                         mask=sl(self.mask), advantages=sl(self.advantages), old_logp=sl(self.old_logp),
+                         ref_logp=sl(self.ref_logp))
+
+
+def _micro_packs(batch: TreeBatch, packed: bool, max_tokens: int) -> list[list[Pack]]:
+    """Packs grouped into micro-batches of about max_tokens model tokens each. The flat path is
+    packing with every trajectory its own root (nothing shared)."""
+    trees = batch.trees
+    if not packed:
+        trees = [{"prompt": t["prompt"], "responses": [r], "parent": [-1], "branch_at": [0]}
+                 for t in batch.trees for r in t["responses"]]
+    packs = pack_trees(trees, max_tokens=max_tokens if packed else None)
+    if not packed:  # re-key members to the (tree, traj) of the original batch
+        keys = [(ti, i) for ti, t in enumerate(batch.trees) for i in range(len(t["responses"]))]
+        for p in packs:
+            p.members = [keys[p.members[0][0]]]
+    groups, cur, n = [], [], 0
+    for p in packs:
+        if cur and n + p.n_tokens > max_tokens:
+            groups.append(cur)
+            cur, n = [], 0
+        cur.append(p)
+        n += p.n_tokens
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+def token_logprobs(model, batch: TreeBatch, *, packed: bool = True, max_tokens: int = 4096,
+                   with_entropy: bool = False, temperature: float = 1.0, chunk_size: int = 1024,
+                   pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Flat (B, T) log-probs (and entropies) of every response token, without gradient."""
+    lps, ens, all_packs = [], [], []
+    with torch.no_grad():
+        for group in _micro_packs(batch, packed, max_tokens):
+            for (lp, en), p in zip(packed_token_logprobs(model, group, with_entropy=with_entropy,
+                                                         chunk_size=chunk_size, temperature=temperature,
+                                                         pad_id=pad_id), group):
+                lps.append(lp)
+                ens.append(en)
+                all_packs.append(p)
+    logp = unpack(all_packs, lps, batch.rows, batch.width)
+    ent = unpack(all_packs, ens, batch.rows, batch.width) if with_entropy else None
+    return logp, ent
+
+
+def loss_and_backward(model, batch: TreeBatch, loss_fn, *, packed: bool = True, max_tokens: int = 4096,
+                      need_entropy: bool = False, temperature: float = 1.0, chunk_size: int = 1024,
+                      pad_id: int = 0, current: tuple[torch.Tensor, torch.Tensor | None] | None = None,
+                      scale: float = 1.0):
+    """loss_fn(logp (B,T), entropy (B,T)|None) -> (loss, diagnostics). Accumulates
+    scale · dloss/dθ into the parameters' .grad and returns (loss, diagnostics).
+
+    `current`: the batch's log-probs (and entropies) under the current parameters when already
+    known (e.g. on-policy, where they equal old_logp), saving the first forward."""
+    if current is None:
+        current = token_logprobs(model, batch, packed=packed, max_tokens=max_tokens, with_entropy=need_entropy,
+                                 temperature=temperature, chunk_size=chunk_size, pad_id=pad_id)
+    lp = current[0].detach().clone().requires_grad_(True)
+    en = current[1].detach().clone().requires_grad_(True) if current[1] is not None else None
+    loss, diag = loss_fn(lp, en)
+    grads = torch.autograd.grad(loss * scale, [lp] + ([en] if en is not None else []), allow_unused=True)
+    g_lp = grads[0] if grads[0] is not None else torch.zeros_like(lp)
+    g_en = grads[1] if en is not None else None
+    for group in _micro_packs(batch, packed, max_tokens):
+        outs = packed_token_logprobs(model, group, with_entropy=g_en is not None, chunk_size=chunk_size,
+                                     temperature=temperature, pad_id=pad_id)
+        terms = []
+        for (plp, pen), p in zip(outs, group):
+            # a pair may belong to several rows (shared tokens): index_add sums their gradients
+            g = torch.zeros_like(plp)
+            ge = torch.zeros_like(pen) if (g_en is not None and pen is not None) else None
+            for key, pi in zip(p.members, p.pair_index):
+                r, n = batch.rows[key], len(pi)
+                g.index_add_(0, pi, g_lp[r, :n].to(plp.dtype))
+                if ge is not None:
+                    ge.index_add_(0, pi, g_en[r, :n].to(pen.dtype))
+            terms.append((plp * g).sum())
+            if ge is not None:
+                terms.append((pen * ge).sum())
+        if terms:
+            torch.stack(terms).sum().backward()
+    return loss.detach(), diag

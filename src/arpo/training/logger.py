@@ -1,0 +1,76 @@
+"""Metrics: one JSON line per step in RUN_DIR/metrics.jsonl, mirrored to tensorboard.
+
+Every line is flushed when written. On resume from step k the file is first cut back to the lines
+with step <= k (atomically), so a resumed run's log reads exactly like an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+from arpo.training.checkpoint import write_text_atomic
+
+
+def read_metrics(path: str | Path) -> list[dict]:
+    p = Path(path)
+    if p.is_dir():
+        p = p / "metrics.jsonl"
+    if not p.is_file():
+        return []
+    rows = []
+    for line in p.read_text().splitlines():
+        line = line.strip()
+        if line:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:  # a line cut by a crash
+                continue
+    return rows
+
+
+class MetricsLogger:
+    def __init__(self, run_dir: str | Path, resume_step: int | None = None, tensorboard: bool = True,
+                 enabled: bool = True):
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / "metrics.jsonl"
+        self.enabled = enabled
+        self._tb = None
+        if not enabled:
+            return
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if resume_step is not None:
+            kept = [r for r in read_metrics(self.path) if r.get("step", 0) <= resume_step]
+            write_text_atomic(self.path, "".join(json.dumps(r) + "\n" for r in kept))
+        elif self.path.exists():
+            self.path.unlink()
+        self._f = open(self.path, "a")
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tb = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=resume_step + 1
+                                         if resume_step is not None else None)
+            except Exception:  # tensorboard not installed: the JSONL log is the source of truth
+                self._tb = None
+
+    def log(self, step: int, metrics: dict, prefix: str = "") -> None:
+        if not self.enabled:
+            return
+        row = {"step": step, **{f"{prefix}{k}": v for k, v in metrics.items()}}
+        self._f.write(json.dumps(row, default=float) + "\n")
+        self._f.flush()
+        if self._tb is not None:
+            for k, v in row.items():
+                if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                    self._tb.add_scalar(k, v, step, walltime=time.time())
+            self._tb.flush()
+
+    def close(self) -> None:
+        if not self.enabled:
+            return
+        self._f.close()
+        if self._tb is not None:
+            self._tb.close()

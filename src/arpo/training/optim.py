@@ -1,0 +1,70 @@
+"""Optimizer, learning-rate schedule and (optionally) a LoRA adapter, from config sections."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from arpo.errors import ArpoError
+
+
+def build_optimizer(model, cfg) -> torch.optim.Optimizer:
+    """AdamW over the trainable parameters; no weight decay on biases and norm weights."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            (no_decay if p.ndim < 2 else decay).append(p)
+    if not decay and not no_decay:
+        raise ArpoError("the model has no trainable parameters")
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), foreach=False)
+
+
+def lr_lambda(cfg, total_steps: int):
+    def f(step: int) -> float:
+        if cfg.warmup_steps and step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        if cfg.schedule == "constant":
+            return 1.0
+        span = max(1, total_steps - cfg.warmup_steps)
+        t = min(1.0, (step - cfg.warmup_steps) / span)
+        shape = 0.5 * (1 + math.cos(math.pi * t)) if cfg.schedule == "cosine" else 1 - t
+        return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * shape
+
+    return f
+
+
+def build_scheduler(optimizer, cfg, total_steps: int):
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg, total_steps))
+
+
+def clip_gradients(model, max_norm: float) -> float:
+    params = [p for p in model.parameters() if p.grad is not None]
+    if not params:
+        return 0.0
+    if max_norm and max_norm > 0:
+        return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+    return float(torch.norm(torch.stack([p.grad.detach().norm() for p in params])))
+
+
+def apply_lora(model, cfg):
+    """Wrap the model with a peft LoRA adapter (only adapter weights train)."""
+    if not cfg.enabled:
+        return model
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as e:
+        raise ArpoError("lora.enabled needs peft: pip install 'arpo[train]'") from e
+    present = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
+    targets = [t for t in cfg.target_modules if t in present]
+    if not targets:
+        raise ArpoError(f"lora.target_modules {cfg.target_modules} match no module of this model")
+    return get_peft_model(model, LoraConfig(r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout,
+                                            target_modules=targets, task_type="CAUSAL_LM"))
+
+
+def base_model(model):
+    """The transformers model under a peft wrapper (for .model / get_output_embeddings)."""
+    get = getattr(model, "get_base_model", None)
+    return get() if get is not None else model
