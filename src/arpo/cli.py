@@ -17,6 +17,10 @@ COMMAND_MODULES = [
     "arpo.commands.serve",
     "arpo.commands.rollout",
     "arpo.commands.sft_data",
+    "arpo.commands.sft",
+    "arpo.commands.train",
+    "arpo.commands.eval",
+    "arpo.commands.plot",
 ]
 
 

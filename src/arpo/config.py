@@ -61,6 +61,11 @@ def _coerce(value, tp, key: str, where: str):
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads `1e-6` (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
         raise ArpoError(f"{where}{key}: expected a number, got {value!r}")
     if tp is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):

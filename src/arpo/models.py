@@ -40,7 +40,16 @@ def _package_dir(pkg: str) -> Path | None:
 def resolve_model_dir(name_or_path: str) -> Path:
     """A directory loadable with `from_pretrained`, converting a built-in GGUF model on first use."""
     p = Path(name_or_path).expanduser()
+    if p.is_dir() and not (p / "config.json").exists() and not (p / "adapter_config.json").exists():
+        from arpo.training.checkpoint import latest_checkpoint
+
+        # a training run dir (its latest checkpoint) or a checkpoint dir
+        ck = p if (p / "state.json").exists() else latest_checkpoint(p)
+        if ck is not None and (ck / "model").is_dir():
+            p = ck / "model"
     if p.is_dir():
+        if (p / "adapter_config.json").exists():
+            return p
         if not (p / "config.json").exists():
             raise ArpoError(f"--model {name_or_path}: directory has no config.json (not a Hugging Face model dir)")
         return p
@@ -97,13 +106,27 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: s
     CPUs), bfloat16 on GPU."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # arpo shows its own progress; keep the terminal readable
     d = resolve_model_dir(name_or_path)
     device = pick_device(device)
     if dtype == "auto":
         torch_dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     else:
         torch_dtype = getattr(torch, dtype)
+    if (d / "adapter_config.json").exists():  # a LoRA adapter (arpo sft/train with lora.enabled): merge it
+        import json
+
+        base = json.loads((d / "adapter_config.json").read_text()).get("base_model_name_or_path")
+        if not base:
+            raise ArpoError(f"{d}/adapter_config.json names no base model")
+        model, _ = load_model(base, device, dtype)
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(d)).merge_and_unload()
+        tok = AutoTokenizer.from_pretrained(d if (d / "tokenizer_config.json").exists() else resolve_model_dir(base))
+        return model.eval(), tok
     tok = AutoTokenizer.from_pretrained(d)
     model = AutoModelForCausalLM.from_pretrained(d, dtype=torch_dtype, attn_implementation="sdpa").to(device)
     return model.eval(), tok

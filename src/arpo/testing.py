@@ -103,3 +103,22 @@ def scripted_hook(tokenizer, segments: list[str], eos_after: bool = True, free_t
         return forced
 
     return hook
+
+
+def toy_reward(response: str, example: dict, **_):
+    """A reward for tests with tiny random models (which never follow the protocol): varies with the
+    response so advantages are non-zero. Returns the same fields as arpo.rewards.RewardResult."""
+    from types import SimpleNamespace
+
+    score = (sum(map(ord, response)) % 97) / 96.0
+    return SimpleNamespace(reward=score, score=score, format_ok=True, format_error=None, answer=None,
+                           correct=score > 0.5)
+
+
+def save_tiny_model(path, **kwargs) -> str:
+    """Write a tiny random model + tokenizer as a Hugging Face directory (usable as --model)."""
+    tok = tiny_tokenizer()
+    model = tiny_model(tok, **kwargs)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)

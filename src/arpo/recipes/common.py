@@ -24,6 +24,8 @@ class ToolsConfig:
     search_url: str | None = None  # or a retrieval server (arpo serve retriever)
     top_k: int = 10  # passages per search (reference 10)
     max_chars: int = 1000  # characters per passage (reference 1000)
+    cache: bool = True  # answer identical calls once (successful results only; tools/cache.py)
+    cache_path: str | None = None  # persist the cache here (JSON) across runs
 
     def validate(self) -> None:
         from arpo.tools import KNOWN_TOOLS
@@ -34,10 +36,12 @@ class ToolsConfig:
 
     def build(self):
         from arpo.tools import build_tools
+        from arpo.tools.cache import ToolCache
 
+        cache = ToolCache(path=self.cache_path) if self.cache else None
         return build_tools(self.enabled, python_timeout_s=self.python_timeout_s, max_output_chars=self.max_output_chars,
                            search_index=self.search_index, search_url=self.search_url, top_k=self.top_k,
-                           max_chars=self.max_chars)
+                           max_chars=self.max_chars, cache=cache)
 
 
 @dataclass

@@ -10,9 +10,10 @@ KNOWN_TOOLS = ("python", "search")
 
 def build_tools(names: list[str], *, python_timeout_s: float = 5.0, max_output_chars: int = 2000,
                 search_index: str | None = None, search_url: str | None = None, top_k: int = 10,
-                max_chars: int = 1000) -> ToolRegistry:
-    """A registry with the named tools, configured from plain options (CLI flags / config keys)."""
-    reg = ToolRegistry()
+                max_chars: int = 1000, cache=None) -> ToolRegistry:
+    """A registry with the named tools, configured from plain options (CLI flags / config keys).
+    `cache`: a tools.cache.ToolCache shared by the tools (identical calls answered once), or None."""
+    reg = _Registry(cache)
     for n in names:
         if n == "python":
             from arpo.tools.python import PythonTool
@@ -38,6 +39,26 @@ def build_tools(names: list[str], *, python_timeout_s: float = 5.0, max_output_c
         else:
             raise ArpoError(f"unknown tool {n!r}; available: {', '.join(KNOWN_TOOLS)}")
     return reg
+
+
+class _Registry(ToolRegistry):
+    """A ToolRegistry whose tools are wrapped in a shared cache when one is given."""
+
+    def __init__(self, cache=None):
+        super().__init__()
+        self.cache = cache
+
+    def register(self, tool: Tool) -> None:
+        if self.cache is not None:
+            from arpo.tools.cache import CachedTool
+
+            tool = CachedTool(tool, self.cache)
+        super().register(tool)
+
+    def close(self) -> None:
+        super().close()
+        if self.cache is not None and self.cache.path is not None:
+            self.cache.save()
 
 
 def default_index_dir():

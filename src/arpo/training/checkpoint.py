@@ -66,6 +66,9 @@ def save_checkpoint(run_dir: str | Path, step: int, model, tokenizer=None, optim
     tmp = root / f".step_{step:06d}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
     model.save_pretrained(tmp / "model", safe_serialization=True)
     if tokenizer is not None:
         tokenizer.save_pretrained(tmp / "model")

@@ -1,0 +1,1 @@
+"""Analyses and figures of runs and rollout dumps (entropy after tool results, metric curves)."""

@@ -1,0 +1,48 @@
+"""Figures of a run's metrics.jsonl: one PNG per panel group, x = step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from arpo.errors import ArpoError
+
+PANELS = {
+    "reward": ["reward_mean", "val/score"],
+    "accuracy": ["accuracy", "val/pass@1", "format_error_rate"],
+    "tool_calls": ["tool_calls_per_traj", "tool_calls_per_traj/python", "tool_calls_per_traj/search", "tool_failures"],
+    "entropy": ["initial_entropy", "post_tool_entropy", "entropy"],
+    "branches": ["branches", "trajectories"],
+    "loss": ["loss", "pg_loss", "nll", "clip_frac", "approx_kl", "grad_norm"],
+    "speed": ["tokens_per_s", "time_generation", "time_training", "step_seconds"],
+}
+
+
+def plot_run(rows: list[dict], out_dir: str | Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not rows:
+        raise ArpoError("no metrics to plot (metrics.jsonl is empty or missing)")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, keys in PANELS.items():
+        present = [k for k in keys if any(isinstance(r.get(k), (int, float)) for r in rows)]
+        if not present:
+            continue
+        fig, ax = plt.subplots(figsize=(6.5, 3.8))
+        for k in present:
+            pts = [(r["step"], r[k]) for r in rows if isinstance(r.get(k), (int, float))]
+            ax.plot(*zip(*pts), marker="o" if len(pts) < 30 else None, label=k)
+        ax.set_xlabel("step")
+        ax.set_title(name)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        p = out_dir / f"{name}.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        written.append(p)
+    return written

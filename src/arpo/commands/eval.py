@@ -1,0 +1,114 @@
+"""`arpo eval`: pass@1 / pass@k, F1 or math accuracy, format errors and tool use, per dataset."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from arpo.errors import ArpoError
+
+EXAMPLES = """examples:
+  arpo eval --data ../shared/data/gsm8k/test.jsonl --limit 50                     # greedy, default model
+  arpo eval --model runs/train --data ../shared/data/hotpotqa/dev.jsonl --tools search --limit 50
+  arpo eval --model runs/sft --data a.jsonl b.jsonl --samples 5 --temperature 0.6 --out eval.json
+
+--model takes a Hugging Face dir, a built-in name, a checkpoint dir or a run dir (its latest
+checkpoint). Greedy (--temperature 0, the default) with --samples 1 gives deterministic numbers.
+pass@k uses the unbiased estimator 1 - C(n-c,k)/C(n,k) over the n = --samples samples."""
+
+
+def register(sub) -> None:
+    p = sub.add_parser("eval", help="evaluate an agent: pass@1/pass@k, F1/accuracy, format errors, tool calls",
+                       description="Run the agent with real tools on one or more datasets and score it with the "
+                       "reward's correctness check (spec §5).", epilog=EXAMPLES,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", "--checkpoint", dest="model", default="smollm2-135m-instruct",
+                   help="model dir, built-in name, checkpoint or run dir (default: %(default)s)")
+    p.add_argument("--data", nargs="+", required=True, help="dataset files (GSM8K, HotpotQA, generic JSONL/parquet)")
+    p.add_argument("--limit", type=int, default=None, help="questions per dataset")
+    p.add_argument("--samples", type=int, default=1, help="samples per question, k of pass@k (default 1)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--tools", default=None, help="comma-separated tools (default: python for math, search for QA)")
+    p.add_argument("--template", default=None, help="prompt template (default: from the tools)")
+    p.add_argument("--max-tool-calls", type=int, default=5)
+    p.add_argument("--max-new-tokens", type=int, default=512)
+    p.add_argument("--reward", default="arpo", help="reward/scorer: arpo, f1, em or module:function")
+    p.add_argument("--math-scorer", default="math_equal", choices=["math_equal", "f1"])
+    p.add_argument("--search-index", default=None)
+    p.add_argument("--search-url", default=None)
+    p.add_argument("--batch-size", type=int, default=16, help="sequences decoded together")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--out", default=None, help="write the metrics (and per-sample records) as JSON here")
+    p.add_argument("--json", action="store_true", help="print the metrics as JSON instead of a table")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from rich.progress import Progress
+
+    from arpo.data.datasets import load_examples
+    from arpo.engine.hf import HFEngine
+    from arpo.eval.evaluate import evaluate
+    from arpo.models import load_model
+    from arpo.rewards import get_reward_fn
+    from arpo.rollout.agent import AgentConfig
+    from arpo.tools import build_tools
+
+    if args.samples < 1:
+        raise ArpoError("--samples must be >= 1")
+    if args.samples > 1 and args.temperature == 0:
+        raise ArpoError("--samples > 1 with --temperature 0 gives identical samples; set --temperature > 0")
+    reward_fn = get_reward_fn(args.reward)
+    datasets = {d: load_examples(d, args.limit) for d in args.data}
+    model, tok = load_model(args.model, device=args.device)
+    engine = HFEngine(model, tok)
+    agent = AgentConfig(max_tool_calls=args.max_tool_calls, max_response_tokens=args.max_new_tokens)
+    results, all_records = {}, {}
+    with Progress(disable=args.quiet or args.json) as bar:
+        for path, examples in datasets.items():
+            if args.tools:
+                names = [t.strip() for t in args.tools.split(",") if t.strip()]
+            else:
+                names = ["python"] if all(ex["task"] == "math" for ex in examples) else ["search"]
+            tools = build_tools(names, search_index=args.search_index, search_url=args.search_url)
+            task = bar.add_task(Path(path).name, total=len(examples) * args.samples)
+            recs: list = []
+            try:
+                results[path] = evaluate(
+                    engine, tools, tok, examples, reward_fn=reward_fn, agent=agent, samples=args.samples,
+                    temperature=args.temperature, template=args.template, tool_names=names, seed=args.seed,
+                    math_scorer=args.math_scorer, batch_size=args.batch_size,
+                    progress=lambda n, t=task: bar.advance(t, n), records_out=recs,
+                )
+            finally:
+                tools.close()
+            results[path]["tools"] = names
+            all_records[path] = recs
+    if args.out:
+        from arpo.training.checkpoint import write_text_atomic
+
+        write_text_atomic(Path(args.out), json.dumps({"model": args.model, "temperature": args.temperature,
+                                                      "results": results, "records": all_records}, indent=1))
+    if args.json:
+        print(json.dumps({"model": args.model, "results": results}))
+    else:
+        print_table(results, args.model)
+    return 0
+
+
+def print_table(results: dict, model: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    keys = ["questions", "samples"] + sorted({k for r in results.values() for k in r if k.startswith("pass@")}) + [
+        "score", "format_error_rate", "tool_calls", "response_tokens"]
+    t = Table(title=f"arpo eval · {model}")
+    t.add_column("dataset")
+    for k in keys:
+        t.add_column(k, justify="right")
+    for path, r in results.items():
+        t.add_row(Path(path).name, *[f"{r[k]:.3f}" if isinstance(r.get(k), float) else str(r.get(k, "")) for k in keys])
+    Console().print(t)

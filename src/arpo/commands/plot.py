@@ -1,0 +1,69 @@
+"""`arpo plot` (metric curves of a run, entropy figure of a dump) and `arpo analyze entropy`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from arpo.errors import ArpoError
+
+EXAMPLES = """examples:
+  arpo plot runs/train                          # RUN_DIR/plots/{reward,accuracy,tool_calls,entropy,...}.png
+  arpo plot --rollouts rollouts.jsonl --out figs  # entropy by position after tool results (paper Fig. 1)
+  arpo analyze entropy rollouts.jsonl --json     # the same numbers"""
+
+
+def register(sub) -> None:
+    p = sub.add_parser("plot", help="PNG figures of a run's metrics or of a rollout dump's entropies",
+                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run_dir", nargs="?", help="training/SFT run directory (reads metrics.jsonl)")
+    p.add_argument("--rollouts", help="an `arpo rollout` dump: plot entropy after tool results")
+    p.add_argument("--out", help="output directory (default: RUN_DIR/plots or the dump's directory)")
+    p.add_argument("--window", type=int, default=50, help="token positions per segment to plot")
+    p.set_defaults(func=run_plot)
+    a = sub.add_parser("analyze", help="analyses of rollout dumps (entropy after tool results)",
+                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    a.add_argument("what", choices=["entropy"])
+    a.add_argument("dump", help="an `arpo rollout` JSONL dump")
+    a.add_argument("--window", type=int, default=50)
+    a.add_argument("--json", action="store_true")
+    a.add_argument("--png", help="also write the figure here")
+    a.set_defaults(func=run_analyze)
+
+
+def run_plot(args) -> int:
+    from arpo.analysis.curves import plot_run
+    from arpo.analysis.entropy import entropy_by_position, plot_entropy, read_dump
+    from arpo.training.logger import read_metrics
+
+    if not args.run_dir and not args.rollouts:
+        raise ArpoError("give a RUN_DIR and/or --rollouts DUMP")
+    written = []
+    if args.run_dir:
+        if not Path(args.run_dir).is_dir():
+            raise ArpoError(f"{args.run_dir}: not a directory")
+        written += plot_run(read_metrics(args.run_dir), args.out or Path(args.run_dir) / "plots")
+    if args.rollouts:
+        stats = entropy_by_position(read_dump(args.rollouts), args.window)
+        out = Path(args.out or Path(args.rollouts).parent) / "entropy_after_tools.png"
+        written.append(plot_entropy(stats, out))
+    for p in written:
+        print(p)
+    return 0
+
+
+def run_analyze(args) -> int:
+    from arpo.analysis.entropy import entropy_by_position, plot_entropy, read_dump
+
+    stats = entropy_by_position(read_dump(args.dump), args.window)
+    if args.png:
+        plot_entropy(stats, args.png)
+    if args.json:
+        print(json.dumps(stats))
+        return 0
+    i, a = stats["initial_first20_mean"], stats["after_tool_first20_mean"]
+    print(f"{stats['trajectories']} trajectories, {stats['tool_results']} tool results")
+    print(f"mean entropy of the first 20 tokens: response start {i if i is None else round(i, 4)}, "
+          f"after a tool result {a if a is None else round(a, 4)}")
+    return 0

@@ -1,0 +1,60 @@
+"""`arpo tool`: run one tool call by hand, exactly as the agent's environment would."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from arpo.errors import ArpoError
+
+EXAMPLES = """examples:
+  arpo tool python "print(sum(range(10)))"
+  echo "import os; print(os.getuid())" | arpo tool python -      # code from stdin
+  arpo tool python --json "while True: pass"                    # a timeout, reported, not raised
+  arpo tool search "Scott Derrickson nationality" --top-k 3
+  arpo tool search --search-url http://127.0.0.1:8001 "Ed Wood" --json
+
+The output is exactly the text the agent receives between <result> and </result>."""
+
+
+def register(sub) -> None:
+    p = sub.add_parser("tool", help="run one python or search tool call and print its result",
+                       description="Run one tool call through the same sandbox / index the agent uses.",
+                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("tool", choices=["python", "search"])
+    p.add_argument("input", help="code or query; '-' reads stdin")
+    p.add_argument("--timeout", type=float, default=5.0, help="python wall-clock timeout in s (default 5)")
+    p.add_argument("--max-output-chars", type=int, default=2000)
+    p.add_argument("--search-index", default=None, help="index dir (default: $ARPO_CACHE_DIR/indexes/hotpotqa)")
+    p.add_argument("--search-url", default=None, help="retrieval server URL instead of a local index")
+    p.add_argument("--top-k", type=int, default=10)
+    p.add_argument("--max-chars", type=int, default=1000, help="characters per passage")
+    p.add_argument("--json", action="store_true", help="print {output, ok, elapsed_s, truncated, ...}")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from arpo.tools import build_tools
+
+    text = sys.stdin.read() if args.input == "-" else args.input
+    if not text.strip():
+        raise ArpoError("empty input")
+    reg = build_tools([args.tool], python_timeout_s=args.timeout, max_output_chars=args.max_output_chars,
+                      search_index=args.search_index, search_url=args.search_url, top_k=args.top_k,
+                      max_chars=args.max_chars)
+    try:
+        t0 = time.perf_counter()
+        tool = reg[args.tool]
+        r = tool(text)
+        wall = time.perf_counter() - t0
+        if args.json:
+            out = {"tool": args.tool, "output": r.output, "ok": r.ok, "elapsed_s": round(r.elapsed_s or wall, 4),
+                   "truncated": r.truncated, **({"isolation": tool.isolation} if args.tool == "python" else {})}
+            print(json.dumps(out, ensure_ascii=False))
+        else:
+            print(r.output)
+    finally:
+        reg.close()
+    return 0 if r.ok else 1

@@ -1,0 +1,81 @@
+"""Evaluation: run the agent k times per question with real tools, score with the reward's
+correctness check, and report pass@1 (mean over samples), pass@k (unbiased estimator), F1/EM or
+math accuracy, format-error rate, tool calls per tool and response length (spec §6).
+
+pass@k for n samples with c correct (Chen et al. 2021): 1 − C(n−c, k) / C(n, k).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from arpo.rollout.agent import AgentConfig
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples of which c are correct."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass_at_k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def summarize(records: list[dict], samples: int) -> dict:
+    """Aggregate per-sample records {example_id, correct, score, format_ok, tool_calls{tool: n},
+    response_tokens} into the metrics of one dataset."""
+    by_ex: dict[str, list[dict]] = {}
+    for r in records:
+        by_ex.setdefault(r["example_id"], []).append(r)
+    ks = sorted({1, samples})
+    out: dict = {"questions": len(by_ex), "samples": samples}
+    for k in ks:
+        out[f"pass@{k}"] = statistics.fmean(
+            pass_at_k(len(rs), sum(r["correct"] for r in rs), k) for rs in by_ex.values())
+    out["score"] = statistics.fmean(r["score"] for r in records)  # F1 for QA, 0/1 for math
+    out["format_error_rate"] = statistics.fmean(not r["format_ok"] for r in records)
+    tools = sorted({t for r in records for t in r["tool_calls"]})
+    out["tool_calls"] = statistics.fmean(sum(r["tool_calls"].values()) for r in records)
+    for t in tools:
+        out[f"tool_calls/{t}"] = statistics.fmean(r["tool_calls"].get(t, 0) for r in records)
+    out["response_tokens"] = statistics.fmean(r["response_tokens"] for r in records)
+    return out
+
+
+def evaluate(engine, tools, tok, examples: list[dict], *, reward_fn, agent: AgentConfig | None = None,
+             samples: int = 1, temperature: float = 0.0, template: str | None = None,
+             tool_names: list[str] | None = None, seed: int = 0, math_scorer: str = "math_equal",
+             batch_size: int = 16, progress=None, records_out: list | None = None) -> dict:
+    """Metrics of one dataset. Greedy (temperature 0) with samples=1 gives deterministic numbers."""
+    import dataclasses
+
+    from arpo.recipes.rollout import prompts_for
+    from arpo.rollout.agent import AgentLoop
+
+    cfg = dataclasses.replace(agent or AgentConfig(), temperature=temperature)
+    loop = AgentLoop(engine, tools, cfg)
+    names = tool_names if tool_names is not None else tools.names
+    jobs = [(ex, s) for ex in examples for s in range(samples)]
+    records = []
+    for b in range(0, len(jobs), batch_size):
+        chunk = jobs[b : b + batch_size]
+        prompts = prompts_for([ex for ex, _ in chunk], tok, names, template)
+        trajs = loop.run(prompts, seeds=[seed * 1_000_003 + b + i for i in range(len(chunk))])
+        for (ex, s), tr in zip(chunk, trajs):
+            calls = [{"tool": c.tool, "ok": c.ok} for c in tr.tool_calls]
+            res = reward_fn(tr.text, ex, tool_calls=calls, math_scorer=math_scorer)
+            counts: dict[str, int] = {}
+            for c in tr.tool_calls:
+                counts[c.tool] = counts.get(c.tool, 0) + 1
+            records.append({"example_id": ex["id"], "sample": s, "correct": bool(res.correct),
+                            "score": float(res.score), "reward": float(res.reward), "format_ok": bool(res.format_ok),
+                            "answer": res.answer, "gold": ex["answers"], "tool_calls": counts,
+                            "response_tokens": tr.n_generated_tokens, "finish_reason": tr.finish_reason,
+                            "text": tr.text})
+            engine.release(tr.sid)
+        if progress is not None:
+            progress(len(chunk))
+    if records_out is not None:
+        records_out.extend(records)
+    return summarize(records, samples)

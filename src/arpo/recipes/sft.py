@@ -1,0 +1,213 @@
+"""Cold-start SFT recipe (spec §6): teach the model the tool protocol before RL.
+
+    arpo sft --config configs/sft_quickstart.yaml [key=value ...] [--resume]
+
+Data: JSONL rows {question, response, system?, tool_results?} in the agent's text protocol (what
+`arpo sft-data` writes). The loss is the mean next-token NLL over the response's *generated* text:
+the prompt and every environment-inserted `<result>…</result>` block are masked out, exactly as in
+RL (spec §1). The end-of-turn token is trained, so the model learns to stop after `</answer>`.
+
+The loop is plain: shuffled batches (order = f(seed, epoch), so a resumed run sees the same
+batches) → log-probs in micro-batches → AdamW → metrics.jsonl/tensorboard → atomic checkpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from arpo.errors import ArpoError
+from arpo.recipes.common import LoraConfig, ModelConfig, OptimConfig, RunConfig
+
+
+@dataclass
+class SFTDataConfig:
+    paths: list[str] = field(default_factory=lambda: ["sft_gsm8k.jsonl"])  # JSONL files (arpo sft-data)
+    limit: int | None = None  # use only the first N rows (after concatenating the files)
+    max_seq_len: int = 1024  # rows longer than this (prompt + response tokens) are skipped, counted
+
+
+@dataclass
+class SFTConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: SFTDataConfig = field(default_factory=SFTDataConfig)
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=2e-5, schedule="cosine", warmup_steps=2))
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    run: RunConfig = field(default_factory=lambda: RunConfig(dir="runs/sft"))
+    batch_size: int = 8  # rows per optimizer step
+    epochs: int = 1
+    max_steps: int | None = None  # stop after this many steps (default: epochs over the data)
+    micro_tokens: int = 2048  # tokens per forward/backward micro-batch (bounds activation memory)
+
+    def validate(self) -> None:
+        self.optim.validate()
+        if self.batch_size < 1:
+            raise ArpoError("batch_size must be >= 1")
+        if self.epochs < 1:
+            raise ArpoError("epochs must be >= 1")
+
+
+def read_sft_rows(paths: list[str], limit: int | None = None) -> list[dict]:
+    rows = []
+    for path in paths:
+        p = Path(path)
+        if not p.is_file():
+            raise ArpoError(f"SFT data file {p} does not exist (write one with `arpo sft-data`)")
+        for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ArpoError(f"{p}:{i}: invalid JSON ({e.msg})") from e
+            for key in ("question", "response"):
+                if not isinstance(row.get(key), str) or not row[key]:
+                    raise ArpoError(f"{p}:{i}: field {key!r} is missing or not a non-empty string")
+            spans = row.get("tool_results", [])
+            if not isinstance(spans, list) or not all(
+                isinstance(s, list) and len(s) == 2 and 0 <= s[0] <= s[1] <= len(row["response"]) for s in spans
+            ):
+                raise ArpoError(f"{p}:{i}: field 'tool_results' must be a list of [start, end] spans in 'response'")
+            row["_where"] = f"{p}:{i}"
+            rows.append(row)
+            if limit is not None and len(rows) >= limit:
+                return rows
+    if not rows:
+        raise ArpoError(f"no SFT rows in {', '.join(paths)}")
+    return rows
+
+
+def tokenize_row(tok, row: dict) -> tuple[list[int], list[int], list[int]]:
+    """(prompt ids, response ids, loss mask). The response is tokenized piece by piece — model
+    text, then each result block — as the rollout engine sees it (results are appended as their
+    own tokens after generation pauses at a closing tool tag)."""
+    from arpo.data.prompts import TASK_TOOLS, render_prompt, system_prompt
+
+    template = row.get("system") or ("search" if row.get("task") == "qa" else "math")
+    if template not in TASK_TOOLS:
+        raise ArpoError(f"{row.get('_where', '?')}: field 'system' is {template!r}; expected one of {sorted(TASK_TOOLS)}")
+    prompt = render_prompt(tok, row["question"], system_prompt(template, list(TASK_TOOLS[template])))
+    text = row["response"]
+    ids, mask, cur = [], [], 0
+    for s, e in sorted(map(tuple, row.get("tool_results", []))):
+        for piece, m in ((text[cur:s], 1), (text[s:e], 0)):
+            if piece:
+                t = tok.encode(piece, add_special_tokens=False)
+                ids += t
+                mask += [m] * len(t)
+        cur = e
+    if text[cur:]:
+        t = tok.encode(text[cur:], add_special_tokens=False)
+        ids += t
+        mask += [1] * len(t)
+    ids.append(tok.eos_token_id)
+    mask.append(1)
+    return prompt, ids, mask
+
+
+def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
+    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(n, generator=g).tolist()
+
+
+def batch_indices(n: int, batch_size: int, seed: int, step: int) -> list[int]:
+    """Rows of optimizer step `step` (a pure function: resuming needs only the step)."""
+    per_epoch = max(1, (n + batch_size - 1) // batch_size)
+    epoch, k = divmod(step, per_epoch)
+    return epoch_order(n, seed, epoch)[k * batch_size : (k + 1) * batch_size]
+
+
+def nll_loss(mask: torch.Tensor):
+    def fn(logp, _ent):
+        m = mask.to(logp.dtype)
+        loss = -(logp * m).sum() / m.sum().clamp_min(1)
+        return loss, {"nll": loss.detach()}
+
+    return fn
+
+
+def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False) -> dict:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from arpo.config import save_config
+    from arpo.models import load_model
+    from arpo.training.batch import TreeBatch, loss_and_backward
+    from arpo.training.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
+    from arpo.training.logger import MetricsLogger
+    from arpo.training.optim import apply_lora, build_optimizer, build_scheduler, clip_gradients
+
+    cfg.validate()
+    if cfg.run.threads:
+        torch.set_num_threads(cfg.run.threads)
+    run_dir = Path(cfg.run.dir)
+    ckpt = latest_checkpoint(run_dir) if resume else None
+    if resume and ckpt is None:
+        raise ArpoError(f"--resume: no checkpoint in {run_dir}/checkpoints")
+    torch.manual_seed(cfg.run.seed)
+    model_src = str(ckpt / "model") if ckpt is not None and not cfg.lora.enabled else cfg.model.name
+    model, tok = load_model(model_src, cfg.model.device, cfg.model.dtype)
+    if cfg.lora.enabled:
+        model = apply_lora(model, cfg.lora)
+        if ckpt is not None:
+            from peft import set_peft_model_state_dict
+            from safetensors.torch import load_file
+
+            set_peft_model_state_dict(model, load_file(str(ckpt / "model" / "adapter_model.safetensors")))
+    model.train()
+    rows = read_sft_rows(cfg.data.paths, cfg.data.limit)
+    data, skipped = [], 0
+    for r in rows:
+        p, ids, m = tokenize_row(tok, r)
+        if len(p) + len(ids) > cfg.data.max_seq_len:
+            skipped += 1
+            continue
+        data.append((p, ids, m))
+    if not data:
+        raise ArpoError(f"every SFT row is longer than data.max_seq_len={cfg.data.max_seq_len}")
+    per_epoch = (len(data) + cfg.batch_size - 1) // cfg.batch_size
+    total = cfg.max_steps or per_epoch * cfg.epochs
+    opt = build_optimizer(model, cfg.optim)
+    sched = build_scheduler(opt, cfg.optim, total)
+    start = 0
+    if ckpt is not None:
+        start = load_trainer_state(ckpt, opt, sched)["step"]
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, run_dir / "config.yaml")
+    log = MetricsLogger(run_dir, resume_step=start if ckpt is not None else None, tensorboard=cfg.run.tensorboard)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    last = {}
+    cols = [TextColumn("sft"), BarColumn(), TextColumn("{task.completed}/{task.total} {task.fields[info]}"),
+            TimeRemainingColumn()]
+    with Progress(*cols, disable=quiet) as bar:
+        task = bar.add_task("sft", total=total, completed=start, info="")
+        for step in range(start, total):
+            t0 = time.perf_counter()
+            items = [data[i] for i in batch_indices(len(data), cfg.batch_size, cfg.run.seed, step)]
+            trees = [{"prompt": p, "responses": [ids], "parent": [-1], "branch_at": [0]} for p, ids, _ in items]
+            batch = TreeBatch.from_trees(trees, [[m] for _, _, m in items])
+            loss, _ = loss_and_backward(model, batch, nll_loss(batch.mask), packed=False,
+                                        max_tokens=cfg.micro_tokens, pad_id=pad)
+            gnorm = clip_gradients(model, cfg.optim.grad_clip)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            dt = time.perf_counter() - t0
+            n_tok = sum(len(p) + len(ids) for p, ids, _ in items)
+            last = {"loss": float(loss), "grad_norm": gnorm, "lr": sched.get_last_lr()[0],
+                    "tokens": n_tok, "tokens_per_s": n_tok / dt, "step_seconds": dt,
+                    "epoch": step // per_epoch}
+            if (step + 1) % cfg.run.log_every == 0 or step + 1 == total:
+                log.log(step + 1, last)
+            done = step + 1
+            if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == total:
+                save_checkpoint(run_dir, done, model, tok, opt, sched, {"kind": "sft", "total_steps": total},
+                                keep=cfg.run.keep_checkpoints)
+            bar.update(task, completed=done, info=f"loss {float(loss):.3f}")
+    log.close()
+    final = latest_checkpoint(run_dir)
+    return {"steps": total, "rows": len(data), "skipped_too_long": skipped, "final_loss": last.get("loss"),
+            "checkpoint": str(final) if final else None, "model": str(final / "model") if final else None}
