@@ -1,0 +1,62 @@
+"""Cold-start SFT rows: real tool outputs, valid protocol (spec §5.1), exact result spans."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from arpo.data.datasets import load_examples
+from arpo.data.sft_data import gsm8k_to_sft, hotpotqa_to_sft, result_spans
+from arpo.rewards import arpo_reward
+from arpo.rewards.format import check_format
+
+DATA = Path(__file__).resolve().parents[2] / "../shared/data"
+
+
+@pytest.fixture(scope="module")
+def python_tool():
+    from arpo.tools.python import PythonTool
+
+    t = PythonTool()
+    yield t
+    t.close()
+
+
+def test_gsm8k_rows_are_real_and_valid(python_tool):
+    exs = load_examples(DATA / "gsm8k/train.jsonl", limit=8)
+    rows = [r for r, _ in (gsm8k_to_sft(e, python_tool) for e in exs) if r]
+    assert len(rows) >= 6
+    for r, ex in zip(rows, exs):
+        assert check_format(r["response"]) is None
+        assert arpo_reward(r["response"], r, tool_calls=[{"tool": "python"}]).reward == 1.0
+        assert [list(s) for s in result_spans(r["response"])] == r["tool_results"]
+        for s, e in r["tool_results"]:
+            block = r["response"][s:e]
+            assert block.startswith("\n<result>\n") and block.endswith("\n</result>\n")
+    first = rows[0]["response"]  # Natalia: 48/2 and 48+24, run for real
+    assert "print(48/2)" in first and "\n24.0\n72\n" in first
+
+
+def test_gsm8k_drops_mismatches(python_tool):
+    ex = {"id": "x", "question": "q", "solution": "2+2 = <<2+2=5>>5\n#### 5", "answers": ["5"]}
+    assert gsm8k_to_sft(ex, python_tool) == (None, "program output != gold answer")
+
+
+def test_hotpotqa_row_with_fake_search():
+    row = {"id": "h", "question": "Which city?", "answer": "Paris",
+           "supporting_facts": {"title": ["France", "France", "Seine"], "sent_id": [0, 1, 0]}}
+    r, why = hotpotqa_to_sft(row, lambda q: f"Page 1: {q}\n{q} is near Paris.")
+    assert why == "ok" and r["response"].count("<search>") == 2  # duplicate titles searched once
+    assert check_format(r["response"]) is None
+    assert arpo_reward(r["response"], r).reward == 1.0
+    assert hotpotqa_to_sft(row, lambda q: "nothing")[1] == "answer not in search results"
+
+
+def test_cli_writes_rows(tmp_path):
+    from arpo.cli import main
+
+    out = tmp_path / "s.jsonl"
+    assert main(["sft-data", "gsm8k", "--data", str(DATA / "gsm8k/train.jsonl"), "--limit", "3", "--out", str(out),
+                 "--quiet"]) == 0
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(rows) == 3 and all(r["system"] == "math" for r in rows)
