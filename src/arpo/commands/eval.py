@@ -37,6 +37,8 @@ def register(sub) -> None:
     p.add_argument("--math-scorer", default="math_equal", choices=["math_equal", "f1"])
     p.add_argument("--search-index", default=None)
     p.add_argument("--search-url", default=None)
+    p.add_argument("--top-k", type=int, default=10, help="passages per search (default 10)")
+    p.add_argument("--max-chars", type=int, default=1000, help="characters per passage (default 1000)")
     p.add_argument("--batch-size", type=int, default=16, help="sequences decoded together")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto")
@@ -73,7 +75,8 @@ def run(args) -> int:
                 names = [t.strip() for t in args.tools.split(",") if t.strip()]
             else:
                 names = ["python"] if all(ex["task"] == "math" for ex in examples) else ["search"]
-            tools = build_tools(names, search_index=args.search_index, search_url=args.search_url)
+            tools = build_tools(names, search_index=args.search_index, search_url=args.search_url,
+                                top_k=args.top_k, max_chars=args.max_chars)
             task = bar.add_task(Path(path).name, total=len(examples) * args.samples)
             recs: list = []
             try:

@@ -1,34 +1,44 @@
-"""`arpo index build|info`: build a local search index over a real corpus."""
+"""`arpo index build|info`: build / inspect a local search index over a real corpus (tools/index.py)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
 EXAMPLES = """examples:
-  arpo index build ../shared/data/hotpotqa/*.jsonl                 # -> $ARPO_CACHE_DIR/indexes/hotpotqa
-  arpo index build corpus.jsonl --out idx/wiki --dense             # BM25 + MiniLM embeddings
+  arpo index build ../shared/data/hotpotqa/*.jsonl                  # -> $ARPO_CACHE_DIR/indexes/hotpotqa
+  arpo index build corpus.jsonl --out idx/wiki --dense              # BM25 + MiniLM embeddings (slow on CPU)
   arpo index info ~/.cache/arpo/indexes/hotpotqa
+  arpo serve retriever --index idx/wiki --port 8001                 # share it over HTTP
 
-Corpus rows: {id, title, text}, HotpotQA rows (their context paragraphs, deduplicated) or MuSiQue
-rows (paragraphs). The index directory is written atomically."""
+Corpus rows (JSONL, layouts may be mixed): {id, title, text}; HotpotQA rows (Hugging Face layout:
+each context paragraph becomes a document, deduplicated by title); MuSiQue rows (paragraphs).
+The index directory is written atomically: a failed build leaves the previous index untouched."""
 
 
 def register(sub) -> None:
     p = sub.add_parser("index", help="build / inspect a local search index (BM25, optional dense)",
+                       description="Build or inspect the local search index used by the <search> tool.",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     s = p.add_subparsers(dest="index_cmd", metavar="{build,info}")
-    b = s.add_parser("build", help="build an index from JSONL corpus files", epilog=EXAMPLES,
+    b = s.add_parser("build", help="build an index from JSONL corpus files",
+                     description="Index JSONL corpus files with BM25 (bm25s) and optionally dense "
+                     "all-MiniLM-L6-v2 embeddings.", epilog=EXAMPLES,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    b.add_argument("files", nargs="+")
-    b.add_argument("--out", default=None, help="index dir (default: $ARPO_CACHE_DIR/indexes/hotpotqa)")
-    b.add_argument("--dense", action="store_true", help="also embed with all-MiniLM-L6-v2 (slow on CPU)")
-    b.add_argument("--quiet", action="store_true")
+    b.add_argument("files", nargs="+", metavar="FILE", help="JSONL corpus files")
+    b.add_argument("--out", default=None, help="index directory (default: $ARPO_CACHE_DIR/indexes/hotpotqa)")
+    b.add_argument("--dense", action="store_true",
+                   help="also embed every document with all-MiniLM-L6-v2 (enables mode=dense|hybrid; "
+                   "minutes on CPU for ~10k documents)")
+    b.add_argument("--quiet", action="store_true", help="no progress output")
     b.set_defaults(func=build)
-    i = s.add_parser("info", help="print an index's meta.json")
-    i.add_argument("dir")
+    i = s.add_parser("info", help="print an index's metadata (meta.json) as JSON",
+                     epilog="example:\n  arpo index info ~/.cache/arpo/indexes/hotpotqa",
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    i.add_argument("dir", nargs="?", default=None, help="index directory (default: $ARPO_CACHE_DIR/indexes/hotpotqa)")
     i.set_defaults(func=info)
     p.set_defaults(func=lambda a: p.print_help() or 0)
 
@@ -37,20 +47,31 @@ def build(args) -> int:
     from arpo.tools import default_index_dir
     from arpo.tools.index import Index, load_corpus
 
-    out = Path(args.out) if args.out else default_index_dir()
+    out = Path(args.out).expanduser() if args.out else default_index_dir()
     t0 = time.perf_counter()
     docs = load_corpus(args.files)
-    idx = Index.build(docs, out, dense=args.dense, progress=not args.quiet, sources=[str(f) for f in args.files])
-    print(json.dumps({"index": str(out), "docs": len(idx), "dense": args.dense,
+    if not args.quiet:
+        print(f"loaded {len(docs)} documents from {len(args.files)} file(s) in {time.perf_counter() - t0:.1f}s; "
+              f"indexing into {out}", file=sys.stderr, flush=True)
+    idx = Index.build(docs, out, dense=args.dense, progress=not args.quiet,
+                      sources=[str(Path(f).expanduser().absolute()) for f in args.files])
+    print(json.dumps({"index": str(idx.path), "docs": len(idx), "dense": args.dense,
                       "seconds": round(time.perf_counter() - t0, 2)}))
     return 0
 
 
 def info(args) -> int:
     from arpo.errors import ArpoError
+    from arpo.tools import default_index_dir
 
-    p = Path(args.dir).expanduser() / "meta.json"
+    d = Path(args.dir).expanduser() if args.dir else default_index_dir()
+    p = d / "meta.json"
     if not p.is_file():
-        raise ArpoError(f"{args.dir} is not an arpo index (no meta.json)")
-    print(p.read_text())
+        raise ArpoError(f"{d} is not an arpo index (no meta.json); build one with `arpo index build FILES --out {d}`")
+    try:
+        meta = json.loads(p.read_text())
+    except ValueError as e:
+        raise ArpoError(f"{p} is not valid JSON ({e}); rebuild the index") from e
+    size = sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
+    print(json.dumps({"index": str(d.absolute()), **meta, "size_bytes": size}, indent=1))
     return 0

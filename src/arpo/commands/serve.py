@@ -6,19 +6,27 @@ import argparse
 
 EXAMPLES = """examples:
   arpo serve retriever --index ~/.cache/arpo/indexes/hotpotqa --port 8001
-  curl -s localhost:8001/search -H 'content-type: application/json' -d '{"queries": ["Ed Wood"], "top_k": 3}'
-  arpo train ... tools.search_url=http://127.0.0.1:8001          # use it from training"""
+  curl -s localhost:8001/health
+  curl -s localhost:8001/search -H 'content-type: application/json' \\
+       -d '{"queries": ["Ed Wood director"], "top_k": 3, "mode": "bm25"}'
+  arpo rollout --config configs/rollout_hotpotqa.yaml tools.search_url=http://127.0.0.1:8001
+
+POST /search {queries: [str], top_k: int = 10, mode: bm25|dense|hybrid} -> {results: [[{id, title, text, score}]]}
+GET /health -> {status, n_docs, dense};  GET /docs: interactive API documentation."""
 
 
 def register(sub) -> None:
-    p = sub.add_parser("serve", help="serve a retrieval index over HTTP", epilog=EXAMPLES,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser("serve", help="serve a retrieval index over HTTP",
+                       description="Serve components over HTTP so several processes share them.",
+                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     s = p.add_subparsers(dest="what", metavar="{retriever}")
-    r = s.add_parser("retriever", help="POST /search, GET /health, GET /docs", epilog=EXAMPLES,
+    r = s.add_parser("retriever", help="serve a search index: POST /search, GET /health, GET /docs",
+                     description="Serve a search index built by `arpo index build`.", epilog=EXAMPLES,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    r.add_argument("--index", default=None, help="index dir (default: $ARPO_CACHE_DIR/indexes/hotpotqa)")
-    r.add_argument("--host", default="127.0.0.1")
-    r.add_argument("--port", type=int, default=8001)
+    r.add_argument("--index", default=None, help="index directory (default: $ARPO_CACHE_DIR/indexes/hotpotqa)")
+    r.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1; 0.0.0.0 for all)")
+    r.add_argument("--port", type=int, default=8001, help="port (default 8001)")
+    r.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     r.set_defaults(func=run)
     p.set_defaults(func=lambda a: p.print_help() or 0)
 
@@ -27,5 +35,5 @@ def run(args) -> int:
     from arpo.tools import default_index_dir
     from arpo.tools.server import serve
 
-    serve(args.index or str(default_index_dir()), args.host, args.port)
+    serve(args.index or str(default_index_dir()), args.host, args.port, log_level=args.log_level)
     return 0

@@ -28,10 +28,22 @@ class RolloutJobConfig:
 
 
 def prompts_for(examples, tokenizer, tools: list[str], template: str | None) -> list[list[int]]:
-    from arpo.data.prompts import default_template, render_prompt, system_prompt
+    """Rendered prompts. Without an explicit template, a math example gets the `math` prompt
+    (python) and a QA example the `search` prompt when those tools are enabled — the prompts the
+    cold-start SFT data (arpo sft-data) uses — else the template that matches the tools."""
+    from arpo.data.prompts import TASK_TOOLS, default_template, render_prompt, system_prompt
 
-    system = system_prompt(template or default_template(tools), tools)
-    return [render_prompt(tokenizer, ex["question"], system) for ex in examples]
+    out = []
+    for ex in examples:
+        tmpl, names = template, tools
+        if tmpl is None:
+            tmpl = {"math": "math", "qa": "search"}.get(ex.get("task"), "")
+            if tmpl and set(TASK_TOOLS[tmpl]) <= set(tools) and len(tools) > 1:
+                names = list(TASK_TOOLS[tmpl])
+            else:
+                tmpl = default_template(tools)
+        out.append(render_prompt(tokenizer, ex["question"], system_prompt(tmpl, names)))
+    return out
 
 
 def run(cfg: RolloutJobConfig, out_path: str, quiet: bool = False) -> dict:

