@@ -130,3 +130,16 @@ def test_bad_config_key_is_named(tiny_dir):
     from arpo.cli import main
 
     assert main(["train", "rollout.group_sise=4"]) == 2
+
+
+def test_rollout_dump_carries_rewards(tiny_dir, tmp_path):
+    from arpo.cli import main
+
+    out = tmp_path / "r.jsonl"
+    assert main(["rollout", "--out", str(out), "--quiet", f"model.name={tiny_dir / 'model'}",
+                 f"data.path={tiny_dir / 'q.jsonl'}", "data.limit=2", "tools.enabled=[]",
+                 "agent.max_response_tokens=8", "rollout.group_size=2", "rollout.initial_rollouts=2"]) == 0
+    recs = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(recs) == 4
+    # the tiny random model never writes the protocol: the real reward gives the format penalty
+    assert all(r["reward"] == -1.0 and r["format_error"] for r in recs)

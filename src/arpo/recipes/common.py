@@ -90,3 +90,9 @@ class RunConfig:
     log_every: int = 1
     tensorboard: bool = True
     threads: int = 0  # torch CPU threads (0: leave torch's default)
+
+
+@dataclass
+class RewardConfig:
+    fn: str = "arpo"  # arpo (spec §5) | f1 | em | module.path:function (your own)
+    math_scorer: str = "math_equal"  # math_equal (symbolic/numeric) | f1 (the reference's choice)

@@ -12,7 +12,7 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from arpo.recipes.common import DataConfig, ModelConfig, ToolsConfig
+from arpo.recipes.common import DataConfig, ModelConfig, RewardConfig, ToolsConfig
 from arpo.rollout.agent import AgentConfig
 from arpo.rollout.arpo import RolloutConfig
 
@@ -24,6 +24,7 @@ class RolloutJobConfig:
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)  # each dumped trajectory gets its reward
     prompts_per_batch: int = 4  # prompts whose trees are sampled together in one engine batch
 
 
@@ -54,11 +55,15 @@ def run(cfg: RolloutJobConfig, out_path: str, quiet: bool = False) -> dict:
     from arpo.models import load_model
     from arpo.rollout.arpo import ARPORollout
 
+    from arpo.recipes.train import score_trees
+    from arpo.rewards import get_reward_fn
+
+    reward_fn = get_reward_fn(cfg.reward.fn)
     examples = load_examples(cfg.data.path, cfg.data.limit, cfg.data.task)
     tools = cfg.tools.build()
     model, tok = load_model(cfg.model.name, cfg.model.device, cfg.model.dtype)
     ro = ARPORollout(HFEngine(model, tok), tools, cfg.agent, cfg.rollout)
-    stats = {"prompts": 0, "trajectories": 0, "branches": 0, "tool_calls": 0, "seconds": 0.0}
+    stats = {"prompts": 0, "trajectories": 0, "branches": 0, "tool_calls": 0, "reward_sum": 0.0, "seconds": 0.0}
     t0 = time.perf_counter()
     with open(out_path, "w") as f, Progress(disable=quiet, transient=False) as bar:
         task = bar.add_task("rollout", total=len(examples))
@@ -66,15 +71,20 @@ def run(cfg: RolloutJobConfig, out_path: str, quiet: bool = False) -> dict:
             batch = examples[b : b + cfg.prompts_per_batch]
             prompts = prompts_for(batch, tok, cfg.tools.enabled, cfg.data.template)
             trees = ro.run(prompts, prompt_ids=[ex["id"] for ex in batch], seed=cfg.rollout.seed + b)
+            for tree, ex in zip(trees, batch):
+                tree.example = ex
+            score_trees(trees, reward_fn, cfg.reward.math_scorer)
             for tree in trees:
                 for rec in tree.to_records():
                     f.write(json.dumps(rec, ensure_ascii=False) + "\n")
                     stats["trajectories"] += 1
                     stats["branches"] += rec["parent_id"] is not None
                     stats["tool_calls"] += len(rec["tool_calls"])
+                    stats["reward_sum"] += rec.get("reward", 0.0)
             f.flush()
             stats["prompts"] += len(batch)
             bar.advance(task, len(batch))
     tools.close()
     stats["seconds"] = round(time.perf_counter() - t0, 2)
+    stats["reward_mean"] = round(stats.pop("reward_sum") / max(1, stats["trajectories"]), 4)
     return stats

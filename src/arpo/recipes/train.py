@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from arpo.errors import ArpoError
-from arpo.recipes.common import DataConfig, LoraConfig, ModelConfig, OptimConfig, RunConfig, ToolsConfig
+from arpo.recipes.common import DataConfig, LoraConfig, ModelConfig, OptimConfig, RewardConfig, RunConfig, ToolsConfig
 from arpo.rollout.agent import AgentConfig
 from arpo.rollout.arpo import RolloutConfig
 
@@ -66,12 +66,6 @@ class AlgoConfig:
             return dataclasses.replace(p, **over)
         except ArpoError as e:
             raise ArpoError(f"algo: {e}") from e
-
-
-@dataclass
-class RewardConfig:
-    fn: str = "arpo"  # arpo (spec §5) | f1 | em | module.path:function (your own)
-    math_scorer: str = "math_equal"  # math_equal (symbolic/numeric) | f1 (the reference's choice)
 
 
 @dataclass

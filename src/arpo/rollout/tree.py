@@ -148,5 +148,7 @@ class RolloutTree:
                 "finish_reason": t.traj.finish_reason,
                 "n_generated_tokens": d["n_generated_tokens"],
                 **({"reward": t.reward} if t.reward is not None else {}),
+                **({"format_error": t.result.format_error, "answer": t.result.answer, "correct": t.result.correct}
+                   if getattr(t, "result", None) is not None else {}),
             })
         return recs
