@@ -1,23 +1,30 @@
 """Rewards (spec §5): the hierarchical ARPO reward and pluggable alternatives.
 
-    reward = −1                 if the format check fails            (format.py)
-           = score + 0.1        if score > 0 and both search and python were called
-           = score              if score > 0
-           = 0                  otherwise
-score = math equivalence (0/1) for math, max token F1 over gold answers for QA (answer.py).
+    reward = format_penalty (−1)   if the format check fails                       (format.py)
+           = score + 0.1           if score > 0 and both search and python were called
+           = score                 if score > 0
+           = 0                     otherwise
+score = math equivalence (0/1) for math, max token F1 over the gold answers for QA (answer.py).
 
-A reward function is `fn(response, example, *, tool_calls=None, **options) -> RewardResult`;
-`get_reward_fn("module.path:function")` loads your own.
+A reward function is `fn(response, example, *, tool_calls=None, **options) -> RewardResult`, with
+`example = {"answers": [str, ...], "task": "math" | "qa", ...}`; `get_reward_fn("module.path:function")`
+loads your own.
 """
 
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from typing import Any, Callable, Iterable
 
 from arpo.errors import ArpoError
 from arpo.rewards.answer import exact_match, extract_answer_block, extract_boxed, f1_score, math_equal, max_over_golds
-from arpo.rewards.format import check_format
+from arpo.rewards.format import check_format, tool_calls_in
+
+__all__ = ["RewardResult", "arpo_reward", "f1_reward", "em_reward", "get_reward_fn", "score_answer",
+           "check_format", "extract_boxed", "f1_score", "exact_match", "math_equal", "max_over_golds"]
+
+MATH_SCORERS = ("math_equal", "f1")
 
 
 @dataclass
@@ -27,22 +34,42 @@ class RewardResult:
     format_ok: bool
     format_error: str | None
     answer: str | None  # the extracted \boxed{} content
-    correct: bool  # score == 1 (math) / F1 == 1 or EM (QA): used for accuracy and pass@k
+    correct: bool  # score == 1 (math equal / F1 == 1): used for accuracy and pass@k
 
 
-def _tools_used(response: str, tool_calls) -> set[str]:
-    if tool_calls is not None:
-        return {c["tool"] if isinstance(c, dict) else c.tool for c in tool_calls}
-    return {t for t in ("search", "python") if f"<{t}>" in response}
+RewardFn = Callable[..., RewardResult]
+
+
+def _tools_used(response: str, tool_calls: Iterable[Any] | None) -> set[str]:
+    """Tools called: from the rollout's call records (dicts or objects with `tool`, or `tag`),
+    else the top-level call tags of the response."""
+    if tool_calls is None:
+        return set(tool_calls_in(response))
+    used = set()
+    for c in tool_calls:
+        if isinstance(c, dict):
+            used.add(c.get("tool", c.get("tag")))
+        else:
+            used.add(getattr(c, "tool", getattr(c, "tag", None)))
+    return used
+
+
+def _golds(example: dict) -> list[str]:
+    golds = example.get("answers", example.get("answer", []))
+    return [str(golds)] if isinstance(golds, (str, int, float)) else [str(g) for g in golds]
 
 
 def _answer(response: str) -> str | None:
+    """The last \\boxed{} of the answer block (of the whole response when there is none)."""
     block = extract_answer_block(response)
     return extract_boxed(block if block is not None else response)
 
 
 def score_answer(answer: str | None, example: dict, math_scorer: str = "math_equal") -> float:
-    golds = [str(g) for g in example.get("answers", [])]
+    """Spec §5.2: math equivalence (0/1) for math, max token F1 over golds otherwise."""
+    if math_scorer not in MATH_SCORERS:
+        raise ArpoError(f"unknown math_scorer {math_scorer!r}; use one of {', '.join(MATH_SCORERS)}")
+    golds = _golds(example)
     if answer is None or not golds:
         return 0.0
     if example.get("task") == "math" and math_scorer == "math_equal":
@@ -50,49 +77,50 @@ def score_answer(answer: str | None, example: dict, math_scorer: str = "math_equ
     return max_over_golds(f1_score, answer, golds)
 
 
-def arpo_reward(response: str, example: dict, *, tool_calls=None, task: str | None = None,
+def arpo_reward(response: str, example: dict, *, tool_calls: Iterable[Any] | None = None, task: str | None = None,
                 math_scorer: str = "math_equal", format_penalty: float = -1.0, multi_tool_bonus: float = 0.1,
-                **_) -> RewardResult:
-    """The hierarchical reward of spec §5."""
+                **_: Any) -> RewardResult:
+    """The hierarchical reward of spec §5: format gate, correctness score, multi-tool bonus.
+    `task` overrides `example["task"]`; `tool_calls` (the rollout's records) wins over counting tags."""
     ex = dict(example, task=task) if task else example
     err = check_format(response)
     ans = _answer(response)
     if err is not None:
         return RewardResult(format_penalty, 0.0, False, err, ans, False)
     score = score_answer(ans, ex, math_scorer)
-    used = _tools_used(response, tool_calls)
-    reward = score + multi_tool_bonus if score > 0 and {"search", "python"} <= used else score
-    return RewardResult(reward, score, True, None, ans, score >= 1.0 - 1e-9)
+    bonus = multi_tool_bonus if score > 0 and {"search", "python"} <= _tools_used(response, tool_calls) else 0.0
+    return RewardResult(score + bonus, score, True, None, ans, score >= 1.0 - 1e-9)
 
 
-def f1_reward(response: str, example: dict, **_) -> RewardResult:
-    """Token F1 of the last \\boxed{} (or the whole answer block), no format gate."""
+def f1_reward(response: str, example: dict, **_: Any) -> RewardResult:
+    """Max token F1 of the last \\boxed{} over the golds, with no format gate and no bonus."""
     ans = _answer(response)
-    s = max_over_golds(f1_score, ans or "", [str(g) for g in example.get("answers", [])]) if ans else 0.0
+    s = max_over_golds(f1_score, ans, _golds(example)) if ans is not None else 0.0
     err = check_format(response)
     return RewardResult(s, s, err is None, err, ans, s >= 1.0 - 1e-9)
 
 
-def em_reward(response: str, example: dict, **_) -> RewardResult:
+def em_reward(response: str, example: dict, **_: Any) -> RewardResult:
+    """Exact match (SQuAD-normalized) of the last \\boxed{}, no format gate and no bonus."""
     ans = _answer(response)
-    s = max_over_golds(exact_match, ans or "", [str(g) for g in example.get("answers", [])]) if ans else 0.0
+    s = max_over_golds(exact_match, ans, _golds(example)) if ans is not None else 0.0
     err = check_format(response)
     return RewardResult(s, s, err is None, err, ans, s == 1.0)
 
 
-REWARDS = {"arpo": arpo_reward, "f1": f1_reward, "em": em_reward}
+REWARDS: dict[str, RewardFn] = {"arpo": arpo_reward, "f1": f1_reward, "em": em_reward}
 
 
-def get_reward_fn(name: str):
-    """A built-in reward (arpo, f1, em) or `module.path:function`."""
+def get_reward_fn(name: str) -> RewardFn:
+    """A built-in reward (arpo, f1, em) or your own as `module.path:function`."""
     if name in REWARDS:
         return REWARDS[name]
-    if ":" not in name:
+    mod, sep, fn = name.partition(":")
+    if not sep or not mod or not fn:
         raise ArpoError(f"unknown reward {name!r}; use one of {', '.join(REWARDS)} or module.path:function")
-    mod, fn = name.split(":", 1)
     try:
         obj = getattr(importlib.import_module(mod), fn)
-    except (ImportError, AttributeError) as e:
+    except (ImportError, AttributeError, ValueError) as e:
         raise ArpoError(f"reward {name!r} cannot be loaded: {e}") from e
     if not callable(obj):
         raise ArpoError(f"reward {name!r} is not callable")

@@ -1,63 +1,65 @@
 """Answer extraction and correctness (spec §5.2): the last \\boxed{} of the answer, SQuAD-normalized
-token F1 / exact match for QA (yes/no must match exactly), and a real math-equivalence check."""
+token F1 / exact match for QA (yes/no/noanswer must match exactly, as in HotpotQA's official
+evaluation), and a real math-equivalence check (math-verify, then numeric and sympy fallbacks)."""
 
 from __future__ import annotations
 
 import collections
+import logging
+import math
 import re
 import string
+import threading
+from typing import Callable
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
+_PUNCT = frozenset(string.punctuation)
+_EXACT_ONLY = ("yes", "no", "noanswer")
 
 
 def extract_answer_block(response: str) -> str | None:
+    """Text of the last <answer>…</answer>, or None."""
     m = _ANSWER.findall(response)
     return m[-1] if m else None
 
 
-def extract_boxed(text: str) -> str | None:
-    """Content of the last \\boxed{...} (nested braces allowed) or `\\boxed 5`; None if absent."""
-    if text is None:
+def extract_boxed(text: str | None) -> str | None:
+    """Content of the last \\boxed{...} (nested braces allowed) or `\\boxed 5`; None if absent.
+    A trailing unclosed `\\boxed{` (a truncated response) is skipped for the one before it."""
+    if not text:
         return None
-    i = text.rfind("\\boxed")
-    if i < 0:
-        return None
-    j = i + len("\\boxed")
-    while j < len(text) and text[j] == " ":
-        j += 1
-    if j < len(text) and text[j] == "{":
-        depth, k = 0, j
-        while k < len(text):
-            if text[k] == "{":
-                depth += 1
-            elif text[k] == "}":
-                depth -= 1
+    for m in reversed(list(re.finditer(r"\\boxed(?![A-Za-z])\s*", text))):
+        j = m.end()
+        if j < len(text) and text[j] == "{":
+            depth = 0
+            for k in range(j, len(text)):
+                depth += {"{": 1, "}": -1}.get(text[k], 0)
                 if depth == 0:
                     return text[j + 1 : k].strip()
-            k += 1
-        return None  # unbalanced
-    m = re.match(r"[^\s$<]+", text[j:])
-    return m.group(0) if m else None
+            continue  # unbalanced
+        tok = re.match(r"[^\s$<{}]+", text[j:])  # `\boxed 5`
+        if tok:
+            return tok.group(0).rstrip(".")
+    return None
 
 
 def normalize_answer(s: str) -> str:
-    """SQuAD normalization: lowercase, drop punctuation, articles and extra whitespace."""
-    s = s.lower()
-    s = "".join(ch for ch in s if ch not in set(string.punctuation))
+    """SQuAD normalization: lowercase, drop punctuation, articles (a/an/the) and extra whitespace."""
+    s = "".join(ch for ch in s.lower() if ch not in _PUNCT)
     s = re.sub(r"\b(a|an|the)\b", " ", s)
     return " ".join(s.split())
 
 
 def f1_score(pred: str, gold: str) -> float:
+    """SQuAD token F1; a yes/no/noanswer prediction or gold scores 1 only on an exact match."""
     p, g = normalize_answer(pred), normalize_answer(gold)
-    if p in ("yes", "no", "noanswer") or g in ("yes", "no", "noanswer"):
-        return float(p == g)  # HotpotQA's official rule: yes/no answers are exact
-    pt, gt = p.split(), g.split()
-    common = collections.Counter(pt) & collections.Counter(gt)
+    if p in _EXACT_ONLY or g in _EXACT_ONLY:
+        return float(p == g)
+    common = collections.Counter(p.split()) & collections.Counter(g.split())
     same = sum(common.values())
     if same == 0:
         return 0.0
-    prec, rec = same / len(pt), same / len(gt)
+    prec, rec = same / len(p.split()), same / len(g.split())
     return 2 * prec * rec / (prec + rec)
 
 
@@ -65,54 +67,135 @@ def exact_match(pred: str, gold: str) -> float:
     return float(normalize_answer(pred) == normalize_answer(gold))
 
 
-def max_over_golds(fn, pred: str, golds: list[str]) -> float:
-    return max((fn(pred, g) for g in golds), default=0.0)
+def max_over_golds(fn: Callable[[str, str], float], pred: str, golds: list[str]) -> float:
+    return max((float(fn(pred, g)) for g in golds), default=0.0)
 
 
-def _clean_number(s: str) -> str:
-    s = s.strip().strip(".")
-    s = re.sub(r"\\text\{([^}]*)\}", r"\1", s)
-    s = s.replace("\\$", "").replace("$", "").replace("\\%", "").replace("%", "").replace("\\!", "")
-    s = re.sub(r"(?<=\d),(?=\d{3}\b)", "", s)  # thousands separators
-    s = re.sub(r"^[^\d\-+.\\(]*", "", s) if re.search(r"\d", s) else s  # leading words/units
-    s = re.sub(r"\s*[a-zA-Z ]+$", "", s) if re.match(r"^[\d\-+.,/ ]+[a-zA-Z ]+$", s) else s  # trailing units
-    return s.strip()
+# ---- math equivalence ----------------------------------------------------------------------
+
+logging.getLogger("math_verify").setLevel(logging.ERROR)  # silence its "timeout is disabled" warnings
+
+_UNITS = r"cm|mm|km|kg|mg|ml|lbs?|oz|ft|mph|hrs?|min|mins|sec|secs|dollars?|cents?|units?"
+_NUMBER = re.compile(r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)(?:\s+[A-Za-z][A-Za-z ]*|(?:" + _UNITS + r"))?")
+_FRAC = re.compile(r"(-?)\\[dt]?frac\{(-?[\d.]+)\}\{(-?[\d.]+)\}|(-?[\d.]+)/(-?[\d.]+)")
+
+
+def _strip_latex(s: str) -> str:
+    """Drop what never changes a number's value: $, \\text{…} wrappers, thousands separators,
+    %, degrees, `x =` prefixes and thin spaces."""
+    s = re.sub(r"\\(?:text|mathrm|textbf|mbox)\{([^{}]*)\}", r"\1", s)
+    s = s.replace("\\$", "").replace("$", "").replace("\\%", "").replace("%", "")
+    s = re.sub(r"\\[,!;: ]|~", "", s)
+    s = re.sub(r"\^\s*\{?\\circ\}?|°|\\left|\\right", "", s)
+    s = re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", s)
+    s = re.sub(r"^\s*[A-Za-z]\s*=\s*", "", s)
+    return s.strip().rstrip(".").strip()
 
 
 def _as_float(s: str) -> float | None:
-    s = _clean_number(s)
-    m = re.fullmatch(r"\\(?:d?frac)\{(-?[\d.]+)\}\{(-?[\d.]+)\}", s)
+    """The value of a plain number, fraction or `18 dollars`; None for anything else."""
+    s = _strip_latex(s)
     try:
-        if m:
-            return float(m.group(1)) / float(m.group(2))
-        if re.fullmatch(r"-?\d+/\d+", s):
-            a, b = s.split("/")
-            return float(a) / float(b)
-        return float(s)
+        if m := _FRAC.fullmatch(s):
+            sign, a, b, c, d = m.groups()
+            return (-1 if sign else 1) * float(a) / float(b) if a is not None else float(c) / float(d)
+        if m := _NUMBER.fullmatch(s):
+            return float(m.group(1))
     except (ValueError, ZeroDivisionError):
+        pass
+    return None
+
+
+def _too_costly(s: str) -> bool:
+    """Inputs that would make sympy run unboundedly (power towers, huge exponents or factorials):
+    with the signal timeouts off (worker threads) nothing could stop them."""
+    if len(s) > 400 or re.search(r"\d{6,}\s*!", s):
+        return True
+    for m in re.finditer(r"\^|\*\*", s):
+        rest = s[m.end() :].lstrip()
+        if rest[:1] in ("{", "("):
+            close = {"{": "}", "(": ")"}[rest[0]]
+            depth, k = 0, 0
+            for k, ch in enumerate(rest):
+                depth += (ch == rest[0]) - (ch == close)
+                if depth == 0:
+                    break
+            exp, after = rest[1:k], rest[k + 1 :]
+        else:
+            tok = re.match(r"[-\w.]*", rest)
+            exp, after = tok.group(0), rest[tok.end() :]
+        if "^" in exp or "**" in exp or after.lstrip().startswith(("^", "**")):
+            return True
+        if re.fullmatch(r"\s*\d{6,}\s*", exp):
+            return True
+    return False
+
+
+def _math_verify(pred: str, gold: str) -> bool | None:
+    """math-verify's verdict, or None when it cannot parse either side. Its signal-based timeouts
+    only work on the main thread, so off it they are disabled (thread-safe); `_too_costly` guards."""
+    try:
+        from math_verify import parse, verify
+    except ImportError:
+        return None
+    t = 5 if threading.current_thread() is threading.main_thread() else None
+    try:
+        g = parse(f"${gold.strip().strip('$')}$", parsing_timeout=t)
+        p = parse(f"${pred.strip().strip('$')}$", parsing_timeout=t)
+        if not g or not p:
+            return None
+        return bool(verify(g, p, timeout_seconds=t))
+    except Exception:
         return None
 
 
-def math_equal(pred: str, gold: str) -> bool:
-    """Symbolic/numeric equivalence: `18`, `18.0`, `$18`, `\\frac{36}{2}`, `1,8`... via math-verify
-    (signal timeouts disabled, so it is safe off the main thread), numeric and sympy fallbacks."""
-    if pred is None:
-        return False
-    a, b = _as_float(pred), _as_float(gold)
-    if a is not None and b is not None:
-        return abs(a - b) <= 1e-6 * max(1.0, abs(b))
-    try:
-        from math_verify import parse, verify
+_SAFE_NAMES = {"sqrt", "pi", "sin", "cos", "tan", "log", "exp", "E", "I"}
 
-        pg = parse(f"${gold}$", parsing_timeout=None)
-        pp = parse(f"${pred}$", parsing_timeout=None)
-        if pg and pp and verify(pg, pp, timeout_seconds=None):
-            return True
-    except Exception:
-        pass
+
+def _sympy_equal(pred: str, gold: str) -> bool | None:
+    """sympy fallback on plain expressions. Only digits, operators and whitelisted names reach
+    `sympify` (which evaluates its input as Python)."""
+    exprs = []
+    for s in (pred, gold):
+        s = _strip_latex(s).replace("^", "**")
+        names = re.findall(r"[A-Za-z_]\w*", s)
+        if "_" in s or not re.fullmatch(r"[\w+\-*/().\s]*", s):
+            return None
+        if any(len(n) > 1 and n not in _SAFE_NAMES for n in names):
+            return None
+        exprs.append(s)
     try:
         import sympy
 
-        return bool(sympy.simplify(sympy.sympify(_clean_number(pred)) - sympy.sympify(_clean_number(gold))) == 0)
+        return bool(sympy.simplify(sympy.sympify(exprs[0]) - sympy.sympify(exprs[1])) == 0)
     except Exception:
-        return normalize_answer(pred) == normalize_answer(gold)
+        return None
+
+
+def _text_equal(pred: str, gold: str) -> bool:
+    """Same text: SQuAD-normalized for words (`\\text{(C)}` = `C`), else ignoring case and spaces
+    only (normalizing `-3` or `1/2` would drop the sign or the slash)."""
+    p, g = _strip_latex(pred), _strip_latex(gold)
+    if not re.search(r"[\d+\-*/^=<>\\]", p + g):
+        return normalize_answer(p) == normalize_answer(g) != ""
+    return "".join(p.lower().split()) == "".join(g.lower().split())
+
+
+def math_equal(pred: str | None, gold: str) -> bool:
+    """Symbolic/numeric equivalence (spec §5.2): `18` = `18.0` = `$18` = `18 dollars` = `\\frac{36}{2}`,
+    `1,000` = `1000`, `0.5` = `\\frac{1}{2}`, `x+1` = `1+x`. The same text is equal; plain
+    numbers are compared directly (relative tolerance 1e-6); anything else goes to math-verify, or
+    to sympy when math-verify cannot parse it. Safe to call from worker threads."""
+    if pred is None or not pred.strip():
+        return False
+    if _text_equal(pred, gold):
+        return True
+    a, b = _as_float(pred), _as_float(gold)
+    if a is not None and b is not None:
+        return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)
+    if _too_costly(pred) or _too_costly(gold):
+        return False
+    verdict = _math_verify(pred, gold)
+    if verdict is None:
+        verdict = _sympy_equal(pred, gold)
+    return bool(verdict)

@@ -1,72 +1,96 @@
 """The format check of the hierarchical reward (spec §5.1). A failure costs reward −1.
 
-Rules, on the decoded response:
-  * at least one <think>…</think>, and every <think> closed before the next opens;
-  * exactly one <answer>…</answer>, and it contains \\boxed{…};
-  * each <search>/<python> call is closed by its own tag and then followed by a <result>…</result>
-    block, in order, before the next call or the answer;
-  * nothing but whitespace after </answer> (the end-of-turn token is not text).
+Rules, on the decoded response (protocol of spec §1):
+  * at least one <think>…</think>; every <think> is closed before any other tag opens;
+  * exactly one <answer>…</answer>, holding no other tag, and it contains \\boxed{…} (or `\\boxed 5`);
+  * each tool call <search>/<python> (or any tag in `tools`) is closed by its own tag and the next
+    tag after it is <result>…</result>; a <result> only ever follows a call. Tags inside a call or a
+    result are data (code strings, retrieved passages), not protocol;
+  * after </answer> only whitespace and special-token text (`<|im_end|>`, `<|endoftext|>`, `</s>`,
+    `<eos>`, `<end_of_turn>`) may follow: the tokenizer decodes EOS as text, but a model that keeps
+    writing after its answer (generation normally stops at </answer>) breaks the format.
+
+Calls are numbered over the whole response ("<python> call #2" is the second call of any tool).
 """
 
 from __future__ import annotations
 
 import re
 
+from arpo.rewards.answer import extract_boxed
+
 TOOL_TAGS = ("search", "python")
-_TAG = re.compile(r"<(/?)(think|answer|result|search|python)>")
+_CORE = ("think", "answer", "result")
+_TRAILER = re.compile(r"(?:\s|<\|[^<>|]*\|>|</s>|<eos>|<end_of_turn>)*")
+
+
+def _tag_re(tools: tuple[str, ...]) -> re.Pattern:
+    names = dict.fromkeys(_CORE + TOOL_TAGS + tuple(tools))
+    return re.compile(r"<(/?)(" + "|".join(map(re.escape, names)) + r")>")
+
+
+def _scan(response: str, tools: tuple[str, ...]) -> tuple[str | None, list[str]]:
+    """(first protocol error or None, tool tags of the top-level calls in order)."""
+    calls: list[str] = []
+    state: str | None = None  # the tag we are inside
+    pending: str | None = None  # a call just closed: its <result> must be the next tag
+    n_think = n_answer = 0
+    answer_text: str | None = None
+    answer_start = answer_end = 0
+    opaque = dict.fromkeys(tools + TOOL_TAGS + ("result",))  # their bodies are data
+    for m in _tag_re(tools).finditer(response):
+        closing, name = m.group(1) == "/", m.group(2)
+        if state in opaque:  # inside a call or a result only its own closing tag counts
+            if closing and name == state:
+                pending = state if state != "result" else None
+                state = None
+            continue
+        if state is not None:  # inside <think> or <answer>
+            if closing and name == state:
+                if name == "answer":
+                    answer_text, answer_end = response[answer_start : m.start()], m.end()
+                state = None
+                continue
+            what = f"</{name}>" if closing else f"<{name}>"
+            return f"{what} inside unclosed <{state}> (unbalanced <{state}>)", calls
+        if closing:
+            return f"</{name}> without an opening <{name}> (unbalanced <{name}>)", calls
+        if answer_end and name != "answer":
+            return f"text after </answer>: <{name}>", calls
+        if pending is not None and name != "result":
+            return f"<{pending}> call #{len(calls)} not followed by <result>", calls
+        if name == "result" and pending is None:
+            return "<result> that does not follow a tool call", calls
+        if name in TOOL_TAGS and name not in tools:
+            return f"<{name}> is not an available tool", calls
+        if name not in _CORE:
+            calls.append(name)
+        n_think += name == "think"
+        if name == "answer":
+            n_answer += 1
+            answer_start = m.end()
+        state = name
+    if state is not None:
+        return f"unclosed <{state}> (unbalanced <{state}>)", calls
+    if pending is not None:
+        return f"<{pending}> call #{len(calls)} not followed by <result>", calls
+    if n_think == 0:
+        return "no <think> block", calls
+    if n_answer != 1:
+        return f"expected exactly one <answer>, found {n_answer}", calls
+    if _TRAILER.fullmatch(response, answer_end) is None:
+        tail = response[answer_end:].strip()
+        return f"text after </answer>: {tail[:30]!r}", calls
+    if extract_boxed(answer_text) is None:
+        return "answer has no \\boxed{}", calls
+    return None, calls
 
 
 def check_format(response: str, tools: tuple[str, ...] = TOOL_TAGS) -> str | None:
-    """None when the response follows the protocol, else a short reason."""
-    tags = [(m.group(1) == "/", m.group(2), m.start(), m.end()) for m in _TAG.finditer(response)]
-    opens = {t: sum(1 for c, n, *_ in tags if n == t and not c) for t in ("think", "answer", "result")}
-    if opens["think"] == 0:
-        return "no <think> block"
-    if opens["answer"] != 1 or sum(1 for c, n, *_ in tags if n == "answer" and c) != 1:
-        return f"expected exactly one <answer>…</answer>, found {opens['answer']}"
-    state = None  # the open tag we are inside: think | answer | result | a tool
-    expect_result = None  # a tool call just closed: its <result> must come next
-    n_call = 0
-    answer_span = None
-    for closing, name, s, e in tags:
-        if state is None:
-            if closing:
-                return f"</{name}> without an opening <{name}>"
-            if expect_result is not None and name != "result":
-                return f"<{expect_result}> call #{n_call} not followed by <result>"
-            if name in TOOL_TAGS and name not in tools:
-                return f"<{name}> is not an available tool"
-            if name == "result" and expect_result is None:
-                return "<result> that does not follow a tool call"
-            if name in TOOL_TAGS:
-                n_call += 1
-            if name == "answer":
-                answer_span = [e, None]
-            state = name
-            continue
-        if not closing:
-            if state == "result" or (state in TOOL_TAGS and name != state):
-                continue  # tags inside tool text (code strings, passages) are data
-            return f"<{name}> opened inside <{state}>"
-        if name != state:
-            if state in TOOL_TAGS + ("result",):
-                continue
-            return f"</{name}> closes <{state}>"
-        if name in TOOL_TAGS:
-            expect_result = name
-        elif name == "result":
-            expect_result = None
-        elif name == "answer":
-            answer_span[1] = s
-            if response[e:].strip():
-                return "text after </answer>"
-        state = None
-    if state is not None:
-        return f"unclosed <{state}>"
-    if expect_result is not None:
-        return f"<{expect_result}> call #{n_call} not followed by <result>"
-    if answer_span is None or answer_span[1] is None:
-        return "no closed <answer>"
-    if "\\boxed" not in response[answer_span[0] : answer_span[1]]:
-        return "answer has no \\boxed{}"
-    return None
+    """None when the response follows the protocol (spec §5.1), else a short human reason."""
+    return _scan(response, tuple(tools))[0]
+
+
+def tool_calls_in(response: str, tools: tuple[str, ...] = TOOL_TAGS) -> list[str]:
+    """Tags of the top-level tool calls, in order (tags quoted inside code or results are not calls)."""
+    return _scan(response, tuple(tools))[1]
