@@ -60,3 +60,18 @@ def test_cli_writes_rows(tmp_path):
                  "--quiet"]) == 0
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(rows) == 3 and all(r["system"] == "math" for r in rows)
+
+
+def test_rejection_rows_keep_rewarded_samples_only():
+    from arpo.data.sft_data import rejection_rows
+
+    good = ("<think> a </think>\n<python>\nprint(2)\n</python>\n<result>\n2\n</result>\n"
+            "<answer> \\boxed{2} </answer><|im_end|>")
+    exs = {"q": {"id": "q", "task": "math", "question": "1+1?", "answers": ["2"]}}
+    recs = [{"example_id": "q", "reward": -1.0, "text": "junk"}, {"example_id": "q", "reward": 1.0, "text": good},
+            {"example_id": "q", "reward": 1.0, "text": good}]
+    rows = rejection_rows(recs, exs)
+    assert len(rows) == 1 and rows[0]["response"].endswith("</answer>")
+    s, e = rows[0]["tool_results"][0]
+    assert rows[0]["response"][s:e] == "\n<result>\n2\n</result>\n"
+    assert check_format(rows[0]["response"]) is None

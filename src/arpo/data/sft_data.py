@@ -161,3 +161,63 @@ def build_sft_dataset(task: str, in_path: str, out_path: str, limit: int | None 
     os.replace(tmp, out)
     return {"written": len(rows), "read": sum(reasons.values()),
             "dropped": {k: v for k, v in reasons.items() if k != "ok"}, "out": str(out)}
+
+
+def rejection_rows(records: list[dict], examples: dict[str, dict], min_reward: float = 0.0,
+                   per_question: int = 1) -> list[dict]:
+    """Rejection sampling (issue 5, second SFT source): the model's own trajectories with reward >
+    min_reward, at most `per_question` per question. `records` are arpo.eval.evaluate records."""
+    out, kept = [], {}
+    for r in records:
+        if r["reward"] <= min_reward or kept.get(r["example_id"], 0) >= per_question:
+            continue
+        ex = examples[r["example_id"]]
+        text = r["text"]
+        for eos in ("<|im_end|>", "<|endoftext|>"):
+            text = text.replace(eos, "")
+        text = text.rstrip()
+        kept[r["example_id"]] = kept.get(r["example_id"], 0) + 1
+        out.append({"id": ex["id"], "task": ex["task"], "question": ex["question"], "answers": ex["answers"],
+                    "system": r.get("template") or ("math" if ex["task"] == "math" else "search"),
+                    "response": text, "tool_results": [list(s) for s in result_spans(text)],
+                    "source": f"rejection-sampling(reward={r['reward']:.2f})"})
+    return out
+
+
+def build_rejection_dataset(model: str, data: str, out_path: str, *, samples: int = 4, temperature: float = 0.8,
+                            limit: int | None = None, tools: list[str] | None = None, search_index=None,
+                            top_k: int = 3, max_chars: int = 300, max_new_tokens: int = 384,
+                            progress: bool = True) -> dict:
+    """Sample `samples` trajectories per question with real tools, keep those with reward > 0."""
+    from rich.progress import Progress
+
+    from arpo.data.datasets import load_examples
+    from arpo.engine.hf import HFEngine
+    from arpo.eval.evaluate import evaluate
+    from arpo.models import load_model
+    from arpo.rewards import arpo_reward
+    from arpo.rollout.agent import AgentConfig
+    from arpo.tools import build_tools
+
+    exs = load_examples(data, limit)
+    names = tools or (["python"] if all(e["task"] == "math" for e in exs) else ["search"])
+    reg = build_tools(names, search_index=search_index, top_k=top_k, max_chars=max_chars)
+    m, tok = load_model(model)
+    recs: list = []
+    try:
+        with Progress(disable=not progress) as bar:
+            t = bar.add_task("rejection sampling", total=len(exs) * samples)
+            stats = evaluate(HFEngine(m, tok), reg, tok, exs, reward_fn=arpo_reward,
+                             agent=AgentConfig(max_response_tokens=max_new_tokens), samples=samples,
+                             temperature=temperature, tool_names=names, records_out=recs,
+                             progress=lambda n: bar.advance(t, n))
+    finally:
+        reg.close()
+    rows = rejection_rows(recs, {e["id"]: e for e in exs})
+    out = Path(out_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    os.replace(tmp, out)
+    return {"written": len(rows), "sampled": len(recs), "questions": len(exs), "pass@1": stats["pass@1"],
+            "out": str(out)}
