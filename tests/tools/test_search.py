@@ -351,13 +351,15 @@ def test_search_tool_over_http_and_server_down(live_server):
     assert many[1].output.startswith("No results found") and "Page 1: Eiffel Tower" in many[2].output
     http_err = SearchTool(url=url, mode="hybrid")("Ed Wood")  # server answers 400: an error result
     assert not http_err.ok and "HTTP 400" in http_err.output and "no dense embeddings" in http_err.output
+    big = tool.search_many([f"Ed Wood {j}" for j in range(300)])  # two requests (256 + 44 queries)
+    assert len(big) == 300 and all(b.ok and b.output.startswith("Page 1: Ed Wood") for b in big)
     assert tool.failures == 0
 
     stop()
     down = tool("Ed Wood")  # the kept-alive connection is gone: no exception, an error result
     assert not down.ok and down.output.startswith("Error: search service unavailable:")
     again = tool.search_many(["a", "b"])
-    assert [x.ok for x in again] == [False, False] and tool.failures == 3 and tool.calls == 7
+    assert [x.ok for x in again] == [False, False] and tool.failures == 3 and tool.calls == 307
     tool.close()
 
 
@@ -390,6 +392,11 @@ def test_cli_index_build_and_info(tmp_path, capsys):
     assert main(["index", "info", str(out)]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["n_docs"] == 7 and len(info["sources"]) == 2 and info["size_bytes"] > 0
+
+    assert main(["index", "build", str(corpus), "--out", str(out)]) == 0  # with progress: on stderr only
+    io = capsys.readouterr()
+    assert json.loads(io.out)["docs"] == 6 and "loaded 6 documents" in io.err
+    assert len(Index.load(out)) == 6  # rebuilt in place
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": 1, "text": "x"}\nnot json\n')

@@ -54,7 +54,7 @@ def build(args) -> int:
         print(f"loaded {len(docs)} documents from {len(args.files)} file(s) in {time.perf_counter() - t0:.1f}s; "
               f"indexing into {out}", file=sys.stderr, flush=True)
     idx = Index.build(docs, out, dense=args.dense, progress=not args.quiet,
-                      sources=[str(Path(f).expanduser().absolute()) for f in args.files])
+                      sources=[str(Path(f).expanduser().resolve()) for f in args.files])
     print(json.dumps({"index": str(idx.path), "docs": len(idx), "dense": args.dense,
                       "seconds": round(time.perf_counter() - t0, 2)}))
     return 0

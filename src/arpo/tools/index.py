@@ -14,6 +14,7 @@ dense=True) and meta.json (n_docs, created, dense, bm25 parameters, corpus sourc
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -77,7 +78,8 @@ def _docs_of_row(row: dict, where: str) -> list[tuple[str, Doc]]:
                     and isinstance(p.get("title", ""), str)):
                 raise ArpoError(f"{where}: paragraphs[{j}] needs a string 'paragraph_text' (and 'title')")
             title, text = p.get("title", ""), p["paragraph_text"].strip()
-            out.append((title or text, Doc(title or text[:40], title, text)))
+            did = title or "p" + hashlib.sha1(text.encode()).hexdigest()[:12]  # untitled: by content
+            out.append((did, Doc(did, title, text)))
         return out
     if "text" in row:  # plain {id, title, text}
         if not isinstance(row["text"], str) or not isinstance(row.get("title", ""), str):
@@ -244,12 +246,13 @@ class Index:
                     f.write(json.dumps(asdict(d), ensure_ascii=False) + "\n")
             emb, t_dense = None, 0.0
             if dense:
+                from rich.console import Console
                 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
                 td = time.perf_counter()
                 enc = encoder or DenseEncoder()
                 cols = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-                with Progress(*cols, disable=not progress, transient=False) as bar:
+                with Progress(*cols, disable=not progress, console=Console(stderr=True)) as bar:  # stdout: results
                     task = bar.add_task(f"dense embeddings ({enc.device})", total=len(corpus))
                     emb = enc.encode(corpus, progress=lambda n: bar.advance(task, n))
                 np.save(tmp / "dense.npy", emb)

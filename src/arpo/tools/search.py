@@ -20,6 +20,7 @@ import time
 from arpo.tools.base import ToolResult
 
 UNAVAILABLE = "Error: search service unavailable"
+REQUEST_BATCH = 256  # queries per HTTP request
 
 
 def _title_text(h) -> tuple[str, str]:
@@ -87,6 +88,12 @@ class SearchTool:
             return self._client
 
     def _remote(self, queries: list[str]) -> list[list[dict]]:
+        out: list[list[dict]] = []
+        for b in range(0, len(queries), REQUEST_BATCH):  # the server takes at most 1024 queries a request
+            out.extend(self._post(queries[b : b + REQUEST_BATCH]))
+        return out
+
+    def _post(self, queries: list[str]) -> list[list[dict]]:
         import httpx
 
         try:
@@ -99,14 +106,16 @@ class SearchTool:
         if r.status_code != 200:
             try:
                 body = r.json()
-                detail = body.get("message") or body.get("detail") or r.text
+                detail = (body.get("message") or body.get("detail")) if isinstance(body, dict) else None
+                detail = detail or r.text
             except ValueError:
                 detail = r.text
             raise _Unavailable(f"HTTP {r.status_code} from {self.url}/search: {str(detail)[:300]}")
         try:
             res = r.json()["results"]
             if not isinstance(res, list) or len(res) != len(queries):
-                raise ValueError(f"{len(res)} result lists for {len(queries)} queries")
+                n = len(res) if isinstance(res, list) else type(res).__name__
+                raise ValueError(f"{n} result lists for {len(queries)} queries")
             for row in res:
                 for h in row:
                     h["title"], h["text"]  # noqa: B018 - shape check
@@ -116,7 +125,8 @@ class SearchTool:
 
     # ---- the tool ---------------------------------------------------------------------------------
     def search_many(self, queries: list[str]) -> list[ToolResult]:
-        """Search a batch of queries in one index call / one HTTP request; one result per query."""
+        """Search a batch of queries in one index call (or one HTTP request per 256 queries); one
+        result per query, in order. Empty queries get an error result and are not sent."""
         t0 = time.perf_counter()
         qs = [" ".join(str(q).split()) for q in queries]
         out: list[ToolResult | None] = [None] * len(qs)

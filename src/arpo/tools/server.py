@@ -69,6 +69,8 @@ def serve(index_dir: str, host: str = "127.0.0.1", port: int = 8001, log_level: 
     from arpo.tools.index import Index
 
     index = Index.load(index_dir)
+    if index.has_dense:  # load the query encoder now, not inside the first request (clients time out)
+        index.encoder()
     try:  # fail with a clear message before uvicorn starts (it would only log and exit)
         with socket.create_server((host, port)):
             pass
