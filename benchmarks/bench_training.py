@@ -5,7 +5,9 @@
    through their parent (the shape ARPO's branching produces; token ids random). Same loss
    (token-mean clipped surrogate), same micro-batch size; gradients are equal (tests/training).
 2. Peak memory (max RSS, one fresh process per variant) of one full fine-tuning step on
-   B x T tokens: naive (model(...).logits -> log_softmax) vs arpo's chunked log-probs.
+   B x T tokens: naive (model(...).logits -> log_softmax, one forward/backward), chunked
+   log-probs alone (same single forward), and arpo's training path (chunked log-probs, loss
+   back-propagated through dL/dlogp in micro-batches of 1024 tokens; same batch, same gradient).
 
     python benchmarks/bench_training.py [--json] [--only packing|memory]
 Goals: packed/flat time <= 0.6; chunked/naive peak memory <= 0.5.
@@ -82,11 +84,20 @@ def _memory_child(variant: str, b: int, t: int, model_name: str) -> None:
     if variant == "naive":
         logits = model(ids).logits[:, :-1]
         lp = torch.log_softmax(logits.float(), -1).gather(-1, ids[:, 1:, None])[..., 0]
-    else:
+    elif variant == "chunked":
         from arpo.algos.logprobs import model_token_logprobs
 
         lp, _ = model_token_logprobs(model, ids, chunk_size=1024)
-    (-(lp * adv).mean()).backward()
+    else:  # "arpo": the trainer's path: chunked log-probs + backward through dL/dlogp per micro-batch
+        from arpo.training.batch import TreeBatch, loss_and_backward
+
+        trees = [{"prompt": r[:1].tolist(), "responses": [r[1:].tolist()], "parent": [-1], "branch_at": [0]}
+                 for r in ids]
+        batch = TreeBatch.from_trees(trees)
+        loss_and_backward(model, batch, lambda lp, en: (-(lp * adv).mean(), {}), packed=False, max_tokens=1024)
+        lp = None
+    if lp is not None:
+        (-(lp * adv).mean()).backward()
     dt = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(json.dumps({"peak_gb": peak / 2**20, "model_loaded_gb": base / 2**20, "seconds": dt}))
@@ -94,7 +105,7 @@ def _memory_child(variant: str, b: int, t: int, model_name: str) -> None:
 
 def bench_memory(a) -> dict:
     out = {"memory_batch": f"{a.mem_batch}x{a.mem_len} tokens, fp32, full fine-tuning step"}
-    for v in ("naive", "chunked"):
+    for v in ("naive", "chunked", "arpo"):
         r = subprocess.run([sys.executable, __file__, "--child", v, "--mem-batch", str(a.mem_batch),
                             "--mem-len", str(a.mem_len), "--model", a.model], capture_output=True, text=True)
         if r.returncode != 0:
@@ -102,6 +113,7 @@ def bench_memory(a) -> dict:
         d = json.loads(r.stdout.strip().splitlines()[-1])
         out[f"{v}_peak_gb"], out[f"{v}_step_s"] = d["peak_gb"], d["seconds"]
     out["chunked_over_naive_peak"] = out["chunked_peak_gb"] / out["naive_peak_gb"]
+    out["arpo_over_naive_peak"] = out["arpo_peak_gb"] / out["naive_peak_gb"]
     return out
 
 
