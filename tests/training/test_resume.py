@@ -143,3 +143,24 @@ def test_rollout_dump_carries_rewards(tiny_dir, tmp_path):
     assert len(recs) == 4
     # the tiny random model never writes the protocol: the real reward gives the format penalty
     assert all(r["reward"] == -1.0 and r["format_error"] for r in recs)
+
+
+def test_train_validation_and_lora_smoke(tiny_dir, tmp_path):
+    from arpo.config import load_config
+    from arpo.recipes import train
+
+    ov = [f"model.name={tiny_dir / 'model'}", f"data.path={tiny_dir / 'q.jsonl'}", "tools.enabled=[]",
+          "agent.max_response_tokens=8", "rollout.group_size=2", "rollout.initial_rollouts=2",
+          "reward.fn=arpo.testing:toy_reward", "steps=2", "prompts_per_step=1", "optim.lr=1e-2",
+          f"run.dir={tmp_path / 'v'}", "run.tensorboard=false", f"validation.path={tiny_dir / 'q.jsonl'}",
+          "validation.limit=2", "validation.every=1", "lora.enabled=true", "lora.r=4", "algo.preset=grpo"]
+    out = train.run(load_config(train.TrainConfig, None, ov), quiet=True)
+    rows = _rows(tmp_path / "v")
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all("val/pass@1" in r and "val/score" in r for r in rows)
+    ck = Path(out["checkpoint"]) / "model"
+    assert (ck / "adapter_model.safetensors").is_file()  # LoRA: only the adapter is saved
+    from arpo.models import load_model
+
+    model, _ = load_model(str(tmp_path / "v"))  # a run dir loads its latest checkpoint, adapter merged
+    assert not hasattr(model, "peft_config")
