@@ -30,6 +30,13 @@ def run(script: str, args: list[str]) -> dict:
 def rows(res: dict) -> list[tuple]:
     out = []
     d, t, tr = res.get("decode", {}), res.get("tools", {}), res.get("training", {})
+    ro = res.get("rollout", {})
+    if "wall_ratio" in ro:
+        a, n = ro["arpo"], ro["naive"]
+        out.append((f"rollout, {ro['prompts']} GSM8K prompts x M={ro['group_size']}, real python, s per generated token",
+                    "bench_rollout.py", f"{a['seconds']:.1f} s / {a['generated_tokens']} tok ({a['branches']} branches)",
+                    f"naive generate-per-turn {n['seconds']:.1f} s / {n['generated_tokens']} tok",
+                    f"{ro['per_token_ratio']:.2f} (wall {ro['wall_ratio']:.2f})", "<= 0.4"))
     if "decode_tok_s_engine" in d:
         out.append(("decode tok/s, batch %d, %d+%d tokens" % (d["batch"], d["prompt_tokens"], d["new_tokens"]),
                     "bench_decode.py", f"{d['decode_tok_s_engine']:.1f}", f"HF generate {d['decode_tok_s_generate']:.1f}",
@@ -65,7 +72,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--quick", action="store_true", help="fewer repeats")
-    ap.add_argument("--skip", default="", help="comma-separated: decode, tools, training")
+    ap.add_argument("--skip", default="", help="comma-separated: decode, tools, rollout, training")
     ap.add_argument("--out", default=str(HERE.parent / "BENCHMARKS.md"))
     a = ap.parse_args()
     skip = set(a.skip.split(","))
@@ -76,6 +83,8 @@ def main() -> int:
         res["decode"] = run("bench_decode.py", reps)
     if "tools" not in skip:
         res["tools"] = run("bench_tools.py", [])
+    if "rollout" not in skip:
+        res["rollout"] = run("bench_rollout.py", [])
     if "training" not in skip:
         res["training"] = run("bench_training.py", ["--repeats", "1" if a.quick else "2"])
     lines = ["# Benchmarks", "",
