@@ -134,29 +134,18 @@ def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False) -> dict:
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     from arpo.config import save_config
-    from arpo.models import load_model
     from arpo.training.batch import TreeBatch, loss_and_backward
-    from arpo.training.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
+    from arpo.training.checkpoint import latest_checkpoint, load_trainer_state, resume_from, save_checkpoint
     from arpo.training.logger import MetricsLogger
-    from arpo.training.optim import apply_lora, build_optimizer, build_scheduler, clip_gradients
+    from arpo.training.optim import build_optimizer, build_scheduler, clip_gradients, load_policy
 
     cfg.validate()
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
     run_dir = Path(cfg.run.dir)
-    ckpt = latest_checkpoint(run_dir) if resume else None
-    if resume and ckpt is None:
-        raise ArpoError(f"--resume: no checkpoint in {run_dir}/checkpoints")
+    ckpt = resume_from(run_dir, resume)
     torch.manual_seed(cfg.run.seed)
-    model_src = str(ckpt / "model") if ckpt is not None and not cfg.lora.enabled else cfg.model.name
-    model, tok = load_model(model_src, cfg.model.device, cfg.model.dtype)
-    if cfg.lora.enabled:
-        model = apply_lora(model, cfg.lora)
-        if ckpt is not None:
-            from peft import set_peft_model_state_dict
-            from safetensors.torch import load_file
-
-            set_peft_model_state_dict(model, load_file(str(ckpt / "model" / "adapter_model.safetensors")))
+    model, tok = load_policy(cfg.model, cfg.lora, ckpt)
     model.train()
     rows = read_sft_rows(cfg.data.paths, cfg.data.limit)
     data, skipped = [], 0

@@ -18,7 +18,6 @@ continues a run exactly (tests/training/test_resume.py kills a run with SIGKILL 
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import statistics
 import time
@@ -229,9 +228,9 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False) -> dict:
     from arpo.rewards import get_reward_fn
     from arpo.rollout.arpo import ARPORollout
     from arpo.training.batch import loss_and_backward, token_logprobs
-    from arpo.training.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
+    from arpo.training.checkpoint import latest_checkpoint, load_trainer_state, resume_from, save_checkpoint
     from arpo.training.logger import MetricsLogger
-    from arpo.training.optim import apply_lora, build_optimizer, build_scheduler, clip_gradients
+    from arpo.training.optim import build_optimizer, build_scheduler, clip_gradients, load_policy
 
     cfg.validate()
     preset = cfg.algo.resolve(cfg.rollout)
@@ -239,22 +238,13 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False) -> dict:
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
     run_dir = Path(cfg.run.dir)
-    ckpt = latest_checkpoint(run_dir) if resume else None
-    if resume and ckpt is None:
-        raise ArpoError(f"--resume: no checkpoint in {run_dir}/checkpoints")
+    ckpt = resume_from(run_dir, resume)
     reward_fn = get_reward_fn(cfg.reward.fn)
     examples = load_examples(cfg.data.path, cfg.data.limit, cfg.data.task)
     torch.manual_seed(cfg.run.seed)
-    src = str(ckpt / "model") if ckpt is not None and not cfg.lora.enabled else cfg.model.name
-    model, tok = load_model(src, cfg.model.device, cfg.model.dtype)
-    ref_model = copy.deepcopy(model).eval() if preset.kl_coef else None  # π_ref: the starting policy
-    if cfg.lora.enabled:
-        model = apply_lora(model, cfg.lora)
-        if ckpt is not None:
-            from peft import set_peft_model_state_dict
-            from safetensors.torch import load_file
-
-            set_peft_model_state_dict(model, load_file(str(ckpt / "model" / "adapter_model.safetensors")))
+    model, tok = load_policy(cfg.model, cfg.lora, ckpt)
+    # π_ref is the starting policy (also on resume, where `model` holds the checkpoint's weights)
+    ref_model = load_model(cfg.model.name, cfg.model.device, cfg.model.dtype)[0].eval() if preset.kl_coef else None
     opt = build_optimizer(model, cfg.optim)
     n_updates = cfg.steps * cfg.minibatches * preset.ppo_epochs
     sched = build_scheduler(opt, cfg.optim, n_updates)

@@ -139,3 +139,13 @@ def load_trainer_state(ckpt: str | Path, optimizer=None, scheduler=None, restore
     if restore_rng:
         set_rng_state(blob["rng"])
     return state
+
+
+def resume_from(run_dir: str | Path, resume: bool) -> Path | None:
+    """The checkpoint `--resume` continues from (None without --resume); an error if there is none."""
+    if not resume:
+        return None
+    ck = latest_checkpoint(run_dir)
+    if ck is None:
+        raise ArpoError(f"--resume: no checkpoint in {run_dir}/checkpoints")
+    return ck

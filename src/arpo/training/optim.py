@@ -68,3 +68,20 @@ def base_model(model):
     """The transformers model under a peft wrapper (for .model / get_output_embeddings)."""
     get = getattr(model, "get_base_model", None)
     return get() if get is not None else model
+
+
+def load_policy(model_cfg, lora_cfg, ckpt=None):
+    """(model, tokenizer) to train: the configured model, or a checkpoint's weights on resume; with
+    LoRA, the base model wrapped in an adapter (restored from the checkpoint on resume)."""
+    from arpo.models import load_model
+
+    src = str(ckpt / "model") if ckpt is not None and not lora_cfg.enabled else model_cfg.name
+    model, tok = load_model(src, model_cfg.device, model_cfg.dtype)
+    if lora_cfg.enabled:
+        model = apply_lora(model, lora_cfg)
+        if ckpt is not None:
+            from peft import set_peft_model_state_dict
+            from safetensors.torch import load_file
+
+            set_peft_model_state_dict(model, load_file(str(ckpt / "model" / "adapter_model.safetensors")))
+    return model, tok
