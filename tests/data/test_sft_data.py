@@ -33,13 +33,31 @@ def test_gsm8k_rows_are_real_and_valid(python_tool):
         for s, e in r["tool_results"]:
             block = r["response"][s:e]
             assert block.startswith("\n<result>\n") and block.endswith("\n</result>\n")
-    first = rows[0]["response"]  # Natalia: 48/2 and 48+24, run for real
-    assert "print(48/2)" in first and "\n24.0\n72\n" in first
+    first = rows[0]["response"]  # Natalia: 48/2 then 48+24, one call per solution line, run for real
+    assert first.count("<python>") == 2 and "print(48/2)" in first and "<result>\n24.0\n</result>" in first
+    thought = first.split("</think>")[0]
+    assert "48/2" in thought and "24" not in thought  # the result is not known before the call
+
+
+def test_gsm8k_single_program_style(python_tool):
+    ex = load_examples(DATA / "gsm8k/train.jsonl", limit=1)[0]
+    r, why = gsm8k_to_sft(ex, python_tool, style="single")
+    assert why == "ok" and r["response"].count("<python>") == 1 and "\n24.0\n72\n" in r["response"]
+
+
+def test_gsm8k_merges_lines_to_max_calls(python_tool):
+    sol = "a <<1+1=2>>2\nb <<2+1=3>>3\nc <<3+1=4>>4\nd <<4+1=5>>5\n#### 5"
+    r, why = gsm8k_to_sft({"id": "m", "question": "q", "solution": sol}, python_tool, max_calls=2)
+    assert why == "ok" and r["response"].count("<python>") == 2 and "print(1+1)\nprint(2+1)" in r["response"]
+    assert arpo_reward(r["response"], r, tool_calls=[{"tool": "python"}]).reward == 1.0
 
 
 def test_gsm8k_drops_mismatches(python_tool):
     ex = {"id": "x", "question": "q", "solution": "2+2 = <<2+2=5>>5\n#### 5", "answers": ["5"]}
+    assert gsm8k_to_sft(ex, python_tool) == (None, "program output != annotation")
+    ex = {"id": "y", "question": "q", "solution": "2+2 = <<2+2=4>>4\n#### 5", "answers": ["5"]}
     assert gsm8k_to_sft(ex, python_tool) == (None, "program output != gold answer")
+    assert gsm8k_to_sft(ex, python_tool, style="single") == (None, "program output != gold answer")
 
 
 def test_hotpotqa_row_with_fake_search():

@@ -27,6 +27,27 @@ def test_summarize():
     assert m["score"] == pytest.approx(0.375) and m["format_error_rate"] == pytest.approx(0.25)
     assert m["tool_calls"] == pytest.approx(0.75) and m["tool_calls/search"] == pytest.approx(0.5)
     assert m["response_tokens"] == 25
+    assert m["tool_format_rate"] == pytest.approx(0.5)  # a (format ok, python) and b (ok, search)
+
+
+def test_compare_rows_and_cli(tmp_path, capsys):
+    from arpo.cli import main
+    from arpo.eval.evaluate import compare
+
+    a = {"results": {"g.jsonl": {"pass@1": 0.25, "score": 0.25, "reward": -0.5, "format_error_rate": 0.5,
+                                 "tool_format_rate": 0.25, "tool_calls": 1.0, "response_tokens": 100.0}}}
+    b = {"results": {"g.jsonl": {**a["results"]["g.jsonl"], "pass@1": 0.5, "reward": 0.0, "format_error_rate": 0.25}}}
+    rows = compare({"sft": a, "arpo": b})
+    assert [r["label"] for r in rows] == ["sft", "arpo"] and "delta" not in rows[0]
+    assert rows[1]["delta"]["pass@1"] == pytest.approx(0.25) and rows[1]["delta"]["reward"] == pytest.approx(0.5)
+    assert rows[1]["delta"]["format_error_rate"] == pytest.approx(-0.25)
+    (tmp_path / "a.json").write_text(json.dumps(a))
+    (tmp_path / "b.json").write_text(json.dumps(b))
+    assert main(["compare", f"sft={tmp_path / 'a.json'}", f"arpo={tmp_path / 'b.json'}"]) == 0
+    out = capsys.readouterr().out
+    assert "sft" in out and "(+0.250)" in out and "(-0.250)" in out
+    assert main(["compare", str(tmp_path / "missing.json")]) == 2
+    assert "no such eval file" in capsys.readouterr().err
 
 
 def test_evaluate_runs_the_agent_and_scores():
@@ -75,6 +96,7 @@ def test_cli_lists_every_command(capsys):
     from arpo.cli import build_parser
 
     text = build_parser().format_help()
-    for c in ("chat", "tool", "index", "serve", "rollout", "sft-data", "sft", "train", "eval", "plot", "analyze"):
+    for c in ("chat", "tool", "index", "serve", "rollout", "sft-data", "sft", "train", "eval", "compare", "plot",
+              "analyze"):
         assert c in text
     assert "unavailable" not in text

@@ -9,11 +9,11 @@ result j"). ARPO's premise is that the post-tool curve starts above the initial 
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 
 from arpo.errors import ArpoError
+from arpo.jsonl import iter_jsonl
 
 
 def segments(loss_mask: list[int]) -> list[tuple[int, int]]:
@@ -32,16 +32,10 @@ def segments(loss_mask: list[int]) -> list[tuple[int, int]]:
 
 def read_dump(path: str | Path) -> list[dict]:
     rows = []
-    for i, line in enumerate(Path(path).read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            r = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ArpoError(f"{path}:{i}: invalid JSON ({e.msg})") from e
+    for where, r in iter_jsonl(path, "rollout dump"):
         for k in ("entropies", "loss_mask"):
             if not isinstance(r.get(k), list):
-                raise ArpoError(f"{path}:{i}: field {k!r} missing (is this an `arpo rollout` dump?)")
+                raise ArpoError(f"{where}: field {k!r} missing (is this an `arpo rollout` dump?)")
         rows.append(r)
     return rows
 

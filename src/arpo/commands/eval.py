@@ -46,6 +46,14 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the metrics as JSON instead of a table")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
+    c = sub.add_parser("compare", help="compare `arpo eval --out` JSON files side by side (before/after)",
+                       description="One table per dataset: a row per eval file, with the change against the "
+                       "first file.", epilog="example:\n  arpo compare sft=runs/q/eval_sft.json "
+                       "arpo=runs/q/eval_arpo.json", formatter_class=argparse.RawDescriptionHelpFormatter)
+    c.add_argument("files", nargs="+", help="eval JSON files, optionally labelled: LABEL=FILE")
+    c.add_argument("--json", action="store_true", help="print the rows as JSON")
+    c.add_argument("--out", default=None, help="also write the rows as JSON here")
+    c.set_defaults(func=run_compare)
 
 
 def run(args) -> int:
@@ -115,3 +123,46 @@ def print_table(results: dict, model: str) -> None:
     for path, r in results.items():
         t.add_row(Path(path).name, *[f"{r[k]:.3f}" if isinstance(r.get(k), float) else str(r.get(k, "")) for k in keys])
     Console().print(t)
+
+
+def run_compare(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from arpo.eval.evaluate import COMPARE_KEYS, compare
+
+    runs = {}
+    for spec in args.files:
+        label, _, path = spec.rpartition("=") if "=" in spec else ("", "", spec)
+        p = Path(path)
+        if not p.is_file():
+            raise ArpoError(f"{p}: no such eval file (write one with `arpo eval ... --out {p}`)")
+        try:
+            data = json.loads(p.read_text())
+            data["results"]
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise ArpoError(f"{p}: not an `arpo eval --out` file ({type(e).__name__}: {e})") from e
+        runs[label or p.stem] = data
+    rows = compare(runs)
+    if args.out:
+        from arpo.training.checkpoint import write_text_atomic
+
+        write_text_atomic(Path(args.out), json.dumps(rows, indent=1))
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    con = Console()
+    for ds in dict.fromkeys(r["dataset"] for r in rows):
+        mine = [r for r in rows if r["dataset"] == ds]
+        t = Table(title=f"arpo compare · {Path(ds).name}")  # a row per metric: fits a narrow terminal
+        t.add_column("metric")
+        for r in mine:
+            t.add_column(r["label"], justify="right")
+        for k in COMPARE_KEYS:
+            cells = []
+            for r in mine:
+                v, d = r[k], r.get("delta", {}).get(k)
+                cells.append(("" if v is None else f"{v:.3f}") + ("" if d is None else f" ({d:+.3f})"))
+            t.add_row(k, *cells)
+        con.print(t)
+    return 0

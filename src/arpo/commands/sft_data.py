@@ -11,7 +11,9 @@ EXAMPLES = """examples:
   arpo sft-data rejection --model runs/quickstart/sft --data ../shared/data/gsm8k/train.jsonl --limit 50 --out rs.jsonl
   arpo sft --config configs/sft_quickstart.yaml data.paths=[sft_gsm8k.jsonl,sft_hotpotqa.jsonl]
 
-GSM8K: the solution's <<expr=value>> annotations become a <python> program run in the real sandbox.
+GSM8K: each solution line with <<expr=value>> annotations becomes a <python> call run in the real
+sandbox (--style stepwise, at most --max-calls calls; the thought before a call says what to compute,
+never its result); --style single: one program printing every annotation.
 rejection: the model's own trajectories (real tools) with reward > 0, one per question.
 HotpotQA: supporting-fact titles become <search> calls answered by the local index (build it first
 with `arpo index build ../shared/data/hotpotqa/*.jsonl`). Rows that do not check out are dropped and
@@ -29,6 +31,9 @@ def register(sub) -> None:
     p.add_argument("--index", default=None, help="search index dir (hotpotqa; default $ARPO_CACHE_DIR/indexes/hotpotqa)")
     p.add_argument("--top-k", type=int, default=3, help="passages per search in the trajectories (default 3)")
     p.add_argument("--max-chars", type=int, default=300, help="characters per passage (default 300)")
+    p.add_argument("--style", choices=["stepwise", "single"], default="stepwise",
+                   help="gsm8k: one call per solution line (default) or one program for all")
+    p.add_argument("--max-calls", type=int, default=3, help="gsm8k stepwise: at most this many calls (default 3)")
     p.add_argument("--model", default="smollm2-135m-instruct", help="rejection: the model to sample")
     p.add_argument("--samples", type=int, default=4, help="rejection: samples per question")
     p.add_argument("--temperature", type=float, default=0.8, help="rejection: sampling temperature")
@@ -46,6 +51,7 @@ def run(args) -> int:
         print(json.dumps(stats))
         return 0
     stats = build_sft_dataset(args.source, args.data, args.out, args.limit, search_index=args.index,
-                              top_k=args.top_k, max_chars=args.max_chars, progress=not args.quiet)
+                              top_k=args.top_k, max_chars=args.max_chars, progress=not args.quiet,
+                              style=args.style, max_calls=args.max_calls)
     print(json.dumps(stats))
     return 0

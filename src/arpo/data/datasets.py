@@ -1,4 +1,5 @@
-"""Datasets: GSM8K, HotpotQA and generic JSONL/parquet rows, as plain examples.
+"""Datasets: GSM8K, HotpotQA, FlashRAG (`id, question, golden_answers`: Bamboogle, 2Wiki, MuSiQue,
+NQ ...) and generic JSONL/parquet rows `{question, answer | answers, task}`, as plain examples.
 
 An example is `{"id", "question", "answers": [str, ...], "task": "math" | "qa"}`. The task picks the
 prompt template and the reward. A malformed row is an error naming file, line and field.
@@ -6,10 +7,10 @@ prompt template and the reward. A malformed row is an error naming file, line an
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from arpo.errors import ArpoError
+from arpo.jsonl import iter_jsonl
 
 TASKS = ("math", "qa")
 
@@ -23,17 +24,8 @@ def _rows(path: Path):
         for i, row in enumerate(pq.read_table(path).to_pylist(), 1):
             yield i, row
         return
-    with open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ArpoError(f"{path}:{i}: invalid JSON ({e.msg} at column {e.colno})") from e
-            if not isinstance(row, dict):
-                raise ArpoError(f"{path}:{i}: expected a JSON object, got {type(row).__name__}")
-            yield i, row
+    for where, row in iter_jsonl(path, "dataset file"):
+        yield int(where.rsplit(":", 1)[1]), row
 
 
 def _example(path: Path, i: int, row: dict, task: str | None) -> dict:
@@ -41,12 +33,13 @@ def _example(path: Path, i: int, row: dict, task: str | None) -> dict:
     q = row.get("question")
     if not isinstance(q, str) or not q.strip():
         raise ArpoError(f"{where}: field 'question' is missing or not a non-empty string")
-    if "answers" in row:
-        answers = row["answers"]
+    key = "answers" if "answers" in row else "golden_answers" if "golden_answers" in row else None  # FlashRAG
+    if key:
+        answers = row[key]
         if isinstance(answers, str):
             answers = [answers]
         if not isinstance(answers, list) or not answers or not all(isinstance(a, (str, int, float)) for a in answers):
-            raise ArpoError(f"{where}: field 'answers' must be a non-empty list of strings")
+            raise ArpoError(f"{where}: field {key!r} must be a non-empty list of strings")
         answers = [str(a) for a in answers]
     elif "answer" in row:
         a = row["answer"]
@@ -57,7 +50,7 @@ def _example(path: Path, i: int, row: dict, task: str | None) -> dict:
             a = a.rsplit("####", 1)[1].strip().replace(",", "")
         answers = [a]
     else:
-        raise ArpoError(f"{where}: needs a field 'answer' or 'answers'")
+        raise ArpoError(f"{where}: needs a field 'answer', 'answers' or 'golden_answers'")
     t = row.get("task") or task or ("math" if "####" in str(row.get("answer", "")) else "qa")
     if t not in TASKS:
         raise ArpoError(f"{where}: field 'task' is {t!r}; expected one of {', '.join(TASKS)}")

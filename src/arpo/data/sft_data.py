@@ -1,8 +1,10 @@
 """Cold-start SFT data from real datasets with real tool outputs — no external LLM (spec §6).
 
-* GSM8K: the worked solution's calculator annotations `<<48/2=24>>` become one `<python>` program
-  that prints each step; the program is run in the real sandbox and its real output is the
-  `<result>`. Rows whose last printed value is not the gold answer are dropped (counted).
+* GSM8K: each line of the worked solution with calculator annotations `<<48/2=24>>` becomes a
+  `<python>` call printing its expressions, run in the real sandbox; its real output is the
+  `<result>`. The thought before a call says what to compute, not the result (the model has not
+  seen it yet), so the trajectories teach using the tool rather than copying numbers. Every printed
+  value must match its annotation and the last one the gold answer, or the row is dropped (counted).
 * HotpotQA: each supporting-fact title becomes a `<search>` call answered by the real local index;
   rows whose results do not contain the gold answer (yes/no answers excepted) are dropped.
 
@@ -13,15 +15,15 @@ loss masks out (recipes/sft.py).
 
 from __future__ import annotations
 
-import json
-import os
+import math
 import re
 from collections import Counter
 from pathlib import Path
 
+from arpo.jsonl import write_jsonl
 from arpo.tools.base import RESULT_CLOSE, RESULT_OPEN, format_result
 
-_ANNOT = re.compile(r"<<([^=<>]+)=([^<>]*)>>")
+_ANNOT = re.compile(r"<<([^<>]*)=([^<>=]*)>>")
 
 
 def result_spans(response: str) -> list[tuple[int, int]]:
@@ -40,10 +42,24 @@ def result_spans(response: str) -> list[tuple[int, int]]:
 
 
 def _num(s: str) -> float | None:
+    s = s.strip().replace(",", "").rstrip(".").lstrip("$")
     try:
-        return float(s.strip().replace(",", "").rstrip("."))
+        v = float(s)
     except ValueError:
         return None
+    return v if math.isfinite(v) else None
+
+
+def _same(output: str, value: str) -> bool:
+    """A printed value equals an annotation's value (up to the annotation's rounding: `<<10/3=3.33>>`)."""
+    got, want = _num(output), _num(value)
+    if got is None or want is None:
+        return False
+    if abs(got - want) <= 1e-6 * max(1.0, abs(want)):
+        return True
+    v = value.strip().replace(",", "")
+    decimals = len(v.split(".", 1)[1]) if "." in v else 0
+    return abs(got - want) <= 0.5 * 10 ** (-decimals) + 1e-9
 
 
 def _assemble(parts: list[tuple[str, str]]) -> tuple[str, list[list[int]]]:
@@ -56,33 +72,119 @@ def _assemble(parts: list[tuple[str, str]]) -> tuple[str, list[list[int]]]:
     return out, spans
 
 
-def gsm8k_to_sft(example: dict, python_tool, max_chars: int = 1500) -> tuple[dict | None, str]:
-    """(row, "ok") or (None, reason)."""
+def _tidy(s: str) -> str:
+    s = re.sub(r"[ \t]{2,}", " ", s).strip()
+    return re.sub(r"\s+([.,;:!?])", r"\1", s)
+
+
+def _split_line(line: str) -> tuple[str, str, list[tuple[str, str]]]:
+    """One solution line -> (thought *before* the call: the annotated results removed, since the
+    model has not seen them yet; thought *after* it, values kept; [(expression, value)])."""
+    before, after, calls, cur = [], [], [], 0
+    for m in _ANNOT.finditer(line):
+        expr, val = m.group(1).strip(), m.group(2).strip()
+        if not expr or not val:
+            raise _Drop("bad annotation")
+        calls.append((expr, val))
+        head, end = line[cur:m.start()], m.end()
+        shown = line[end:end + len(val)] == val  # "48/2 = <<48/2=24>>24": the value follows the annotation
+        if shown:
+            end += len(val)
+        after.append(head + ("" if shown else val) + line[m.end():end])
+        h = head.rstrip().removesuffix("$").rstrip()
+        before.append(h[:-1].rstrip() + " " if h.endswith("=") else head + expr)
+        cur = end
+    before.append(line[cur:])
+    after.append(line[cur:])
+    return _tidy("".join(before)), _tidy("".join(after)), calls
+
+
+class _Drop(Exception):
+    pass
+
+
+def _steps(body: str, max_calls: int) -> tuple[list[dict], str]:
+    """Solution lines with calculations -> steps {think, post, calls}, merged down to max_calls."""
+    steps, pending = [], []
+    for line in (x.strip() for x in body.splitlines()):
+        if not line:
+            continue
+        pre, post, calls = _split_line(line)
+        if calls:
+            steps.append({"think": " ".join(pending + [pre]), "post": post, "calls": calls})
+            pending = []
+        else:
+            pending.append(pre)
+    if len(steps) > max_calls:  # merge neighbouring lines into max_calls groups of near-equal size
+        merged, i = [], 0
+        for g in range(max_calls):
+            size = len(steps) // max_calls + (1 if g < len(steps) % max_calls else 0)
+            grp, i = steps[i:i + size], i + size
+            merged.append({"think": " ".join(s["think"] for s in grp), "post": " ".join(s["post"] for s in grp),
+                           "calls": [c for s in grp for c in s["calls"]]})
+        steps = merged
+    return steps, " ".join(pending)
+
+
+def gsm8k_to_sft(example: dict, python_tool, max_chars: int = 1500, max_calls: int = 3,
+                 style: str = "stepwise") -> tuple[dict | None, str]:
+    """(row, "ok") or (None, reason).
+
+    style "stepwise" (default): one `<python>` call per solution line (merged down to `max_calls`),
+    the thought before each call states what to compute without its result, and every printed value
+    is checked against its annotation. style "single": one program printing every annotation."""
     sol = example.get("solution") or ""
     body, _, final = sol.rpartition("####")
     gold = final.strip().replace(",", "")
-    exprs = [m.group(1).strip() for m in _ANNOT.finditer(body)]
-    if not exprs:
+    if not _ANNOT.search(body):
         return None, "no calculator annotations"
-    cot = " ".join(line.strip() for line in _ANNOT.sub("", body).splitlines() if line.strip())
-    code = "\n".join(f"print({e})" for e in exprs)
-    r = python_tool(code)
-    if not r.ok:
-        return None, "program failed"
-    lines = [x for x in r.output.strip().splitlines() if x.strip()]
-    last = _num(lines[-1]) if lines else None
-    g = _num(gold)
-    if last is None or g is None or abs(last - g) > 1e-6 * max(1.0, abs(g)):
-        return None, "program output != gold answer"
-    response, spans = _assemble([
-        (f"<think> {cot} </think>\n<python>\n{code}\n</python>", "model"),
-        (format_result(r.output.strip()), "result"),
-        (f"<think> The result is {gold}. </think>\n<answer> \\boxed{{{gold}}} </answer>", "model"),
-    ])
+    if _num(gold) is None:
+        return None, "gold answer is not a number"
+    if style == "single":
+        exprs = [m.group(1).strip() for m in _ANNOT.finditer(body)]
+        cot = " ".join(line.strip() for line in _ANNOT.sub("", body).splitlines() if line.strip())
+        code = "\n".join(f"print({e})" for e in exprs)
+        r = python_tool(code)
+        if not r.ok:
+            return None, "program failed"
+        lines = [x for x in r.output.strip().splitlines() if x.strip()]
+        if not lines or not _same(lines[-1], gold):
+            return None, "program output != gold answer"
+        parts = [(f"<think> {cot} </think>\n<python>\n{code}\n</python>", "model"),
+                 (format_result(r.output.strip()), "result"),
+                 (f"<think> The result is {gold}. </think>\n<answer> \\boxed{{{gold}}} </answer>", "model")]
+    elif style == "stepwise":
+        try:
+            steps, tail = _steps(body, max_calls)
+        except _Drop as e:
+            return None, str(e)
+        parts, values = [], []
+        for st in steps:
+            code = "\n".join(f"print({e})" for e, _ in st["calls"])
+            r = python_tool(code)
+            outs = r.output.strip().splitlines()
+            if not r.ok:
+                return None, "program failed"
+            if len(outs) != len(st["calls"]) or not all(_same(o, v) for o, (_, v) in zip(outs, st["calls"])):
+                return None, "program output != annotation"
+            values += outs
+            parts += [(f"<think> {st['think']} </think>\n<python>\n{code}\n</python>", "model"),
+                      (format_result(r.output.strip()), "result")]
+        if not values or not _same(values[-1], gold):
+            return None, "program output != gold answer"
+        concl = _tidy(" ".join(x for x in (steps[-1]["post"], tail) if x))
+        parts.append((f"<think> {concl} </think>\n<answer> \\boxed{{{gold}}} </answer>", "model"))
+    else:
+        raise ValueError(f"style must be stepwise or single, not {style!r}")
+    response, spans = _assemble(parts)
+    if RESULT_OPEN in "".join(t for t, k in parts if k == "model"):
+        return None, "result tag in model text"
+    if [list(s) for s in result_spans(response)] != spans:
+        return None, "ambiguous result spans"
     if len(response) > max_chars:
         return None, "too long"
     return {"id": example["id"], "task": "math", "question": example["question"], "answers": [gold],
-            "system": "math", "response": response, "tool_results": spans, "source": "gsm8k-annotations"}, "ok"
+            "system": "math", "response": response, "tool_results": spans, "source": f"gsm8k-annotations({style})"}, "ok"
 
 
 def hotpotqa_to_sft(row: dict, search_fn, max_calls: int = 2, require_answer: bool = True) -> tuple[dict | None, str]:
@@ -110,7 +212,8 @@ def hotpotqa_to_sft(row: dict, search_fn, max_calls: int = 2, require_answer: bo
 
 
 def build_sft_dataset(task: str, in_path: str, out_path: str, limit: int | None = None, *, search_index=None,
-                      top_k: int = 3, max_chars: int = 300, progress: bool = True) -> dict:
+                      top_k: int = 3, max_chars: int = 300, progress: bool = True,
+                      style: str = "stepwise", max_calls: int = 3) -> dict:
     """Convert `limit` rows (kept rows, not read rows) and write JSONL atomically. Returns stats."""
     from rich.progress import Progress
 
@@ -132,18 +235,14 @@ def build_sft_dataset(task: str, in_path: str, out_path: str, limit: int | None 
 
             src = load_examples(p)
         else:
-            src = []
-            for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-                if line.strip():
-                    try:
-                        src.append(json.loads(line))
-                    except json.JSONDecodeError as e:
-                        raise ArpoError(f"{p}:{i}: invalid JSON ({e.msg})") from e
+            from arpo.jsonl import read_jsonl
+
+            src = read_jsonl(p, "dataset file")
         with Progress(disable=not progress) as bar:
             t = bar.add_task(f"sft-data {task}", total=limit or len(src))
             for ex in src:
                 if task == "gsm8k":
-                    row, why = gsm8k_to_sft(ex, tools["python"])
+                    row, why = gsm8k_to_sft(ex, tools["python"], style=style, max_calls=max_calls)
                 else:
                     row, why = hotpotqa_to_sft(ex, lambda q: tools["search"](q).output)
                 reasons[why] += 1
@@ -154,11 +253,7 @@ def build_sft_dataset(task: str, in_path: str, out_path: str, limit: int | None 
                     break
     finally:
         tools.close()
-    out = Path(out_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    os.replace(tmp, out)
+    out = write_jsonl(out_path, rows)
     return {"written": len(rows), "read": sum(reasons.values()),
             "dropped": {k: v for k, v in reasons.items() if k != "ok"}, "out": str(out)}
 
@@ -214,10 +309,6 @@ def build_rejection_dataset(model: str, data: str, out_path: str, *, samples: in
     finally:
         reg.close()
     rows = rejection_rows(recs, {e["id"]: e for e in exs})
-    out = Path(out_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    os.replace(tmp, out)
+    out = write_jsonl(out_path, rows)
     return {"written": len(rows), "sampled": len(recs), "questions": len(exs), "pass@1": stats["pass@1"],
             "out": str(out)}

@@ -34,7 +34,10 @@ def summarize(records: list[dict], samples: int) -> dict:
         out[f"pass@{k}"] = statistics.fmean(
             pass_at_k(len(rs), sum(r["correct"] for r in rs), k) for rs in by_ex.values())
     out["score"] = statistics.fmean(r["score"] for r in records)  # F1 for QA, 0/1 for math
+    out["reward"] = statistics.fmean(r.get("reward", 0.0) for r in records)  # spec §5, incl. −1 format errors
     out["format_error_rate"] = statistics.fmean(not r["format_ok"] for r in records)
+    # follows the protocol *and* uses a tool: what cold-start SFT and RL should raise
+    out["tool_format_rate"] = statistics.fmean(r["format_ok"] and sum(r["tool_calls"].values()) > 0 for r in records)
     tools = sorted({t for r in records for t in r["tool_calls"]})
     out["tool_calls"] = statistics.fmean(sum(r["tool_calls"].values()) for r in records)
     for t in tools:
@@ -79,3 +82,23 @@ def evaluate(engine, tools, tok, examples: list[dict], *, reward_fn, agent: Agen
     if records_out is not None:
         records_out.extend(records)
     return summarize(records, samples)
+
+
+COMPARE_KEYS = ("pass@1", "score", "reward", "format_error_rate", "tool_format_rate", "tool_calls", "response_tokens")
+
+
+def compare(runs: dict[str, dict]) -> list[dict]:
+    """runs: label -> an `arpo eval --out` JSON object. One row per (dataset, label) with the
+    COMPARE_KEYS and, from the second label on, the change against the first label."""
+    rows, first = [], None
+    for label, data in runs.items():
+        for ds, r in data["results"].items():
+            row = {"dataset": ds, "label": label, **{k: r.get(k) for k in COMPARE_KEYS}}
+            rows.append(row)
+    base: dict[str, dict] = {}
+    for row in rows:
+        first = base.setdefault(row["dataset"], row)
+        if first is not row:
+            row["delta"] = {k: row[k] - first[k] for k in COMPARE_KEYS
+                            if isinstance(row[k], (int, float)) and isinstance(first[k], (int, float))}
+    return rows

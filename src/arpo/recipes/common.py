@@ -89,6 +89,7 @@ class RunConfig:
     keep_checkpoints: int = 2
     log_every: int = 1
     tensorboard: bool = True
+    wandb: str | None = None  # a W&B project name to also log there (needs `pip install wandb`)
     threads: int = 0  # torch CPU threads (0: leave torch's default)
 
 

@@ -13,7 +13,8 @@ batches) → log-probs in micro-batches → AdamW → metrics.jsonl/tensorboard 
 
 from __future__ import annotations
 
-import json
+import dataclasses
+
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from pathlib import Path
 import torch
 
 from arpo.errors import ArpoError
+from arpo.jsonl import iter_jsonl
 from arpo.recipes.common import LoraConfig, ModelConfig, OptimConfig, RunConfig
 
 
@@ -54,25 +56,18 @@ class SFTConfig:
 def read_sft_rows(paths: list[str], limit: int | None = None) -> list[dict]:
     rows = []
     for path in paths:
-        p = Path(path)
-        if not p.is_file():
-            raise ArpoError(f"SFT data file {p} does not exist (write one with `arpo sft-data`)")
-        for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ArpoError(f"{p}:{i}: invalid JSON ({e.msg})") from e
+        if not Path(path).is_file():
+            raise ArpoError(f"SFT data file {path} does not exist (write one with `arpo sft-data`)")
+        for where, row in iter_jsonl(path, "SFT data file"):
             for key in ("question", "response"):
                 if not isinstance(row.get(key), str) or not row[key]:
-                    raise ArpoError(f"{p}:{i}: field {key!r} is missing or not a non-empty string")
+                    raise ArpoError(f"{where}: field {key!r} is missing or not a non-empty string")
             spans = row.get("tool_results", [])
             if not isinstance(spans, list) or not all(
                 isinstance(s, list) and len(s) == 2 and 0 <= s[0] <= s[1] <= len(row["response"]) for s in spans
             ):
-                raise ArpoError(f"{p}:{i}: field 'tool_results' must be a list of [start, end] spans in 'response'")
-            row["_where"] = f"{p}:{i}"
+                raise ArpoError(f"{where}: field 'tool_results' must be a list of [start, end] spans in 'response'")
+            row["_where"] = where
             rows.append(row)
             if limit is not None and len(rows) >= limit:
                 return rows
@@ -166,7 +161,8 @@ def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False) -> dict:
         start = load_trainer_state(ckpt, opt, sched)["step"]
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(cfg, run_dir / "config.yaml")
-    log = MetricsLogger(run_dir, resume_step=start if ckpt is not None else None, tensorboard=cfg.run.tensorboard)
+    log = MetricsLogger(run_dir, resume_step=start if ckpt is not None else None, tensorboard=cfg.run.tensorboard,
+                        wandb_project=cfg.run.wandb, config=dataclasses.asdict(cfg))
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     last = {}
     cols = [TextColumn("sft"), BarColumn(), TextColumn("{task.completed}/{task.total} {task.fields[info]}"),

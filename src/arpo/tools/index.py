@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from arpo.errors import ArpoError
+from arpo.jsonl import iter_jsonl
 
 MODES = ("bm25", "dense", "hybrid")
 FORMAT_VERSION = 1
@@ -109,33 +110,12 @@ def load_corpus(paths: list[str | Path] | str | Path) -> list[Doc]:
     seen: set[str] = set()
     docs: list[Doc] = []
     for path in paths:
-        p = Path(path).expanduser()
-        if not p.is_file():
-            raise ArpoError(f"corpus file {p} does not exist")
-        try:
-            f = open(p, encoding="utf-8")
-        except OSError as e:
-            raise ArpoError(f"corpus file {p} cannot be read: {e.strerror}") from e
-        with f:
-            i = 0
-            try:
-                for i, line in enumerate(f, 1):
-                    if not line.strip():
-                        continue
-                    where = f"{p}:{i}"
-                    try:
-                        row = json.loads(line)
-                    except json.JSONDecodeError as e:
-                        raise ArpoError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from e
-                    if not isinstance(row, dict):
-                        raise ArpoError(f"{where}: expected a JSON object, got {type(row).__name__}")
-                    for key, d in _docs_of_row(row, where):
-                        if not d.text or key in seen:
-                            continue
-                        seen.add(key)
-                        docs.append(d)
-            except UnicodeDecodeError as e:
-                raise ArpoError(f"{p}:{i + 1}: not UTF-8 text ({e.reason})") from e
+        for where, row in iter_jsonl(path, "corpus file"):
+            for key, d in _docs_of_row(row, where):
+                if not d.text or key in seen:
+                    continue
+                seen.add(key)
+                docs.append(d)
     if not docs:
         raise ArpoError(f"no documents in {', '.join(map(str, paths)) or '(no files)'}")
     return docs

@@ -50,7 +50,6 @@ from __future__ import annotations
 import ast
 import builtins
 import ctypes
-import errno
 import json
 import linecache
 import logging

@@ -1,4 +1,7 @@
-"""Metrics: one JSON line per step in RUN_DIR/metrics.jsonl, mirrored to tensorboard.
+"""Metrics: one JSON line per step in RUN_DIR/metrics.jsonl, mirrored to tensorboard and, when
+asked (`run.wandb: PROJECT`), to Weights & Biases (optional: `pip install wandb`; offline with
+WANDB_MODE=offline). The wandb run id is kept in RUN_DIR/wandb_id, so a resumed run continues the
+same wandb run.
 
 Every line is flushed when written. On resume from step k the file is first cut back to the lines
 with step <= k (atomically), so a resumed run's log reads exactly like an uninterrupted one.
@@ -33,11 +36,12 @@ def read_metrics(path: str | Path) -> list[dict]:
 
 class MetricsLogger:
     def __init__(self, run_dir: str | Path, resume_step: int | None = None, tensorboard: bool = True,
-                 enabled: bool = True):
+                 enabled: bool = True, wandb_project: str | None = None, config: dict | None = None):
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / "metrics.jsonl"
         self.enabled = enabled
         self._tb = None
+        self._wandb = None
         if not enabled:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -55,6 +59,8 @@ class MetricsLogger:
                                          if resume_step is not None else None)
             except Exception:  # tensorboard not installed: the JSONL log is the source of truth
                 self._tb = None
+        if wandb_project:
+            self._wandb = _start_wandb(self.run_dir, wandb_project, config, resume_step is not None)
 
     def log(self, step: int, metrics: dict, prefix: str = "") -> None:
         if not self.enabled:
@@ -67,6 +73,8 @@ class MetricsLogger:
                 if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
                     self._tb.add_scalar(k, v, step, walltime=time.time())
             self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.log({k: v for k, v in row.items() if k != "step" and isinstance(v, (int, float))}, step=step)
 
     def close(self) -> None:
         if not self.enabled:
@@ -74,3 +82,21 @@ class MetricsLogger:
         self._f.close()
         if self._tb is not None:
             self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def _start_wandb(run_dir: Path, project: str, config: dict | None, resuming: bool):
+    try:
+        import wandb
+    except ImportError as e:
+        from arpo.errors import ArpoError
+
+        raise ArpoError("run.wandb is set but wandb is not installed: `pip install wandb` "
+                        "(or set run.wandb: null)") from e
+    id_file = run_dir / "wandb_id"
+    run_id = id_file.read_text().strip() if resuming and id_file.is_file() else None
+    run_id = run_id or wandb.util.generate_id()
+    write_text_atomic(id_file, run_id + "\n")
+    return wandb.init(project=project, id=run_id, resume="allow", dir=str(run_dir), name=run_dir.name,
+                      config=config or {})

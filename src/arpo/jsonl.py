@@ -1,0 +1,54 @@
+"""JSON Lines in and out, the one way arpo reads and writes them.
+
+Reading names the place of every problem as `file:line` (a missing file, invalid JSON, a line that
+is not an object, bytes that are not UTF-8); writing is atomic (a temp file, then a rename), so a
+crash never leaves half a file behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from arpo.errors import ArpoError
+
+
+def iter_jsonl(path: str | Path, what: str = "file") -> Iterator[tuple[str, dict]]:
+    """Yield (`file:line`, row) for every non-blank line; `what` names the file in errors."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise ArpoError(f"{what} {p} does not exist")
+    i = 0
+    try:
+        with open(p, encoding="utf-8") as f:
+            for i, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                where = f"{p}:{i}"
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ArpoError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from e
+                if not isinstance(row, dict):
+                    raise ArpoError(f"{where}: expected a JSON object, got {type(row).__name__}")
+                yield where, row
+    except UnicodeDecodeError as e:
+        raise ArpoError(f"{p}:{i + 1}: not UTF-8 text ({e.reason})") from e
+    except OSError as e:
+        raise ArpoError(f"{what} {p} cannot be read: {e.strerror}") from e
+
+
+def read_jsonl(path: str | Path, what: str = "file") -> list[dict]:
+    return [row for _, row in iter_jsonl(path, what)]
+
+
+def write_jsonl(path: str | Path, rows: Iterable[dict]) -> Path:
+    """Write rows atomically (parents created)."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    os.replace(tmp, out)
+    return out
