@@ -7,8 +7,8 @@ from pathlib import Path
 from arpo.errors import ArpoError
 
 PANELS = {
-    "reward": ["reward_mean", "val/score"],
-    "accuracy": ["accuracy", "val/pass@1", "format_error_rate"],
+    "reward": ["reward_mean", "val/reward", "val/score"],
+    "accuracy": ["accuracy", "val/pass@1", "format_error_rate", "tool_format_rate", "val/tool_format_rate"],
     "tool_calls": ["tool_calls_per_traj", "tool_calls_per_traj/python", "tool_calls_per_traj/search", "tool_failures"],
     "entropy": ["initial_entropy", "post_tool_entropy", "entropy"],
     "branches": ["branches", "trajectories"],

@@ -50,7 +50,31 @@ def run_plot(args) -> int:
         written.append(plot_entropy(stats, out))
     for p in written:
         print(p)
+    if args.run_dir:
+        print_run_table(read_metrics(args.run_dir))
     return 0
+
+
+TABLE_KEYS = {"reward_mean": "reward", "accuracy": "acc", "format_error_rate": "fmt_err",
+              "tool_format_rate": "tool_fmt", "tool_calls_per_traj": "calls", "branches": "branch",
+              "initial_entropy": "H_init", "post_tool_entropy": "H_tool", "loss": "loss"}
+
+
+def print_run_table(rows: list[dict]) -> None:
+    """The run's key metrics per step, in the terminal (what the PNGs show)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    keys = [k for k in TABLE_KEYS if any(k in r for r in rows)]
+    if not rows or not keys:
+        return
+    t = Table(title="per step (" + ", ".join(f"{v} = {k}" for k, v in TABLE_KEYS.items() if k in keys) + ")")
+    t.add_column("step", justify="right")
+    for k in keys:
+        t.add_column(TABLE_KEYS[k], justify="right")
+    for r in rows:
+        t.add_row(str(r.get("step")), *[f"{r[k]:.3f}" if isinstance(r.get(k), (int, float)) else "" for k in keys])
+    Console().print(t)
 
 
 def run_analyze(args) -> int:
