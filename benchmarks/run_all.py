@@ -1,6 +1,6 @@
 """Run every benchmark side by side and write BENCHMARKS.md (issue 6).
 
-    python benchmarks/run_all.py [--json] [--quick] [--skip decode,tools,training]
+    python benchmarks/run_all.py [--json] [--quick] [--skip decode,tools,rollout,training,trl]
 
 Each benchmark is its own script (run here as a subprocess so their peak memories do not mix);
 their medians go into one table: what, how, arpo, baseline, ratio, goal.
@@ -9,6 +9,7 @@ their medians go into one table: what, how, arpo, baseline, ratio, goal.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -65,14 +66,29 @@ def rows(res: dict) -> list[tuple]:
         out.append((f"peak RSS GB, {tr['memory_batch']}: arpo's step (chunked + 1024-token micro-batches)",
                     "bench_training.py", f"arpo {tr['arpo_peak_gb']:.2f}", f"naive {tr['naive_peak_gb']:.2f}",
                     f"{tr['arpo_over_naive_peak']:.2f}", "<= 0.5"))
+    rl = res.get("trl", {})
+    what = "one full RL step (rollout, rewards, advantages, log-probs, loss/backward, AdamW)"
+    if "ratio" in rl:
+        st, ar, tr = rl["settings"], rl["arpo"], rl["trl"]
+        out.append((f"{what}, {st['prompts']} GSM8K prompts x G={st['group_size']}, <= "
+                    f"{st['max_completion_length']} tokens, no tools (TRL cannot express arpo's tool rollout), "
+                    f"{st['threads']} torch thread(s), s", "bench_trl.py",
+                    f"GRPO preset {ar['step_s']:.1f} (gen {ar['generation_s']:.1f} / train {ar['training_s']:.1f})",
+                    f"TRL {st['trl']} GRPOTrainer {tr['step_s']:.1f} (gen {tr['generation_s']:.1f} / "
+                    f"train {tr['training_s']:.1f})", f"{rl['ratio']:.2f}", "<= 0.5"))
+    elif "skipped" in rl:
+        out.append((what + " vs TRL GRPOTrainer", "bench_trl.py", "skipped", rl["skipped"], "", "<= 0.5"))
     return out
+
+
+TRL_SKIP = "trl is not installed (benchmark-only dependency: pip install 'arpo[bench]')"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--quick", action="store_true", help="fewer repeats")
-    ap.add_argument("--skip", default="", help="comma-separated: decode, tools, rollout, training")
+    ap.add_argument("--skip", default="", help="comma-separated: decode, tools, rollout, training, trl")
     ap.add_argument("--out", default=str(HERE.parent / "BENCHMARKS.md"))
     a = ap.parse_args()
     skip = set(a.skip.split(","))
@@ -87,6 +103,11 @@ def main() -> int:
         res["rollout"] = run("bench_rollout.py", [])
     if "training" not in skip:
         res["training"] = run("bench_training.py", ["--repeats", "1" if a.quick else "2"])
+    if "trl" not in skip:  # one RL step vs TRL's GRPOTrainer; trl is optional (the `bench` extra)
+        if importlib.util.find_spec("trl") is None:
+            res["trl"] = {"skipped": TRL_SKIP}
+        else:
+            res["trl"] = run("bench_trl.py", ["--quick"] if a.quick else ["--repeats", "3"])
     lines = ["# Benchmarks", "",
              f"Written by `python benchmarks/run_all.py` on {res['date']} ({res['machine']}); every comparison is",
              "measured side by side in one run, median of the repeats. Re-run it to reproduce.", "",
@@ -94,6 +115,7 @@ def main() -> int:
     lines += ["| " + " | ".join(r) + " |" for r in rows(res)]
     errs = [f"- {k}: failed: `{v['error'].strip().splitlines()[-1]}`" for k, v in res.items()
             if isinstance(v, dict) and "error" in v]
+    errs += [f"- {k}: skipped: {v['skipped']}" for k, v in res.items() if isinstance(v, dict) and "skipped" in v]
     lines += ([""] + errs if errs else []) + ["", "Raw numbers:", "", "```json", json.dumps(res, indent=1), "```", ""]
     Path(a.out).write_text("\n".join(lines))
     print(json.dumps(res) if a.json else "\n".join(lines[:8 + len(rows(res))]))

@@ -24,7 +24,7 @@ def python_tool():
 
 def test_gsm8k_rows_are_real_and_valid(python_tool):
     exs = load_examples(DATA / "gsm8k/train.jsonl", limit=8)
-    rows = [r for r, _ in (gsm8k_to_sft(e, python_tool) for e in exs) if r]
+    rows = [r for r, _ in (gsm8k_to_sft(e, python_tool, style="stepwise") for e in exs) if r]
     assert len(rows) >= 6
     for r, ex in zip(rows, exs):
         assert check_format(r["response"]) is None
@@ -47,16 +47,16 @@ def test_gsm8k_single_program_style(python_tool):
 
 def test_gsm8k_merges_lines_to_max_calls(python_tool):
     sol = "a <<1+1=2>>2\nb <<2+1=3>>3\nc <<3+1=4>>4\nd <<4+1=5>>5\n#### 5"
-    r, why = gsm8k_to_sft({"id": "m", "question": "q", "solution": sol}, python_tool, max_calls=2)
+    r, why = gsm8k_to_sft({"id": "m", "question": "q", "solution": sol}, python_tool, max_calls=2, style="stepwise")
     assert why == "ok" and r["response"].count("<python>") == 2 and "print(1+1)\nprint(2+1)" in r["response"]
     assert arpo_reward(r["response"], r, tool_calls=[{"tool": "python"}]).reward == 1.0
 
 
 def test_gsm8k_drops_mismatches(python_tool):
     ex = {"id": "x", "question": "q", "solution": "2+2 = <<2+2=5>>5\n#### 5", "answers": ["5"]}
-    assert gsm8k_to_sft(ex, python_tool) == (None, "program output != annotation")
+    assert gsm8k_to_sft(ex, python_tool, style="stepwise") == (None, "program output != annotation")
     ex = {"id": "y", "question": "q", "solution": "2+2 = <<2+2=4>>4\n#### 5", "answers": ["5"]}
-    assert gsm8k_to_sft(ex, python_tool) == (None, "program output != gold answer")
+    assert gsm8k_to_sft(ex, python_tool, style="stepwise") == (None, "program output != gold answer")
     assert gsm8k_to_sft(ex, python_tool, style="single") == (None, "program output != gold answer")
 
 

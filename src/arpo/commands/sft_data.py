@@ -31,8 +31,8 @@ def register(sub) -> None:
     p.add_argument("--index", default=None, help="search index dir (hotpotqa; default $ARPO_CACHE_DIR/indexes/hotpotqa)")
     p.add_argument("--top-k", type=int, default=3, help="passages per search in the trajectories (default 3)")
     p.add_argument("--max-chars", type=int, default=300, help="characters per passage (default 300)")
-    p.add_argument("--style", choices=["stepwise", "single"], default="stepwise",
-                   help="gsm8k: one call per solution line (default) or one program for all")
+    p.add_argument("--style", choices=["stepwise", "single"], default="single",
+                   help="gsm8k: one call per solution line, or one program for all (default, what the quick start measured)")
     p.add_argument("--max-calls", type=int, default=3, help="gsm8k stepwise: at most this many calls (default 3)")
     p.add_argument("--model", default="smollm2-135m-instruct", help="rejection: the model to sample")
     p.add_argument("--samples", type=int, default=4, help="rejection: samples per question")

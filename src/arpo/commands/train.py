@@ -10,11 +10,12 @@ EXAMPLES = """examples:
   arpo train --config configs/train_gsm8k.yaml algo.preset=grpo run.dir=runs/grpo   # the paper's baseline
   arpo train --config configs/train_gsm8k.yaml algo.attribution=hard optim.lr=2e-6
   arpo train --config configs/train_gsm8k.yaml --resume          # continue exactly after a crash
-  torchrun --nproc-per-node 2 -m arpo train --config ...         # see docs/scaling.md
+  torchrun --nproc-per-node 2 -m arpo train --config ...         # data-parallel (docs/scaling.md)
 
 Sections: model, data, tools, agent, rollout (branching: group_size M, initial_rollouts N,
 entropy_weight, branch_threshold, ...), algo (preset + loss overrides), reward, optim, lora, run,
-validation. An unknown or ill-typed key is an error naming it. RUN_DIR (run.dir) gets config.yaml,
+validation. Under torchrun, run.distributed=fsdp (default: sharded) | ddp (replicated) picks how
+ranks share the model. An unknown or ill-typed key is an error naming it. RUN_DIR (run.dir) gets config.yaml,
 metrics.jsonl, tensorboard/, errors.log and checkpoints/ (`arpo plot RUN_DIR` draws the metrics)."""
 
 
@@ -32,7 +33,13 @@ def register(sub) -> None:
 def run(args) -> int:
     from arpo.config import load_config
     from arpo.recipes import train
+    from arpo.training import distributed
 
     cfg = load_config(train.TrainConfig, args.config, list(args.overrides))
-    print(json.dumps(train.run(cfg, resume=args.resume, quiet=args.quiet), default=str))
+    try:
+        out = train.run(cfg, resume=args.resume, quiet=args.quiet)
+        if distributed.is_main():  # under torchrun: one summary, from rank 0
+            print(json.dumps(out, default=str))
+    finally:
+        distributed.shutdown()
     return 0

@@ -127,7 +127,7 @@ def _steps(body: str, max_calls: int) -> tuple[list[dict], str]:
 
 
 def gsm8k_to_sft(example: dict, python_tool, max_chars: int = 1500, max_calls: int = 3,
-                 style: str = "stepwise") -> tuple[dict | None, str]:
+                 style: str = "single") -> tuple[dict | None, str]:
     """(row, "ok") or (None, reason).
 
     style "stepwise" (default): one `<python>` call per solution line (merged down to `max_calls`),
@@ -213,7 +213,7 @@ def hotpotqa_to_sft(row: dict, search_fn, max_calls: int = 2, require_answer: bo
 
 def build_sft_dataset(task: str, in_path: str, out_path: str, limit: int | None = None, *, search_index=None,
                       top_k: int = 3, max_chars: int = 300, progress: bool = True,
-                      style: str = "stepwise", max_calls: int = 3) -> dict:
+                      style: str = "single", max_calls: int = 3) -> dict:
     """Convert `limit` rows (kept rows, not read rows) and write JSONL atomically. Returns stats."""
     from rich.progress import Progress
 

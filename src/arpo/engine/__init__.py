@@ -1,1 +1,52 @@
+"""Generation engines: `hf` (transformers, engine/hf.py) and `vllm` (engine/vllm.py, optional extra).
 
+    engine = make_engine(kind, model, tokenizer, model_dir=cfg.model.name)   # kind: hf | vllm
+    ...rollouts...
+    sync_weights(engine, model)   # after each policy update: a no-op for hf (it runs the policy itself)
+
+Both implement the interface in engine/base.py. Importing this package imports neither backend.
+"""
+
+from __future__ import annotations
+
+ENGINES = ("hf", "vllm")
+
+
+def make_engine(kind: str = "hf", model=None, tokenizer=None, model_dir=None, **opts):
+    """An engine of the given kind over a policy.
+
+    hf:   HFEngine(model, tokenizer, **opts) — decodes with the policy module itself (loaded from
+          `model_dir` when no model is given).
+    vllm: VLLMEngine.from_model(model, tokenizer, model_dir=model_dir, **opts) — vLLM starts from
+          `model_dir` (an HF directory or a built-in model name; without one, the policy is written to
+          a temporary directory) and the policy's current weights are pushed in; call
+          `sync_weights(engine, model)` after every update. opts go to VLLMEngine (max_model_len,
+          topk_entropy, kv_cache_gib, multiprocessing, enable_sleep_mode, ... and any vllm.LLM keyword).
+    """
+    from arpo.errors import ArpoError
+
+    k = (kind or "hf").lower()
+    if k == "hf":
+        from arpo.engine.hf import HFEngine
+
+        if model is None:
+            if model_dir is None:
+                raise ArpoError("engine hf: needs a model or a model_dir")
+            from arpo.models import load_model
+
+            model, tok = load_model(str(model_dir))
+            tokenizer = tokenizer or tok
+        return HFEngine(model, tokenizer, **opts)
+    if k == "vllm":
+        from arpo.engine.vllm import VLLMEngine
+
+        return VLLMEngine.from_model(model, tokenizer, model_dir=model_dir, **opts)
+    raise ArpoError(f"engine: unknown engine {kind!r}; choose one of {', '.join(ENGINES)}")
+
+
+def sync_weights(engine, model) -> None:
+    """Make the engine generate with the policy's current weights: vLLM gets them pushed
+    (VLLMEngine.load_weights); engines that run the policy module itself (hf) need nothing."""
+    load = getattr(engine, "load_weights", None)
+    if load is not None:
+        load(model)

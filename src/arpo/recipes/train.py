@@ -14,6 +14,13 @@ One step (data flows one way):
 Determinism: the prompts of step s, the rollout seeds and the mini-batch order are pure functions
 of (run.seed, s), and checkpoints hold model, optimizer, scheduler and RNG states, so `--resume`
 continues a run exactly (tests/training/test_resume.py kills a run with SIGKILL and checks).
+
+Distributed (`torchrun --nproc-per-node W -m arpo train ...`, docs/scaling.md): rank r rolls out
+its contiguous slice of the step's global prompt list (whole trees; rollout seeds follow the
+global prompt index), mini-batches are the same global groups of trees, each rank scales its loss
+by its share of the global loss denominator and the gradients are summed (FSDP2 or DDP,
+training/distributed.py) — so a step on W ranks computes the one-process step. Metrics are
+reduced over ranks; rank 0 logs and writes; checkpoints are DCP (resumable on any rank count).
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ import torch
 from arpo.errors import ArpoError
 from arpo.recipes.common import DataConfig, LoraConfig, ModelConfig, OptimConfig, RewardConfig, RunConfig, ToolsConfig
 from arpo.rollout.agent import AgentConfig
-from arpo.rollout.arpo import RolloutConfig
+from arpo.rollout.arpo import ARPORollout, RolloutConfig
 
 
 @dataclass
@@ -77,6 +84,16 @@ class ValidationConfig:
 
 
 @dataclass
+class TrainRunConfig(RunConfig):
+    distributed: str = "fsdp"  # under torchrun: fsdp (sharded, FSDP2) | ddp (a full replica per rank)
+
+    def validate(self) -> None:
+        getattr(super(), "validate", lambda: None)()
+        if self.distributed not in ("fsdp", "ddp"):
+            raise ArpoError(f"run.distributed: {self.distributed!r}; choose fsdp or ddp")
+
+
+@dataclass
 class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -87,7 +104,7 @@ class TrainConfig:
     reward: RewardConfig = field(default_factory=RewardConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     lora: LoraConfig = field(default_factory=LoraConfig)
-    run: RunConfig = field(default_factory=lambda: RunConfig(dir="runs/train"))
+    run: TrainRunConfig = field(default_factory=lambda: TrainRunConfig(dir="runs/train"))
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     steps: int = 10
     prompts_per_step: int = 4
@@ -132,42 +149,72 @@ def tree_advantages(tree, preset) -> list[torch.Tensor]:
     return soft_attribution(adv, lengths)
 
 
-def rollout_metrics(trees) -> dict:
-    trajs = [t for tree in trees for t in tree.trajectories]
-    rewards = [t.reward for t in trajs]
-    calls = [c for t in trajs for c in t.traj.tool_calls]
-    post = [h for t in trajs for h in t.step_entropies]
-    init = [t.initial_entropy for t in trajs if t.initial_entropy is not None]
+def traj_stats(trees) -> list[dict]:
+    """What rollout metrics are computed from: plain numbers, one dict per trajectory (so the ranks
+    of a distributed run can gather them and compute the metrics of the global batch)."""
+    return [{"reward": t.reward, "correct": float(t.result.correct), "format_error": float(not t.result.format_ok),
+             "calls": [(c.tool, c.ok, c.elapsed_s) for c in t.traj.tool_calls], "post": list(t.step_entropies),
+             "init": t.initial_entropy, "branch": t.parent_id is not None, "length": t.traj.n_generated_tokens}
+            for tree in trees for t in tree.trajectories]
+
+
+def metrics_of(stats: list[dict]) -> dict:
+    rewards = [s["reward"] for s in stats]
+    calls = [c for s in stats for c in s["calls"]]  # (tool, ok, elapsed_s)
+    post = [h for s in stats for h in s["post"]]
+    init = [s["init"] for s in stats if s["init"] is not None]
     m = {
         "reward_mean": statistics.fmean(rewards),
         "reward_std": statistics.pstdev(rewards) if len(rewards) > 1 else 0.0,
-        "accuracy": statistics.fmean(float(t.result.correct) for t in trajs),
-        "format_error_rate": statistics.fmean(float(not t.result.format_ok) for t in trajs),
-        "tool_calls_per_traj": len(calls) / len(trajs),
-        "tool_failures": sum(not c.ok for c in calls),
-        "branches": sum(t.parent_id is not None for t in trajs),
-        "trajectories": len(trajs),
+        "accuracy": statistics.fmean(s["correct"] for s in stats),
+        "format_error_rate": statistics.fmean(s["format_error"] for s in stats),
+        "tool_calls_per_traj": len(calls) / len(stats),
+        "tool_failures": sum(not ok for _, ok, _ in calls),
+        "branches": sum(s["branch"] for s in stats),
+        "trajectories": len(stats),
         "initial_entropy": statistics.fmean(init) if init else 0.0,
         "post_tool_entropy": statistics.fmean(post) if post else 0.0,
-        "response_length": statistics.fmean(t.traj.n_generated_tokens for t in trajs),
-        "tool_seconds": sum(c.elapsed_s for c in calls),
+        "response_length": statistics.fmean(s["length"] for s in stats),
+        "tool_seconds": sum(e for _, _, e in calls),
     }
-    for tool in sorted({c.tool for c in calls}):
-        m[f"tool_calls_per_traj/{tool}"] = sum(c.tool == tool for c in calls) / len(trajs)
+    for tool in sorted({c[0] for c in calls}):
+        m[f"tool_calls_per_traj/{tool}"] = sum(c[0] == tool for c in calls) / len(stats)
     return m
 
 
-def rollout_step(ro, prompts, examples, seed: int, log_error) -> list:
+def rollout_metrics(trees) -> dict:
+    return metrics_of(traj_stats(trees))
+
+
+class ShardRollout(ARPORollout):
+    """ARPORollout for one rank's slice of a step's prompts: with `offset` k, group i draws its
+    randomness as group k + i of the whole list does (rollout/arpo.py seeds group i with
+    "{seed}:{i}" before its first sample), so trees do not depend on the number of ranks.
+    offset 0 is ARPORollout unchanged."""
+
+    def run(self, prompts, prompt_ids=None, seed=None, offset: int = 0):
+        self._offset, self._base, self._seeded = offset, self.cfg.seed if seed is None else seed, set()
+        return super().run(prompts, prompt_ids=prompt_ids, seed=seed)
+
+    def _add_global(self, gi, g, states) -> None:
+        if self._offset and id(g) not in self._seeded:
+            self._seeded.add(id(g))
+            g.rng.seed(f"{self._base}:{self._offset + gi}")
+        super()._add_global(gi, g, states)
+
+
+def rollout_step(ro, prompts, examples, seed: int, log_error, offset: int = 0) -> list:
     """Roll out all prompts together; if that raises, retry one prompt at a time and drop (and log)
-    the groups that still fail, so one bad rollout never kills the run."""
+    the groups that still fail, so one bad rollout never kills the run. `offset`: the global index
+    of prompts[0] in the step's prompt list (a rank's slice; needs a ShardRollout)."""
     ids = [ex["id"] for ex in examples]
     try:
-        trees = ro.run(prompts, prompt_ids=ids, seed=seed)
+        trees = ro.run(prompts, prompt_ids=ids, seed=seed, **({"offset": offset} if offset else {}))
     except Exception:
         trees = []
         for k, (p, ex) in enumerate(zip(prompts, examples)):
             try:
-                trees += ro.run([p], prompt_ids=[ex["id"]], seed=seed + 7919 * (k + 1))
+                trees += ro.run([p], prompt_ids=[ex["id"]], seed=seed + 7919 * (offset + k + 1))
             except Exception as e:  # contained: logged, group dropped
                 log_error(f"rollout of prompt {ex['id']} failed, group dropped: {type(e).__name__}: {e}\n"
                           + traceback.format_exc())
@@ -190,13 +237,16 @@ def build_batch(trees, preset):
     return batch
 
 
-def make_loss_fn(batch, preset):
+def make_loss_fn(batch, preset, agg_normalizer: float | None = None):
+    """agg_normalizer: overrides preset.agg_normalizer (a distributed run passes the global width)."""
     from arpo.algos.losses import policy_loss
+
+    norm = preset.agg_normalizer if agg_normalizer is None else agg_normalizer
 
     def fn(logp, ent):
         return policy_loss(
             logp, batch.old_logp, batch.advantages, batch.mask, loss_type=preset.loss_type, agg=preset.loss_agg,
-            agg_normalizer=preset.agg_normalizer, clip_low=preset.clip_low, clip_high=preset.clip_high,
+            agg_normalizer=norm, clip_low=preset.clip_low, clip_high=preset.clip_high,
             dual_clip=preset.dual_clip, ref_logp=batch.ref_logp, kl_coef=preset.kl_coef, kl_type=preset.kl_type,
             entropy=ent, entropy_coef=preset.entropy_coef,
         )
@@ -205,9 +255,49 @@ def make_loss_fn(batch, preset):
 
 
 def minibatch_order(n_trees: int, minibatches: int, seed: int, step: int, epoch: int) -> list[list[int]]:
+    """Mini-batches of (global) tree indices."""
     g = torch.Generator().manual_seed(seed * 7_000_003 + step * 131 + epoch)
     order = torch.randperm(n_trees, generator=g).tolist()
     return [order[k::minibatches] for k in range(minibatches) if order[k::minibatches]]
+
+
+# ------------------------------------------------------------------------------------------------
+# Splitting a step over ranks
+# ------------------------------------------------------------------------------------------------
+
+# loss aggregation -> its denominator over a batch (algos/losses.py): valid tokens, or valid sequences
+LOSS_DENOMINATORS = {
+    "token-mean": lambda mask: float(mask.sum()),
+    "seq-mean-token-sum": lambda mask: float((mask.sum(-1) > 0).sum()),
+    "seq-mean-token-mean": lambda mask: float((mask.sum(-1) > 0).sum()),
+    "seq-mean-token-sum-norm": lambda mask: float((mask.sum(-1) > 0).sum()),
+}
+LOSS_LIKE_DIAGS = ("loss", "pg_loss", "kl", "entropy")  # aggregated like the loss; other diagnostics are token means
+
+
+def global_diagnostics(parts: list[tuple[float, float, dict | None]]) -> dict:
+    """Diagnostics of a global mini-batch from every rank's (loss denominator, valid tokens,
+    diagnostics): loss-like values weighted by denominator shares, token means by token shares."""
+    den = sum(p[0] for p in parts) or 1.0
+    tok = sum(p[1] for p in parts) or 1.0
+    keys = list(dict.fromkeys(k for _, _, d in parts if d for k in d))
+    return {k: sum((n / den if k in LOSS_LIKE_DIAGS else t / tok) * d[k] for n, t, d in parts if d and k in d)
+            for k in keys}
+
+
+def entropy_aware_advantage_global(adv, ent, mask, alpha: float, eps: float = 1e-6):
+    """algos.advantages.entropy_aware_advantage (AEPO) with the entropy mean and std taken over the
+    valid tokens of every rank's trees (gathered in global order: the same numbers, in the same
+    order, as one process sees). adv None: this rank has no trees (it joins the gather)."""
+    from arpo.training import distributed
+
+    h = ent.detach().float() if adv is not None else None
+    mine = h[mask.bool()] if adv is not None else torch.zeros(0)
+    vals = torch.cat([v.cpu() for v in distributed.gather(mine.cpu())])
+    if adv is None or vals.numel() < 2:
+        return adv
+    z = torch.where(mask.bool(), (h - vals.mean().to(h.device)) / (vals.std().to(h.device) + eps), torch.zeros_like(h))
+    return adv * (1 + alpha * z).to(adv.dtype)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -226,9 +316,11 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False) -> dict:
     from arpo.recipes.rollout import prompts_for
     from arpo.recipes.sft import batch_indices
     from arpo.rewards import get_reward_fn
-    from arpo.rollout.arpo import ARPORollout
+    from arpo.training import distributed
     from arpo.training.batch import loss_and_backward, token_logprobs
-    from arpo.training.checkpoint import latest_checkpoint, load_trainer_state, resume_from, save_checkpoint
+    from arpo.training.checkpoint import (is_distributed_checkpoint, latest_checkpoint, load_distributed_state,
+                                          load_trainer_state, resume_from, save_checkpoint,
+                                          save_distributed_checkpoint)
     from arpo.training.logger import MetricsLogger
     from arpo.training.optim import build_optimizer, build_scheduler, clip_gradients, load_policy
 
@@ -237,31 +329,51 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False) -> dict:
     rollout_cfg = dataclasses.replace(cfg.rollout, initial_rollouts=preset.initial_rollouts)
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
+    multi = distributed.init(cfg.model.device)  # under torchrun: this process is one of W ranks
+    if multi:
+        if preset.loss_agg not in LOSS_DENOMINATORS:
+            raise ArpoError(f"distributed training cannot split the loss aggregation {preset.loss_agg!r}")
+        if cfg.prompts_per_step < distributed.world_size():
+            raise ArpoError(f"prompts_per_step={cfg.prompts_per_step} < {distributed.world_size()} ranks")
+    main = distributed.is_main()
+    model_cfg = dataclasses.replace(cfg.model, device=distributed.local_device(cfg.model.device))
     run_dir = Path(cfg.run.dir)
     ckpt = resume_from(run_dir, resume)
     reward_fn = get_reward_fn(cfg.reward.fn)
     examples = load_examples(cfg.data.path, cfg.data.limit, cfg.data.task)
     torch.manual_seed(cfg.run.seed)
-    model, tok = load_policy(cfg.model, cfg.lora, ckpt)
+    model, tok = load_policy(model_cfg, cfg.lora, ckpt)
     # π_ref is the starting policy (also on resume, where `model` holds the checkpoint's weights)
-    ref_model = load_model(cfg.model.name, cfg.model.device, cfg.model.dtype)[0].eval() if preset.kl_coef else None
+    ref_model = load_model(cfg.model.name, model_cfg.device, cfg.model.dtype)[0].eval() if preset.kl_coef else None
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    # one process: `par` hands `model` through; torchrun: FSDP2-sharded or DDP-replicated (run.distributed)
+    par = distributed.ParallelModel(model, getattr(cfg.run, "distributed", "fsdp") if multi else None, pad)
     opt = build_optimizer(model, cfg.optim)
     n_updates = cfg.steps * cfg.minibatches * preset.ppo_epochs
     sched = build_scheduler(opt, cfg.optim, n_updates)
-    start = load_trainer_state(ckpt, opt, sched)["step"] if ckpt is not None else 0
-    run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, run_dir / "config.yaml")
-    log = MetricsLogger(run_dir, resume_step=start if ckpt is not None else None, tensorboard=cfg.run.tensorboard)
+    start = 0
+    if ckpt is not None and (multi or is_distributed_checkpoint(ckpt)):  # DCP: reshards to this rank count
+        start = load_distributed_state(ckpt, model, opt, sched)["step"]
+    elif ckpt is not None:
+        start = load_trainer_state(ckpt, opt, sched)["step"]
+    if main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, run_dir / "config.yaml")
+    log = MetricsLogger(run_dir, resume_step=start if ckpt is not None else None, tensorboard=cfg.run.tensorboard,
+                        enabled=main)
     errors_path = run_dir / "errors.log"
+    pending_errors: list[str] = []  # distributed: gathered to rank 0 after each rollout
 
     def log_error(msg: str) -> None:
+        if multi:
+            pending_errors.append(msg)
+            return
         with open(errors_path, "a") as f:
             f.write(msg + "\n")
 
     tools = cfg.tools.build()
-    engine = HFEngine(model, tok)
-    ro = ARPORollout(engine, tools, cfg.agent, rollout_cfg)
-    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    engine = HFEngine(par.rollout, tok)
+    ro = ShardRollout(engine, tools, cfg.agent, rollout_cfg)
     temp = cfg.agent.temperature if cfg.agent.temperature > 0 else 1.0
     lp_kw = dict(packed=cfg.packed, max_tokens=cfg.micro_tokens, temperature=temp, pad_id=pad)
     val_examples = (load_examples(cfg.validation.path, cfg.validation.limit, cfg.data.task)
@@ -270,57 +382,96 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False) -> dict:
     cols = [TextColumn("train"), BarColumn(), TextColumn("{task.completed}/{task.total} {task.fields[info]}"),
             TimeRemainingColumn()]
     try:
-        with Progress(*cols, disable=quiet) as bar:
+        with Progress(*cols, disable=quiet or not main) as bar:
             task = bar.add_task("train", total=cfg.steps, completed=start, info="")
             for step in range(start, cfg.steps):
                 t0 = time.perf_counter()
-                batch_ex = [examples[i] for i in batch_indices(len(examples), cfg.prompts_per_step, cfg.run.seed, step)]
+                picked = batch_indices(len(examples), cfg.prompts_per_step, cfg.run.seed, step)
+                mine = distributed.shard(len(picked))  # this rank's slice of the global prompt list
+                batch_ex = [examples[picked[k]] for k in mine]
                 prompts = prompts_for(batch_ex, tok, cfg.tools.enabled, cfg.data.template)
                 model.eval()
-                trees = rollout_step(ro, prompts, batch_ex, cfg.run.seed * 100_003 + step, log_error)
+                par.sync_rollout()
+                trees = rollout_step(ro, prompts, batch_ex, cfg.run.seed * 100_003 + step, log_error, offset=mine.start)
                 t_gen = time.perf_counter() - t0
-                if not trees:
+                if multi:
+                    msgs = [m for part in distributed.gather(pending_errors) for m in part]
+                    pending_errors.clear()
+                    if main and msgs:
+                        with open(errors_path, "a") as f:
+                            f.write("".join(m + "\n" for m in msgs))
+                n_rolled = distributed.total(len(trees))
+                if not n_rolled:
                     log.log(step + 1, {"skipped": 1, "reason": "every rollout failed"})
                     continue
                 score_trees(trees, reward_fn, cfg.reward.math_scorer)
-                metrics = rollout_metrics(trees)
+                stats = traj_stats(trees)
+                metrics = metrics_of([s for part in distributed.gather(stats) for s in part] if multi else stats)
                 if preset.dynamic_sampling:  # DAPO: groups whose rewards are all equal carry no signal
-                    kept = [tr for tr in trees if len({t.reward for t in tr.trajectories}) > 1]
-                    metrics["groups_dropped"] = len(trees) - len(kept)
-                    trees = kept
+                    trees = [tr for tr in trees if len({t.reward for t in tr.trajectories}) > 1]
+                counts = distributed.gather(len(trees))  # kept trees per rank, in global order
+                n_trees, off = sum(counts), sum(counts[: distributed.rank()])
+                if preset.dynamic_sampling:
+                    metrics["groups_dropped"] = n_rolled - n_trees
                 t1 = time.perf_counter()
                 train_m: dict = {}
-                if trees:
-                    batch = build_batch(trees, preset)
-                    batch.old_logp, old_ent = token_logprobs(model, batch, with_entropy=True, **lp_kw)
-                    if ref_model is not None:
-                        batch.ref_logp, _ = token_logprobs(ref_model, batch, **lp_kw)
-                    if preset.entropy_aware_advantage:
+                if n_trees:
+                    batch, old_ent = (build_batch(trees, preset), None) if trees else (None, None)
+                    if batch is not None:
+                        batch.old_logp, old_ent = token_logprobs(par.rollout, batch, with_entropy=True, **lp_kw)
+                        if ref_model is not None:
+                            batch.ref_logp, _ = token_logprobs(ref_model, batch, **lp_kw)
+                    if preset.entropy_aware_advantage and multi:
+                        adv = entropy_aware_advantage_global(*((batch.advantages, old_ent, batch.mask) if batch
+                                                               else (None, None, None)), preset.entropy_aware_alpha)
+                        if batch is not None:
+                            batch.advantages = adv
+                    elif preset.entropy_aware_advantage:
                         batch.advantages = entropy_aware_advantage(batch.advantages, old_ent, batch.mask,
                                                                    preset.entropy_aware_alpha)
                     model.train()
                     diags, gnorms, first = [], [], True
                     for epoch in range(preset.ppo_epochs):
-                        for mb in minibatch_order(len(trees), cfg.minibatches, cfg.run.seed, step, epoch):
-                            sub = batch.subset(mb)
+                        for mb in minibatch_order(n_trees, cfg.minibatches, cfg.run.seed, step, epoch):
+                            local = [t - off for t in mb if off <= t < off + len(trees)]  # this rank's trees
+                            sub = batch.subset(local) if local else None  # None: none of mb is on this rank
                             cur = None
-                            if first:  # weights unchanged since old_logp: reuse it (on-policy)
-                                rows = [batch.rows[(t, i)] for t in mb for i in range(len(batch.trees[t]["responses"]))]
+                            if first and sub is not None:  # weights unchanged since old_logp: reuse it (on-policy)
+                                rows = [batch.rows[(t, i)] for t in local for i in range(len(batch.trees[t]["responses"]))]
                                 cur = (batch.old_logp[rows][:, : sub.width], old_ent[rows][:, : sub.width])
+                            elif not first:  # par.run: FSDP ranks run equally many forwards (dummies for None)
+                                cur = par.run(sub, lambda: token_logprobs(par.train, sub, with_entropy=True, **lp_kw),
+                                              grad=False, **lp_kw)
                             first = False
-                            _, diag = loss_and_backward(model, sub, make_loss_fn(sub, preset),
-                                                        need_entropy=True, current=cur, **lp_kw)
+                            scale, norm = 1.0, None
+                            if multi:  # this rank's share of the global mini-batch's loss denominator
+                                den = LOSS_DENOMINATORS[preset.loss_agg](sub.mask) if sub else 0.0
+                                shares = distributed.gather((den, float(sub.mask.sum()) if sub else 0.0,
+                                                             sub.width if sub else 0))
+                                scale = den / max(sum(x[0] for x in shares), 1.0)
+                                norm = (preset.agg_normalizer if preset.agg_normalizer is not None
+                                        else float(max(x[2] for x in shares)))  # the global padded width
+                            out = par.run(sub, lambda: loss_and_backward(
+                                par.train, sub, make_loss_fn(sub, preset, norm), need_entropy=True, current=cur,
+                                scale=scale, **lp_kw), grad=True, **lp_kw)
+                            par.reduce_grads()
                             gnorms.append(clip_gradients(model, cfg.optim.grad_clip))
                             opt.step()
                             sched.step()
                             opt.zero_grad(set_to_none=True)
-                            diags.append({k: float(v) for k, v in diag.items()})
+                            diag = {k: float(v) for k, v in out[1].items()} if out else None
+                            if multi:
+                                diag = global_diagnostics([(x[0], x[1], d) for x, d in
+                                                           zip(shares, distributed.gather(diag))])
+                            diags.append(diag)
                     train_m = {k: statistics.fmean(d[k] for d in diags) for k in diags[0]}
                     train_m["grad_norm"] = statistics.fmean(gnorms)
-                    train_m["trained_tokens"] = batch.n_tokens(cfg.packed)
+                    train_m["trained_tokens"] = distributed.total(batch.n_tokens(cfg.packed) if batch else 0)
                 t_train = time.perf_counter() - t1
                 dt = time.perf_counter() - t0
-                gen_tokens = sum(t.traj.n_generated_tokens for tr in trees for t in tr.trajectories)
+                gen_tokens = distributed.total(sum(t.traj.n_generated_tokens for tr in trees for t in tr.trajectories))
+                if multi:  # the slowest rank's times
+                    t_gen, t_train, dt = distributed.all_reduce([t_gen, t_train, dt], op="max")
                 metrics.update(train_m)
                 metrics.update({"lr": sched.get_last_lr()[0], "time_generation": t_gen, "time_training": t_train,
                                 "step_seconds": dt, "tokens_per_s": gen_tokens / max(t_gen, 1e-9)})
@@ -329,15 +480,18 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False) -> dict:
                     from arpo.eval.evaluate import evaluate
 
                     model.eval()
-                    vm = evaluate(engine, tools, tok, val_examples, reward_fn=reward_fn, agent=cfg.agent,
-                                  samples=cfg.validation.samples, temperature=cfg.validation.temperature,
-                                  template=cfg.data.template, tool_names=cfg.tools.enabled, seed=cfg.run.seed)
-                    metrics.update({f"val/{k}": v for k, v in vm.items() if isinstance(v, (int, float))})
+                    par.sync_rollout()
+                    if main:  # rank 0 validates alone; the others wait at the checkpoint / next step
+                        vm = evaluate(engine, tools, tok, val_examples, reward_fn=reward_fn, agent=cfg.agent,
+                                      samples=cfg.validation.samples, temperature=cfg.validation.temperature,
+                                      template=cfg.data.template, tool_names=cfg.tools.enabled, seed=cfg.run.seed)
+                        metrics.update({f"val/{k}": v for k, v in vm.items() if isinstance(v, (int, float))})
                 log.log(done, metrics)
                 last = metrics
                 if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps:
-                    save_checkpoint(run_dir, done, model, tok, opt, sched, {"kind": "train", "total_steps": cfg.steps},
-                                    keep=cfg.run.keep_checkpoints)
+                    save = save_distributed_checkpoint if multi else save_checkpoint
+                    save(run_dir, done, model, tok, opt, sched, {"kind": "train", "total_steps": cfg.steps},
+                         keep=cfg.run.keep_checkpoints)
                 bar.update(task, completed=done,
                            info=f"reward {metrics['reward_mean']:.3f} acc {metrics['accuracy']:.2f}")
     finally:

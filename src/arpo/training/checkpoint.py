@@ -9,6 +9,16 @@ A checkpoint is written into a temporary sibling directory, fsynced, then rename
 only then does `latest` move (write + os.replace). A crash at any moment leaves the previous
 checkpoint intact and never a half-written one under a final name. `state.json` is written last,
 so a directory without it is never considered complete.
+
+A distributed run (torchrun, training/distributed.py) writes the same layout, with model and
+optimizer state in `torch.distributed.checkpoint` (DCP) format instead of inside trainer.pt:
+
+    step_000004/dcp/        every rank's shards of {model, optim} (+ .metadata); LoRA: adapter only
+                model/      config, tokenizer and the full weights (gathered to rank 0), as above
+                trainer.pt  scheduler and rank 0's RNG state;  state.json (+ world_size)
+
+DCP reshards on load, so such a checkpoint resumes on any number of ranks, and in a single
+process too (`load_distributed_state`); a single-process checkpoint also resumes under torchrun.
 """
 
 from __future__ import annotations
@@ -149,3 +159,113 @@ def resume_from(run_dir: str | Path, resume: bool) -> Path | None:
     if ck is None:
         raise ArpoError(f"--resume: no checkpoint in {run_dir}/checkpoints")
     return ck
+
+
+# ---- distributed (DCP) checkpoints ---------------------------------------------------------------
+def is_distributed_checkpoint(ckpt: str | Path) -> bool:
+    return (Path(ckpt) / "dcp").is_dir()
+
+
+def _dsd_options(**kw):
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(ignore_frozen_params=True, **kw)  # LoRA: the frozen base is model.name
+
+
+def _full_weights(model) -> dict:
+    """The full (unsharded) state dict, on rank 0 only; tied parameters share one tensor again, so
+    save_pretrained drops the duplicates as it does for an unsharded model."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    full = get_model_state_dict(model, options=_dsd_options(full_state_dict=True, cpu_offload=True))
+    first: dict[int, str] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if name in full and id(p) in first and first[id(p)] in full:
+            full[name] = full[first[id(p)]]
+        first.setdefault(id(p), name)
+    return full
+
+
+def save_distributed_checkpoint(run_dir: str | Path, step: int, model, tokenizer=None, optimizer=None,
+                                scheduler=None, state: dict | None = None, keep: int = 2) -> Path:
+    """`save_checkpoint` for a torchrun run; every rank calls it. Each rank writes its shards into
+    the temporary directory; after a barrier rank 0 adds model/, trainer.pt and state.json and
+    renames it into place (same atomicity as save_checkpoint). Returns the final path."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    main = dist.get_rank() == 0
+    root = Path(run_dir) / "checkpoints"
+    final = root / f"step_{step:06d}"
+    tmp = root / f".step_{step:06d}.tmp-dcp"  # the same name on every rank (and node)
+    if main:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+    dist.barrier()
+    msd, osd = get_state_dict(model, optimizer, options=_dsd_options())
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(tmp / "dcp"))
+    full = _full_weights(model)
+    dist.barrier()  # every shard is on disk
+    if main:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        model.save_pretrained(tmp / "model", state_dict=full, safe_serialization=True)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp / "model")
+        torch.save({"scheduler": scheduler.state_dict() if scheduler is not None else None, "rng": rng_state()},
+                   tmp / "trainer.pt")
+        with open(tmp / "state.json", "w") as f:
+            json.dump({"step": step, "world_size": dist.get_world_size(), **(state or {})}, f, indent=1)
+        for p in tmp.rglob("*"):
+            if p.is_file():
+                with open(p, "rb") as fh:
+                    os.fsync(fh.fileno())
+        if final.exists():
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+        _fsync_dir(root)
+        write_text_atomic(root / "latest", final.name + "\n")
+        for old in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:
+            shutil.rmtree(old, ignore_errors=True)
+    dist.barrier()
+    return final
+
+
+def _keyed_by_name(opt_state: dict, model, optimizer) -> dict:
+    """A single-process optimizer state dict (parameters numbered in param_groups order) keyed by
+    parameter names instead, as torch.distributed.checkpoint.state_dict expects."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    order = [names[id(p)] for g in optimizer.param_groups for p in g["params"]]
+    return {"state": {order[i]: v for i, v in opt_state["state"].items()},
+            "param_groups": [{**g, "params": [order[i] for i in g["params"]]} for g in opt_state["param_groups"]]}
+
+
+def load_distributed_state(ckpt: str | Path, model, optimizer=None, scheduler=None, restore_rng: bool = True) -> dict:
+    """Restore model, optimizer, scheduler and RNG from a DCP checkpoint on any number of ranks (or
+    in one process), or from a single-process checkpoint into a torchrun run (the model weights then
+    come from its model/ directory, loaded before sharding). Returns its state.json dict."""
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_optimizer_state_dict, set_state_dict
+
+    ckpt = Path(ckpt)
+    state = json.loads((ckpt / "state.json").read_text())
+    blob = torch.load(ckpt / "trainer.pt", weights_only=False)
+    if is_distributed_checkpoint(ckpt):
+        msd, osd = get_state_dict(model, optimizer, options=_dsd_options())
+        with warnings.catch_warnings():  # in one process: "assuming the intent is to load in a single process"
+            warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
+            dcp.load({"model": msd, "optim": osd}, checkpoint_id=str(ckpt / "dcp"))
+        set_state_dict(model, optimizer, model_state_dict=msd, optim_state_dict=osd, options=_dsd_options())
+    elif optimizer is not None and blob.get("optimizer") is not None:
+        set_optimizer_state_dict(model, optimizer, _keyed_by_name(blob["optimizer"], model, optimizer),
+                                 options=_dsd_options(full_state_dict=True))
+    if scheduler is not None and blob.get("scheduler") is not None:
+        scheduler.load_state_dict(blob["scheduler"])
+    if restore_rng:
+        set_rng_state(blob["rng"])
+    return state

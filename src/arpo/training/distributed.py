@@ -1,0 +1,246 @@
+"""Data-parallel training on W processes (`torchrun`): process group, prompt shards, the sharded
+(FSDP2) or replicated (DDP) policy, and collectives over plain numbers.
+
+    torchrun --nproc-per-node 8 -m arpo train --config ...        (docs/scaling.md)
+
+Without torchrun's environment (RANK, WORLD_SIZE) nothing here does anything: `init()` returns
+False, `shard(n)` is range(n), the collectives return their input and `ParallelModel` hands the
+model through unchanged — a single process runs exactly as before.
+
+`ParallelModel(model, mode)` is the policy as train.run uses it:
+
+* `fsdp`: parameters, gradients and optimizer states are sharded with `fully_shard` (one group per
+  decoder layer plus a root). FSDP communicates inside every forward and backward, so every rank
+  must run the same number of them: `run(batch, fn, grad)` agrees on the largest number of
+  micro-batches any rank has before `fn` runs them, then pads with one-token dummy passes. Generation (each rank its own number of decode steps)
+  runs on a full-weight replica, refreshed by `sync_rollout()` from the shards.
+* `ddp`: every rank holds the whole model; `reduce_grads()` sums the gradients over ranks
+  (bucketed all-reduce) before the optimizer step. The ranks never wait on each other while
+  they compute, so no padding is needed.
+
+Gradients are *summed* over ranks in both modes: train.run scales each rank's loss by its share of
+the global mini-batch's loss denominator, so the sum is the one-process gradient of that batch.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import os
+
+import torch
+import torch.distributed as dist
+
+TIMEOUT = datetime.timedelta(minutes=60)  # ranks wait on each other while one rolls out a long tree
+MODES = ("fsdp", "ddp")
+
+
+def launched() -> bool:
+    """True under torchrun (or any launcher that sets RANK and WORLD_SIZE)."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def active() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def rank() -> int:
+    return dist.get_rank() if active() else 0
+
+
+def world_size() -> int:
+    return dist.get_world_size() if active() else 1
+
+
+def is_main() -> bool:
+    """Only rank 0 logs, shows progress and writes files."""
+    return rank() == 0
+
+
+def init(device: str = "auto") -> bool:
+    """Join torchrun's process group (NCCL when the model lives on CUDA, else gloo). Idempotent;
+    False (and a no-op) in a plain single process."""
+    if not launched():
+        return False
+    if not active():
+        cuda = torch.cuda.is_available() and not device.startswith("cpu")
+        if cuda:
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group("nccl" if cuda else "gloo", timeout=TIMEOUT)
+    return True
+
+
+def local_device(device: str) -> str:
+    """The model device of this rank: under torchrun, CUDA means this rank's GPU (LOCAL_RANK)."""
+    if not launched() or device.startswith("cpu") or not torch.cuda.is_available():
+        return device
+    return f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
+
+
+def shutdown() -> None:
+    if active():
+        dist.destroy_process_group()
+
+
+# ---- prompts and numbers --------------------------------------------------------------------------
+def shard(n: int) -> range:
+    """This rank's contiguous slice of a global list of n items (sizes differ by at most one);
+    concatenating the slices in rank order gives the global order back."""
+    r, w = rank(), world_size()
+    return range(n * r // w, n * (r + 1) // w)
+
+
+def _comm_device() -> torch.device:
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+
+
+def all_reduce(values: list[float], op: str = "sum") -> list[float]:
+    """Element-wise sum (or max) of a list of numbers over ranks (float64)."""
+    if not active():
+        return [float(v) for v in values]
+    t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=_comm_device())
+    dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+    return t.tolist()
+
+
+def total(n):
+    """Sum of a number over ranks, of the same type (int stays int)."""
+    return n if not active() else type(n)(all_reduce([n])[0])
+
+
+def gather(obj) -> list:
+    """Every rank's `obj` (picklable), in rank order, on every rank."""
+    if not active():
+        return [obj]
+    out = [None] * world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def barrier() -> None:
+    if active():
+        dist.barrier()
+
+
+# ---- the model --------------------------------------------------------------------------------------
+def _base(model):
+    get = getattr(model, "get_base_model", None)  # a peft wrapper: LoRA layers live inside
+    return get() if get is not None else model
+
+
+class _Body(torch.nn.Module):
+    """The FSDP root: its forward is the transformer body that batch.py's packed forward calls
+    (`model.model(...)`), and the whole model — LM head included, so tied embeddings stay tied —
+    is in its subtree."""
+
+    def __init__(self, lm):
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, **kw):
+        return _base(self.lm).model(**kw)
+
+
+class _TrainView:
+    """What token_logprobs / loss_and_backward get in FSDP mode: `.model(**batch)` runs the FSDP
+    root; the head's weight is read after it (the root keeps its parameters gathered until the
+    backward, reshard_after_forward=False)."""
+
+    def __init__(self, body: _Body):
+        self.model = body
+
+    def get_output_embeddings(self):
+        return _base(self.model.lm).get_output_embeddings()
+
+
+class ParallelModel:
+    """The policy on W ranks (see the module docstring). mode None: one process, all no-ops."""
+
+    def __init__(self, model, mode: str | None, pad_id: int = 0):
+        if mode not in (None, *MODES):
+            raise ValueError(f"run.distributed: {mode!r}; choose {' or '.join(MODES)}")
+        self.model, self.mode, self.pad_id = model, mode, pad_id
+        self.rollout = self.train = model  # generation / old log-probs, and the training passes
+        if mode == "ddp":
+            with torch.no_grad():  # identical replicas, whatever each rank's load did
+                for t in list(model.parameters()) + list(model.buffers()):
+                    dist.broadcast(t.data, src=0)
+        elif mode == "fsdp":
+            from torch.distributed.device_mesh import init_device_mesh
+            from torch.distributed.fsdp import FSDPModule, fully_shard
+
+            self.rollout = copy.deepcopy(model).requires_grad_(False).eval()
+            mesh = init_device_mesh(next(model.parameters()).device.type, (world_size(),))
+            for layer in getattr(_base(model).model, "layers", []):
+                fully_shard(layer, mesh=mesh)
+            self.body = fully_shard(_Body(model), mesh=mesh, reshard_after_forward=False)
+            for m in self.body.modules():
+                if isinstance(m, FSDPModule):
+                    m.set_gradient_divide_factor(1.0)  # sum, not mean: the loss is pre-scaled
+            self.train = _TrainView(self.body)
+            self._synced = False
+
+    def sync_rollout(self) -> None:
+        """FSDP: copy the current (sharded) weights into the generation replica. Every rank calls it."""
+        if self.mode != "fsdp":
+            return
+        from torch.distributed.tensor import DTensor
+
+        self.body.reshard()
+        src = dict(self.model.named_parameters())
+        with torch.no_grad():
+            for name, p in self.rollout.named_parameters():
+                s = src[name]
+                if self._synced and not s.requires_grad:
+                    continue  # frozen (LoRA base): copied once
+                p.copy_(s.full_tensor() if isinstance(s, DTensor) else s)
+        self._synced = True
+
+    def run(self, batch, fn, grad: bool, packed: bool = True, max_tokens: int = 4096, **_):
+        """fn(): token_logprobs or loss_and_backward of `batch` through self.train (batch None: this
+        rank has no data, fn is not called). FSDP: every rank then runs as many passes as the rank
+        with the most micro-batches, padding with dummy passes. The count must be agreed before any
+        pass starts: each pass is a sequence of collectives that all ranks must join."""
+        if self.mode != "fsdp":
+            return fn() if batch is not None else None
+        from arpo.training.batch import _micro_packs  # the micro-batches token_logprobs / loss_and_backward run
+
+        n = len(_micro_packs(batch, packed, max_tokens)) if batch is not None else 0
+        (most,) = all_reduce([n], op="max")
+        out = fn() if batch is not None else None
+        for _ in range(int(most) - n):
+            self._dummy_pass(grad)
+        if not grad:
+            self.body.reshard()
+        return out
+
+    def _dummy_pass(self, grad: bool) -> None:
+        from arpo.training.packing import pack_trees, packed_token_logprobs
+
+        pack = pack_trees([{"prompt": [self.pad_id], "responses": [[self.pad_id]], "parent": [-1], "branch_at": [0]}])
+        with torch.set_grad_enabled(grad):
+            ((lp, _),) = packed_token_logprobs(self.train, pack)
+            if grad:
+                (lp.sum() * 0.0).backward()  # same collectives as a real pass, zero gradient
+
+    def reduce_grads(self) -> None:
+        """DDP: sum the gradients over ranks (FSDP reduce-scatters them in backward)."""
+        if self.mode != "ddp":
+            return
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        # a parameter without gradient on every rank keeps none (as in one process); else zeros join in
+        has = all_reduce([float(p.grad is not None) for p in params], op="max")
+        for p, h in zip(params, has):
+            if h and p.grad is None:
+                p.grad = torch.zeros_like(p)
+        grads = [p.grad for p in params if p.grad is not None]
+        bucket: list[torch.Tensor] = []
+        for i, g in enumerate(grads):
+            bucket.append(g)
+            nxt = grads[i + 1] if i + 1 < len(grads) else None
+            if nxt is None or nxt.dtype != g.dtype or sum(b.numel() for b in bucket) >= 2**25:
+                flat = torch._utils._flatten_dense_tensors(bucket)  # one all-reduce per ~32M values
+                dist.all_reduce(flat)
+                for b, s in zip(bucket, torch._utils._unflatten_dense_tensors(flat, bucket)):
+                    b.copy_(s)
+                bucket = []

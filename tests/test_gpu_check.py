@@ -1,0 +1,57 @@
+"""benchmarks/gpu_check.py stays runnable: its core (run_check) on CPU with the smallest sizes —
+both architectures (SmolLM2's Llama, Qwen2.5's Qwen2 with its 151,936-row vocabulary masked down to
+the tokenizer), decode vs generate, one ARPO RL step with the real python tool, packed vs flat."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
+
+
+@pytest.fixture(scope="module")
+def gpu_check():
+    spec = importlib.util.spec_from_file_location("gpu_check", PATH)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_check"] = mod  # dataclasses look their module up there
+    try:
+        spec.loader.exec_module(mod)
+        yield mod
+    finally:
+        sys.modules.pop("gpu_check", None)
+
+
+def test_architectures_match_the_published_configs(gpu_check):
+    smol = gpu_check.ARCHS["smollm2-135m"][2]
+    qwen = gpu_check.ARCHS["qwen2.5-1.5b"][2]
+    assert (smol["hidden_size"], smol["num_hidden_layers"], smol["num_attention_heads"], smol["num_key_value_heads"],
+            smol["intermediate_size"], smol["vocab_size"]) == (576, 30, 9, 3, 1536, 49152)
+    assert (qwen["hidden_size"], qwen["num_hidden_layers"], qwen["num_attention_heads"], qwen["num_key_value_heads"],
+            qwen["intermediate_size"], qwen["vocab_size"]) == (1536, 28, 12, 2, 8960, 151936)
+    assert smol["tie_word_embeddings"] and qwen["tie_word_embeddings"]
+
+
+def test_smoke_run_on_cpu(gpu_check):
+    sizes = gpu_check.Sizes(batch=2, prompt=16, new=6, repeats=1, steps=1, prompts_per_step=1, group_size=2,
+                            initial_rollouts=1, free_tokens=4, max_response_tokens=160, micro_tokens=1024,
+                            pack_repeats=1)
+    res = gpu_check.run_check(device="cpu", smoke=True, sizes=sizes, vllm=False)
+    assert set(res["models"]) == set(gpu_check.ARCHS)
+    for name, m in res["models"].items():
+        for phase in ("decode", "rl", "packing"):
+            assert "error" not in m[phase], (name, phase, m[phase].get("traceback"))
+        assert m["decode"]["engine_tok_s"] > 0 and m["decode"]["generate_tok_s"] > 0
+        rl = m["rl"]
+        assert len(rl["steps"]) == 1 and rl["steps"][0]["trajectories"] == 2
+        assert rl["tool_runs_total"] >= 1 and rl["sample_tool_output"] == "391"  # the real python tool ran
+        assert rl["max_sampled_id"] < m["model"]["tokenizer_vocab"]  # Qwen's extra vocabulary never sampled
+        s = rl["steps"][0]
+        assert s["sampled_tokens"] > 0 and s["trained_tokens_packed"] < s["trained_tokens_flat"]
+        pk = m["packing"]
+        assert pk["packed_s"] > 0 and pk["flat_s"] > 0 and pk["max_abs_logp_diff"] < 0.05
+        assert res["vllm"][name]["skipped"]
+    assert res["models"]["qwen2.5-1.5b"]["model"]["vocab"] == 151936
+    table = gpu_check.report(res)
+    assert "| metric | smollm2-135m | qwen2.5-1.5b |" in table and "FAILED" not in table
