@@ -129,7 +129,7 @@ class ArpoStep:
         from arpo.training.batch import loss_and_backward, token_logprobs
         from arpo.training.optim import clip_gradients
 
-        model, preset, t = self.model, self.preset, {}
+        model, preset = self.model, self.preset
         errors = []
         c0 = time.perf_counter()
         model.eval()
