@@ -15,6 +15,7 @@ appended tokens carry `gen_mask = 0` (they are masked out of the loss).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
@@ -83,3 +84,23 @@ class Engine(Protocol):
     def seq(self, sid: int) -> Sequence: ...
 
     def has_unfinished(self) -> bool: ...
+
+
+STOP_TAIL = 16  # tokens decoded to look for a stop string that the newest token completed
+
+
+def stop_match(tokenizer, tokens: list[int], seg_start: int, params: SamplingParams) -> str | None:
+    """The stop string / regex match that the newest token completed in the current segment, or None.
+    Shared by every engine so that all pause at exactly the same token."""
+    if not (params.stop or params.stop_regex):
+        return None
+    seg = tokens[max(seg_start, len(tokens) - STOP_TAIL):]
+    now, before = tokenizer.decode(seg), tokenizer.decode(seg[:-1])
+    for stop in params.stop:
+        if stop in now and stop not in before:
+            return stop
+    if params.stop_regex:
+        m = re.search(params.stop_regex, now)
+        if m and not re.search(params.stop_regex, before):
+            return m.group(0)
+    return None

@@ -9,15 +9,13 @@ last shared token (whose K/V was not yet cached when the parent sampled past it)
 
 from __future__ import annotations
 
-import re
 
 import torch
 
-from arpo.engine.base import SamplingParams, Sequence, StepOutput
+from arpo.engine.base import SamplingParams, Sequence, StepOutput, stop_match
 from arpo.engine.kv import KVBatch, SlotCache
 from arpo.engine.sampling import sample, token_stats, topk_entropy, truncate
 
-_TAIL = 16  # tokens decoded to look for a stop string that the newest token completed
 _ATTN = "arpo_sdpa_gqa"
 
 
@@ -340,21 +338,11 @@ class HFEngine:
     def _finish_reason(self, s: Sequence) -> str | None:
         if s.tokens[-1] in self.eos:
             return "eos"
-        p = s.params
-        if p.stop or p.stop_regex:
-            seg = s.tokens[max(self._st[s.sid].seg_start, len(s.tokens) - _TAIL) :]
-            now = self.tokenizer.decode(seg)
-            before = self.tokenizer.decode(seg[:-1])
-            for stop in p.stop:
-                if stop in now and stop not in before:
-                    s.stop_text = stop
-                    return "stop"
-            if p.stop_regex:
-                m = re.search(p.stop_regex, now)
-                if m and not re.search(p.stop_regex, before):
-                    s.stop_text = m.group(0)
-                    return "stop"
-        if len(s.tokens) >= p.max_len:
+        stop = stop_match(self.tokenizer, s.tokens, self._st[s.sid].seg_start, s.params)
+        if stop is not None:
+            s.stop_text = stop
+            return "stop"
+        if len(s.tokens) >= s.params.max_len:
             return "length"
         return None
 

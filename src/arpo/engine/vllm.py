@@ -45,16 +45,14 @@ import hashlib
 import math
 import os
 import random
-import re
 import shutil
 import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
-from arpo.engine.base import SamplingParams, Sequence, StepOutput
+from arpo.engine.base import SamplingParams, Sequence, StepOutput, stop_match
 
-_TAIL = 16  # tokens decoded to look for a stop string that the newest token completed
 _HOOK_ARG = "arpo_logits_hook"
 _HOOKS: dict[str, tuple] = {}  # request key -> (hook, base tokens, base gen_mask, prompt_len, params, sid)
 _HOOKS_LOCK = threading.Lock()
@@ -692,21 +690,11 @@ class VLLMEngine:
     def _finish_reason(self, s: Sequence, st: _State) -> str | None:
         if s.tokens[-1] in self.eos:
             return "eos"
-        p = s.params
-        if p.stop or p.stop_regex:
-            seg = s.tokens[max(st.seg_start, len(s.tokens) - _TAIL):]
-            now = self.tokenizer.decode(seg)
-            before = self.tokenizer.decode(seg[:-1])
-            for stop in p.stop:
-                if stop in now and stop not in before:
-                    s.stop_text = stop
-                    return "stop"
-            if p.stop_regex:
-                m = re.search(p.stop_regex, now)
-                if m and not re.search(p.stop_regex, before):
-                    s.stop_text = m.group(0)
-                    return "stop"
-        if len(s.tokens) >= min(p.max_len, self.max_model_len):
+        stop = stop_match(self.tokenizer, s.tokens, st.seg_start, s.params)
+        if stop is not None:
+            s.stop_text = stop
+            return "stop"
+        if len(s.tokens) >= min(s.params.max_len, self.max_model_len):
             return "length"
         return None
 

@@ -91,18 +91,25 @@ def save_checkpoint(run_dir: str | Path, step: int, model, tokenizer=None, optim
         json.dump({"step": step, **(state or {})}, f, indent=1)
         f.flush()
         os.fsync(f.fileno())
+    _publish(tmp, final, run_dir, keep)
+    return final
+
+
+def _publish(tmp: Path, final: Path, run_dir, keep: int) -> None:
+    """Make a fully written checkpoint dir visible: fsync its files, rename it into place (replacing
+    a re-saved step, e.g. after a resume), point `latest` at it, prune to the newest `keep`."""
+    root = final.parent
     for p in tmp.rglob("*"):
         if p.is_file():
             with open(p, "rb") as fh:
                 os.fsync(fh.fileno())
-    if final.exists():  # re-saving the same step (e.g. after a resume): replace it
+    if final.exists():
         shutil.rmtree(final)
     os.rename(tmp, final)
     _fsync_dir(root)
     write_text_atomic(root / "latest", final.name + "\n")
     for old in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
-    return final
 
 
 def list_checkpoints(run_dir: str | Path) -> list[Path]:
@@ -219,17 +226,7 @@ def save_distributed_checkpoint(run_dir: str | Path, step: int, model, tokenizer
                    tmp / "trainer.pt")
         with open(tmp / "state.json", "w") as f:
             json.dump({"step": step, "world_size": dist.get_world_size(), **(state or {})}, f, indent=1)
-        for p in tmp.rglob("*"):
-            if p.is_file():
-                with open(p, "rb") as fh:
-                    os.fsync(fh.fileno())
-        if final.exists():
-            shutil.rmtree(final)
-        os.rename(tmp, final)
-        _fsync_dir(root)
-        write_text_atomic(root / "latest", final.name + "\n")
-        for old in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:
-            shutil.rmtree(old, ignore_errors=True)
+        _publish(tmp, final, run_dir, keep)
     dist.barrier()
     return final
 
