@@ -371,7 +371,7 @@ def bench_rl(model, tok, sz: Sizes, dev: Device, errors: list) -> tuple[dict, ob
     def train_on(trees, step, tt) -> dict:
         """The training half of run()'s step: batch, old log-probs, PPO epochs over mini-batches."""
         t1 = time.perf_counter()
-        batch = T.build_batch(trees, preset)
+        batch = T.build_batch(trees, preset).to(next(model.parameters()).device)
         tt["batch_s"] = time.perf_counter() - t1
         t = time.perf_counter()
         batch.old_logp, old_ent = token_logprobs(model, batch, with_entropy=True, **lp_kw)
@@ -492,7 +492,7 @@ def bench_packing(model, trees, preset, lp_kw: dict, sz: Sizes, dev: Device) -> 
     from arpo.training.batch import loss_and_backward, token_logprobs
 
     model.train()
-    batch = T.build_batch(trees, preset)
+    batch = T.build_batch(trees, preset).to(next(model.parameters()).device)
     kw = {k: v for k, v in lp_kw.items() if k != "packed"}
     batch.old_logp, _ = token_logprobs(model, batch, packed=True, **kw)
     loss_fn = T.make_loss_fn(batch, preset)

@@ -388,3 +388,42 @@ def test_multiprocessing_engine_core(setup, tiny_tok):
         assert eng.generate(prompts, params)[0].tokens == want_b
         with pytest.raises(RuntimeError, match="in-process"):
             eng.generate(prompts, SamplingParams(max_len=20, logits_hook=scripted_hook(tiny_tok, ["a"])))
+
+
+def test_train_with_vllm_engine_pushes_updated_weights(setup, tiny_tok, tmp_path, monkeypatch):
+    """`arpo train engine=vllm`: rollouts come from vLLM, and after every update the policy's new
+    weights are pushed into it before the next rollout (and the validation) uses it."""
+    import json
+
+    from arpo.config import from_dict
+    from arpo.engine.vllm import VLLMEngine
+    from arpo.recipes import train
+
+    _, a, _ = setup
+    model_dir = tmp_path / "model"
+    a.save_pretrained(model_dir)
+    tiny_tok.save_pretrained(model_dir)
+    data = tmp_path / "q.jsonl"
+    data.write_text("".join(json.dumps({"question": f"What is {i} + {i}?", "answer": str(2 * i), "task": "math"}) + "\n"
+                            for i in range(4)))
+    w0 = a.model.embed_tokens.weight.detach().clone()
+    pushed = []
+    orig = VLLMEngine.load_weights
+
+    def spy(self, model):
+        pushed.append(float((hf_state_dict(model)["model.embed_tokens.weight"] - w0).abs().max()))
+        return orig(self, model)
+
+    monkeypatch.setattr(VLLMEngine, "load_weights", spy)
+    cfg = from_dict(train.TrainConfig, {
+        "model": {"name": str(model_dir)}, "data": {"path": str(data)}, "tools": {"enabled": []},
+        "agent": {"max_response_tokens": 12}, "rollout": {"group_size": 4, "initial_rollouts": 2,
+                                                          "entropy_estimator": "topk"},
+        "reward": {"fn": "arpo.testing:toy_reward"}, "steps": 3, "prompts_per_step": 2, "optim": {"lr": 1e-2},
+        "engine": "vllm", "engine_options": {"max_model_len": 512, "block_size": BLOCK, "topk_entropy": K},
+        "run": {"dir": str(tmp_path / "run"), "save_every": 0, "tensorboard": False, "threads": 1}})
+    res = train.run(cfg, quiet=True)
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3] and res["checkpoint"]
+    # from_model's initial push (unchanged weights), then one push of updated weights per later step
+    assert pushed[0] == 0.0 and len(pushed) == 3 and all(d > 0 for d in pushed[1:]), pushed

@@ -42,6 +42,8 @@ def register(sub) -> None:
     p.add_argument("--batch-size", type=int, default=16, help="sequences decoded together")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto")
+    p.add_argument("--engine", default="hf", choices=["hf", "vllm"],
+                   help="generation engine: hf (transformers, default) or vllm (needs vLLM installed)")
     p.add_argument("--out", default=None, help="write the metrics (and per-sample records) as JSON here")
     p.add_argument("--json", action="store_true", help="print the metrics as JSON instead of a table")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -60,7 +62,7 @@ def run(args) -> int:
     from rich.progress import Progress
 
     from arpo.data.datasets import load_examples
-    from arpo.engine.hf import HFEngine
+    from arpo.engine import make_engine
     from arpo.eval.evaluate import evaluate
     from arpo.models import load_model
     from arpo.rewards import get_reward_fn
@@ -74,7 +76,7 @@ def run(args) -> int:
     reward_fn = get_reward_fn(args.reward)
     datasets = {d: load_examples(d, args.limit) for d in args.data}
     model, tok = load_model(args.model, device=args.device)
-    engine = HFEngine(model, tok)
+    engine = make_engine(args.engine, model, tok, model_dir=args.model)
     agent = AgentConfig(max_tool_calls=args.max_tool_calls, max_response_tokens=args.max_new_tokens)
     results, all_records = {}, {}
     with Progress(disable=args.quiet or args.json) as bar:

@@ -111,6 +111,9 @@ class TrainConfig:
     minibatches: int = 1  # optimizer steps per PPO epoch (trees split evenly)
     packed: bool = True  # tree-packed log-probs/backward (False: flat per-trajectory)
     micro_tokens: int = 4096  # model tokens per forward/backward micro-batch
+    engine: str = "hf"  # rollout engine: hf (transformers; decodes with the policy itself) | vllm (arpo[vllm])
+    # keyword options of the engine, e.g. vllm: {max_model_len: 4096, kv_cache_gib: 20, enable_sleep_mode: true}
+    engine_options: dict = field(default_factory=dict)
 
     def validate(self) -> None:
         self.optim.validate()
@@ -120,6 +123,10 @@ class TrainConfig:
             raise ArpoError("steps and prompts_per_step must be >= 1")
         if not 1 <= self.minibatches <= self.prompts_per_step:
             raise ArpoError(f"minibatches must be in [1, prompts_per_step={self.prompts_per_step}]")
+        from arpo.engine import ENGINES
+
+        if self.engine not in ENGINES:
+            raise ArpoError(f"engine: {self.engine!r}; choose one of {', '.join(ENGINES)}")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -311,7 +318,7 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False) -> dict:
     from arpo.algos.advantages import entropy_aware_advantage
     from arpo.config import save_config
     from arpo.data.datasets import load_examples
-    from arpo.engine.hf import HFEngine
+    from arpo.engine import make_engine, sync_weights
     from arpo.models import load_model
     from arpo.recipes.rollout import prompts_for
     from arpo.recipes.sft import batch_indices
@@ -346,6 +353,7 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False) -> dict:
     # π_ref is the starting policy (also on resume, where `model` holds the checkpoint's weights)
     ref_model = load_model(cfg.model.name, model_cfg.device, cfg.model.dtype)[0].eval() if preset.kl_coef else None
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    device = next(model.parameters()).device  # the batch's tensors live with the policy
     # one process: `par` hands `model` through; torchrun: FSDP2-sharded or DDP-replicated (run.distributed)
     par = distributed.ParallelModel(model, getattr(cfg.run, "distributed", "fsdp") if multi else None, pad)
     opt = build_optimizer(model, cfg.optim)
@@ -372,7 +380,20 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False) -> dict:
             f.write(msg + "\n")
 
     tools = cfg.tools.build()
-    engine = HFEngine(par.rollout, tok)
+    # hf decodes with par.rollout itself; vllm starts from the model directory and gets the policy's
+    # weights pushed in (here, and after every update below, before the next rollout)
+    engine = make_engine(cfg.engine, par.rollout, tok, model_dir=cfg.model.name, **cfg.engine_options)
+    stale = False  # the policy was updated since the engine last received its weights
+
+    def engine_ready() -> None:
+        nonlocal stale
+        model.eval()
+        par.sync_rollout()
+        if hasattr(engine, "wake_up"):
+            engine.wake_up()
+        if stale:
+            sync_weights(engine, par.rollout)
+            stale = False
     ro = ShardRollout(engine, tools, cfg.agent, rollout_cfg)
     temp = cfg.agent.temperature if cfg.agent.temperature > 0 else 1.0
     lp_kw = dict(packed=cfg.packed, max_tokens=cfg.micro_tokens, temperature=temp, pad_id=pad)
@@ -390,10 +411,11 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False) -> dict:
                 mine = distributed.shard(len(picked))  # this rank's slice of the global prompt list
                 batch_ex = [examples[picked[k]] for k in mine]
                 prompts = prompts_for(batch_ex, tok, cfg.tools.enabled, cfg.data.template)
-                model.eval()
-                par.sync_rollout()
+                engine_ready()
                 trees = rollout_step(ro, prompts, batch_ex, cfg.run.seed * 100_003 + step, log_error, offset=mine.start)
                 t_gen = time.perf_counter() - t0
+                if hasattr(engine, "sleep"):  # vllm on GPU with enable_sleep_mode: free its memory for training
+                    engine.sleep(level=1)
                 if multi:
                     msgs = [m for part in distributed.gather(pending_errors) for m in part]
                     pending_errors.clear()
@@ -416,7 +438,7 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False) -> dict:
                 t1 = time.perf_counter()
                 train_m: dict = {}
                 if n_trees:
-                    batch, old_ent = (build_batch(trees, preset), None) if trees else (None, None)
+                    batch, old_ent = (build_batch(trees, preset).to(device), None) if trees else (None, None)
                     if batch is not None:
                         batch.old_logp, old_ent = token_logprobs(par.rollout, batch, with_entropy=True, **lp_kw)
                         if ref_model is not None:
@@ -459,6 +481,7 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False) -> dict:
                             opt.step()
                             sched.step()
                             opt.zero_grad(set_to_none=True)
+                            stale = True
                             diag = {k: float(v) for k, v in out[1].items()} if out else None
                             if multi:
                                 diag = global_diagnostics([(x[0], x[1], d) for x, d in
@@ -479,8 +502,7 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False) -> dict:
                 if val_examples and cfg.validation.every and done % cfg.validation.every == 0:
                     from arpo.eval.evaluate import evaluate
 
-                    model.eval()
-                    par.sync_rollout()
+                    engine_ready()
                     if main:  # rank 0 validates alone; the others wait at the checkpoint / next step
                         vm = evaluate(engine, tools, tok, val_examples, reward_fn=reward_fn, agent=cfg.agent,
                                       samples=cfg.validation.samples, temperature=cfg.validation.temperature,
@@ -497,6 +519,8 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False) -> dict:
     finally:
         tools.close()
         log.close()
+        if hasattr(engine, "close"):
+            engine.close()
     final = latest_checkpoint(run_dir)
     return {"steps": cfg.steps, "final": {k: v for k, v in last.items() if not k.startswith("tool_calls_per_traj/")},
             "checkpoint": str(final) if final else None}

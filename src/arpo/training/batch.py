@@ -60,6 +60,15 @@ class TreeBatch:
                        for r, p, b in zip(t["responses"], t["parent"], t["branch_at"])) for t in self.trees)
         return sum(len(t["prompt"]) * len(t["responses"]) + sum(len(r) for r in t["responses"]) for t in self.trees)
 
+    def to(self, device) -> "TreeBatch":
+        """The batch's (B, T) tensors on `device` (e.g. the policy's GPU), in place; returns self.
+        `lengths` stays on the CPU (it indexes Python-side layouts)."""
+        for name in ("mask", "advantages", "old_logp", "ref_logp"):
+            t = getattr(self, name)
+            if t is not None:
+                setattr(self, name, t.to(device))
+        return self
+
     def subset(self, tree_ids: list[int]) -> "TreeBatch":
         """The batch restricted to some trees (a mini-batch), tensors sliced consistently."""
         keep_rows = [self.rows[(t, i)] for t in tree_ids for i in range(len(self.trees[t]["responses"]))]
@@ -71,7 +80,7 @@ class TreeBatch:
         width = int(self.lengths[idx].max()) if len(idx) else 0
 
         def sl(x):
-            return None if x is None else x[idx, :width]
+            return None if x is None else x[idx.to(x.device), :width]
 
         return TreeBatch(trees=[self.trees[t] for t in tree_ids], rows=new_rows, lengths=self.lengths[idx],
                          mask=sl(self.mask), advantages=sl(self.advantages), old_logp=sl(self.old_logp),
@@ -115,8 +124,9 @@ def token_logprobs(model, batch: TreeBatch, *, packed: bool = True, max_tokens: 
                 lps.append(lp)
                 ens.append(en)
                 all_packs.append(p)
-    logp = unpack(all_packs, lps, batch.rows, batch.width)
-    ent = unpack(all_packs, ens, batch.rows, batch.width) if with_entropy else None
+    dev = batch.mask.device  # results live where the batch lives (TreeBatch.to), whatever the model's device
+    logp = unpack(all_packs, lps, batch.rows, batch.width).to(dev)
+    ent = unpack(all_packs, ens, batch.rows, batch.width).to(dev) if with_entropy else None
     return logp, ent
 
 
@@ -148,9 +158,10 @@ def loss_and_backward(model, batch: TreeBatch, loss_fn, *, packed: bool = True, 
             ge = torch.zeros_like(pen) if (g_en is not None and pen is not None) else None
             for key, pi in zip(p.members, p.pair_index):
                 r, n = batch.rows[key], len(pi)
-                g.index_add_(0, pi, g_lp[r, :n].to(plp.dtype))
+                pi = pi.to(plp.device)
+                g.index_add_(0, pi, g_lp[r, :n].to(plp.device, plp.dtype))
                 if ge is not None:
-                    ge.index_add_(0, pi, g_en[r, :n].to(pen.dtype))
+                    ge.index_add_(0, pi, g_en[r, :n].to(pen.device, pen.dtype))
             terms.append((plp * g).sum())
             if ge is not None:
                 terms.append((pen * ge).sum())

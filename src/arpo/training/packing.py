@@ -208,13 +208,14 @@ def packed_token_logprobs(model, packs: list[Pack], *, with_entropy: bool = Fals
     grad is enabled."""
     from arpo.algos.logprobs import token_logprobs
 
-    batch = collate(packs, pad_id)
     get_base = getattr(model, "get_base_model", None)  # a peft wrapper: LoRA layers live inside
     model = get_base() if get_base is not None else model
+    dev = model.get_input_embeddings().weight.device  # packs are built on the CPU; the model may be on a GPU
+    batch = {k: v.to(dev, non_blocking=True) for k, v in collate(packs, pad_id).items()}
     out = model.model(**batch, use_cache=False)
     hidden = out.last_hidden_state  # (B, S, D)
-    flat_idx = torch.cat([p.context + b * hidden.shape[1] for b, p in enumerate(packs)])
-    targets = torch.cat([p.targets for p in packs])
+    flat_idx = torch.cat([p.context + b * hidden.shape[1] for b, p in enumerate(packs)]).to(dev)
+    targets = torch.cat([p.targets for p in packs]).to(dev)
     h = hidden.reshape(-1, hidden.shape[-1])[flat_idx]  # (ΣK, D)
     head = model.get_output_embeddings()
     logp, ent = token_logprobs(h, head.weight, targets, chunk_size=chunk_size, temperature=temperature,
@@ -240,4 +241,5 @@ def unpack(packs: list[Pack], values: list[torch.Tensor], rows: dict[tuple[int, 
             src.append(pi + off)
     flat = torch.cat(values)
     out = flat.new_full((len(rows), length), fill)
-    return out.index_put((torch.cat(r_idx), torch.cat(c_idx)), flat[torch.cat(src)])
+    dev = flat.device
+    return out.index_put((torch.cat(r_idx).to(dev), torch.cat(c_idx).to(dev)), flat[torch.cat(src).to(dev)])
