@@ -121,11 +121,12 @@ class ArpoStep:
         self.reward_fn = get_reward_fn("arpo")
         pad = tok.pad_token_id if tok.pad_token_id is not None else 0
         self.lp_kw = dict(packed=True, max_tokens=4096, temperature=a.temperature, pad_id=pad)  # TrainConfig defaults
+        self.recompute = bool(getattr(a, "recompute_old_logprobs", False))
 
     def step(self, step: int) -> dict:
         """The body of train.run()'s step loop for preset grpo (ppo_epochs 1, minibatches 1, no KL)."""
-        from arpo.recipes.train import (build_batch, make_loss_fn, minibatch_order, rollout_metrics, rollout_step,
-                                        score_trees)
+        from arpo.recipes.train import (build_batch, make_loss_fn, minibatch_order, old_logprobs_from_rollout,
+                                        rollout_metrics, rollout_step, score_trees)
         from arpo.training.batch import loss_and_backward, token_logprobs
         from arpo.training.optim import clip_gradients
 
@@ -142,7 +143,12 @@ class ArpoStep:
         c2 = time.perf_counter()
         batch = build_batch(trees, preset)
         c3 = time.perf_counter()
-        batch.old_logp, old_ent = token_logprobs(model, batch, with_entropy=True, **self.lp_kw)
+        # `arpo train`'s default (old_logprobs=auto): hf engine, float32, no top-k/top-p -> the log-probs the
+        # engine recorded while sampling are exact, no extra forward (--recompute-old-logprobs: the forward)
+        if self.recompute:
+            batch.old_logp, old_ent = token_logprobs(model, batch, with_entropy=True, **self.lp_kw)
+        else:
+            batch.old_logp, old_ent = old_logprobs_from_rollout(trees, batch)
         c4 = time.perf_counter()
         model.train()
         (mb,) = minibatch_order(len(trees), 1, self.seed, step, 0)
@@ -295,6 +301,9 @@ def main() -> int:
                     help="TRL's GRPOConfig default (slower); off by default")
     ap.add_argument("--trl-micro-batch", type=int, default=4,
                     help="TRL rows per forward/backward (gradient accumulation over prompts x G / this; 0: all)")
+    ap.add_argument("--recompute-old-logprobs", action="store_true",
+                    help="arpo: a no-grad forward for old_logp (arpo train old_logprobs=recompute) instead of the "
+                         "engine's recorded log-probs (the default, old_logprobs=auto)")
     ap.add_argument("--quick", action="store_true", help="one measured step per side")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()

@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "arpo.commands.train",
     "arpo.commands.eval",
     "arpo.commands.plot",
+    "arpo.commands.experiment",
 ]
 
 

@@ -169,3 +169,24 @@ def test_many_sequences_join_and_leave(tiny_lm, tiny_tok):
         assert_matches_recompute(tiny_lm, eng.seq(sid))
     eng.release(sids[0])
     assert sids[0] not in eng.seqs
+
+
+def test_identical_prompts_share_one_prefill(tiny_lm, tiny_tok):
+    """A group's samples of one prompt (ARPO's N globals, GRPO's M) prefill the prompt once; the
+    samples are those of separate prefills (same tokens, log-probs within float tolerance)."""
+    p1, p2 = prompt(tiny_tok, "What is 17 * 23? Think step by step."), prompt(tiny_tok, "hello " * 6)
+    prompts = [p1] * 4 + [p2] * 3 + [prompt(tiny_tok, "alone")]
+    runs = {}
+    for share in (False, True):
+        eng = HFEngine(tiny_lm, tiny_tok, eos_token_ids=[-1], share_prompts=share)
+        sids = [eng.add(p, SamplingParams(max_len=len(p) + 12, seed=10 + i)) for i, p in enumerate(prompts)]
+        while eng.has_unfinished():
+            eng.step()
+        runs[share] = (eng, [eng.seq(s) for s in sids])
+    (e0, plain), (e1, shared) = runs[False], runs[True]
+    assert e1.stats["shared_prefill_tokens"] == 3 * (len(p1) - 1) + 2 * (len(p2) - 1)
+    assert e0.stats["prefill_tokens"] - e1.stats["prefill_tokens"] == e1.stats["shared_prefill_tokens"]
+    for a, b in zip(plain, shared):
+        assert a.tokens == b.tokens
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4
+        assert_matches_recompute(tiny_lm, b)

@@ -172,3 +172,39 @@ def test_bad_tree_is_rejected():
     bad = {"prompt": [1, 2], "responses": [[3, 4], [9, 5]], "parent": [-1, 0], "branch_at": [0, 1]}
     with pytest.raises(ValueError, match="does not share"):
         pack_trees([bad])
+
+
+def test_rollout_logprobs_equal_recomputed_old_logprobs(tiny_lm, tiny_tok):
+    """old_logp from the engine's records (TrainConfig.old_logprobs=rollout) equals the no-grad
+    forward it replaces, on a tree with forks and an appended (masked) tool result."""
+    from arpo.engine.base import SamplingParams
+    from arpo.engine.hf import HFEngine
+    from arpo.training.batch import TreeBatch, rollout_logprobs, token_logprobs
+
+    eng = HFEngine(tiny_lm, tiny_tok, eos_token_ids=[-1])
+    prompt = tiny_tok("What is 17 * 23? Use python.")["input_ids"]
+    a = eng.add(prompt, SamplingParams(max_len=len(prompt) + 60, seed=1, temperature=0.8, stop=("e",)))
+    while eng.seq(a).status in ("waiting", "running"):
+        eng.step()
+    assert eng.seq(a).status == "paused" and len(eng.seq(a).tokens) > len(prompt) + 6
+    result = tiny_tok("<result> 391 </result>")["input_ids"]
+    after = len(eng.seq(a).tokens) + len(result) + 2  # a fork point past the result
+    eng.append(a, result)  # a tool result: gen_mask 0
+    eng.seq(a).params.stop = ()
+    eng.seq(a).params.max_len = after + 8
+    for _ in range(4):
+        eng.step()
+    kids = eng.fork(a, 2, at=len(prompt) + 6) + eng.fork(a, 1, at=after)
+    while eng.has_unfinished():
+        eng.step()
+    seqs = [eng.seq(s) for s in [a] + kids]
+    n_prompt = len(prompt)
+    tree = {"prompt": prompt, "responses": [s.tokens[n_prompt:] for s in seqs], "parent": [-1, 0, 0, 0],
+            "branch_at": [0, 6, 6, after - n_prompt]}
+    assert all(len(s.tokens) > s.fork_at for s in seqs[1:])
+    batch = TreeBatch.from_trees([tree], [[list(s.gen_mask) for s in seqs]])
+    got_lp, got_h = rollout_logprobs(batch, {(0, i): (s.logprobs, s.entropies) for i, s in enumerate(seqs)})
+    want_lp, want_h = token_logprobs(tiny_lm, batch, with_entropy=True, temperature=0.8)
+    m = batch.mask.bool()
+    assert m.sum() > 20 and (~m).sum() > 0
+    assert torch.allclose(got_lp[m], want_lp[m], atol=1e-4) and torch.allclose(got_h[m], want_h[m], atol=1e-4)

@@ -124,6 +124,16 @@ def test_sft_runs_masks_results_and_resumes(tiny_dir, tmp_path):
     assert _clean(_rows(tmp_path / "a")) == _clean(_rows(tmp_path / "b"))
     wa, wb = _weights(tmp_path / "a"), _weights(tmp_path / "b")
     assert all((wa[k] == wb[k]).all() for k in wa)
+    # a fresh run into a dir with checkpoints is refused (stale checkpoints would mix in) ...
+    from arpo.errors import ArpoError
+
+    with pytest.raises(ArpoError, match="already holds checkpoints.*--resume.*--overwrite"):
+        sft.run(load_config(sft.SFTConfig, None, ov_b), quiet=True)
+    # ... unless --overwrite: the old checkpoints and metrics are gone, the new run is the same run again
+    ov_c = [x if not x.startswith("epochs") else "epochs=1" for x in ov_b]
+    sft.run(load_config(sft.SFTConfig, None, ov_c), quiet=True, overwrite=True)
+    assert sorted(p.name for p in ck.iterdir()) == ["latest", "step_000001", "step_000002"]
+    assert _clean(_rows(tmp_path / "b")) == _clean(_rows(tmp_path / "a"))[:2]
 
 
 def test_bad_config_key_is_named(tiny_dir):

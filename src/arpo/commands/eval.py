@@ -113,17 +113,19 @@ def run(args) -> int:
 
 
 def print_table(results: dict, model: str) -> None:
+    """A row per metric, a column per dataset (fits a narrow terminal)."""
     from rich.console import Console
     from rich.table import Table
 
     keys = ["questions", "samples"] + sorted({k for r in results.values() for k in r if k.startswith("pass@")}) + [
-        "score", "format_error_rate", "tool_calls", "response_tokens"]
+        "score", "reward", "format_error_rate", "tool_format_rate", "tool_calls", "response_tokens"]
     t = Table(title=f"arpo eval · {model}")
-    t.add_column("dataset")
+    t.add_column("metric")
+    for path in results:
+        t.add_column(f"{Path(path).parent.name}/{Path(path).name}", justify="right")
     for k in keys:
-        t.add_column(k, justify="right")
-    for path, r in results.items():
-        t.add_row(Path(path).name, *[f"{r[k]:.3f}" if isinstance(r.get(k), float) else str(r.get(k, "")) for k in keys])
+        if any(k in r for r in results.values()):
+            t.add_row(k, *[f"{r[k]:.3f}" if isinstance(r.get(k), float) else str(r.get(k, "")) for r in results.values()])
     Console().print(t)
 
 

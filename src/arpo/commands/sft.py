@@ -22,6 +22,8 @@ def register(sub) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", help="YAML config (sections: model, data, optim, lora, run)")
     p.add_argument("--resume", action="store_true", help="continue from RUN_DIR's latest checkpoint")
+    p.add_argument("--overwrite", action="store_true",
+                   help="start over in a run dir that already has checkpoints (deletes them and its metrics)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("overrides", nargs="*", help="dotted config overrides, e.g. optim.lr=1e-5 batch_size=4")
     p.set_defaults(func=run)
@@ -32,5 +34,5 @@ def run(args) -> int:
     from arpo.recipes import sft
 
     cfg = load_config(sft.SFTConfig, args.config, list(args.overrides))
-    print(json.dumps(sft.run(cfg, resume=args.resume, quiet=args.quiet)))
+    print(json.dumps(sft.run(cfg, resume=args.resume, quiet=args.quiet, overwrite=args.overwrite)))
     return 0

@@ -25,6 +25,8 @@ def register(sub) -> None:
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", help="YAML config")
     p.add_argument("--resume", action="store_true", help="continue from RUN_DIR's latest checkpoint")
+    p.add_argument("--overwrite", action="store_true",
+                   help="start over in a run dir that already has checkpoints (deletes them and its metrics)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. rollout.group_size=8 algo.preset=grpo")
     p.set_defaults(func=run)
@@ -37,7 +39,7 @@ def run(args) -> int:
 
     cfg = load_config(train.TrainConfig, args.config, list(args.overrides))
     try:
-        out = train.run(cfg, resume=args.resume, quiet=args.quiet)
+        out = train.run(cfg, resume=args.resume, quiet=args.quiet, overwrite=args.overwrite)
         if distributed.is_main():  # under torchrun: one summary, from rank 0
             print(json.dumps(out, default=str))
     finally:

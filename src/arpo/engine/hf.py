@@ -49,8 +49,10 @@ class _State:
 
 
 class HFEngine:
-    def __init__(self, model, tokenizer, max_prefill_tokens: int = 4096, eos_token_ids=None, topk_entropy: int = 10):
+    def __init__(self, model, tokenizer, max_prefill_tokens: int = 4096, eos_token_ids=None, topk_entropy: int = 10,
+                 share_prompts: bool = True):
         _register_attention()
+        self.share_prompts = share_prompts  # identical joining prompts share one prefill
         self.model, self.tokenizer = model.eval(), tokenizer
         cfg = model.config
         n_kv = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
@@ -69,7 +71,8 @@ class HFEngine:
         self._st: dict[int, _State] = {}
         self._slot: dict[int, int] = {}  # sid -> slot while in the batch
         self._next_sid = 0
-        self.stats = {"prefill_tokens": 0, "decode_tokens": 0, "forwards": 0, "compactions": 0}
+        self.stats = {"prefill_tokens": 0, "decode_tokens": 0, "forwards": 0, "compactions": 0,
+                      "shared_prefill_tokens": 0}  # prompt tokens not prefilled again: identical prompts
 
     # ---- public interface -----------------------------------------------------------------------
     def add(self, prompt_ids: list[int], params: SamplingParams | None = None) -> int:
@@ -207,6 +210,8 @@ class HFEngine:
         for sid in sids:
             if sid in self._slot:
                 self._leave(sid)
+        if sample_next and self.share_prompts:
+            self._share_identical_prompts(sids)
         sids = sorted(sids, key=lambda s: len(self._st[s].pending))
         outs = []
         # groups of similar pending length, each one forward, bounded in tokens
@@ -221,6 +226,32 @@ class HFEngine:
         for g in groups:
             outs += self._prefill_group(g, sample_next)
         return outs
+
+    def _share_identical_prompts(self, sids: list[int]) -> None:
+        """Sequences joining with the same tokens and no K/V yet (a group's samples of one prompt)
+        share one prefill: the first of each set computes all tokens but the last, the others
+        reference that K/V as a fork would, and every one of them then prefills its last token
+        alone (so each samples its first token from its own logits and generator)."""
+        same: dict[tuple[int, ...], list[int]] = {}
+        for sid in sids:
+            st = self._st[sid]
+            if st.past is None and len(st.pending) > 1:
+                same.setdefault(tuple(st.pending), []).append(sid)
+        heads = [g for g in same.values() if len(g) > 1]
+        if not heads:
+            return
+        tails = {}
+        for g in heads:
+            st = self._st[g[0]]
+            tails[g[0]], st.pending = st.pending[-1:], st.pending[:-1]
+        self._prefill([g[0] for g in heads], sample_next=False)
+        for g in heads:
+            first = g[0]
+            self._leave(first)
+            self._st[first].pending = tails[first]
+            for sid in g[1:]:
+                self._st[sid].past, self._st[sid].pending = self._st[first].past, list(tails[first])
+                self.stats["shared_prefill_tokens"] += self._st[first].past.shape[-2]
 
     def _prefill_group(self, sids: list[int], sample_next: bool) -> list[StepOutput]:
         kv, sts = self.kv, [self._st[s] for s in sids]

@@ -125,7 +125,7 @@ def nll_loss(mask: torch.Tensor):
     return fn
 
 
-def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False) -> dict:
+def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False, overwrite: bool = False) -> dict:
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     from arpo.config import save_config
@@ -138,7 +138,7 @@ def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False) -> dict:
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
     run_dir = Path(cfg.run.dir)
-    ckpt = resume_from(run_dir, resume)
+    ckpt = resume_from(run_dir, resume, overwrite)
     torch.manual_seed(cfg.run.seed)
     model, tok = load_policy(cfg.model, cfg.lora, ckpt)
     model.train()

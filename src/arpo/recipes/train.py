@@ -111,6 +111,10 @@ class TrainConfig:
     minibatches: int = 1  # optimizer steps per PPO epoch (trees split evenly)
     packed: bool = True  # tree-packed log-probs/backward (False: flat per-trajectory)
     micro_tokens: int = 4096  # model tokens per forward/backward micro-batch
+    # the behaviour policy's log-probs (old_logp): rollout = the values the engine recorded while
+    # sampling (saves a forward pass); recompute = a no-grad forward over the batch; auto = rollout
+    # where they are exact (hf engine, float32, no top-k/top-p truncation), else recompute
+    old_logprobs: str = "auto"
     engine: str = "hf"  # rollout engine: hf (transformers; decodes with the policy itself) | vllm (arpo[vllm])
     # keyword options of the engine, e.g. vllm: {max_model_len: 4096, kv_cache_gib: 20, enable_sleep_mode: true}
     engine_options: dict = field(default_factory=dict)
@@ -123,6 +127,8 @@ class TrainConfig:
             raise ArpoError("steps and prompts_per_step must be >= 1")
         if not 1 <= self.minibatches <= self.prompts_per_step:
             raise ArpoError(f"minibatches must be in [1, prompts_per_step={self.prompts_per_step}]")
+        if self.old_logprobs not in ("auto", "rollout", "recompute"):
+            raise ArpoError(f"old_logprobs: {self.old_logprobs!r}; choose auto, rollout or recompute")
         from arpo.engine import ENGINES
 
         if self.engine not in ENGINES:
@@ -175,6 +181,8 @@ def metrics_of(stats: list[dict]) -> dict:
         "reward_std": statistics.pstdev(rewards) if len(rewards) > 1 else 0.0,
         "accuracy": statistics.fmean(s["correct"] for s in stats),
         "format_error_rate": statistics.fmean(s["format_error"] for s in stats),
+        # the protocol followed AND at least one tool used (what cold-start SFT and RL must teach)
+        "tool_format_rate": statistics.fmean((not s["format_error"]) and len(s["calls"]) > 0 for s in stats),
         "tool_calls_per_traj": len(calls) / len(stats),
         "tool_failures": sum(not ok for _, ok, _ in calls),
         "branches": sum(s["branch"] for s in stats),
@@ -242,6 +250,23 @@ def build_batch(trees, preset):
             adv[batch.rows[(ti, i)], : len(a)] = a
     batch.advantages = adv
     return batch
+
+
+def use_rollout_logprobs(cfg: TrainConfig, model) -> bool:
+    """Whether old_logp comes from the engine's records (see TrainConfig.old_logprobs)."""
+    if cfg.old_logprobs != "auto":
+        return cfg.old_logprobs == "rollout"
+    exact = cfg.agent.top_p >= 1.0 and cfg.agent.top_k == 0 and cfg.agent.temperature > 0
+    return cfg.engine == "hf" and exact and next(model.parameters()).dtype == torch.float32
+
+
+def old_logprobs_from_rollout(trees, batch):
+    """batch.old_logp and the old entropies from the trajectories' engine records."""
+    from arpo.training.batch import rollout_logprobs
+
+    vals = {(ti, i): (t.traj.logprobs, t.traj.entropies) for ti, tr in enumerate(trees)
+            for i, t in enumerate(tr.trajectories)}
+    return rollout_logprobs(batch, vals)
 
 
 def make_loss_fn(batch, preset, agg_normalizer: float | None = None):
@@ -312,7 +337,7 @@ def entropy_aware_advantage_global(adv, ent, mask, alpha: float, eps: float = 1e
 # ------------------------------------------------------------------------------------------------
 
 
-def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False) -> dict:
+def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: bool = False) -> dict:
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     from arpo.algos.advantages import entropy_aware_advantage
@@ -345,7 +370,7 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False) -> dict:
     main = distributed.is_main()
     model_cfg = dataclasses.replace(cfg.model, device=distributed.local_device(cfg.model.device))
     run_dir = Path(cfg.run.dir)
-    ckpt = resume_from(run_dir, resume)
+    ckpt = resume_from(run_dir, resume, overwrite)
     reward_fn = get_reward_fn(cfg.reward.fn)
     examples = load_examples(cfg.data.path, cfg.data.limit, cfg.data.task)
     torch.manual_seed(cfg.run.seed)
@@ -368,7 +393,7 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False) -> dict:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, run_dir / "config.yaml")
     log = MetricsLogger(run_dir, resume_step=start if ckpt is not None else None, tensorboard=cfg.run.tensorboard,
-                        enabled=main)
+                        enabled=main, wandb_project=cfg.run.wandb, config=dataclasses.asdict(cfg))
     errors_path = run_dir / "errors.log"
     pending_errors: list[str] = []  # distributed: gathered to rank 0 after each rollout
 
@@ -397,6 +422,7 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False) -> dict:
     ro = ShardRollout(engine, tools, cfg.agent, rollout_cfg)
     temp = cfg.agent.temperature if cfg.agent.temperature > 0 else 1.0
     lp_kw = dict(packed=cfg.packed, max_tokens=cfg.micro_tokens, temperature=temp, pad_id=pad)
+    from_rollout = use_rollout_logprobs(cfg, model)
     val_examples = (load_examples(cfg.validation.path, cfg.validation.limit, cfg.data.task)
                     if cfg.validation.path else [])
     last: dict = {}
@@ -440,7 +466,10 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False) -> dict:
                 if n_trees:
                     batch, old_ent = (build_batch(trees, preset).to(device), None) if trees else (None, None)
                     if batch is not None:
-                        batch.old_logp, old_ent = token_logprobs(par.rollout, batch, with_entropy=True, **lp_kw)
+                        if from_rollout:  # what the engine recorded while sampling: no extra forward
+                            batch.old_logp, old_ent = old_logprobs_from_rollout(trees, batch)
+                        else:
+                            batch.old_logp, old_ent = token_logprobs(par.rollout, batch, with_entropy=True, **lp_kw)
                         if ref_model is not None:
                             batch.ref_logp, _ = token_logprobs(ref_model, batch, **lp_kw)
                     if preset.entropy_aware_advantage and multi:

@@ -130,6 +130,24 @@ def token_logprobs(model, batch: TreeBatch, *, packed: bool = True, max_tokens: 
     return logp, ent
 
 
+def rollout_logprobs(batch: TreeBatch, values: dict[tuple[int, int], tuple[list[float], list[float]]]
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Flat (B, T) log-probs and entropies from what the rollout engine recorded while sampling:
+    values[(tree, traj)] = (logprobs, entropies), one entry per response token (0 on tool results).
+    Where the engine computed them exactly as token_logprobs would (full softmax(logits / T) of the
+    same weights, no top-k/top-p), this replaces the behaviour policy's no-grad forward."""
+    lp = torch.zeros(batch.mask.shape, dtype=torch.float32)
+    ent = torch.zeros(batch.mask.shape, dtype=torch.float32)
+    for key, row in batch.rows.items():
+        lps, ents = values[key]
+        n = int(batch.lengths[row])
+        if len(lps) != n or len(ents) != n:
+            raise ValueError(f"tree {key[0]} trajectory {key[1]}: {len(lps)} log-probs for {n} tokens")
+        lp[row, :n] = torch.tensor(lps, dtype=torch.float32)
+        ent[row, :n] = torch.tensor(ents, dtype=torch.float32)
+    return lp.to(batch.mask.device), ent.to(batch.mask.device)
+
+
 def loss_and_backward(model, batch: TreeBatch, loss_fn, *, packed: bool = True, max_tokens: int = 4096,
                       need_entropy: bool = False, temperature: float = 1.0, chunk_size: int = 1024,
                       pad_id: int = 0, current: tuple[torch.Tensor, torch.Tensor | None] | None = None,

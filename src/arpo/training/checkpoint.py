@@ -158,9 +158,21 @@ def load_trainer_state(ckpt: str | Path, optimizer=None, scheduler=None, restore
     return state
 
 
-def resume_from(run_dir: str | Path, resume: bool) -> Path | None:
-    """The checkpoint `--resume` continues from (None without --resume); an error if there is none."""
+def resume_from(run_dir: str | Path, resume: bool, overwrite: bool = False) -> Path | None:
+    """The checkpoint `--resume` continues from (None without --resume); an error if there is none.
+    A fresh run (no --resume) into a run dir that already holds checkpoints is an error, since its
+    stale checkpoints would mix with the new ones, unless `overwrite` (`--overwrite`), which deletes
+    them and the old metrics first (rank 0 of a distributed run does the deleting)."""
     if not resume:
+        old = latest_checkpoint(run_dir)
+        if old is not None and not overwrite:
+            raise ArpoError(f"run.dir {run_dir} already holds checkpoints (latest: {Path(old).name}): pass --resume "
+                            "to continue that run, --overwrite to start over, or choose another run.dir")
+        if old is not None and int(os.environ.get("RANK", "0")) == 0:
+            shutil.rmtree(Path(run_dir) / "checkpoints", ignore_errors=True)
+            for name in ("metrics.jsonl", "errors.log", "tensorboard", "wandb_id"):
+                path = Path(run_dir) / name
+                shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
         return None
     ck = latest_checkpoint(run_dir)
     if ck is None:

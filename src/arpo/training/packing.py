@@ -210,7 +210,7 @@ def packed_token_logprobs(model, packs: list[Pack], *, with_entropy: bool = Fals
 
     get_base = getattr(model, "get_base_model", None)  # a peft wrapper: LoRA layers live inside
     model = get_base() if get_base is not None else model
-    dev = model.get_input_embeddings().weight.device  # packs are built on the CPU; the model may be on a GPU
+    dev = model.get_output_embeddings().weight.device  # packs are built on the CPU; the model may be on a GPU
     batch = {k: v.to(dev, non_blocking=True) for k, v in collate(packs, pad_id).items()}
     out = model.model(**batch, use_cache=False)
     hidden = out.last_hidden_state  # (B, S, D)

@@ -1,0 +1,8 @@
+"""Controlled experiments that run arpo's real pipeline end to end on small, fast tasks.
+
+    kbenv.py         a procedurally generated tool environment (multi-hop questions over a
+                     fictional knowledge base: `<search>` for facts, `<python>` for arithmetic),
+                     its scripted expert traces, a small tokenizer and a from-scratch Llama
+    arpo_vs_grpo.py  ARPO vs GRPO under the same rollout budget, several seeds:
+                     `arpo experiment arpo-vs-grpo`
+"""
