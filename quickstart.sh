@@ -14,17 +14,16 @@ mkdir -p "$Q"
 $A sft-data gsm8k --data $D/gsm8k/train.jsonl --limit 64 --out $Q/sft_gsm8k.jsonl --quiet
 $A sft-data hotpotqa --data $D/hotpotqa/train.jsonl --limit 32 "${SEARCH[@]}" --out $Q/sft_hotpotqa.jsonl --quiet
 $A sft --config configs/sft_quickstart.yaml --overwrite --quiet
-# RL prompts: a GSM8K + HotpotQA mix (later rows than the SFT ones), math and QA interleaved
+# the RL task set: 2 GSM8K + 2 HotpotQA training questions that are not in the SFT data
 python3 - <<'PY'
 import json
-g = [json.loads(x) for x in open("../shared/data/gsm8k/train.jsonl")][1000:1008]
-h = [json.loads(x) for x in open("../shared/data/hotpotqa/train.jsonl")][200:208]
+g = [json.loads(x) for x in open("../shared/data/gsm8k/train.jsonl")][1000:1002]
+h = [json.loads(x) for x in open("../shared/data/hotpotqa/train.jsonl")][200:202]
 rows = [{"question": r["question"], "answer": r["answer"].split("####")[-1].strip(), "task": "math"} for r in g]
 rows += [{"question": r["question"], "answer": r["answer"], "task": "qa"} for r in h]
-rows = [rows[i // 2 + (len(rows) // 2) * (i % 2)] for i in range(len(rows))]
-open("runs/quickstart/mix.jsonl", "w").write("".join(json.dumps(r) + "\n" for r in rows))
+open("runs/quickstart/rl_tasks.jsonl", "w").write("".join(json.dumps(r) + "\n" for r in rows))
 PY
-EVAL=(--data $D/gsm8k/test.jsonl $D/hotpotqa/test.jsonl --limit 8 "${SEARCH[@]}" --max-tool-calls 3 --max-new-tokens 640 --quiet)
+EVAL=(--data $D/gsm8k/test.jsonl $D/hotpotqa/test.jsonl --limit 8 "${SEARCH[@]}" --max-tool-calls 3 --max-new-tokens 512 --quiet)
 $A eval --model $Q/sft "${EVAL[@]}" --out $Q/eval_sft.json              # before RL: the SFT start
 $A train --config configs/train_quickstart.yaml --overwrite --quiet
 $A eval --model $Q/arpo "${EVAL[@]}" --out $Q/eval_arpo.json            # after RL

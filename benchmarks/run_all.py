@@ -78,9 +78,20 @@ def rows(res: dict) -> list[tuple]:
                     f"train {tr['training_s']:.1f})", f"{rl['ratio']:.2f}", "<= 0.5"))
     elif "skipped" in rl:
         out.append((what + " vs TRL GRPOTrainer", "bench_trl.py", "skipped", rl["skipped"], "", "<= 0.5"))
+    ex = res.get("experiment", {})
+    if "summary" in ex:  # read from the experiment's results.json (not run here: ~25 min)
+        sm, st = ex["summary"], ex["settings"]
+        lv = sm.get("ratio_levels", {}).get("1.00", {})
+        calls = (f"ARPO {lv['calls_arpo']:.0f} calls" if lv.get("calls_arpo") is not None else "ARPO never")
+        base = (f"GRPO {lv['calls_grpo']:.0f} calls" if lv.get("calls_grpo") is not None else "GRPO never")
+        ratio = f"{sm['tool_call_ratio']:.2f}" if sm.get("tool_call_ratio") is not None else "n/a (no gain over SFT)"
+        out.append((f"ARPO vs GRPO: training tool calls to reach task-set accuracy {sm.get('target_accuracy', 0):.3f} "
+                    f"(SFT start {sm['start_accuracy']:.3f}), {st['seeds']} seeds, {st['steps']} steps",
+                    "arpo experiment arpo-vs-grpo", calls, base, ratio, "paper: ~0.5"))
     return out
 
 
+NOTES_MARK = "<!-- analysis: kept by run_all.py -->"
 TRL_SKIP = "trl is not installed (benchmark-only dependency: pip install 'arpo[bench]')"
 
 
@@ -90,6 +101,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="fewer repeats")
     ap.add_argument("--skip", default="", help="comma-separated: decode, tools, rollout, training, trl")
     ap.add_argument("--out", default=str(HERE.parent / "BENCHMARKS.md"))
+    ap.add_argument("--experiment", default=str(HERE.parent / "runs/experiments/arpo_vs_grpo/results.json"),
+                    help="results.json of `arpo experiment arpo-vs-grpo` to include (read, not re-run)")
     a = ap.parse_args()
     skip = set(a.skip.split(","))
     reps = ["--repeats", "1" if a.quick else "3"]
@@ -108,16 +121,26 @@ def main() -> int:
             res["trl"] = {"skipped": TRL_SKIP}
         else:
             res["trl"] = run("bench_trl.py", ["--quick"] if a.quick else ["--repeats", "3"])
+    if Path(a.experiment).is_file():
+        ex = json.loads(Path(a.experiment).read_text())
+        res["experiment"] = {"file": a.experiment, "settings": ex["settings"], "wall_seconds": ex.get("wall_seconds"),
+                             "summary": {k: v for k, v in ex["summary"].items() if k != "curves"}}
     lines = ["# Benchmarks", "",
-             f"Written by `python benchmarks/run_all.py` on {res['date']} ({res['machine']}); every comparison is",
-             "measured side by side in one run, median of the repeats. Re-run it to reproduce.", "",
+             f"Written by `python benchmarks/run_all.py{' --quick' if a.quick else ''}` on {res['date']} "
+             f"({res['machine']}); every comparison is measured side by side in one run, "
+             + ("one measured repeat each (--quick)." if a.quick else "median of the repeats.") + " Re-run it to reproduce.",
+             "",
              "| what | how | arpo | baseline | ratio | goal |", "|---|---|---|---|---|---|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows(res)]
     errs = [f"- {k}: failed: `{v['error'].strip().splitlines()[-1]}`" for k, v in res.items()
             if isinstance(v, dict) and "error" in v]
     errs += [f"- {k}: skipped: {v['skipped']}" for k, v in res.items() if isinstance(v, dict) and "skipped" in v]
     lines += ([""] + errs if errs else []) + ["", "Raw numbers:", "", "```json", json.dumps(res, indent=1), "```", ""]
-    Path(a.out).write_text("\n".join(lines))
+    # a hand-written analysis below NOTES_MARK in the existing file (profiles, reruns) is kept
+    notes = ""
+    if Path(a.out).is_file() and NOTES_MARK in Path(a.out).read_text():
+        notes = Path(a.out).read_text().split(NOTES_MARK, 1)[1]
+    Path(a.out).write_text("\n".join(lines) + ("\n" + NOTES_MARK + notes if notes else ""))
     print(json.dumps(res) if a.json else "\n".join(lines[:8 + len(rows(res))]))
     return 0
 

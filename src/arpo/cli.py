@@ -47,7 +47,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # `key=value` overrides may come anywhere on the line (argparse takes positionals only before the
+    # first option): collect the stray ones into the command's overrides; anything else is an error
+    stray = [a for a in extra if "=" in a and not a.startswith("-")]
+    if stray and isinstance(getattr(args, "overrides", None), list):
+        args.overrides += stray
+        extra = [a for a in extra if a not in stray]
+    if extra:
+        parser.parse_args(argv)  # prints argparse's usage message and exits 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 0

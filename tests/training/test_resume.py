@@ -142,6 +142,18 @@ def test_bad_config_key_is_named(tiny_dir):
     assert main(["train", "rollout.group_sise=4"]) == 2
 
 
+def test_overrides_may_follow_options(capsys):
+    """`arpo train --config X --quiet key=value`: the override after the options still reaches the
+    config (here: its typo is named), while an unknown option is still argparse's usage error."""
+    from arpo.cli import main
+
+    assert main(["train", "--quiet", "rollout.group_sise=4"]) == 2
+    assert "rollout.group_sise" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--quiet", "--bogus"])
+    assert e.value.code == 2
+
+
 def test_rollout_dump_carries_rewards(tiny_dir, tmp_path):
     from arpo.cli import main
 

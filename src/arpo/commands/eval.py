@@ -158,7 +158,7 @@ def run_compare(args) -> int:
     con = Console()
     for ds in dict.fromkeys(r["dataset"] for r in rows):
         mine = [r for r in rows if r["dataset"] == ds]
-        t = Table(title=f"arpo compare · {Path(ds).name}")  # a row per metric: fits a narrow terminal
+        t = Table(title=f"arpo compare · {Path(ds).parent.name}/{Path(ds).name}")  # a row per metric: fits a narrow terminal
         t.add_column("metric")
         for r in mine:
             t.add_column(r["label"], justify="right")

@@ -74,7 +74,7 @@ def print_run_table(rows: list[dict]) -> None:
         t.add_column(TABLE_KEYS[k], justify="right")
     for r in rows:
         t.add_row(str(r.get("step")), *[f"{r[k]:.3f}" if isinstance(r.get(k), (int, float)) else "" for k in keys])
-    Console().print(t)
+    Console(width=max(Console().width, 11 * (len(keys) + 1))).print(t)  # never truncate a number (pipes: 80 cols)
 
 
 def run_analyze(args) -> int:
