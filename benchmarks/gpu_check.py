@@ -229,18 +229,6 @@ def make_hook(tok, free_tokens: int, vocab_size: int, clock: dict):
     return hook
 
 
-def with_hook(ro, hook) -> None:
-    """Every sequence ARPORollout starts samples through `hook` (forks inherit their parent's params)."""
-    base = ro.loop.params
-
-    def params(n, seed):
-        p = base(n, seed)
-        p.logits_hook = hook
-        return p
-
-    ro.loop.params = params
-
-
 def timed_tools(tools, log: list) -> None:
     """Record every real tool execution (latency, ok, output head); forks never re-run inherited calls."""
     run = tools.run
@@ -365,7 +353,9 @@ def bench_rl(model, tok, sz: Sizes, dev: Device, errors: list) -> tuple[dict, ob
 
     engine.step = timed_step
     ro = getattr(T, "ShardRollout", ARPORollout)(engine, tools, cfg.agent, rollout_cfg)
-    with_hook(ro, make_hook(tok, sz.free_tokens, model.config.vocab_size, clock))
+    from arpo.testing import hook_rollout
+
+    hook_rollout(ro, make_hook(tok, sz.free_tokens, model.config.vocab_size, clock))
     temp = cfg.agent.temperature if cfg.agent.temperature > 0 else 1.0
     lp_kw = dict(packed=cfg.packed, max_tokens=cfg.micro_tokens, temperature=temp, pad_id=pad)
     def train_on(trees, step, tt) -> dict:
@@ -615,7 +605,9 @@ def vllm_child(a) -> dict:
         clock = {"hook_s": 0.0}
         ro = ARPORollout(eng, tools, agent, rollout_cfg)
         hook = make_hook(tok, sz.free_tokens, ARCHS[a.vllm_child][2]["vocab_size"], clock)
-        with_hook(ro, hook)
+        from arpo.testing import hook_rollout
+
+        hook_rollout(ro, hook)
         prompts = prompts_for(prompts_ex, tok, ["python"], None)
         errors: list = []
         try:

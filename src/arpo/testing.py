@@ -67,6 +67,19 @@ def tiny_model(tokenizer=None, hidden: int = 64, layers: int = 2, heads: int = 4
     return model.eval()
 
 
+def hook_rollout(rollout, hook) -> None:
+    """Make every sequence an ARPORollout (or anything with an AgentLoop `.loop`) starts sample through
+    `hook` (see scripted_hook); forks inherit their parent's params, hence the hook."""
+    base = rollout.loop.params
+
+    def params(n, seed):
+        p = base(n, seed)
+        p.logits_hook = hook
+        return p
+
+    rollout.loop.params = params
+
+
 def scripted_hook(tokenizer, segments: list[str], eos_after: bool = True, free_tokens: int = 0):
     """A logits hook that makes any model write `segments[k]` as its k-th generated segment (segments
     are separated by appended tool results), then EOS. Lets protocol tests run a real engine with

@@ -291,18 +291,10 @@ def _tree_checks():
 
 def _rollout(engine, tools, tok, cfg, agent, script, free_tokens=4):
     from arpo.rollout.arpo import ARPORollout
-    from arpo.testing import scripted_hook
+    from arpo.testing import hook_rollout, scripted_hook
 
     ro = ARPORollout(engine, tools, agent, cfg)
-    hook = scripted_hook(tok, script, free_tokens=free_tokens)
-    base = ro.loop.params
-
-    def params(n, seed):
-        p = base(n, seed)
-        p.logits_hook = hook
-        return p
-
-    ro.loop.params = params
+    hook_rollout(ro, scripted_hook(tok, script, free_tokens=free_tokens))
     return ro
 
 

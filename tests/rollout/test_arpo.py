@@ -8,7 +8,7 @@ import pytest
 from arpo.engine.hf import HFEngine
 from arpo.rollout.agent import AgentConfig
 from arpo.rollout.arpo import ARPORollout, RolloutConfig, branch_probability, dynamic_initial_rollouts, segment_entropy
-from arpo.testing import scripted_hook
+from arpo.testing import hook_rollout, scripted_hook
 from arpo.tools.base import ToolRegistry, ToolResult
 
 
@@ -24,15 +24,7 @@ SCRIPT = ["<python> a </python>", "<python> bb </python>", "<python> ccc </pytho
 
 def make(tiny_lm, tok, cfg, agent=None, free_tokens=4, script=SCRIPT):
     ro = ARPORollout(HFEngine(tiny_lm, tok), ToolRegistry([Echo()]), agent or AgentConfig(max_response_tokens=400), cfg)
-    hook = scripted_hook(tok, script, free_tokens=free_tokens)
-    base = ro.loop.params
-
-    def params(n, seed):
-        p = base(n, seed)
-        p.logits_hook = hook
-        return p
-
-    ro.loop.params = params
+    hook_rollout(ro, scripted_hook(tok, script, free_tokens=free_tokens))
     return ro
 
 

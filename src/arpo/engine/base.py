@@ -58,6 +58,20 @@ class Sequence:
     def response(self) -> list[int]:
         return self.tokens[self.prompt_len :]
 
+    def append_unsampled(self, token_ids: list[int], topk: bool = True) -> None:
+        """Engines' `append`: a paused sequence takes tokens it did not generate (mask 0, log-prob and
+        entropies 0.0; `topk`: the engine records top-k entropies) and waits to resume."""
+        if self.status != "paused":
+            raise RuntimeError(f"sequence {self.sid} is {self.status}; only paused sequences take appended tokens")
+        n = len(token_ids)
+        self.tokens += list(token_ids)
+        self.gen_mask += [0] * n
+        self.logprobs += [0.0] * n
+        self.entropies += [0.0] * n
+        if topk:
+            self.topk_entropies += [0.0] * n
+        self.status, self.finish_reason, self.stop_text = "waiting", None, None
+
 
 @dataclass
 class StepOutput:

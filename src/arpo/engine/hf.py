@@ -87,17 +87,9 @@ class HFEngine:
     def append(self, sid: int, token_ids: list[int]) -> None:
         """Give a paused sequence tokens it did not generate (mask 0); it resumes on the next step."""
         s, st = self.seqs[sid], self._st[sid]
-        if s.status != "paused":
-            raise RuntimeError(f"sequence {sid} is {s.status}; only paused sequences take appended tokens")
-        s.tokens += token_ids
-        s.gen_mask += [0] * len(token_ids)
-        s.logprobs += [0.0] * len(token_ids)
-        s.entropies += [0.0] * len(token_ids)
-        if self.topk_entropy:
-            s.topk_entropies += [0.0] * len(token_ids)
+        s.append_unsampled(token_ids, topk=bool(self.topk_entropy))
         st.pending += list(token_ids)
         st.seg_start = len(s.tokens)
-        s.status, s.finish_reason, s.stop_text = "waiting", None, None
 
     def resume(self, sid: int) -> None:
         self.append(sid, [])

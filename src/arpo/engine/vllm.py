@@ -400,16 +400,8 @@ class VLLMEngine:
     def append(self, sid: int, token_ids: list[int]) -> None:
         """Give a paused sequence tokens it did not generate (mask 0); it resumes on the next step."""
         s, st = self.seqs[sid], self._st[sid]
-        if s.status != "paused":
-            raise RuntimeError(f"sequence {sid} is {s.status}; only paused sequences take appended tokens")
-        n = len(token_ids)
-        s.tokens += list(token_ids)
-        s.gen_mask += [0] * n
-        s.logprobs += [0.0] * n
-        s.entropies += [0.0] * n
-        s.topk_entropies += [0.0] * n
+        s.append_unsampled(token_ids)
         st.seg_start = len(s.tokens)
-        s.status, s.finish_reason, s.stop_text = "waiting", None, None
 
     def resume(self, sid: int) -> None:
         self.append(sid, [])

@@ -168,7 +168,9 @@ def resume_from(run_dir: str | Path, resume: bool, overwrite: bool = False) -> P
         if old is not None and not overwrite:
             raise ArpoError(f"run.dir {run_dir} already holds checkpoints (latest: {Path(old).name}): pass --resume "
                             "to continue that run, --overwrite to start over, or choose another run.dir")
-        if old is not None and int(os.environ.get("RANK", "0")) == 0:
+        from arpo.training.distributed import is_main
+
+        if old is not None and is_main():
             shutil.rmtree(Path(run_dir) / "checkpoints", ignore_errors=True)
             for name in ("metrics.jsonl", "errors.log", "tensorboard", "wandb_id"):
                 path = Path(run_dir) / name
