@@ -6,24 +6,20 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 A=".venv/bin/arpo"
-D=../shared/data
 Q=runs/quickstart
 SEARCH=(--top-k 2 --max-chars 200)     # short search results: the same in SFT data, RL and eval
 mkdir -p "$Q"
-[ -f ~/.cache/arpo/indexes/hotpotqa/meta.json ] || $A index build $D/hotpotqa/*.jsonl --quiet
-$A sft-data gsm8k --data $D/gsm8k/train.jsonl --limit 64 --out $Q/sft_gsm8k.jsonl --quiet
-$A sft-data hotpotqa --data $D/hotpotqa/train.jsonl --limit 32 "${SEARCH[@]}" --out $Q/sft_hotpotqa.jsonl --quiet
+$A sft-data gsm8k --data gsm8k:train --limit 64 --out $Q/sft_gsm8k.jsonl --quiet
+$A sft-data hotpotqa --data hotpotqa:train --limit 32 "${SEARCH[@]}" --out $Q/sft_hotpotqa.jsonl --quiet
 $A sft --config configs/sft_quickstart.yaml --overwrite --quiet
 # the RL task set: 2 GSM8K + 2 HotpotQA training questions that are not in the SFT data
-python3 - <<'PY'
+.venv/bin/python - <<'PY'
 import json
-g = [json.loads(x) for x in open("../shared/data/gsm8k/train.jsonl")][1000:1002]
-h = [json.loads(x) for x in open("../shared/data/hotpotqa/train.jsonl")][200:202]
-rows = [{"question": r["question"], "answer": r["answer"].split("####")[-1].strip(), "task": "math"} for r in g]
-rows += [{"question": r["question"], "answer": r["answer"], "task": "qa"} for r in h]
+from arpo.data.datasets import load_examples
+rows = load_examples("gsm8k:train[1000:1002]") + load_examples("hotpotqa:train[200:202]")
 open("runs/quickstart/rl_tasks.jsonl", "w").write("".join(json.dumps(r) + "\n" for r in rows))
 PY
-EVAL=(--data $D/gsm8k/test.jsonl $D/hotpotqa/test.jsonl --limit 8 "${SEARCH[@]}" --max-tool-calls 3 --max-new-tokens 512 --quiet)
+EVAL=(--data gsm8k:test hotpotqa:test --limit 8 "${SEARCH[@]}" --max-tool-calls 3 --max-new-tokens 512 --quiet)
 $A eval --model $Q/sft "${EVAL[@]}" --out $Q/eval_sft.json              # before RL: the SFT start
 $A train --config configs/train_quickstart.yaml --overwrite --quiet
 $A eval --model $Q/arpo "${EVAL[@]}" --out $Q/eval_arpo.json            # after RL

@@ -70,7 +70,7 @@ def naive_rollout(model, tok, tools, prompts, m, max_resp, temperature, max_call
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="runs/quickstart/sft")
-    ap.add_argument("--data", default="../shared/data/gsm8k/test.jsonl")
+    ap.add_argument("--data", default="gsm8k:test")
     ap.add_argument("--prompts", type=int, default=2)
     ap.add_argument("--m", type=int, default=8)
     ap.add_argument("--n", type=int, default=4)

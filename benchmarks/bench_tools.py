@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-HOTPOT = sorted((ROOT / "../shared/data/hotpotqa").glob("*.jsonl"))
+HOTPOT = ["hotpotqa"]  # the built-in HotpotQA corpus, every split
 CODE = "import math\nprint(sum(math.sqrt(i) for i in range(1000)))"
 
 

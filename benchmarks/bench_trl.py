@@ -288,7 +288,7 @@ def _split_med(runs: list[dict]) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m-instruct")
-    ap.add_argument("--data", default=None, help="default: ../shared/data/gsm8k/train.jsonl next to the repo")
+    ap.add_argument("--data", default="gsm8k:train", help="a data spec: built-in name, file or hf:...")
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--g", type=int, default=4, help="group size (completions per prompt)")
     ap.add_argument("--max-len", type=int, default=64, help="max completion tokens")
@@ -325,8 +325,7 @@ def main() -> int:
     from arpo.recipes.rollout import prompts_for
 
     torch.set_num_threads(a.threads)
-    data = a.data or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "gsm8k",
-                                  "train.jsonl")
+    data = a.data
     load0 = os.getloadavg()
     examples = load_examples(data, a.prompts)
     model_arpo, tok = load_model(a.model, "cpu", "float32")

@@ -11,6 +11,7 @@ from arpo.errors import ArpoError
 
 # module path -> registers one or more subcommands
 COMMAND_MODULES = [
+    "arpo.commands.data",
     "arpo.commands.chat",
     "arpo.commands.tool",
     "arpo.commands.index",

@@ -7,6 +7,7 @@ crash never leaves half a file behind.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 from pathlib import Path
@@ -16,13 +17,14 @@ from arpo.errors import ArpoError
 
 
 def iter_jsonl(path: str | Path, what: str = "file") -> Iterator[tuple[str, dict]]:
-    """Yield (`file:line`, row) for every non-blank line; `what` names the file in errors."""
+    """Yield (`file:line`, row) for every non-blank line (`.gz` files are decompressed); `what`
+    names the file in errors."""
     p = Path(path).expanduser()
     if not p.is_file():
         raise ArpoError(f"{what} {p} does not exist")
     i = 0
     try:
-        with open(p, encoding="utf-8") as f:
+        with (gzip.open(p, "rt", encoding="utf-8") if p.suffix == ".gz" else open(p, encoding="utf-8")) as f:
             for i, line in enumerate(f, 1):
                 if not line.strip():
                     continue
@@ -36,8 +38,8 @@ def iter_jsonl(path: str | Path, what: str = "file") -> Iterator[tuple[str, dict
                 yield where, row
     except UnicodeDecodeError as e:
         raise ArpoError(f"{p}:{i + 1}: not UTF-8 text ({e.reason})") from e
-    except OSError as e:
-        raise ArpoError(f"{what} {p} cannot be read: {e.strerror}") from e
+    except (OSError, EOFError) as e:  # gzip.BadGzipFile is an OSError
+        raise ArpoError(f"{what} {p} cannot be read: {e.strerror or e}") from e
 
 
 def read_jsonl(path: str | Path, what: str = "file") -> list[dict]:

@@ -10,7 +10,6 @@ from arpo.data.sft_data import gsm8k_to_sft, hotpotqa_to_sft, result_spans
 from arpo.rewards import arpo_reward
 from arpo.rewards.format import check_format
 
-DATA = Path(__file__).resolve().parents[2] / "../shared/data"
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +22,7 @@ def python_tool():
 
 
 def test_gsm8k_rows_are_real_and_valid(python_tool):
-    exs = load_examples(DATA / "gsm8k/train.jsonl", limit=8)
+    exs = load_examples("gsm8k:train", limit=8)
     rows = [r for r, _ in (gsm8k_to_sft(e, python_tool, style="stepwise") for e in exs) if r]
     assert len(rows) >= 6
     for r, ex in zip(rows, exs):
@@ -40,7 +39,7 @@ def test_gsm8k_rows_are_real_and_valid(python_tool):
 
 
 def test_gsm8k_single_program_style(python_tool):
-    ex = load_examples(DATA / "gsm8k/train.jsonl", limit=1)[0]
+    ex = load_examples("gsm8k:train", limit=1)[0]
     r, why = gsm8k_to_sft(ex, python_tool, style="single")
     assert why == "ok" and r["response"].count("<python>") == 1 and "\n24.0\n72\n" in r["response"]
 
@@ -74,7 +73,7 @@ def test_cli_writes_rows(tmp_path):
     from arpo.cli import main
 
     out = tmp_path / "s.jsonl"
-    assert main(["sft-data", "gsm8k", "--data", str(DATA / "gsm8k/train.jsonl"), "--limit", "3", "--out", str(out),
+    assert main(["sft-data", "gsm8k", "--data", "gsm8k:train", "--limit", "3", "--out", str(out),
                  "--quiet"]) == 0
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(rows) == 3 and all(r["system"] == "math" for r in rows)

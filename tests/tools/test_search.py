@@ -20,7 +20,6 @@ from arpo.tools.index import Doc, Hit, Index, load_corpus  # noqa: E402
 from arpo.tools.search import SearchTool, format_passages  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-HOTPOT = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "hotpotqa"
 
 DOCS = [
     Doc("d1", "Ed Wood", "Edward Davis Wood Jr. was an American filmmaker, actor and writer, known for low-budget films."),
@@ -420,14 +419,13 @@ def test_cli_help_has_examples(capsys):
 def test_real_hotpotqa_corpus_recall(tmp_path, record_property):
     """BM25 over every HotpotQA paragraph (train+dev+test): a gold supporting title of a dev question
     is in the top 10 for most questions (the question text itself as the query)."""
-    files = sorted(HOTPOT.glob("*.jsonl"))
-    if not files:
-        pytest.skip(f"no HotpotQA data under {HOTPOT}")
+    from arpo.data.sources import iter_rows
+
     t0 = time.perf_counter()
-    idx = Index.build(load_corpus(files), tmp_path / "hotpotqa", progress=False)
+    idx = Index.build(load_corpus(["hotpotqa"]), tmp_path / "hotpotqa", progress=False)  # the built-in corpus
     build_s = time.perf_counter() - t0
     assert len(idx) > 10_000
-    rows = [json.loads(x) for x in (HOTPOT / "dev.jsonl").read_text().splitlines()[:50]]
+    rows = [r for _, r in iter_rows("hotpotqa:dev")][:50]
     found, lat = 0, []
     for row in rows:
         t = time.perf_counter()
@@ -442,3 +440,36 @@ def test_real_hotpotqa_corpus_recall(tmp_path, record_property):
           f"any-gold@10 {found}/{len(rows)}")
     assert found / len(rows) >= 0.6
     assert p50_ms < 100
+
+
+# ---- the default index ----------------------------------------------------------------------------
+def test_default_index_builds_itself_once_under_a_lock(tmp_path):
+    """An empty cache: two processes ask for the default search index at once; one builds it from
+    the built-in HotpotQA corpus (atomically, progress on stderr), the other waits and loads it."""
+    import subprocess
+    import sys
+
+    code = ("from arpo.tools import build_tools\n"
+            "reg = build_tools(['search'])\n"
+            "print(reg['search']('Tinted Windows band first performance').output[:400])\n")
+    env = {**__import__("os").environ, "ARPO_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [e for _, e in outs]
+    assert sum("building the default search index" in e for _, e in outs) == 1  # built once
+    assert all("Tinted Windows" in o for o, _ in outs)
+    idx_dir = tmp_path / "cache" / "indexes" / "hotpotqa"
+    meta = json.loads((idx_dir / "meta.json").read_text())
+    assert meta["n_docs"] > 10_000 and meta["sources"] == ["hotpotqa"]
+    assert sorted(p.name for p in idx_dir.parent.iterdir()) == [".hotpotqa.lock", "hotpotqa"]  # no temp dirs
+
+
+def test_index_build_without_out_cannot_replace_the_default_index(tmp_path, monkeypatch, capsys):
+    from arpo.cli import main
+
+    monkeypatch.setenv("ARPO_CACHE_DIR", str(tmp_path / "cache"))
+    corpus = _write(tmp_path / "c.jsonl", [{"id": d.id, "title": d.title, "text": d.text} for d in DOCS])
+    assert main(["index", "build", str(corpus), "--quiet"]) == 2
+    assert "give --out DIR" in capsys.readouterr().err
+    assert not (tmp_path / "cache" / "indexes").exists()

@@ -76,21 +76,21 @@ def _weights(run_dir, step=None):
     return load_file(str(ck / name / "model" / "model.safetensors"))
 
 
-def _assert_rows_close(a, b, rel=1e-5):
+def _assert_rows_close(a, b, rel=1e-5, abs_=1e-9):
     assert [r["step"] for r in a] == [r["step"] for r in b]
     for x, y in zip(a, b):
         assert x.keys() == y.keys()
         for k in x:
             if isinstance(x[k], float):
-                assert y[k] == pytest.approx(x[k], rel=rel, abs=1e-9), (x["step"], k)
+                assert y[k] == pytest.approx(x[k], rel=rel, abs=abs_), (x["step"], k)
             else:
                 assert x[k] == y[k], (x["step"], k)
 
 
-def _assert_weights_close(a, b, rel=1e-5):
+def _assert_weights_close(a, b, rel=1e-5, atol=None):
     assert a.keys() == b.keys()
     for k in a:
-        assert torch.allclose(a[k], b[k], rtol=rel, atol=rel * float(a[k].abs().max())), k
+        assert torch.allclose(a[k], b[k], rtol=rel, atol=rel * float(a[k].abs().max()) if atol is None else atol), k
 
 
 @pytest.fixture(scope="module")
@@ -185,3 +185,31 @@ def test_shards_and_global_diagnostics():
     d = global_diagnostics([(3.0, 3.0, {"loss": 2.0, "clip_frac": 1 / 3}), (1.0, 1.0, {"loss": 6.0, "clip_frac": 0.0}),
                             (0.0, 0.0, None)])
     assert d == pytest.approx({"loss": (3 * 2.0 + 6.0) / 4, "clip_frac": 1 / 4})
+
+
+@pytest.fixture(scope="module")
+def tiny_config_reference(tmp_path_factory):
+    """configs/train_tiny.yaml as shipped (float32, the default dtype), one step, in one process."""
+    from arpo.config import load_config
+    from arpo.recipes import train
+
+    run_dir = tmp_path_factory.mktemp("tiny_cfg") / "ref"
+    train.run(load_config(train.TrainConfig, str(CONFIG), [f"run.dir={run_dir}", "steps=1", "run.threads=1"]),
+              quiet=True)
+    return run_dir
+
+
+CONFIG = Path(__file__).resolve().parents[2] / "configs" / "train_tiny.yaml"
+
+
+@pytest.mark.parametrize("mode", ["fsdp", "ddp"])
+def test_float32_two_ranks_of_the_tiny_config_match_one_process(tiny_config_reference, mode):
+    """The documented CPU scale-out in the default dtype: FSDP2 over gloo used PREMUL_SUM, which
+    gloo lacks (issue 14); both modes now run and compute the one-process step."""
+    run_dir = tiny_config_reference.parent / mode
+    _finish(_torchrun([f"--config={CONFIG}", f"run.dir={run_dir}", "steps=1", f"run.distributed={mode}"]))
+    # float32: a loss that is 0 up to rounding (on-policy, advantages summing to 0) differs by ~1e-8
+    _assert_rows_close(_rows(tiny_config_reference), _rows(run_dir), rel=1e-4, abs_=1e-6)
+    # Adam divides by |g|: a near-zero gradient element's float32 rounding moves its weight visibly
+    # (seen: 1 element of 106,624 off by 8.8e-5); within 1 % of one Adam step (lr 1e-2) everywhere
+    _assert_weights_close(_weights(tiny_config_reference), _weights(run_dir), rel=1e-4, atol=1e-4)

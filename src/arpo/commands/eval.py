@@ -9,8 +9,8 @@ from pathlib import Path
 from arpo.errors import ArpoError
 
 EXAMPLES = """examples:
-  arpo eval --data ../shared/data/gsm8k/test.jsonl --limit 50                     # greedy, default model
-  arpo eval --model runs/train --data ../shared/data/hotpotqa/dev.jsonl --tools search --limit 50
+  arpo eval --data gsm8k:test --limit 50                     # greedy, default model
+  arpo eval --model runs/train --data hotpotqa:dev --tools search --limit 50
   arpo eval --model runs/sft --data a.jsonl b.jsonl --samples 5 --temperature 0.6 --out eval.json
 
 --model takes a Hugging Face dir, a built-in name, a checkpoint dir or a run dir (its latest

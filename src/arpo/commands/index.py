@@ -9,14 +9,17 @@ import time
 from pathlib import Path
 
 EXAMPLES = """examples:
-  arpo index build ../shared/data/hotpotqa/*.jsonl                  # -> $ARPO_CACHE_DIR/indexes/hotpotqa
+  arpo index build hotpotqa                      # rebuild the default index (built-in HotpotQA corpus)
+  arpo index build corpus.jsonl --out idx/wiki   # your own corpus (--out is required for it)
   arpo index build corpus.jsonl --out idx/wiki --dense              # BM25 + MiniLM embeddings (slow on CPU)
   arpo index info ~/.cache/arpo/indexes/hotpotqa
   arpo serve retriever --index idx/wiki --port 8001                 # share it over HTTP
 
 Corpus rows (JSONL, layouts may be mixed): {id, title, text}; HotpotQA rows (Hugging Face layout:
 each context paragraph becomes a document, deduplicated by title); MuSiQue rows (paragraphs).
-The index directory is written atomically: a failed build leaves the previous index untouched."""
+The index directory is written atomically: a failed build leaves the previous index untouched.
+The default index ($ARPO_CACHE_DIR/indexes/hotpotqa, what <search> uses unless told otherwise) builds
+itself on first use from the built-in HotpotQA corpus; only `arpo index build hotpotqa` writes it."""
 
 
 def register(sub) -> None:
@@ -28,8 +31,10 @@ def register(sub) -> None:
                      description="Index JSONL corpus files with BM25 (bm25s) and optionally dense "
                      "all-MiniLM-L6-v2 embeddings.", epilog=EXAMPLES,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    b.add_argument("files", nargs="+", metavar="FILE", help="JSONL corpus files")
-    b.add_argument("--out", default=None, help="index directory (default: $ARPO_CACHE_DIR/indexes/hotpotqa)")
+    b.add_argument("files", nargs="+", metavar="FILE",
+                   help="JSONL corpus files, globs or built-in dataset names (hotpotqa, hotpotqa:dev)")
+    b.add_argument("--out", default=None, help="index directory; required unless FILE is just `hotpotqa` "
+                   "(then: the default index, $ARPO_CACHE_DIR/indexes/hotpotqa)")
     b.add_argument("--dense", action="store_true",
                    help="also embed every document with all-MiniLM-L6-v2 (enables mode=dense|hybrid; "
                    "minutes on CPU for ~10k documents)")
@@ -44,9 +49,13 @@ def register(sub) -> None:
 
 
 def build(args) -> int:
-    from arpo.tools import default_index_dir
-    from arpo.tools.index import Index, load_corpus
+    from arpo.data.sources import is_builtin
+    from arpo.errors import ArpoError
+    from arpo.tools.index import DEFAULT_CORPUS, Index, default_index_dir, load_corpus
 
+    if args.out is None and args.files != [DEFAULT_CORPUS]:
+        raise ArpoError(f"give --out DIR for the index of {' '.join(args.files)}: without --out only "
+                        f"`arpo index build {DEFAULT_CORPUS}` (re)writes the default index {default_index_dir()}")
     out = Path(args.out).expanduser() if args.out else default_index_dir()
     t0 = time.perf_counter()
     docs = load_corpus(args.files)
@@ -54,7 +63,7 @@ def build(args) -> int:
         print(f"loaded {len(docs)} documents from {len(args.files)} file(s) in {time.perf_counter() - t0:.1f}s; "
               f"indexing into {out}", file=sys.stderr, flush=True)
     idx = Index.build(docs, out, dense=args.dense, progress=not args.quiet,
-                      sources=[str(Path(f).expanduser().resolve()) for f in args.files])
+                      sources=[f if is_builtin(f) else str(Path(f).expanduser().resolve()) for f in args.files])
     print(json.dumps({"index": str(idx.path), "docs": len(idx), "dense": args.dense,
                       "seconds": round(time.perf_counter() - t0, 2)}))
     return 0

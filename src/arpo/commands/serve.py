@@ -23,7 +23,8 @@ def register(sub) -> None:
     r = s.add_parser("retriever", help="serve a search index: POST /search, GET /health, GET /docs",
                      description="Serve a search index built by `arpo index build`.", epilog=EXAMPLES,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    r.add_argument("--index", default=None, help="index directory (default: $ARPO_CACHE_DIR/indexes/hotpotqa)")
+    r.add_argument("--index", default=None, help="index directory (default: $ARPO_CACHE_DIR/indexes/hotpotqa, built on first use "
+                   "from the built-in HotpotQA corpus)")
     r.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1; 0.0.0.0 for all)")
     r.add_argument("--port", type=int, default=8001, help="port (default 8001)")
     r.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
@@ -32,8 +33,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from arpo.tools import default_index_dir
     from arpo.tools.server import serve
 
-    serve(args.index or str(default_index_dir()), args.host, args.port, log_level=args.log_level)
+    serve(args.index, args.host, args.port, log_level=args.log_level)
     return 0

@@ -6,9 +6,9 @@ import argparse
 import json
 
 EXAMPLES = """examples:
-  arpo sft-data gsm8k --data ../shared/data/gsm8k/train.jsonl --limit 500 --out sft_gsm8k.jsonl
-  arpo sft-data hotpotqa --data ../shared/data/hotpotqa/train.jsonl --out sft_hotpotqa.jsonl
-  arpo sft-data rejection --model runs/quickstart/sft --data ../shared/data/gsm8k/train.jsonl --limit 50 --out rs.jsonl
+  arpo sft-data gsm8k --data gsm8k:train --limit 500 --out sft_gsm8k.jsonl
+  arpo sft-data hotpotqa --data hotpotqa:train --out sft_hotpotqa.jsonl
+  arpo sft-data rejection --model runs/quickstart/sft --data gsm8k:train --limit 50 --out rs.jsonl
   arpo sft --config configs/sft_quickstart.yaml data.paths=[sft_gsm8k.jsonl,sft_hotpotqa.jsonl]
 
 GSM8K: each solution line with <<expr=value>> annotations becomes a <python> call run in the real
@@ -16,7 +16,7 @@ sandbox (--style stepwise, at most --max-calls calls; the thought before a call 
 never its result); --style single: one program printing every annotation.
 rejection: the model's own trajectories (real tools) with reward > 0, one per question.
 HotpotQA: supporting-fact titles become <search> calls answered by the local index (build it first
-with `arpo index build ../shared/data/hotpotqa/*.jsonl`). Rows that do not check out are dropped and
+with `arpo index build hotpotqa`). Rows that do not check out are dropped and
 counted in the printed stats."""
 
 

@@ -9,27 +9,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from arpo.data.sources import example_id_prefix, iter_rows, split_slice
 from arpo.errors import ArpoError
-from arpo.jsonl import iter_jsonl
 
 TASKS = ("math", "qa")
 
 
-def _rows(path: Path):
-    if path.suffix == ".parquet":
-        try:
-            import pyarrow.parquet as pq
-        except ImportError as e:
-            raise ArpoError(f"{path}: reading parquet needs pyarrow (pip install 'arpo[train]')") from e
-        for i, row in enumerate(pq.read_table(path).to_pylist(), 1):
-            yield i, row
-        return
-    for where, row in iter_jsonl(path, "dataset file"):
-        yield int(where.rsplit(":", 1)[1]), row
+def _answer_text(a) -> str:
+    """A numeric answer as the text a model would write: 504.0 -> '504' (SVAMP stores floats)."""
+    if isinstance(a, float) and a.is_integer():
+        return str(int(a))
+    return str(a)
 
 
-def _example(path: Path, i: int, row: dict, task: str | None) -> dict:
-    where = f"{path}:{i}"
+def _example(where: str, i: int, row: dict, task: str | None, id_prefix: str) -> dict:
     q = row.get("question")
     if not isinstance(q, str) or not q.strip():
         raise ArpoError(f"{where}: field 'question' is missing or not a non-empty string")
@@ -40,12 +33,12 @@ def _example(path: Path, i: int, row: dict, task: str | None) -> dict:
             answers = [answers]
         if not isinstance(answers, list) or not answers or not all(isinstance(a, (str, int, float)) for a in answers):
             raise ArpoError(f"{where}: field {key!r} must be a non-empty list of strings")
-        answers = [str(a) for a in answers]
+        answers = [_answer_text(a) for a in answers]
     elif "answer" in row:
         a = row["answer"]
-        if not isinstance(a, (str, int, float)):
+        if not isinstance(a, (str, int, float)) or isinstance(a, bool):
             raise ArpoError(f"{where}: field 'answer' must be a string or number")
-        a = str(a)
+        a = _answer_text(a)
         if "####" in a:  # GSM8K: the final answer follows '#### ' on the last line
             a = a.rsplit("####", 1)[1].strip().replace(",", "")
         answers = [a]
@@ -54,22 +47,28 @@ def _example(path: Path, i: int, row: dict, task: str | None) -> dict:
     t = row.get("task") or task or ("math" if "####" in str(row.get("answer", "")) else "qa")
     if t not in TASKS:
         raise ArpoError(f"{where}: field 'task' is {t!r}; expected one of {', '.join(TASKS)}")
-    ex = {"id": str(row.get("id", f"{path.stem}-{i}")), "question": q.strip(), "answers": answers, "task": t}
+    ex = {"id": str(row["id"]) if row.get("id") is not None else f"{id_prefix}-{i}", "question": q.strip(),
+          "answers": answers, "task": t}
     if "answer" in row and "####" in str(row["answer"]):
         ex["solution"] = str(row["answer"])  # GSM8K worked solution, for cold-start SFT data
+    if isinstance(row.get("equation"), str):
+        ex["equation"] = row["equation"]  # SVAMP: the python expression of the answer, for cold-start SFT data
     return ex
 
 
-def load_examples(path: str | Path, limit: int | None = None, task: str | None = None) -> list[dict]:
-    """Examples from a JSONL or parquet file (GSM8K, HotpotQA, or `{question, answer|answers, task}`)."""
-    p = Path(path)
-    if not p.exists():
-        raise ArpoError(f"data file {p} does not exist")
+def load_examples(spec: str | Path, limit: int | None = None, task: str | None = None) -> list[dict]:
+    """Examples from a data spec (data/sources.py): a built-in name (`svamp:test`), `hf:NAME:SPLIT`,
+    a JSONL(.gz)/parquet file or a glob; rows are GSM8K, HotpotQA, FlashRAG or
+    `{question, answer|answers, task}`."""
+    if limit is not None and limit < 1:
+        raise ArpoError(f"limit must be >= 1 (or unset for every row), got {limit}")
     out = []
-    for i, row in _rows(p):
-        out.append(_example(p, i, row, task))
+    prefix = None
+    for i, (where, row) in enumerate(iter_rows(spec), split_slice(spec)[1] + 1):  # ids count from the file's start
+        prefix = prefix or example_id_prefix(spec, where)
+        out.append(_example(where, i, row, task, prefix))
         if limit is not None and len(out) >= limit:
             break
     if not out:
-        raise ArpoError(f"{p}: no examples")
+        raise ArpoError(f"{spec}: no examples")
     return out

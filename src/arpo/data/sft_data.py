@@ -222,9 +222,7 @@ def build_sft_dataset(task: str, in_path: str, out_path: str, limit: int | None 
 
     if task not in ("gsm8k", "hotpotqa"):
         raise ArpoError(f"unknown SFT source {task!r}; use gsm8k or hotpotqa")
-    p = Path(in_path)
-    if not p.is_file():
-        raise ArpoError(f"{p} does not exist")
+    p = in_path  # a data spec: built-in name (gsm8k:train), file, glob or hf:...
     reasons: Counter = Counter()
     rows = []
     tools = build_tools(["python"] if task == "gsm8k" else ["search"], search_index=search_index, top_k=top_k,
@@ -235,9 +233,9 @@ def build_sft_dataset(task: str, in_path: str, out_path: str, limit: int | None 
 
             src = load_examples(p)
         else:
-            from arpo.jsonl import read_jsonl
+            from arpo.data.sources import iter_rows
 
-            src = read_jsonl(p, "dataset file")
+            src = [row for _, row in iter_rows(p)]
         with Progress(disable=not progress) as bar:
             t = bar.add_task(f"sft-data {task}", total=limit or len(src))
             for ex in src:

@@ -46,7 +46,7 @@ class ToolsConfig:
 
 @dataclass
 class DataConfig:
-    path: str = "../shared/data/gsm8k/train.jsonl"  # JSONL/parquet: GSM8K, HotpotQA or {question, answer(s), task}
+    path: str = "gsm8k:train"  # built-in name (`arpo data list`), hf:NAME[:CONFIG]:SPLIT, JSONL(.gz)/parquet file or glob
     limit: int | None = None  # use only the first N examples
     task: str | None = None  # force math | qa (default: per row)
     template: str | None = None  # prompt template (default: from the enabled tools)

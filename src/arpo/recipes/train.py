@@ -76,7 +76,7 @@ class AlgoConfig:
 
 @dataclass
 class ValidationConfig:
-    path: str | None = None  # held-out data; None disables validation
+    path: str | None = None  # held-out data spec (e.g. svamp:test, a file); None disables validation
     limit: int = 16
     every: int = 10  # steps
     samples: int = 1

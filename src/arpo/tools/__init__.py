@@ -25,16 +25,7 @@ def build_tools(names: list[str], *, python_timeout_s: float = 5.0, max_output_c
             if search_url:
                 reg.register(SearchTool(url=search_url, top_k=top_k, max_chars=max_chars))
             else:
-                from arpo.tools.index import Index
-
-                path = search_index or str(default_index_dir())
-                try:
-                    index = Index.load(path)
-                except Exception as e:
-                    raise ArpoError(
-                        f"search index {path!r} cannot be loaded ({e}); build one with "
-                        f"`arpo index build ../shared/data/hotpotqa/*.jsonl --out {path}` or pass --search-url"
-                    ) from e
+                index = load_index(search_index)
                 reg.register(SearchTool(index=index, top_k=top_k, max_chars=max_chars))
         else:
             raise ArpoError(f"unknown tool {n!r}; available: {', '.join(KNOWN_TOOLS)}")
@@ -62,6 +53,20 @@ class _Registry(ToolRegistry):
 
 
 def default_index_dir():
-    from arpo.models import cache_dir
+    from arpo.tools.index import default_index_dir
 
-    return cache_dir() / "indexes" / "hotpotqa"
+    return default_index_dir()
+
+
+def load_index(path: str | None = None):
+    """The index at `path`, or the default one (built on first use from the built-in HotpotQA)."""
+    from arpo.tools.index import Index, default_index
+
+    if path is None:
+        return default_index()
+    try:
+        return Index.load(path)
+    except Exception as e:
+        raise ArpoError(f"search index {path!r} cannot be loaded ({e}); build one with "
+                        f"`arpo index build FILES --out {path}`, leave the index unset for the default "
+                        "(built-in HotpotQA) or pass --search-url") from e

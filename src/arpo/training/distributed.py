@@ -177,6 +177,9 @@ class ParallelModel:
             for m in self.body.modules():
                 if isinstance(m, FSDPModule):
                     m.set_gradient_divide_factor(1.0)  # sum, not mean: the loss is pre-scaled
+                    # a plain SUM reduce-scatter: with factor 1 FSDP2 would pick PREMUL_SUM for fp32/bf16
+                    # gradients, which gloo (CPU) does not have; SUM with no scaling is the same math
+                    m.set_force_sum_reduction_for_comms(True)
             self.train = _TrainView(self.body)
             self._synced = False
 

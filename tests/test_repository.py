@@ -1,0 +1,135 @@
+"""The repository is self-contained and its docs tell the truth:
+
+- no tracked file points at a folder outside the repository (`../shared`): a fresh clone has
+  everything (the datasets ship in src/arpo/data/builtin/);
+- every `arpo ...` command shown in the README, docs/, quickstart.sh, the configs and the commands'
+  own `--help` examples names a real subcommand and real options, and every configs/*.yaml path
+  they mention exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+OUTSIDE = ("../shared", "shared/data", "/work/shared")
+
+
+def _tracked() -> list[Path]:
+    try:
+        out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout")
+    return [ROOT / p for p in out.decode().split("\0") if p]
+
+
+def test_no_tracked_file_reaches_outside_the_repository():
+    bad = []
+    for p in _tracked():
+        if p.suffix in (".png", ".gz", ".parquet") or not p.is_file():
+            continue
+        text = p.read_text(errors="replace")
+        for i, line in enumerate(text.splitlines(), 1):
+            if any(o in line for o in OUTSIDE) and "test_repository.py" not in str(p):
+                bad.append(f"{p.relative_to(ROOT)}:{i}: {line.strip()[:100]}")
+    assert not bad, "files that depend on a folder outside the repository:\n" + "\n".join(bad)
+
+
+# ---- documented commands --------------------------------------------------------------------------
+def _doc_texts() -> dict[str, str]:
+    texts = {}
+    for p in [ROOT / "README.md", ROOT / "quickstart.sh", *sorted((ROOT / "docs").rglob("*.md")),
+              *sorted((ROOT / "configs").rglob("*.yaml")), *sorted((ROOT / "examples").rglob("*.md")),
+              *sorted((ROOT / "examples").rglob("*.sh"))]:
+        if p.is_file():
+            texts[str(p.relative_to(ROOT))] = p.read_text()
+    return texts
+
+
+def _epilogs(parser: argparse.ArgumentParser) -> dict[str, str]:
+    out = {}
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for name, sp in a.choices.items():
+                if sp.epilog:
+                    out[f"arpo {name} --help"] = sp.epilog
+                out.update(_epilogs(sp))
+    return out
+
+
+def _command_lines(where: str, text: str) -> list[tuple[str, bool]]:
+    """`arpo ...` invocations in a text, as (the rest after `arpo`, strict). Strict ones (markdown code
+    blocks and `arpo ...` code spans, quickstart.sh lines, --help example lines) must name a real
+    subcommand; in prose and YAML comments only what starts with a real subcommand is checked."""
+    out = []
+    fenced = False
+    for line in text.replace("\\\n", " ").splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+            continue
+        line = re.sub(r"\$A\b", "arpo", line)
+        code = re.split(r"\s#", line)[0]  # a shell comment is prose
+        if where.endswith(".md"):
+            if fenced:
+                out += [(m.group(1), True) for m in re.finditer(r"(?:^|[\s/])arpo ([a-z][^#]*)", code)]
+            else:
+                out += [(m.group(1), True) for m in re.finditer(r"`(?:[.\w/]*/)?arpo ([a-z][^`]*)`", line)]
+        elif where.endswith(".sh") or where.endswith("--help"):
+            strict = where.endswith(".sh") or line.startswith("  arpo ")
+            out += [(m.group(1), strict) for m in re.finditer(r"(?:^|[\s/])arpo ([a-z][^#]*)", code)]
+        else:
+            out += [(m.group(1), False) for m in re.finditer(r"(?:^|[\s`(/])arpo ([a-z][^`#]*)", line)]
+    return out
+
+
+def _subparser(parser, words):
+    """Walk `words` down the subcommands; returns (parser, remaining words) or None if unknown."""
+    while True:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs or not words or words[0].startswith("-"):
+            return parser, words
+        if words[0] not in subs[0].choices:
+            return None if parser.prog == "arpo" or not _has_positionals(parser) else (parser, words)
+        parser, words = subs[0].choices[words[0]], words[1:]
+
+
+def _has_positionals(parser) -> bool:
+    return any(not a.option_strings and not isinstance(a, argparse._SubParsersAction) for a in parser._actions)
+
+
+def test_documented_commands_and_configs_exist():
+    from arpo.cli import build_parser
+
+    parser = build_parser()
+    texts = {**_doc_texts(), **_epilogs(parser)}
+    problems, checked = [], 0
+    for where, text in texts.items():
+        for cmd, strict in _command_lines(where, text):
+            cmd = re.sub(r"\[[^\]]*\]", " ", cmd)  # optional parts: [--samples 4]
+            try:
+                words = shlex.split(cmd, comments=True)
+            except ValueError:
+                words = cmd.split()
+            found = _subparser(parser, words) if words else None
+            if found is None:
+                if strict:
+                    problems.append(f"{where}: `arpo {cmd.strip()}`: no subcommand {words[:1]}")
+                continue
+            sp, rest = found
+            opts = {o for a in sp._actions for o in a.option_strings}
+            for w in rest:
+                flag = w.split("=", 1)[0]
+                if re.fullmatch(r"--[a-z][a-z0-9-]*", flag) and flag not in opts:
+                    problems.append(f"{where}: `arpo {cmd.strip()}`: {sp.prog} has no option {flag}")
+            checked += 1
+        for cfg in re.findall(r"configs/[A-Za-z0-9_./-]+\.yaml", text):
+            if not (ROOT / cfg).is_file():
+                problems.append(f"{where}: {cfg} does not exist")
+    assert checked > 30, f"only {checked} documented commands found: is the scan broken?"
+    assert not problems, "\n".join(problems)
