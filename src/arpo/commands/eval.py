@@ -87,7 +87,7 @@ def run(args) -> int:
                 names = ["python"] if all(ex["task"] == "math" for ex in examples) else ["search"]
             tools = build_tools(names, search_index=args.search_index, search_url=args.search_url,
                                 top_k=args.top_k, max_chars=args.max_chars)
-            task = bar.add_task(Path(path).name, total=len(examples) * args.samples)
+            task = bar.add_task(_label(path), total=len(examples) * args.samples)
             recs: list = []
             try:
                 results[path] = evaluate(
@@ -112,6 +112,14 @@ def run(args) -> int:
     return 0
 
 
+def _label(spec: str) -> str:
+    """A dataset's column title: a built-in or hf: name as given, a file as parent/name."""
+    from arpo.data.sources import describe
+
+    p = Path(spec)
+    return describe(spec) if describe(spec) != p.name else f"{p.parent.name}/{p.name}".lstrip("/")
+
+
 def print_table(results: dict, model: str) -> None:
     """A row per metric, a column per dataset (fits a narrow terminal)."""
     from rich.console import Console
@@ -122,7 +130,7 @@ def print_table(results: dict, model: str) -> None:
     t = Table(title=f"arpo eval · {model}")
     t.add_column("metric")
     for path in results:
-        t.add_column(f"{Path(path).parent.name}/{Path(path).name}", justify="right")
+        t.add_column(_label(path), justify="right")
     for k in keys:
         if any(k in r for r in results.values()):
             t.add_row(k, *[f"{r[k]:.3f}" if isinstance(r.get(k), float) else str(r.get(k, "")) for r in results.values()])
@@ -158,7 +166,7 @@ def run_compare(args) -> int:
     con = Console()
     for ds in dict.fromkeys(r["dataset"] for r in rows):
         mine = [r for r in rows if r["dataset"] == ds]
-        t = Table(title=f"arpo compare · {Path(ds).parent.name}/{Path(ds).name}")  # a row per metric: fits a narrow terminal
+        t = Table(title=f"arpo compare · {_label(ds)}")  # a row per metric: fits a narrow terminal
         t.add_column("metric")
         for r in mine:
             t.add_column(r["label"], justify="right")
