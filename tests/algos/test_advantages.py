@@ -192,3 +192,17 @@ def test_entropy_aware_advantage_values():
     # one valid token: nothing to standardize against
     close(entropy_aware_advantage(adv, entropy.detach(), torch.tensor([[1, 0, 0], [0, 0, 0]])), adv.tolist())
     assert math.isclose(float(entropy_aware_advantage(adv, entropy.detach(), mask, alpha=0.0).sum()), 12.0)
+
+
+@pytest.mark.parametrize("value", [0.7, 1.1, 0.1])
+@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "reinforce_pp", "reinforce_pp_baseline"])
+def test_equal_rewards_give_exactly_zero(name, value):
+    """float32 statistics gave +0.1061 (0.7), -0.1061 (1.1), -0.0147 (0.1) for 16 equal rewards."""
+    from arpo.algos.advantages import compute_advantages, group_normalize
+
+    adv = compute_advantages(name, torch.full((16,), value), [0] * 16)
+    assert adv.dtype == torch.float32 and torch.equal(adv, torch.zeros(16))
+    assert torch.equal(group_normalize(torch.full((3, 16), value)), torch.zeros(3, 16))
+    # a constant group beside a varying one: only the constant one is zeroed
+    mixed = compute_advantages("grpo", torch.tensor([value] * 4 + [1.0, 0.0, 0.0, 0.0]), [0] * 4 + [1] * 4)
+    assert torch.equal(mixed[:4], torch.zeros(4)) and mixed[4] == pytest.approx(1.5, abs=1e-5)

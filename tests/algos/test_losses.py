@@ -251,3 +251,71 @@ def test_policy_loss_dispatches_by_name():
     assert math.isclose(via_name.item(), direct.item(), rel_tol=1e-6)
     ppo, _ = policy_loss(logp, old, adv, mask)
     assert not math.isclose(ppo.item(), direct.item(), rel_tol=1e-3)  # token ratios differ from s_i
+
+
+# ---- masks with tool-result gaps, GSPO with per-token advantages, extreme ratios (issue 15 A.5) ----
+def test_loss_and_aggregations_with_a_tool_result_gap_in_the_middle():
+    """A trajectory: 2 generated tokens, 3 tool-result tokens (mask 0), 2 generated, then padding.
+    Every aggregation counts only the 4 generated tokens; the gap gets no gradient."""
+    ratios = torch.tensor([[1.1, 0.9, 50.0, 0.01, 7.0, 1.0, 1.05, 3.0]])
+    logp = torch.log(ratios).requires_grad_(True)
+    old = torch.zeros(1, 8)
+    adv = torch.tensor([[1.0, 1.0, 9.0, 9.0, 9.0, -1.0, -1.0, 9.0]])
+    mask = torch.tensor([[1, 1, 0, 0, 0, 1, 1, 0]])
+    # per-token (clip 0.2, dual 3): −1.1, −0.9, (gap), +1.0, +1.05  -> sum 0.05 over 4 tokens
+    expected = {"token-mean": 0.05 / 4, "seq-mean-token-sum": 0.05, "seq-mean-token-mean": 0.05 / 4,
+                "seq-mean-token-sum-norm": 0.05 / 10}
+    for agg, want in expected.items():
+        loss, diag = ppo_clip_loss(logp, old, adv, mask, agg=agg, agg_normalizer=10.0 if "norm" in agg else None)
+        assert loss.item() == pytest.approx(want, abs=1e-5), agg
+        assert float(diag["clip_frac"]) == 0.0  # the huge ratios sit in the gap: not counted
+        logp.grad = None
+        loss.backward()
+        assert torch.equal(logp.grad[0, 2:5], torch.zeros(3)) and logp.grad[0, 7] == 0
+        assert (logp.grad[0, [0, 1, 5, 6]] != 0).all()
+
+
+def test_gspo_with_per_token_advantages_is_the_gspo_token_objective():
+    """Hard attribution / AEPO give per-token advantages: GSPO then uses GSPO-token (arXiv
+    2507.18071 §4.3): the whole sequence's ratio s_i is clipped, each token weighted by its own Â_t.
+    Constant per-sequence advantages give exactly the sequence-level GSPO."""
+    logp = torch.tensor([[-0.1, -0.2, 0.0, -0.3]], requires_grad=True)
+    old = torch.zeros(1, 4)
+    mask = torch.tensor([[1, 1, 0, 1]])  # a tool result in the middle
+    s = math.exp((-0.1 - 0.2 - 0.3) / 3)  # 0.818731, unclipped for Â > 0 (s < 1 + ε_high)
+    adv = torch.tensor([[1.0, 2.0, 7.0, 3.0]])
+    loss, _ = gspo_loss(logp, old, adv, mask)
+    assert loss.item() == pytest.approx(-s * (1 + 2 + 3) / 3, rel=1e-5)
+    loss.backward()
+    # d/dlogp_t of −(1/3)·Σ_u Â_u·s_i (token form: ∇ = s_i·∇log π_t for each token's own term)
+    close(logp.grad, [[-s * 1 / 3, -s * 2 / 3, 0.0, -s * 3 / 3]])
+    const, _ = gspo_loss(logp.detach(), old, torch.full((1, 4), 2.0), mask)
+    assert const.item() == pytest.approx(-2 * s, rel=1e-5)  # = sequence GSPO with Â = 2
+
+
+def test_gspo_with_a_token_sum_aggregation_is_rejected():
+    import dataclasses
+
+    from arpo.algos.presets import get_preset
+    from arpo.errors import ArpoError
+
+    for agg in ("token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"):
+        with pytest.raises(ArpoError, match="loss_type=gspo needs loss_agg=seq-mean-token-mean"):
+            dataclasses.replace(get_preset("gspo"), loss_agg=agg)
+
+
+def test_extreme_log_ratios_are_clamped_and_finite():
+    from arpo.algos.losses import LOG_RATIO_LIMIT, token_ratio
+
+    logp = torch.tensor([[200.0, -200.0, 0.0]], requires_grad=True)
+    old = torch.zeros(1, 3)
+    assert token_ratio(logp, old).tolist()[0][:2] == pytest.approx([math.exp(LOG_RATIO_LIMIT),
+                                                                    math.exp(-LOG_RATIO_LIMIT)])
+    for loss_fn in (ppo_clip_loss, gspo_loss, entropy_balanced_loss):
+        loss, diag = loss_fn(logp, old, torch.tensor([[1.0, -1.0, 1.0]]), torch.ones(1, 3))
+        logp.grad = None
+        loss.backward()
+        assert torch.isfinite(loss) and torch.isfinite(logp.grad).all(), loss_fn.__name__
+        assert all(torch.isfinite(v).all() for v in diag.values())
+    kl = kl_penalty(logp, torch.zeros(1, 3), torch.ones(1, 3), coef=1.0, kind="low_var_kl")
+    assert torch.isfinite(kl) and kl.item() <= 10.0  # low_var_kl clamps each token to [-10, 10]

@@ -163,3 +163,56 @@ def test_pure_functions_hand_values():
     # N = int(16·σ(0.5·(2−1))) + 1 = int(16·0.62246) + 1 = 9 + 1 = 10
     assert dynamic_initial_rollouts(16, 2.0, 1.0) == 10
     assert dynamic_initial_rollouts(16, -100.0, 100.0) == 1 and dynamic_initial_rollouts(16, 100.0, -100.0) == 16
+
+
+def test_reference_rule_differs_from_the_paper_rule_away_from_tau_half():
+    # the reference code branches when U − β·ΔH ≤ τ: P = clip(τ + β·ΔH); the paper: clip(1 − τ + β·ΔH)
+    assert branch_probability(1.0, 0.2, 0.3, mode="reference") == pytest.approx(0.5)
+    assert branch_probability(1.0, 0.2, 0.3) == pytest.approx(0.9)
+    assert branch_probability(1.0, 0.2, 0.5, mode="reference") == pytest.approx(branch_probability(1.0, 0.2, 0.5))
+    assert branch_probability(-5.0, 0.2, 0.3, mode="reference") == 0.0
+
+
+def test_reference_mode_records_its_own_probability(tiny_lm, tiny_tok):
+    cfg = RolloutConfig(group_size=6, initial_rollouts=2, entropy_tokens=3, mode="reference", branch_threshold=0.3,
+                        seed=4)
+    (tree,) = make(tiny_lm, tiny_tok, cfg).run(prompts(tiny_tok, 1))
+    ds = [d for t in tree.trajectories for d in t.branch_decisions]
+    assert ds and all(d["probability"] == pytest.approx(min(1, max(0, 0.3 + 0.2 * d["delta_entropy"])), abs=1e-5)
+                      for d in ds)
+
+
+def _fill_up_globals_with_children(lm, tok, mode, seeds):
+    """Over several seeds: fill-up globals (globals after the first N) that have branches."""
+    n = 0
+    for seed in seeds:
+        cfg = RolloutConfig(group_size=6, initial_rollouts=1, entropy_tokens=3, mode=mode, seed=seed)
+        (tree,) = make(lm, tok, cfg, agent=AgentConfig(max_response_tokens=400, max_tool_calls=1)).run(prompts(tok, 1))
+        globals_ = [i for i, t in enumerate(tree.trajectories) if t.parent_id is None]
+        n += sum(1 for g in globals_[1:] if any(t.parent_id == g for t in tree.trajectories))
+    return n
+
+
+def test_reference_fill_up_adds_one_global_per_round_and_it_can_branch(tiny_lm, tiny_tok):
+    # one tool call per path; N = 1 of M = 6: the first path and its branches end early, then fill-up
+    assert _fill_up_globals_with_children(tiny_lm, tiny_tok, "reference", range(4)) > 0
+    assert _fill_up_globals_with_children(tiny_lm, tiny_tok, "paper", range(4)) == 0  # all added at once: no room
+
+
+@pytest.mark.parametrize("z", [2, 3])
+def test_branch_counts_with_branch_factor(tiny_lm, tiny_tok, z):
+    """A branch creates Z children at one point (fewer only when the budget M runs out), all at
+    that branch point; the tree holds exactly M trajectories."""
+    cfg = RolloutConfig(group_size=8, initial_rollouts=2, branch_factor=z, branch_threshold=0.0, entropy_weight=0.0,
+                        entropy_tokens=2, seed=1)  # P = clip(1 − 0 + 0) = 1: branch at every chance
+    for tree in make(tiny_lm, tiny_tok, cfg).run(prompts(tiny_tok, 2)):
+        assert len(tree) == 8
+        events: dict = {}
+        for t in tree.trajectories:
+            if t.parent_id is not None:
+                events.setdefault((t.parent_id, t.branch_token_index), []).append(t.traj_id)
+        sizes = [len(v) for _, v in sorted(events.items(), key=lambda kv: min(kv[1]))]
+        assert sum(sizes) == 8 - sum(t.parent_id is None for t in tree.trajectories)
+        assert all(n == z for n in sizes[:-1]) and 1 <= sizes[-1] <= z  # only the last event is cut by M
+        fired = [d for t in tree.trajectories for d in t.branch_decisions if d["branched"]]
+        assert len(fired) == len(events)

@@ -30,16 +30,23 @@ def group_normalize(rewards: torch.Tensor, std: bool = True, eps: float = 1e-6) 
     `std` is the *unbiased* standard deviation (torch's default, correction=1), as the reference.
     `std=False` is Dr.GRPO (arXiv 2503.20783): `Â_i = R_i − mean(R)`, no division.
     A group of one has no baseline to compare against: its advantage is 0 (the unbiased std of
-    one sample is undefined, and `R − mean` is 0 anyway).
-    rewards (..., G) -> (..., G)
+    one sample is undefined, and `R − mean` is 0 anyway). Statistics are computed in float64 and a
+    group whose rewards are all equal gets exactly 0 (in float32 the mean of 16 × 0.7 misses 0.7 by
+    one rounding step, and dividing that by std + 1e-6 gave ±0.1).
+    rewards (..., G) -> (..., G) float32
     """
-    rewards = rewards.float()
-    if rewards.shape[-1] < 2:
-        return torch.zeros_like(rewards)
-    centered = rewards - rewards.mean(dim=-1, keepdim=True)  # (..., G)
-    if not std:
-        return centered
-    return centered / (rewards.std(dim=-1, keepdim=True) + eps)
+    r = rewards.double()
+    if r.shape[-1] < 2:
+        return torch.zeros_like(rewards, dtype=torch.float32)
+    centered = _zero_if_constant(r - r.mean(dim=-1, keepdim=True), r.amax(-1, keepdim=True) == r.amin(-1, keepdim=True))
+    if std:
+        centered = centered / (r.std(dim=-1, keepdim=True) + eps)
+    return centered.float()
+
+
+def _zero_if_constant(centered: torch.Tensor, constant: torch.Tensor) -> torch.Tensor:
+    """Exactly 0 where the rewards being compared are all equal (no signal, whatever the rounding)."""
+    return torch.where(constant, torch.zeros_like(centered), centered)
 
 
 def _group_index(group_ids: IntsLike) -> tuple[torch.Tensor, torch.Tensor]:
@@ -54,19 +61,22 @@ def grouped_normalize(
 ) -> torch.Tensor:
     """`group_normalize` applied within each group of a flat batch, vectorized.
 
-    Same conventions: unbiased std, groups of one get 0. rewards (N,), group_ids (N,) -> (N,)
+    Same conventions: unbiased std, groups of one get 0, float64 statistics, a group of equal
+    rewards gets exactly 0. rewards (N,), group_ids (N,) -> (N,) float32
     """
-    rewards = rewards.float()
+    r = rewards.double()
     index, sizes = _group_index(group_ids)  # (N,), (K,)
     k = sizes.numel()
-    mean = torch.zeros(k, dtype=rewards.dtype).index_add_(0, index, rewards) / sizes  # (K,)
-    centered = rewards - mean[index]  # (N,)
+    mean = torch.zeros(k, dtype=r.dtype).index_add_(0, index, r) / sizes  # (K,)
+    hi = torch.full((k,), -torch.inf, dtype=r.dtype).scatter_reduce(0, index, r, "amax")
+    lo = torch.full((k,), torch.inf, dtype=r.dtype).scatter_reduce(0, index, r, "amin")
+    centered = _zero_if_constant(r - mean[index], (hi == lo)[index])  # (N,)
     out = centered
     if std:
-        sq = torch.zeros(k, dtype=rewards.dtype).index_add_(0, index, centered**2)  # (K,)
+        sq = torch.zeros(k, dtype=r.dtype).index_add_(0, index, (r - mean[index]) ** 2)  # (K,)
         group_std = (sq / (sizes - 1).clamp_min(1)).sqrt()  # (K,) unbiased
         out = centered / (group_std[index] + eps)
-    return torch.where(sizes[index] > 1, out, torch.zeros_like(out))
+    return torch.where(sizes[index] > 1, out, torch.zeros_like(out)).float()
 
 
 def batch_normalize(
@@ -82,20 +92,22 @@ def batch_normalize(
     `group_ids` is then unused. With `subtract_group_mean=True` (REINFORCE++-baseline, for several
     samples per prompt) each reward first loses its own group's mean, then the centered values are
     divided by their batch std: `Â = (R − mean_g) / (std_N(R − mean_g) + eps)` (the centered
-    values already have batch mean 0). A batch of one gets 0.
-    rewards (N,), group_ids (N,) -> (N,)
+    values already have batch mean 0). A batch of one, or of equal rewards, gets 0 (float64 statistics).
+    The batch is the whole step's batch: the training recipe calls this once over every tree (and
+    every rank) of a step, never per prompt.
+    rewards (N,), group_ids (N,) -> (N,) float32
     """
-    rewards = rewards.float()
-    if rewards.numel() < 2:
-        return torch.zeros_like(rewards)
+    r = rewards.double()
+    if r.numel() < 2:
+        return torch.zeros_like(rewards, dtype=torch.float32)
     if subtract_group_mean:
         if group_ids is None:
             raise ValueError("batch_normalize(subtract_group_mean=True) needs group_ids")
-        centered = grouped_normalize(rewards, group_ids, std=False)
+        centered = grouped_normalize(r, group_ids, std=False).double()
         # grouped_normalize zeroes singleton groups; REINFORCE++-baseline does the same (R − R = 0).
     else:
-        centered = rewards - rewards.mean()
-    return centered / (centered.std() + eps)
+        centered = _zero_if_constant(r - r.mean(), r.max() == r.min())
+    return (centered / (centered.std() + eps)).float()
 
 
 def grpo_advantage(rewards: torch.Tensor, group_ids: IntsLike) -> torch.Tensor:

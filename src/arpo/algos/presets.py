@@ -86,6 +86,16 @@ class AlgoPreset:
             raise ArpoError(f"preset {self.name!r}: clip_low and clip_high must be > 0")
         if self.dual_clip is not None and self.dual_clip <= 1:
             raise ArpoError(f"preset {self.name!r}: dual_clip must be > 1 or null, got {self.dual_clip}")
+        for key in ("kl_coef", "entropy_coef", "entropy_aware_alpha"):
+            if getattr(self, key) < 0:
+                raise ArpoError(f"preset {self.name!r}: {key} must be >= 0, got {getattr(self, key)}")
+        if self.ppo_epochs < 1:
+            raise ArpoError(f"preset {self.name!r}: ppo_epochs must be >= 1, got {self.ppo_epochs}")
+        if self.loss_type == "gspo" and self.loss_agg != "seq-mean-token-mean":
+            # GSPO's ratio is a per-sequence geometric mean: summing it over tokens (or averaging over the
+            # batch's tokens) weights a sequence by its length, which is what GSPO's ratio exists to avoid
+            raise ArpoError(f"preset {self.name!r}: loss_type=gspo needs loss_agg=seq-mean-token-mean "
+                            f"(its sequence-level ratio with {self.loss_agg!r} weights sequences by length)")
 
     @property
     def entropy_balanced_clipping(self) -> bool:

@@ -8,12 +8,15 @@ import json
 EXAMPLES = """examples:
   arpo sft-data gsm8k --data gsm8k:train --limit 500 --out sft_gsm8k.jsonl
   arpo sft-data hotpotqa --data hotpotqa:train --out sft_hotpotqa.jsonl
+  arpo sft-data svamp --data "svamp:train[0:320]" --out sft_svamp.jsonl
   arpo sft-data rejection --model runs/quickstart/sft --data gsm8k:train --limit 50 --out rs.jsonl
   arpo sft --config configs/sft_quickstart.yaml data.paths=[sft_gsm8k.jsonl,sft_hotpotqa.jsonl]
 
 GSM8K: each solution line with <<expr=value>> annotations becomes a <python> call run in the real
 sandbox (--style stepwise, at most --max-calls calls; the thought before a call says what to compute,
 never its result); --style single: one program printing every annotation.
+SVAMP (and MAWPS/ASDiv-A rows with an `equation`): one <python>print(expr)</python> call, checked
+against the answer; the system prompt is the short `calc` template.
 rejection: the model's own trajectories (real tools) with reward > 0, one per question.
 HotpotQA: supporting-fact titles become <search> calls answered by the local index (build it first
 with `arpo index build hotpotqa`). Rows that do not check out are dropped and
@@ -23,8 +26,8 @@ counted in the printed stats."""
 def register(sub) -> None:
     p = sub.add_parser("sft-data", help="convert GSM8K / HotpotQA into tool-use SFT trajectories (real tools)",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("source", choices=["gsm8k", "hotpotqa", "rejection"],
-                   help="gsm8k / hotpotqa: convert the dataset; rejection: sample --model and keep reward > 0")
+    p.add_argument("source", choices=["gsm8k", "hotpotqa", "svamp", "rejection"],
+                   help="gsm8k / hotpotqa / svamp: convert the dataset; rejection: sample --model and keep reward > 0")
     p.add_argument("--data", required=True, help="the dataset's JSONL file")
     p.add_argument("--out", required=True, help="output JSONL")
     p.add_argument("--limit", type=int, default=None, help="rows to write")

@@ -11,7 +11,7 @@ import yaml
 from arpo.errors import ArpoError
 
 DEFAULT_TEMPLATES = Path(__file__).with_name("templates") / "prompts.yaml"
-TASK_TOOLS = {"math": ("python",), "search": ("search",), "both": ("python", "search")}
+TASK_TOOLS = {"math": ("python",), "calc": ("python",), "search": ("search",), "both": ("python", "search")}
 
 
 @functools.lru_cache(maxsize=8)

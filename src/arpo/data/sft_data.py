@@ -7,6 +7,9 @@
   value must match its annotation and the last one the gold answer, or the row is dropped (counted).
 * HotpotQA: each supporting-fact title becomes a `<search>` call answered by the real local index;
   rows whose results do not contain the gold answer (yes/no answers excepted) are dropped.
+* SVAMP / MAWPS / ASDiv-A (`svamp:train`): the row's python expression becomes one
+  `<python>print(expr)</python>` call run in the real sandbox; rows whose output is not the answer
+  are dropped. The system prompt is the short `calc` template.
 
 Row: {id, task, question, answers, system, response, tool_results: [[start, end], ...], source};
 `tool_results` are the character spans of the environment-inserted result blocks, which the SFT
@@ -187,6 +190,44 @@ def gsm8k_to_sft(example: dict, python_tool, max_chars: int = 1500, max_calls: i
             "system": "math", "response": response, "tool_results": spans, "source": f"gsm8k-annotations({style})"}, "ok"
 
 
+def _expr(equation: str) -> str:
+    """'( 56 * 9 )' -> '56 * 9': spaces tidied, one pair of redundant outer parentheses dropped."""
+    e = re.sub(r"\s+", " ", equation.strip())
+    e = re.sub(r"\( ", "(", re.sub(r" \)", ")", e))
+    if e.startswith("(") and e.endswith(")"):
+        depth = 0
+        for i, c in enumerate(e):
+            depth += c == "("
+            depth -= c == ")"
+            if depth == 0 and i < len(e) - 1:
+                break
+        else:
+            e = e[1:-1].strip()
+    return e
+
+
+def svamp_to_sft(example: dict, python_tool) -> tuple[dict | None, str]:
+    """An arithmetic word problem with its python expression (`example["equation"]`) -> one call
+    `<python>print(expr)</python>` run in the sandbox, then the boxed answer. (row, "ok") or (None, reason)."""
+    eq = example.get("equation")
+    if not isinstance(eq, str) or not eq.strip():
+        return None, "no equation"
+    gold = example["answers"][0]
+    code = f"print({_expr(eq)})"
+    r = python_tool(code)
+    if not r.ok:
+        return None, "program failed"
+    out = r.output.strip()
+    if not _same(out, gold):
+        return None, "program output != gold answer"
+    parts = [(f"<think> I write the calculation as one python expression. </think>\n<python>{code}</python>", "model"),
+             (format_result(out), "result"),
+             (f"<answer> \\boxed{{{gold}}} </answer>", "model")]
+    response, spans = _assemble(parts)
+    return {"id": example["id"], "task": "math", "question": example["question"], "answers": [gold],
+            "system": "calc", "response": response, "tool_results": spans, "source": "svamp-equation"}, "ok"
+
+
 def hotpotqa_to_sft(row: dict, search_fn, max_calls: int = 2, require_answer: bool = True) -> tuple[dict | None, str]:
     """row: a raw HotpotQA line (needs supporting_facts). search_fn(query) -> the tool's output text."""
     from arpo.rewards.answer import normalize_answer
@@ -211,6 +252,9 @@ def hotpotqa_to_sft(row: dict, search_fn, max_calls: int = 2, require_answer: bo
             "system": "search", "response": response, "tool_results": spans, "source": "hotpotqa-supporting-facts"}, "ok"
 
 
+SFT_SOURCES = ("gsm8k", "hotpotqa", "svamp")
+
+
 def build_sft_dataset(task: str, in_path: str, out_path: str, limit: int | None = None, *, search_index=None,
                       top_k: int = 3, max_chars: int = 300, progress: bool = True,
                       style: str = "single", max_calls: int = 3) -> dict:
@@ -220,15 +264,15 @@ def build_sft_dataset(task: str, in_path: str, out_path: str, limit: int | None 
     from arpo.errors import ArpoError
     from arpo.tools import build_tools
 
-    if task not in ("gsm8k", "hotpotqa"):
-        raise ArpoError(f"unknown SFT source {task!r}; use gsm8k or hotpotqa")
+    if task not in SFT_SOURCES:
+        raise ArpoError(f"unknown SFT source {task!r}; use {', '.join(SFT_SOURCES)}")
     p = in_path  # a data spec: built-in name (gsm8k:train), file, glob or hf:...
     reasons: Counter = Counter()
     rows = []
-    tools = build_tools(["python"] if task == "gsm8k" else ["search"], search_index=search_index, top_k=top_k,
+    tools = build_tools(["search"] if task == "hotpotqa" else ["python"], search_index=search_index, top_k=top_k,
                         max_chars=max_chars)
     try:
-        if task == "gsm8k":
+        if task in ("gsm8k", "svamp"):
             from arpo.data.datasets import load_examples
 
             src = load_examples(p)
@@ -241,6 +285,8 @@ def build_sft_dataset(task: str, in_path: str, out_path: str, limit: int | None 
             for ex in src:
                 if task == "gsm8k":
                     row, why = gsm8k_to_sft(ex, tools["python"], style=style, max_calls=max_calls)
+                elif task == "svamp":
+                    row, why = svamp_to_sft(ex, tools["python"])
                 else:
                     row, why = hotpotqa_to_sft(ex, lambda q: tools["search"](q).output)
                 reasons[why] += 1

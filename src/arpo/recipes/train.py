@@ -53,7 +53,7 @@ class AlgoConfig:
     clip_high: float | None = None
     dual_clip: float | None = None  # 0 disables
     kl_coef: float | None = None
-    kl_type: str | None = None
+    kl_type: str | None = None  # k1 | k2 | k3 (unclamped; verl's "k3" is low_var_kl) | low_var_kl
     entropy_coef: float | None = None
     ppo_epochs: int | None = None
 
@@ -150,14 +150,42 @@ def score_trees(trees, reward_fn, math_scorer: str) -> None:
             t.result = res
 
 
-def tree_advantages(tree, preset) -> list[torch.Tensor]:
-    """Per-token advantages of each trajectory of one tree (spec §3)."""
-    from arpo.algos.advantages import compute_advantages, hard_attribution, soft_attribution
+def step_advantages(trees, preset, gather=None) -> list[torch.Tensor]:
+    """Trajectory advantages of a step, one (M_t,) tensor per tree (spec §3). The estimator sees the
+    whole step at once, one group per tree: group estimators (GRPO, Dr.GRPO) normalize within each
+    tree, batch estimators (REINFORCE++) over every trajectory of the step. `gather`
+    (training.distributed.gather) adds the other ranks' trees in global order, so a step on W ranks
+    normalizes over the same batch as one process."""
+    from arpo.algos.advantages import compute_advantages
 
-    rewards = torch.tensor([t.reward for t in tree.trajectories], dtype=torch.float32)
-    adv = compute_advantages(preset.advantage_estimator, rewards, [0] * len(rewards))
+    mine = [[t.reward for t in tr.trajectories] for tr in trees]
+    parts = gather(mine) if gather is not None else [mine]  # every rank joins, with or without trees
+    me = _my_rank() if gather is not None else 0
+    flat = [(g, r) for g, r in enumerate(tree for part in parts for tree in part) for r in r]
+    if not flat:
+        return []
+    adv = compute_advantages(preset.advantage_estimator, torch.tensor([r for _, r in flat], dtype=torch.float64),
+                             [g for g, _ in flat])
+    first = sum(len(tree) for part in parts[:me] for tree in part)  # this rank's trajectories start here
+    out, at = [], first
+    for rewards in mine:
+        out.append(adv[at : at + len(rewards)])
+        at += len(rewards)
+    return out
+
+
+def _my_rank() -> int:
+    from arpo.training import distributed
+
+    return distributed.rank()
+
+
+def token_advantages(tree, adv: torch.Tensor, attribution: str) -> list[torch.Tensor]:
+    """Per-token advantages of each trajectory of one tree from its trajectory advantages (spec §3)."""
+    from arpo.algos.advantages import hard_attribution, soft_attribution
+
     lengths = [len(t.traj.response_ids) for t in tree.trajectories]
-    if preset.attribution == "hard":
+    if attribution == "hard":
         return hard_attribution(adv, tree.parents, tree.branch_at, lengths)
     return soft_attribution(adv, lengths)
 
@@ -239,14 +267,17 @@ def rollout_step(ro, prompts, examples, seed: int, log_error, offset: int = 0) -
     return trees
 
 
-def build_batch(trees, preset):
+def build_batch(trees, preset, advantages: list[torch.Tensor] | None = None):
+    """The step's TreeBatch with per-token advantages; `advantages`: step_advantages(trees, ...)
+    (computed here, for one process, when not given)."""
     from arpo.training.batch import TreeBatch
 
     layouts = [tr.to_training() for tr in trees]
     batch = TreeBatch.from_trees([t for t, _ in layouts], [m for _, m in layouts])
     adv = torch.zeros(batch.mask.shape)
-    for ti, tr in enumerate(trees):
-        for i, a in enumerate(tree_advantages(tr, preset)):
+    advantages = step_advantages(trees, preset) if advantages is None else advantages
+    for ti, (tr, a_traj) in enumerate(zip(trees, advantages)):
+        for i, a in enumerate(token_advantages(tr, a_traj, preset.attribution)):
             adv[batch.rows[(ti, i)], : len(a)] = a
     batch.advantages = adv
     return batch
@@ -464,7 +495,8 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
                 t1 = time.perf_counter()
                 train_m: dict = {}
                 if n_trees:
-                    batch, old_ent = (build_batch(trees, preset).to(device), None) if trees else (None, None)
+                    advs = step_advantages(trees, preset, distributed.gather if multi else None)
+                    batch, old_ent = (build_batch(trees, preset, advs).to(device), None) if trees else (None, None)
                     if batch is not None:
                         if from_rollout:  # what the engine recorded while sampling: no extra forward
                             batch.old_logp, old_ent = old_logprobs_from_rollout(trees, batch)

@@ -9,11 +9,17 @@ trajectories exist; if every path ends with fewer, fresh global samples fill the
 
 GRPO is this scheduler with N = M (the budget is full from the start: no branching).
 
-`mode: reference` reproduces the reference code's decision timing: the decision at tool call t uses
-the entropy measured after the *previous* tool result (ΔH = 0 at the first call). Pair it with
-`entropy_estimator: topk`, `entropy_reduction: sum`, `entropy_normalize: true` for its numbers. The
-reference's stale per-batch-slot H_initial is a bug and is not reproduced: H_initial always belongs
-to the trajectory.
+`mode: reference` reproduces the reference code's rule, not the paper's:
+  * timing: the decision at tool call t uses the entropy measured after the *previous* tool result
+    (ΔH = 0 at the first call);
+  * the rule: the reference code branches when U − β·ΔH ≤ τ (U ~ U(0,1)), i.e. with probability
+    clip(τ + β·ΔH, 0, 1), where the paper's P = α + β·ΔH > τ gives clip(1 − τ + β·ΔH, 0, 1); the
+    two agree only at τ = 0.5 (the default);
+  * fill-up: once every path of a prompt has ended with fewer than M trajectories, one fresh global
+    sample is added per round, and it may branch like any other (paper mode adds all M − n at once).
+Pair it with `entropy_estimator: topk`, `entropy_reduction: sum`, `entropy_normalize: true` for its
+numbers. The reference's stale per-batch-slot H_initial is a bug and is not reproduced: H_initial
+always belongs to the trajectory.
 
 AEPO options (spec §7): `dynamic_budget` picks N per prompt from a probe rollout's entropies;
 `consecutive_branch_penalty` scales the branch probability by max(0, 1 − c·l), l = consecutive
@@ -39,13 +45,13 @@ class RolloutConfig:
     group_size: int = 16  # M: trajectories per prompt (reference 16)
     initial_rollouts: int = 8  # N: global samples started per prompt (reference 8)
     branch_factor: int = 1  # Z: new partial rollouts per branch (reference 1, i.e. beam size 2)
-    entropy_weight: float = 0.2  # β (reference 0.2)
+    entropy_weight: float = 0.2  # β (reference 0.2; on the default full/mean scale 0.34-0.37 acts like the reference's 0.2: docs/algorithm.md)
     branch_threshold: float = 0.5  # τ (reference 0.5)
     entropy_tokens: int = 20  # k: tokens whose entropy is measured (reference 20)
     entropy_estimator: str = "full"  # full (exact, from logits) | topk (reference: top-10 log-probs)
     entropy_reduction: str = "mean"  # mean (default: per-token nats, β on that scale) | sum (reference)
     entropy_normalize: bool = False  # divide by ln|V| (reference: true)
-    mode: str = "paper"  # paper | reference (one-step-lagged ΔH)
+    mode: str = "paper"  # paper | reference (its code: lagged ΔH, P = clip(τ + β·ΔH), one fill-up global per round)
     fill_up: bool = True  # add fresh global samples when all paths ended with < M trajectories
     dynamic_budget: bool = False  # AEPO: N from a probe rollout's entropies
     consecutive_branch_penalty: float = 0.0  # AEPO: 0.05
@@ -76,9 +82,13 @@ def segment_entropy(entropies: list[float], k: int, reduction: str, normalize: b
     return h / math.log(vocab_size) if normalize else h
 
 
-def branch_probability(delta_h: float, beta: float, tau: float, consecutive: int = 0, penalty: float = 0.0) -> float:
-    """P(α + β·ΔH > τ) for α ~ U(0,1) = clip(1 − τ + β·ΔH, 0, 1); times AEPO's max(0, 1 − penalty·l)."""
-    p = min(1.0, max(0.0, 1.0 - tau + beta * delta_h))
+def branch_probability(delta_h: float, beta: float, tau: float, consecutive: int = 0, penalty: float = 0.0,
+                       mode: str = "paper") -> float:
+    """paper: P(α + β·ΔH > τ) for α ~ U(0,1) = clip(1 − τ + β·ΔH, 0, 1);
+    reference (its code): P(U − β·ΔH ≤ τ) = clip(τ + β·ΔH, 0, 1).
+    Either times AEPO's max(0, 1 − penalty·l)."""
+    base = tau if mode == "reference" else 1.0 - tau
+    p = min(1.0, max(0.0, base + beta * delta_h))
     return p * max(0.0, 1.0 - penalty * consecutive)
 
 
@@ -203,7 +213,8 @@ class ARPORollout:
         room = c.group_size - len(g.sids)
         if room <= 0:
             return  # branching stops once M trajectories exist
-        p = branch_probability(dh, c.entropy_weight, c.branch_threshold, g.consecutive, c.consecutive_branch_penalty)
+        p = branch_probability(dh, c.entropy_weight, c.branch_threshold, g.consecutive, c.consecutive_branch_penalty,
+                               mode=c.mode)
         branched = g.rng.random() < p
         st.decisions.append({"tool_call_index": t, "probability": round(p, 6), "delta_entropy": round(dh, 6),
                              "branched": branched})
@@ -231,8 +242,10 @@ class ARPORollout:
             h_tool = sum(probe.step_entropies) / len(probe.step_entropies) if probe.step_entropies else h_root
             g.target_globals = dynamic_initial_rollouts(c.group_size, h_root, h_tool)
             n_new = min(g.target_globals - 1, c.group_size - len(g.sids))  # the probe is global no. 1
-        else:
-            n_new = c.group_size - len(g.sids) if c.fill_up else 0
+        elif not c.fill_up:
+            n_new = 0
+        else:  # reference: one fresh global per round (it may branch); paper: all M − n at once
+            n_new = min(1, c.group_size - len(g.sids)) if c.mode == "reference" else c.group_size - len(g.sids)
         for _ in range(max(0, n_new)):
             self._add_global(gi, g, states)
 
