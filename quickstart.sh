@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 A=".venv/bin/arpo"
 Q=runs/quickstart
-SEARCH=(--top-k 2 --max-chars 200)     # short search results: the same in SFT data, RL and eval
+SEARCH=(--search-top-k 2 --search-max-chars 200)     # short search results: the same in SFT data, RL and eval
 mkdir -p "$Q"
 $A sft-data gsm8k --data gsm8k:train --limit 64 --out $Q/sft_gsm8k.jsonl --quiet
 $A sft-data hotpotqa --data hotpotqa:train --limit 32 "${SEARCH[@]}" --out $Q/sft_hotpotqa.jsonl --quiet
@@ -19,7 +19,7 @@ from arpo.data.datasets import load_examples
 rows = load_examples("gsm8k:train[1000:1002]") + load_examples("hotpotqa:train[200:202]")
 open("runs/quickstart/rl_tasks.jsonl", "w").write("".join(json.dumps(r) + "\n" for r in rows))
 PY
-EVAL=(--data gsm8k:test hotpotqa:test --limit 8 "${SEARCH[@]}" --max-tool-calls 3 --max-new-tokens 512 --quiet)
+EVAL=(--data gsm8k:test hotpotqa:test --limit 8 "${SEARCH[@]}" --max-tool-calls 3 --max-response-tokens 512 --quiet)
 $A eval --model $Q/sft "${EVAL[@]}" --out $Q/eval_sft.json              # before RL: the SFT start
 $A train --config configs/train_quickstart.yaml --overwrite --quiet
 $A eval --model $Q/arpo "${EVAL[@]}" --out $Q/eval_arpo.json            # after RL

@@ -80,7 +80,7 @@ def main() -> int:
     from arpo.data.datasets import load_examples
     from arpo.engine.hf import HFEngine
     from arpo.models import load_model
-    from arpo.recipes.rollout import prompts_for
+    from arpo.data.prompts import prompts_for
     from arpo.rollout.agent import AgentConfig
     from arpo.rollout.arpo import ARPORollout, RolloutConfig
     from arpo.tools import build_tools

@@ -68,7 +68,9 @@ def bench_search(dense: bool) -> dict:
     d = Path(tempfile.mkdtemp()) / "hp"
     idx = Index.build(docs, d, dense=False, progress=False)
     out = {"corpus_docs": len(idx), "bm25_build_s": time.perf_counter() - t}
-    qs = [json.loads(x)["question"] for x in (HOTPOT[0].parent / "dev.jsonl").read_text().splitlines()[:200]]
+    from arpo.data.sources import iter_rows
+
+    qs = [row["question"] for _, row in iter_rows("hotpotqa:dev[0:200]")]
     idx.search(qs[:5], k=10)
     lat = []
     for q in qs:
@@ -111,7 +113,9 @@ def bench_cache() -> dict:
     import random
 
     rng = random.Random(0)
-    rows = [json.loads(x) for x in (HOTPOT[0].parent / "train.jsonl").read_text().splitlines()[:8]]
+    from arpo.data.sources import iter_rows
+
+    rows = [row for _, row in iter_rows("hotpotqa:train[0:8]")]
     tool = CachedTool(Fake(), ToolCache())
     for r in rows:
         for _ in range(16):

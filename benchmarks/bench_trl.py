@@ -100,75 +100,39 @@ class RssPeak:
 
 
 class ArpoStep:
+    """`arpo train algo.preset=grpo` on these prompts: recipes/train.py's own setup + train_step."""
+
     def __init__(self, model, tok, examples, prompts, a, total_steps: int):
-        from arpo.engine.hf import HFEngine
+        from arpo.recipes import train as T
         from arpo.recipes.common import OptimConfig, ToolsConfig
-        from arpo.recipes.train import AlgoConfig
         from arpo.rewards import get_reward_fn
         from arpo.rollout.agent import AgentConfig
-        from arpo.rollout.arpo import ARPORollout, RolloutConfig
-        from arpo.training.optim import build_optimizer, build_scheduler
+        from arpo.rollout.arpo import RolloutConfig
 
-        self.model, self.examples, self.prompts, self.seed = model, examples, prompts, a.seed
-        rollout = RolloutConfig(group_size=a.g, initial_rollouts=a.g)
-        self.preset = AlgoConfig(preset="grpo").resolve(rollout)  # what `arpo train algo.preset=grpo` uses
-        self.optim = OptimConfig(lr=a.lr)
-        self.tools = ToolsConfig(enabled=[]).build()  # no tools (see the module docstring)
-        agent = AgentConfig(max_response_tokens=a.max_len, temperature=a.temperature, top_p=1.0, top_k=0)
-        self.ro = ARPORollout(HFEngine(model, tok), self.tools, agent, rollout)
-        self.opt = build_optimizer(model, self.optim)
-        self.sched = build_scheduler(self.opt, self.optim, total_steps)
-        self.reward_fn = get_reward_fn("arpo")
-        pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-        self.lp_kw = dict(packed=True, max_tokens=4096, temperature=a.temperature, pad_id=pad)  # TrainConfig defaults
-        self.recompute = bool(getattr(a, "recompute_old_logprobs", False))
+        cfg = T.TrainConfig(
+            tools=ToolsConfig(enabled=[]),  # no tools (see the module docstring)
+            agent=AgentConfig(max_response_tokens=a.max_len, temperature=a.temperature, top_p=1.0, top_k=0),
+            rollout=RolloutConfig(group_size=a.g, initial_rollouts=a.g), algo=T.AlgoConfig(preset="grpo"),
+            optim=OptimConfig(lr=a.lr), steps=total_steps, prompts_per_step=len(examples),
+            old_logprobs="recompute" if getattr(a, "recompute_old_logprobs", False) else "auto",
+        )
+        cfg.run.seed = a.seed
+        cfg.validate()
+        self.errors: list = []
+        self.T = T
+        self.tr = T.setup(cfg, cfg.algo.resolve(cfg.rollout), examples, get_reward_fn("arpo"),
+                          log_error=self.errors.append, model_and_tok=(model, tok))
 
     def step(self, step: int) -> dict:
-        """The body of train.run()'s step loop for preset grpo (ppo_epochs 1, minibatches 1, no KL)."""
-        from arpo.recipes.train import (build_batch, make_loss_fn, minibatch_order, old_logprobs_from_rollout,
-                                        rollout_metrics, rollout_step, score_trees)
-        from arpo.training.batch import loss_and_backward, token_logprobs
-        from arpo.training.optim import clip_gradients
-
-        model, preset = self.model, self.preset
-        errors = []
-        c0 = time.perf_counter()
-        model.eval()
-        trees = rollout_step(self.ro, self.prompts, self.examples, self.seed * 100_003 + step, errors.append)
-        c1 = time.perf_counter()
-        if errors or not trees:
-            raise RuntimeError("arpo rollout failed: " + "\n".join(errors))
-        score_trees(trees, self.reward_fn, "math_equal")
-        metrics = rollout_metrics(trees)
-        c2 = time.perf_counter()
-        batch = build_batch(trees, preset)
-        c3 = time.perf_counter()
-        # `arpo train`'s default (old_logprobs=auto): hf engine, float32, no top-k/top-p -> the log-probs the
-        # engine recorded while sampling are exact, no extra forward (--recompute-old-logprobs: the forward)
-        if self.recompute:
-            batch.old_logp, old_ent = token_logprobs(model, batch, with_entropy=True, **self.lp_kw)
-        else:
-            batch.old_logp, old_ent = old_logprobs_from_rollout(trees, batch)
-        c4 = time.perf_counter()
-        model.train()
-        (mb,) = minibatch_order(len(trees), 1, self.seed, step, 0)
-        sub = batch.subset(mb)
-        rows = [batch.rows[(ti, i)] for ti in mb for i in range(len(batch.trees[ti]["responses"]))]
-        cur = (batch.old_logp[rows][:, : sub.width], old_ent[rows][:, : sub.width])  # on-policy: reuse old_logp
-        _, diag = loss_and_backward(model, sub, make_loss_fn(sub, preset), need_entropy=True, current=cur,
-                                    **self.lp_kw)
-        c5 = time.perf_counter()
-        clip_gradients(model, self.optim.grad_clip)
-        self.opt.step()
-        self.sched.step()
-        self.opt.zero_grad(set_to_none=True)
-        c6 = time.perf_counter()
-        t = {"generation": c1 - c0, "rewards": c2 - c1, "advantages_batch": c3 - c2, "old_logprobs": c4 - c3,
-             "forward_loss_backward": c5 - c4, "optimizer": c6 - c5}
-        return {"seconds": c6 - c0, "split": t, "generated_tokens": sum(x.traj.n_generated_tokens for tr in trees
-                                                                       for x in tr.trajectories),
-                "trained_tokens": batch.n_tokens(True), "reward_mean": metrics["reward_mean"],
-                "loss": float(diag["loss"])}
+        m, trees = self.T.train_step(self.tr, step)
+        if self.errors or "skipped" in m:
+            raise RuntimeError("arpo rollout failed: " + "\n".join(self.errors))
+        t = {"generation": m["time_generation"], "rewards": m["time_rewards"], "advantages_batch": m["time_batch"],
+             "old_logprobs": m["time_old_logprobs"], "forward_loss_backward": m["time_backward"],
+             "optimizer": m["time_optimizer"]}
+        return {"seconds": m["step_seconds"], "split": t, "generated_tokens": sum(
+            x.traj.n_generated_tokens for tr in trees for x in tr.trajectories),
+                "trained_tokens": m["trained_tokens"], "reward_mean": m["reward_mean"], "loss": m["loss"]}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -322,7 +286,7 @@ def main() -> int:
     from arpo.data.datasets import load_examples
     from arpo.data.prompts import system_prompt
     from arpo.models import load_model
-    from arpo.recipes.rollout import prompts_for
+    from arpo.data.prompts import prompts_for
 
     torch.set_num_threads(a.threads)
     data = a.data

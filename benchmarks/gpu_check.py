@@ -314,34 +314,30 @@ def bench_decode(model, tok, sz: Sizes, dev: Device) -> dict:
 
 # ---- (b) RL steps ---------------------------------------------------------------------------------
 def bench_rl(model, tok, sz: Sizes, dev: Device, errors: list) -> tuple[dict, object]:
-    """ARPO steps composed like recipes/train.py's run() on one process (no torchrun: its
-    ParallelModel is the model itself, sync_rollout/reduce_grads are no-ops, offset 0)."""
-    from arpo.engine.hf import HFEngine
+    """ARPO steps through recipes/train.py's own `setup` + `train_step` on one process, with timing
+    hooks: each phase ends with a device sync and its peak memory (Trainer.on_lap)."""
     from arpo.recipes import train as T
-    from arpo.recipes.rollout import prompts_for
+    from arpo.recipes.common import ToolsConfig
     from arpo.rollout.agent import AgentConfig
-    from arpo.rollout.arpo import ARPORollout, RolloutConfig
-    from arpo.testing import toy_reward
-    from arpo.tools import build_tools
-    from arpo.training.batch import loss_and_backward, token_logprobs
-    from arpo.training.optim import build_optimizer, build_scheduler, clip_gradients
+    from arpo.rollout.arpo import RolloutConfig
+    from arpo.testing import hook_rollout, toy_reward
 
     cfg = T.TrainConfig(
         steps=sz.steps, prompts_per_step=sz.prompts_per_step, micro_tokens=sz.micro_tokens,
         rollout=RolloutConfig(group_size=sz.group_size, initial_rollouts=sz.initial_rollouts),
         agent=AgentConfig(max_tool_calls=len(SCRIPT), max_response_tokens=sz.max_response_tokens, temperature=1.0),
+        tools=ToolsConfig(enabled=["python"], cache=False),  # no cache: every call really runs
+        old_logprobs="recompute",
     )
     cfg.validate()
     preset = cfg.algo.resolve(cfg.rollout)
-    rollout_cfg = dataclasses.replace(cfg.rollout, initial_rollouts=preset.initial_rollouts)
-    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-    opt = build_optimizer(model, cfg.optim)
-    sched = build_scheduler(opt, cfg.optim, cfg.steps * cfg.minibatches * preset.ppo_epochs)
-    tools = build_tools(cfg.tools.enabled, python_timeout_s=cfg.tools.python_timeout_s,
-                        max_output_chars=cfg.tools.max_output_chars)  # no cache: every call really runs
+    if preset.kl_coef:
+        raise RuntimeError("gpu_check runs the arpo preset (kl_coef 0, no reference model)")
+    tr = T.setup(cfg, preset, examples_for(cfg.steps * cfg.prompts_per_step), toy_reward,
+                 log_error=errors.append, model_and_tok=(model, tok))
     tool_log: list = []
-    timed_tools(tools, tool_log)
-    engine = HFEngine(model, tok)
+    timed_tools(tr.tools, tool_log)
+    engine = tr.engine
     clock = {"hook_s": 0.0, "engine_step_s": 0.0}
     step_fn = engine.step
 
@@ -352,113 +348,51 @@ def bench_rl(model, tok, sz: Sizes, dev: Device, errors: list) -> tuple[dict, ob
         return out
 
     engine.step = timed_step
-    ro = getattr(T, "ShardRollout", ARPORollout)(engine, tools, cfg.agent, rollout_cfg)
-    from arpo.testing import hook_rollout
+    hook_rollout(tr.ro, make_hook(tok, sz.free_tokens, model.config.vocab_size, clock))
+    peaks: dict = {}
 
-    hook_rollout(ro, make_hook(tok, sz.free_tokens, model.config.vocab_size, clock))
-    temp = cfg.agent.temperature if cfg.agent.temperature > 0 else 1.0
-    lp_kw = dict(packed=cfg.packed, max_tokens=cfg.micro_tokens, temperature=temp, pad_id=pad)
-    def train_on(trees, step, tt) -> dict:
-        """The training half of run()'s step: batch, old log-probs, PPO epochs over mini-batches."""
-        t1 = time.perf_counter()
-        batch = T.build_batch(trees, preset).to(next(model.parameters()).device)
-        tt["batch_s"] = time.perf_counter() - t1
-        t = time.perf_counter()
-        batch.old_logp, old_ent = token_logprobs(model, batch, with_entropy=True, **lp_kw)
-        if preset.kl_coef:
-            raise RuntimeError("gpu_check runs the arpo preset (kl_coef 0, no reference model)")
-        if preset.entropy_aware_advantage:
-            from arpo.algos.advantages import entropy_aware_advantage
-
-            batch.advantages = entropy_aware_advantage(batch.advantages, old_ent, batch.mask,
-                                                       preset.entropy_aware_alpha)
+    def on_lap(name: str) -> None:
         dev.sync()
-        tt["old_logp_s"] = time.perf_counter() - t
-        model.train()
-        diags, gnorms, first = [], [], True
-        for epoch in range(preset.ppo_epochs):
-            for mb in T.minibatch_order(len(trees), cfg.minibatches, cfg.run.seed, step, epoch):
-                t = time.perf_counter()
-                sub = batch.subset(mb)
-                if first:  # on-policy: reuse old_logp, as run() does
-                    rows = [batch.rows[(k, i)] for k in mb for i in range(len(batch.trees[k]["responses"]))]
-                    cur = (batch.old_logp[rows][:, : sub.width], old_ent[rows][:, : sub.width])
-                else:
-                    cur = token_logprobs(model, sub, with_entropy=True, **lp_kw)
-                first = False
-                _, diag = loss_and_backward(model, sub, T.make_loss_fn(sub, preset), need_entropy=True,
-                                            current=cur, **lp_kw)
-                dev.sync()
-                tt["loss_backward_s"] += time.perf_counter() - t
-                t = time.perf_counter()
-                gnorms.append(clip_gradients(model, cfg.optim.grad_clip))
-                opt.step()
-                sched.step()
-                opt.zero_grad(set_to_none=True)
-                dev.sync()
-                tt["optimizer_s"] += time.perf_counter() - t
-                diags.append({k: float(v) for k, v in diag.items()})
-        train_m = {k: statistics.fmean(d[k] for d in diags) for k in diags[0]}
-        train_m["grad_norm"] = statistics.fmean(gnorms)
-        train_m["trained_tokens_packed"] = batch.n_tokens(True)
-        train_m["trained_tokens_flat"] = batch.n_tokens(False)
-        return train_m
+        peaks[name] = dev.peak_gb()
+        dev.reset_peak()
 
-    examples = examples_for(cfg.steps * cfg.prompts_per_step)
+    tr.on_lap = on_lap
+    phase_keys = {"time_generation": "generation_s", "time_training": "training_s", "time_batch": "batch_s",
+                  "time_old_logprobs": "old_logp_s", "time_backward": "loss_backward_s",
+                  "time_optimizer": "optimizer_s", "step_seconds": "step_s"}
     steps, trees = [], []
     try:
         for step in range(cfg.steps):
             clock.update(hook_s=0.0, engine_step_s=0.0)
             n_tools0, dec0 = len(tool_log), engine.stats["decode_tokens"]
+            peaks.clear()
             dev.reset_peak()
-            t0 = time.perf_counter()
-            batch_ex = examples[step * cfg.prompts_per_step:(step + 1) * cfg.prompts_per_step]
-            prompts = prompts_for(batch_ex, tok, cfg.tools.enabled, cfg.data.template)
-            model.eval()
-            trees = T.rollout_step(ro, prompts, batch_ex, cfg.run.seed * 100_003 + step, errors.append)
-            dev.sync()
-            t_gen = time.perf_counter() - t0
-            peak_rollout = dev.peak_gb()
-            if not trees:
+            m, trees = T.train_step(tr, step)
+            if "skipped" in m:
                 raise RuntimeError("every rollout failed: " + (errors[-1][:500] if errors else "?"))
-            T.score_trees(trees, toy_reward, cfg.reward.math_scorer)
-            metrics = T.rollout_metrics(trees)
-            if preset.dynamic_sampling:
-                trees = [tr for tr in trees if len({t.reward for t in tr.trajectories}) > 1]
-            dev.reset_peak()
-            t1 = time.perf_counter()
-            tt = {"batch_s": 0.0, "old_logp_s": 0.0, "loss_backward_s": 0.0, "optimizer_s": 0.0}
-            train_m: dict = {}
-            train_err = None
-            try:
-                if trees:
-                    train_m = train_on(trees, step, tt)
-            except Exception as e:  # noqa: BLE001 - keep the rollout numbers; report the training failure
-                train_err = f"{type(e).__name__}: {e}"[:800] + "\n" + traceback.format_exc()[-2500:]
-                opt.zero_grad(set_to_none=True)
-                dev.free()
-            t_train = time.perf_counter() - t1
             runs = tool_log[n_tools0:]
-            own = sum(own_generated(tr) for tr in trees)
+            own = sum(own_generated(t) for t in trees)
+            t_gen = m["time_generation"]
+            batch = T.build_batch(trees, preset)
             steps.append({
-                "step": step + 1, "step_s": time.perf_counter() - t0, "generation_s": t_gen,
+                "step": step + 1, **{v: m[k] for k, v in phase_keys.items() if k in m},
                 "engine_step_s": clock["engine_step_s"], "hook_s": clock["hook_s"],
                 "outside_engine_s": t_gen - clock["engine_step_s"],  # waiting on tools, loop, tree bookkeeping
                 "tool_runs": len(runs), "tool_latency_sum_s": sum(r[0] for r in runs),
                 "tool_failures_run": sum(not r[1] for r in runs),
-                **({"training_error": train_err} if train_err else {"training_s": t_train, **tt}),
-                "trees": len(trees), "trajectories": metrics["trajectories"], "branches": metrics["branches"],
+                "trees": len(trees), "trajectories": m["trajectories"], "branches": m["branches"],
                 "sampled_tokens": own, "engine_decode_tokens": engine.stats["decode_tokens"] - dec0,
-                "sampled_tok_s": own / max(t_gen, 1e-9),
-                "train_py_tokens_per_s": sum(t.traj.n_generated_tokens for tr in trees for t in tr.trajectories)
-                / max(t_gen, 1e-9),
-                "reward_mean": metrics["reward_mean"], "tool_calls_per_traj": metrics["tool_calls_per_traj"],
-                "response_length": metrics["response_length"],
-                "peak_gb_rollout": peak_rollout, "peak_gb_training": dev.peak_gb(), **train_m,
+                "sampled_tok_s": own / max(t_gen, 1e-9), "train_py_tokens_per_s": m["tokens_per_s"],
+                "reward_mean": m["reward_mean"], "tool_calls_per_traj": m["tool_calls_per_traj"],
+                "response_length": m["response_length"],
+                "peak_gb_rollout": peaks.get("time_generation", 0.0),
+                "peak_gb_training": max((v for k, v in peaks.items() if k != "time_generation"), default=0.0),
+                **{k: m[k] for k in ("loss", "pg_loss", "clip_frac", "approx_kl", "entropy", "grad_norm") if k in m},
+                "trained_tokens_packed": batch.n_tokens(True), "trained_tokens_flat": batch.n_tokens(False),
             })
     finally:
-        tools.close()
-        opt.state.clear()  # AdamW moments: free them before the packing phase
+        tr.tools.close()
+        tr.opt.state.clear()  # AdamW moments: free them before the packing phase
         model.zero_grad(set_to_none=True)
         model.eval()
         dev.free()
@@ -469,11 +403,10 @@ def bench_rl(model, tok, sz: Sizes, dev: Device, errors: list) -> tuple[dict, ob
            "steady_over": f"steps {steady[0]['step']}..{steady[-1]['step']}" if steady else "",
            "sample_tool_output": tool_log[0][2] if tool_log else None,
            "tool_outputs_ok": sum(r[1] for r in tool_log), "tool_runs_total": len(tool_log),
-           "max_sampled_id": max((i for tr in trees for t in tr.trajectories for i, g in
-                                  zip(t.traj.response_ids, t.traj.loss_mask) if g), default=None),
-           "preset": preset.name, "tool_workers": cfg.agent.tool_workers,
-           "training_error": next((s["training_error"] for s in steps if "training_error" in s), None)}
-    return out, (trees, preset, lp_kw)
+           "max_sampled_id": max((i for t in trees for x in t.trajectories for i, g in
+                                  zip(x.traj.response_ids, x.traj.loss_mask) if g), default=None),
+           "preset": preset.name, "tool_workers": cfg.agent.tool_workers, "training_error": None}
+    return out, (trees, preset, tr.lp_kw)
 
 
 # ---- (c) tree-packed vs flat ------------------------------------------------------------------------
@@ -546,7 +479,7 @@ def vllm_child(a) -> dict:
     from arpo.engine.base import SamplingParams
     from arpo.engine.vllm import VLLMEngine
     from arpo.recipes import train as T
-    from arpo.recipes.rollout import prompts_for
+    from arpo.data.prompts import prompts_for
     from arpo.rollout.agent import AgentConfig
     from arpo.rollout.arpo import ARPORollout, RolloutConfig
     from arpo.tools import build_tools

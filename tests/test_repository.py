@@ -133,3 +133,24 @@ def test_documented_commands_and_configs_exist():
                 problems.append(f"{where}: {cfg} does not exist")
     assert checked > 30, f"only {checked} documented commands found: is the scan broken?"
     assert not problems, "\n".join(problems)
+
+
+def test_parts_never_import_recipes():
+    """Data flows one way and recipes are plain scripts over the parts: no module outside recipes/,
+    commands/, experiments/ and the CLI imports arpo.recipes (eval → recipes.rollout → recipes.train →
+    eval was a cycle)."""
+    import ast
+
+    src = ROOT / "src" / "arpo"
+    allowed = {"recipes", "commands", "experiments"}
+    bad = []
+    for p in src.rglob("*.py"):
+        rel = p.relative_to(src)
+        if rel.parts[0] in allowed or rel.name in ("cli.py", "__main__.py"):
+            continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            bad += [f"{rel}:{node.lineno} imports {n}" for n in names if n == "arpo.recipes" or
+                    n.startswith("arpo.recipes.")]
+    assert not bad, "\n".join(bad)

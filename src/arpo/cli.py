@@ -34,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Run `arpo COMMAND --help` for the options of each command.",
     )
+    from arpo import __version__
+
+    parser.add_argument("--version", action="version", version=f"arpo {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         try:

@@ -138,9 +138,12 @@ def load_config(cls, path: str | None = None, overrides: list[str] | None = None
         p = Path(path)
         where = f"{p}: "
         try:
-            data = yaml.safe_load(p.read_text()) or {}
+            data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
         except OSError as e:
             raise ArpoError(f"cannot read config {p}: {e.strerror}") from e
+        except UnicodeDecodeError as e:
+            line = p.read_bytes()[: e.start].count(b"\n") + 1
+            raise ArpoError(f"{p}:{line}: not UTF-8 text ({e.reason} at byte {e.start})") from e
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
             line = f":{mark.line + 1}" if mark else ""
@@ -154,3 +157,46 @@ def load_config(cls, path: str | None = None, overrides: list[str] | None = None
 
 def save_config(obj, path: str | Path) -> None:
     Path(path).write_text(yaml.safe_dump(to_dict(obj), sort_keys=False))
+
+
+# ---- the config explained (`--print-config`) ------------------------------------------------------
+def field_docs(cls) -> dict[str, str]:
+    """{field: its documentation}: the trailing `# comment` of the field's line in the dataclass
+    source (the one place each field is documented), inherited fields included."""
+    import inspect
+    import io
+    import tokenize
+
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            src = inspect.getsource(klass)
+        except (OSError, TypeError):
+            continue
+        names = {f.name for f in dataclasses.fields(klass)}
+        line_field: dict[int, str] = {}
+        for tok in tokenize.generate_tokens(io.StringIO(src).readline):
+            if tok.type == tokenize.NAME and tok.start[1] == 4 and tok.string in names:
+                line_field.setdefault(tok.start[0], tok.string)
+            elif tok.type == tokenize.COMMENT and tok.start[0] in line_field:
+                docs[line_field[tok.start[0]]] = tok.string.lstrip("# ").strip()
+    return docs
+
+
+def explain(obj, indent: int = 0) -> str:
+    """The resolved config as YAML, each field followed by its documentation as a comment."""
+    docs = field_docs(type(obj))
+    out = []
+    pad = "  " * indent
+    for f in dataclasses.fields(obj):
+        v = getattr(obj, f.name)
+        doc = f"  # {docs[f.name]}" if f.name in docs else ""
+        if dataclasses.is_dataclass(v):
+            out.append(f"{pad}{f.name}:{doc}")
+            out.append(explain(v, indent + 1))
+        else:
+            text = yaml.safe_dump({f.name: v}, default_flow_style=True, sort_keys=False, width=10**6).strip()
+            out.append(f"{pad}{text[1:-1] if text.startswith('{') else text}{doc}")
+    return "\n".join(out)

@@ -54,3 +54,19 @@ def write_jsonl(path: str | Path, rows: Iterable[dict]) -> Path:
     tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     os.replace(tmp, out)
     return out
+
+
+def prepare_output(path: str | Path, flag: str = "--out") -> Path:
+    """Check an output path before the work that fills it starts: its folder is created, and it
+    must be writable (a long run must not die at the end on a missing or read-only directory)."""
+    out = Path(path).expanduser()
+    if out.is_dir():
+        raise ArpoError(f"{flag} {out} is a directory; give a file path")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        probe = out.with_name(f".{out.name}.probe-{os.getpid()}")
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise ArpoError(f"{flag} {out}: cannot write there ({e.strerror or e})") from e
+    return out

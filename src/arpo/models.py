@@ -109,11 +109,56 @@ def _convert_gguf(src: Path, fname: str, out: Path) -> None:
 
 
 def pick_device(device: str = "auto") -> str:
+    """auto -> cuda when available, else cpu; an explicit device is checked (one clear error)."""
     import torch
 
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ArpoError(f"device {device!r}: this torch build sees no CUDA GPU (torch {torch.__version__}); "
+                            "use --device cpu (or auto)")
+        idx = device.partition(":")[2]
+        if idx and (not idx.isdigit() or int(idx) >= torch.cuda.device_count()):
+            raise ArpoError(f"device {device!r}: there are {torch.cuda.device_count()} CUDA device(s)")
+    elif device not in ("cpu", "mps") and not device.startswith(("cpu:", "mps:")):
+        raise ArpoError(f"device {device!r}: use auto, cpu, cuda or cuda:N")
     return device
+
+
+WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "model*.bin", "adapter_model.safetensors")
+
+
+def check_model(name_or_path: str, device: str = "auto") -> Path:
+    """Fail early, in one line, on a model that cannot load: an unknown name or path, a config.json
+    that is not JSON, a model_type transformers does not know, a directory without weights, a
+    device that is not there. Returns the resolved directory (weights are not loaded)."""
+    import json
+
+    pick_device(device)
+    d = resolve_model_dir(name_or_path)
+    if (d / "adapter_config.json").exists():
+        try:
+            base = json.loads((d / "adapter_config.json").read_text()).get("base_model_name_or_path")
+        except ValueError as e:
+            raise ArpoError(f"{d / 'adapter_config.json'}: not valid JSON ({e})") from e
+        if not base:
+            raise ArpoError(f"{d}/adapter_config.json names no base model")
+        check_model(base, device)
+        return d
+    try:
+        cfg = json.loads((d / "config.json").read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ArpoError(f"{d / 'config.json'}: not valid JSON ({e})") from e
+    from transformers import CONFIG_MAPPING
+
+    mt = cfg.get("model_type") if isinstance(cfg, dict) else None
+    if mt not in CONFIG_MAPPING:
+        raise ArpoError(f"{d / 'config.json'}: model_type {mt!r} is not a model transformers knows "
+                        "(a causal LM such as llama, qwen2, mistral, gpt2 is needed)")
+    if not any(next(d.glob(p), None) for p in WEIGHT_PATTERNS):
+        raise ArpoError(f"model dir {d} has no weights (*.safetensors or pytorch_model*.bin)")
+    return d
 
 
 def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto"):
@@ -124,8 +169,8 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: s
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # arpo shows its own progress; keep the terminal readable
-    d = resolve_model_dir(name_or_path)
     device = pick_device(device)
+    d = check_model(name_or_path, device)
     if dtype == "auto":
         torch_dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     else:
@@ -142,6 +187,10 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: s
         model = PeftModel.from_pretrained(model, str(d)).merge_and_unload()
         tok = AutoTokenizer.from_pretrained(d if (d / "tokenizer_config.json").exists() else resolve_model_dir(base))
         return model.eval(), tok
-    tok = AutoTokenizer.from_pretrained(d)
-    model = AutoModelForCausalLM.from_pretrained(d, dtype=torch_dtype, attn_implementation="sdpa").to(device)
+    try:
+        tok = AutoTokenizer.from_pretrained(d)
+        model = AutoModelForCausalLM.from_pretrained(d, dtype=torch_dtype, attn_implementation="sdpa").to(device)
+    except (OSError, ValueError, KeyError, RuntimeError) as e:  # transformers' own errors: one line, with the dir
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ArpoError(f"cannot load the model in {d}: {type(e).__name__}: {first}") from e
     return model.eval(), tok

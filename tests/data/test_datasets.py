@@ -143,3 +143,11 @@ def test_missing_and_empty_files(tmp_path):
         load_examples(tmp_path / "nope.jsonl")
     with pytest.raises(ArpoError, match="no examples"):
         load_examples(_write(tmp_path, ["", "  "]))
+
+
+def test_sliced_builtin_names_are_builtin_labels():
+    from arpo.commands.eval import _label
+    from arpo.data.sources import is_builtin
+
+    assert is_builtin("svamp:test[0:200]") and _label("svamp:test[0:200]") == "svamp:test[0:200]"
+    assert not is_builtin("svamp:nope") and not is_builtin("x.jsonl")

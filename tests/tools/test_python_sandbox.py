@@ -7,6 +7,7 @@ able to answer the next call.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import statistics
@@ -16,6 +17,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -24,7 +26,6 @@ from arpo.tools.python import PythonTool
 
 TIMEOUT = 1.5
 SLACK = 2.0  # a loaded 2-core machine: kill, teardown and the next pool fork take a moment
-UID_BASE = 1_500_000_000
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +66,8 @@ def sandbox_processes(tool: PythonTool) -> list[int]:
                 return False
         return False
 
-    return [p for p in parent if uid[p] >= UID_BASE and descends(p)]
+    lo, hi = tool.uid_range
+    return [p for p in parent if lo <= uid[p] < hi and descends(p)]
 
 
 def wait_until(pred, timeout=3.0) -> bool:
@@ -84,8 +86,9 @@ def run_hostile(tool: PythonTool, code: str) -> ToolResult:
     assert isinstance(res, ToolResult)
     assert elapsed <= TIMEOUT + SLACK, f"took {elapsed:.1f} s: {res.output[:300]}"
     assert len(res.output) <= tool.max_output_chars + 300
-    # nothing of the call survives: only ready pool workers (one process each) may remain
-    assert wait_until(lambda: len(sandbox_processes(tool)) <= tool.pool_size), sandbox_processes(tool)
+    # nothing of the call survives: only ready pool workers may remain (a runner and the helper that
+    # holds its address space: two processes each)
+    assert wait_until(lambda: len(sandbox_processes(tool)) <= 2 * tool.pool_size), sandbox_processes(tool)
     after = tool("print(1+1)")
     assert after.ok and after.output == "2", after.output
     return res
@@ -327,8 +330,10 @@ def test_root_only_files(isolated):
         "    except OSError as e:\n        print(p, type(e).__name__)"
     )
     res = run_hostile(isolated, code)
-    assert "/etc/shadow PermissionError" in res.output
-    assert int(res.output.split()[0]) >= UID_BASE
+    assert "/etc/shadow FileNotFoundError" in res.output  # not even in view (it was PermissionError)
+    lo, hi = isolated.uid_range
+    assert lo <= int(res.output.split()[0]) < hi
+    assert "['.pyenv']" in res.output or "/root PermissionError" in res.output  # only the interpreter's own path
 
 
 def test_privilege_escalation(isolated):
@@ -441,3 +446,201 @@ def test_tool_threads_do_not_leak():
     with PythonTool(pool_size=1) as t:
         t("1")
     assert wait_until(lambda: threading.active_count() <= before, 2.0)
+
+
+# --------------------------------------------------------------------------------------------
+# hardening (issue 16): every attack of the adversarial review, each failed on the old sandbox
+
+def _mem_available_mb() -> float:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _lowest_available_during(tool, code: str, timeout_s: float = 10.0):
+    """Run `code` while sampling the host's MemAvailable; (result, the largest drop in MB)."""
+    base = _mem_available_mb()
+    low, done = [base], threading.Event()
+
+    def watch():
+        while not done.is_set():
+            low.append(_mem_available_mb())
+            time.sleep(0.01)
+
+    th = threading.Thread(target=watch)
+    th.start()
+    try:
+        res = tool.run(code, timeout_s=timeout_s)
+    finally:
+        done.set()
+        th.join()
+    return res, base - min(low)
+
+
+MEMORY_ATTACKS = {  # each tries to hold ~1 GB outside RLIMIT_AS (limit below: 256 MB)
+    "memfd": "import os\nfds=[os.memfd_create('m') for _ in range(16)]\n[os.posix_fallocate(f,0,64<<20) for f in fds]\n"
+             "print('held'); import time; time.sleep(1)",
+    "sysv_shm": "import ctypes, time\nl=ctypes.CDLL(None, use_errno=True)\nl.shmat.restype=ctypes.c_void_p\n"
+                "ids=[l.shmget(0, 64<<20, 0o1600) for _ in range(16)]\n"
+                "for i in ids:\n    p=l.shmat(i, None, 0)\n    if p and p != ctypes.c_void_p(-1).value: ctypes.memset(p, 1, 64<<20)\n"
+                "print('held', ids[:3]); time.sleep(1)",
+    "forked_children": "import os, time\nfor _ in range(4):\n    if os.fork() == 0:\n"
+                       "        b = bytearray(230<<20)\n        time.sleep(2)\n        os._exit(0)\ntime.sleep(2.5)\nprint('held')",
+    "tmpfs_and_heap": "b = bytearray(200<<20)\nopen('/tmp/f','wb').write(bytes(60<<20))\nopen('/dev/shm/g','wb').write(bytes(15<<20))\n"
+                      "import time; time.sleep(1)",
+}
+
+
+@pytest.fixture(scope="module")
+def small(isolated):
+    """A tool with a 256 MB limit; its memory bound covers everything the call allocates."""
+    with PythonTool(timeout_s=8, memory_mb=256, pool_size=1) as t:
+        if not t.protections.get("memory_cgroup"):
+            pytest.skip(f"no memory cgroup here: {t.protections.get('memory_cgroup_why')}")
+        yield t
+
+
+@pytest.mark.parametrize("name", sorted(MEMORY_ATTACKS))
+def test_host_memory_stays_within_the_limit(small, name):
+    """The old sandbox let these hold 1-2.5 GB of host memory (memory_mb bounded only the address
+    space of each process); now the call's memory cgroup bounds all of it."""
+    limit = small.protections["memory_bound_mb"]  # memory_mb + the documented margin
+    res, drop = _lowest_available_during(small, MEMORY_ATTACKS[name])
+    assert drop < limit + 100, (name, drop, res.output[-300:])  # + measurement noise of a busy host
+    assert small("print(1+1)").output == "2"
+
+
+def test_memory_limit_is_reported(small):
+    res = small(MEMORY_ATTACKS["memfd"])
+    assert not res.ok and "memory limit exceeded (256 MB)" in res.output, res.output
+
+
+def test_keyrings_are_closed(isolated):
+    """A key stored by one call was readable by a later call of another tool (keys belong to a uid)."""
+    res = isolated("import ctypes, os\nl=ctypes.CDLL(None, use_errno=True)\n"
+                   "r=l.syscall(248, b'user', b'arpo-test-key', b'secret', 6, -4)\n"
+                   "print(r, os.strerror(ctypes.get_errno()))")
+    assert res.output.startswith("-1 Operation not permitted"), res.output
+    with PythonTool(pool_size=1) as other:
+        r2 = other("import ctypes\nl=ctypes.CDLL(None, use_errno=True)\n"
+                   "print(l.syscall(250, 10, -4, b'user', b'arpo-test-key', 0))")  # keyctl(KEYCTL_SEARCH)
+        assert r2.output.strip().startswith("-1"), r2.output
+
+
+def test_uids_are_unique_per_tool_and_call(isolated):
+    with PythonTool(pool_size=1) as a, PythonTool(pool_size=1) as b:
+        ra, rb = a.uid_range, b.uid_range
+        assert ra[1] <= rb[0] or rb[1] <= ra[0]  # disjoint blocks
+        uids = {int(t("import os; print(os.getuid())").output) for t in (a, a, b, b)}
+        assert len(uids) == 4
+
+
+HOST_PATHS = {
+    "project_source": Path(__file__).resolve(),
+    "bundled_data_with_answers": Path(__import__("arpo").__file__).parent / "data" / "builtin" / "gsm8k" / "test.jsonl.gz",
+    "home": Path.home(),
+    "repository": Path(__file__).resolve().parents[2],
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOST_PATHS))
+def test_host_files_are_out_of_view(isolated, name):
+    """The review read the project tree and GSM8K's answers ('#### 72') from inside a call."""
+    path = HOST_PATHS[name]
+    res = isolated(f"import os\np={str(path)!r}\nprint(os.path.exists(p), os.listdir(p) if os.path.isdir(p) else '')")
+    # the only things of these paths in view: the directories on the way to the interpreter
+    venv_parts = set(Path(sys.prefix).parts) | set(Path(sys.base_prefix).parts)
+    shown = eval(res.output.split(" ", 1)[1]) if res.output.startswith("True") else []
+    assert res.ok and (res.output.startswith("False") or set(shown) <= venv_parts), res.output
+
+
+def test_host_tmp_is_invisible_and_sandbox_tmp_private(isolated):
+    secret = Path("/tmp") / f"arpo-secret-{uuid.uuid4().hex}"
+    secret.write_text("host secret")
+    try:
+        res = isolated(f"import os\nprint(os.path.exists({str(secret)!r}))\nopen('/tmp/mine','w').write('x')\n"
+                       "print(sorted(n for n in os.listdir('/tmp') if n != 'mine'))")
+        lines = res.output.splitlines()
+        assert lines[0] == "False"
+        # only the way down to an interpreter that lives under /tmp may show, never host files
+        assert all(not n.startswith("arpo-secret") for n in eval(lines[1]))
+        assert not (Path("/tmp") / "mine").exists()
+    finally:
+        secret.unlink()
+
+
+def test_host_unix_sockets_are_unreachable(isolated, tmp_path):
+    path = Path("/var/tmp") / f"arpo-sock-{uuid.uuid4().hex[:8]}"
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    srv.bind(str(path))
+    os.chmod(path, 0o777)
+    srv.settimeout(0.5)
+    try:
+        res = isolated(f"import socket\ns=socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+                       f"s.sendto(b'hello', {str(path)!r})\nprint('sent')")
+        with pytest.raises(socket.timeout):
+            srv.recv(100)
+        assert "sent" not in res.output
+    finally:
+        srv.close()
+        path.unlink()
+
+
+@pytest.mark.parametrize("spoof", ["D ok", "D signal 11", "D wexit zz", "X wexit 0"])
+def test_results_cannot_be_spoofed(isolated, spoof):
+    code = ("import os\nprint('wrong')\nfor fd in map(int, os.listdir('/proc/self/fd')):\n"
+            f"    try: os.write(fd, b'{spoof}\\n')\n    except OSError: pass\n1/0")
+    res = isolated(code)
+    assert not res.ok and "ZeroDivisionError" in res.output, res.output
+
+
+def test_calls_of_two_tools_do_not_share_a_process_limit(isolated):
+    """One call holding 60 children made another tool's subprocess.run fail with EAGAIN."""
+    with PythonTool(timeout_s=6, pool_size=1) as a, PythonTool(timeout_s=6, pool_size=1) as b:
+        hog = ("import os, time\nkids=[]\nfor _ in range(60):\n    pid=os.fork()\n"
+               "    if pid == 0:\n        time.sleep(3); os._exit(0)\n    kids.append(pid)\ntime.sleep(3)")
+        with ThreadPoolExecutor(2) as ex:
+            fa = ex.submit(a, hog)
+            time.sleep(1.0)
+            rb = b("import subprocess, sys\nprint(subprocess.run([sys.executable, '-c', 'print(7)'], "
+                   "capture_output=True, text=True).stdout)")
+            fa.result()
+        assert rb.ok and rb.output.strip() == "7", rb.output
+
+
+def test_ptys_are_capped_and_private(isolated):
+    before = int(Path("/proc/sys/kernel/pty/nr").read_text())
+    res = isolated("import pty\nn=0\ntry:\n    while n < 300:\n        pty.openpty(); n += 1\n"
+                   "except OSError as e:\n    print('stopped', e)\nprint(n)")
+    n = int(res.output.splitlines()[-1])
+    assert n <= isolated.protections["max_ptys"]
+    assert int(Path("/proc/sys/kernel/pty/nr").read_text()) <= before + 1  # the host's pool is untouched
+
+
+def test_protections_are_reported(isolated, capsys):
+    p = isolated.protections
+    assert p["fs_view"] == "minimal" and p["seccomp"] and "keyctl" in p["seccomp_denied"]
+    from arpo.cli import main
+
+    assert main(["tool", "python", "--json", "print(1)"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] and out["protections"]["seccomp"] is True and "memory_cgroup" in out["protections"]
+
+
+def test_a_venv_under_tmp_is_visible_to_sandboxed_code(tmp_path):
+    """The interpreter's prefix is bound read-only wherever it lives: a venv under /tmp worked for
+    the trainer but its python was invisible inside the sandbox (FileNotFoundError)."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    src = Path(__import__("arpo").__file__).parents[1]
+    code = ("import sys; sys.path.insert(0, %r)\nfrom arpo.tools.python import PythonTool\n"
+            "with PythonTool(pool_size=1, preimport=()) as t:\n"
+            "    print(t('import subprocess, sys; print(sys.prefix); "
+            "print(subprocess.run([sys.executable, \"-c\", \"print(5)\"], capture_output=True, text=True).stdout)').output)\n"
+            % str(src))
+    p = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "ARPO_CACHE_DIR": str(tmp_path / "cache")})
+    lines = p.stdout.split()
+    assert lines[:2] == [str(venv), "5"], (p.stdout, p.stderr[-1500:])

@@ -262,7 +262,7 @@ def test_build_tools_uses_the_index(index):
     from arpo.tools import build_tools
     from arpo.tools.base import ToolCall
 
-    reg = build_tools(["search"], search_index=str(index.path), top_k=1, max_chars=50)
+    reg = build_tools(["search"], search_index=str(index.path), search_top_k=1, search_max_chars=50)
     r = reg.run(ToolCall("search", "Tim Burton director"))
     assert r.ok and r.output.startswith("Page 1: Tim Burton") and "Page 2" not in r.output
     reg.close()

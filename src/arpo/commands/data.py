@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from arpo.commands import HELP
+
 EXAMPLES = """examples:
   arpo data list                                  # name, split, rows, license, source
   arpo data show svamp:test --limit 3             # the first rows as arpo reads them (question, answers, task)
@@ -20,14 +22,14 @@ def register(sub) -> None:
     p = sub.add_parser("data", help="list the built-in datasets / show rows of any data spec",
                        description="The datasets that ship inside arpo (no download needed) and a look at "
                        "the rows of any data spec.", epilog=EXAMPLES,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+                       formatter_class=HELP)
     s = p.add_subparsers(dest="data_cmd", metavar="{list,show}")
     ls = s.add_parser("list", help="name, split, rows, license and source of each built-in dataset",
-                      epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+                      epilog=EXAMPLES, formatter_class=HELP)
     ls.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
     ls.set_defaults(func=list_cmd)
     sh = s.add_parser("show", help="print the first rows of a data spec", epilog=EXAMPLES,
-                      formatter_class=argparse.RawDescriptionHelpFormatter)
+                      formatter_class=HELP)
     sh.add_argument("spec", metavar="NAME", help="a data spec: svamp:test, hf:..., a file or a glob")
     sh.add_argument("--limit", type=int, default=3, help="rows to print (default: 3)")
     sh.add_argument("--raw", action="store_true", help="the stored rows, not the examples arpo makes of them")

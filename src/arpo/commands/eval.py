@@ -8,6 +8,9 @@ from pathlib import Path
 
 from arpo.errors import ArpoError
 
+from arpo.commands import HELP, NONNEG, NONNEG_INT, POS_INT, PROB, deprecated
+from arpo.tools import SEARCH_MAX_CHARS, SEARCH_TOP_K
+
 EXAMPLES = """examples:
   arpo eval --data gsm8k:test --limit 50                     # greedy, default model
   arpo eval --model runs/train --data hotpotqa:dev --tools search --limit 50
@@ -22,36 +25,42 @@ def register(sub) -> None:
     p = sub.add_parser("eval", help="evaluate an agent: pass@1/pass@k, F1/accuracy, format errors, tool calls",
                        description="Run the agent with real tools on one or more datasets and score it with the "
                        "reward's correctness check (spec §5).", epilog=EXAMPLES,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+                       formatter_class=HELP)
     p.add_argument("--model", "--checkpoint", dest="model", default="smollm2-135m-instruct",
                    help="model dir, built-in name, checkpoint or run dir (default: %(default)s)")
-    p.add_argument("--data", nargs="+", required=True, help="dataset files (GSM8K, HotpotQA, generic JSONL/parquet)")
-    p.add_argument("--limit", type=int, default=None, help="questions per dataset")
-    p.add_argument("--samples", type=int, default=1, help="samples per question, k of pass@k (default 1)")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--data", nargs="+", required=True,
+                   help="data specs: built-in names (svamp:test, gsm8k:test, hotpotqa:dev; `arpo data list`), "
+                   "hf:NAME:SPLIT, JSONL/parquet files or globs")
+    p.add_argument("--limit", type=POS_INT, default=None, help="questions per dataset (default: all)")
+    p.add_argument("--samples", type=POS_INT, default=1, help="samples per question, k of pass@k")
+    p.add_argument("--temperature", type=NONNEG, default=0.0, help="sampling temperature; 0 = greedy")
+    p.add_argument("--top-p", type=PROB, default=1.0, help="sampling: nucleus probability mass")
+    p.add_argument("--top-k", type=NONNEG_INT, default=0, help="sampling: the k most likely tokens (0 = all)")
     p.add_argument("--tools", default=None, help="comma-separated tools (default: python for math, search for QA)")
     p.add_argument("--template", default=None, help="prompt template (default: from the tools)")
-    p.add_argument("--max-tool-calls", type=int, default=5)
-    p.add_argument("--max-new-tokens", type=int, default=512)
+    p.add_argument("--max-tool-calls", type=NONNEG_INT, default=5, help="tool calls per answer")
+    p.add_argument("--max-response-tokens", type=POS_INT, default=512,
+                   help="response budget in tokens, tool results included")
+    deprecated(p, "--max-new-tokens", "--max-response-tokens", dest="max_response_tokens", type=POS_INT)
     p.add_argument("--reward", default="arpo", help="reward/scorer: arpo, f1, em or module:function")
-    p.add_argument("--math-scorer", default="math_equal", choices=["math_equal", "f1"])
-    p.add_argument("--search-index", default=None)
-    p.add_argument("--search-url", default=None)
-    p.add_argument("--top-k", type=int, default=10, help="passages per search (default 10)")
-    p.add_argument("--max-chars", type=int, default=1000, help="characters per passage (default 1000)")
-    p.add_argument("--batch-size", type=int, default=16, help="sequences decoded together")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="auto")
+    p.add_argument("--math-scorer", default="math_equal", choices=["math_equal", "f1"], help="how math answers are compared")
+    p.add_argument("--search-index", default=None, help="search tool's index dir (default: the built-in HotpotQA index)")
+    p.add_argument("--search-url", default=None, help="retrieval server URL for the search tool")
+    p.add_argument("--search-top-k", type=POS_INT, default=SEARCH_TOP_K, help="passages per search")
+    p.add_argument("--search-max-chars", type=POS_INT, default=SEARCH_MAX_CHARS, help="characters per passage")
+    p.add_argument("--batch-size", type=POS_INT, default=16, help="sequences decoded together")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     p.add_argument("--engine", default="hf", choices=["hf", "vllm"],
                    help="generation engine: hf (transformers, default) or vllm (needs vLLM installed)")
     p.add_argument("--out", default=None, help="write the metrics (and per-sample records) as JSON here")
     p.add_argument("--json", action="store_true", help="print the metrics as JSON instead of a table")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=run)
     c = sub.add_parser("compare", help="compare `arpo eval --out` JSON files side by side (before/after)",
                        description="One table per dataset: a row per eval file, with the change against the "
                        "first file.", epilog="example:\n  arpo compare sft=runs/q/eval_sft.json "
-                       "arpo=runs/q/eval_arpo.json", formatter_class=argparse.RawDescriptionHelpFormatter)
+                       "arpo=runs/q/eval_arpo.json", formatter_class=HELP)
     c.add_argument("files", nargs="+", help="eval JSON files, optionally labelled: LABEL=FILE")
     c.add_argument("--json", action="store_true", help="print the rows as JSON")
     c.add_argument("--out", default=None, help="also write the rows as JSON here")
@@ -69,15 +78,18 @@ def run(args) -> int:
     from arpo.rollout.agent import AgentConfig
     from arpo.tools import build_tools
 
-    if args.samples < 1:
-        raise ArpoError("--samples must be >= 1")
     if args.samples > 1 and args.temperature == 0:
         raise ArpoError("--samples > 1 with --temperature 0 gives identical samples; set --temperature > 0")
     reward_fn = get_reward_fn(args.reward)
     datasets = {d: load_examples(d, args.limit) for d in args.data}
+    if args.out:
+        from arpo.jsonl import prepare_output
+
+        prepare_output(args.out)  # before the long part: a bad --out must not lose the results
     model, tok = load_model(args.model, device=args.device)
     engine = make_engine(args.engine, model, tok, model_dir=args.model)
-    agent = AgentConfig(max_tool_calls=args.max_tool_calls, max_response_tokens=args.max_new_tokens)
+    agent = AgentConfig(max_tool_calls=args.max_tool_calls, max_response_tokens=args.max_response_tokens,
+                        top_p=args.top_p, top_k=args.top_k)
     results, all_records = {}, {}
     with Progress(disable=args.quiet or args.json) as bar:
         for path, examples in datasets.items():
@@ -86,7 +98,7 @@ def run(args) -> int:
             else:
                 names = ["python"] if all(ex["task"] == "math" for ex in examples) else ["search"]
             tools = build_tools(names, search_index=args.search_index, search_url=args.search_url,
-                                top_k=args.top_k, max_chars=args.max_chars)
+                                search_top_k=args.search_top_k, search_max_chars=args.search_max_chars)
             task = bar.add_task(_label(path), total=len(examples) * args.samples)
             recs: list = []
             try:

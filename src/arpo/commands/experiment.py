@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from arpo.commands import HELP
+
 EXAMPLES = """examples:
   arpo experiment arpo-vs-grpo                       # the full run: 3 seeds per method (see docs/experiment_arpo_vs_grpo.md)
   arpo experiment arpo-vs-grpo --quick --out /tmp/q  # smoke test: 1 seed, a few steps (not a result)
@@ -19,7 +21,7 @@ and OUT/accuracy_vs_tool_calls.png."""
 def register(sub) -> None:
     p = sub.add_parser("experiment", help="controlled experiments, e.g. ARPO vs GRPO on a generated tool task",
                        description="Run a controlled experiment end to end with arpo's own pipeline.",
-                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       epilog=EXAMPLES, formatter_class=HELP)
     p.add_argument("name", choices=["arpo-vs-grpo"])
     p.add_argument("--seeds", type=int, default=None, help="RL seeds per method (default 3; --quick: 1)")
     p.add_argument("--steps", type=int, default=None, help="RL steps per run (default 40)")

@@ -8,12 +8,14 @@ import sys
 import time
 from pathlib import Path
 
+from arpo.commands import HELP
+
 EXAMPLES = """examples:
   arpo index build hotpotqa                      # rebuild the default index (built-in HotpotQA corpus)
   arpo index build corpus.jsonl --out idx/wiki   # your own corpus (--out is required for it)
   arpo index build corpus.jsonl --out idx/wiki --dense              # BM25 + MiniLM embeddings (slow on CPU)
   arpo index info ~/.cache/arpo/indexes/hotpotqa
-  arpo serve retriever --index idx/wiki --port 8001                 # share it over HTTP
+  arpo serve retriever --search-index idx/wiki --port 8001                 # share it over HTTP
 
 Corpus rows (JSONL, layouts may be mixed): {id, title, text}; HotpotQA rows (Hugging Face layout:
 each context paragraph becomes a document, deduplicated by title); MuSiQue rows (paragraphs).
@@ -25,12 +27,12 @@ itself on first use from the built-in HotpotQA corpus; only `arpo index build ho
 def register(sub) -> None:
     p = sub.add_parser("index", help="build / inspect a local search index (BM25, optional dense)",
                        description="Build or inspect the local search index used by the <search> tool.",
-                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       epilog=EXAMPLES, formatter_class=HELP)
     s = p.add_subparsers(dest="index_cmd", metavar="{build,info}")
     b = s.add_parser("build", help="build an index from JSONL corpus files",
                      description="Index JSONL corpus files with BM25 (bm25s) and optionally dense "
                      "all-MiniLM-L6-v2 embeddings.", epilog=EXAMPLES,
-                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                     formatter_class=HELP)
     b.add_argument("files", nargs="+", metavar="FILE",
                    help="JSONL corpus files, globs or built-in dataset names (hotpotqa, hotpotqa:dev)")
     b.add_argument("--out", default=None, help="index directory; required unless FILE is just `hotpotqa` "
@@ -42,7 +44,7 @@ def register(sub) -> None:
     b.set_defaults(func=build)
     i = s.add_parser("info", help="print an index's metadata (meta.json) as JSON",
                      epilog="example:\n  arpo index info ~/.cache/arpo/indexes/hotpotqa",
-                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                     formatter_class=HELP)
     i.add_argument("dir", nargs="?", default=None, help="index directory (default: $ARPO_CACHE_DIR/indexes/hotpotqa)")
     i.set_defaults(func=info)
     p.set_defaults(func=lambda a: p.print_help() or 0)

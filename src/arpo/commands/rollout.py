@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from arpo.commands import HELP
+
 EXAMPLES = """examples:
   arpo rollout --config configs/rollout_gsm8k.yaml --limit 2 --out rollouts.jsonl
   arpo rollout --config configs/rollout_hotpotqa.yaml --limit 2 --out hp.jsonl rollout.group_size=8
@@ -16,15 +18,15 @@ branch_decisions, finish_reason."""
 
 
 def register(sub) -> None:
+    from arpo.commands.recipe_flags import add_common
+
     p = sub.add_parser("rollout", help="sample ARPO rollout trees for prompts and dump them (JSONL)",
                        description="Sample entropy-branching ARPO rollout trees (spec §2) and write one JSON "
-                       "line per trajectory.", epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", help="YAML config (sections: model, data, tools, agent, rollout)")
+                       "line per trajectory.", epilog=EXAMPLES, formatter_class=HELP)
     p.add_argument("--data", help="data file (overrides data.path)")
     p.add_argument("--limit", type=int, help="number of prompts (overrides data.limit)")
-    p.add_argument("--out", required=True, help="output JSONL path")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("overrides", nargs="*", help="dotted config overrides, e.g. rollout.group_size=8")
+    p.add_argument("--out", help="output JSONL path (required unless --print-config)")
+    add_common(p, run_dir=False)
     p.set_defaults(func=run)
 
 
@@ -38,6 +40,16 @@ def run(args) -> int:
     if args.limit is not None:
         ov.append(f"data.limit={args.limit}")
     cfg = load_config(rollout.RolloutJobConfig, args.config, ov)
+    if args.print_config:
+        from arpo.commands.recipe_flags import print_config
+
+        return print_config(cfg)
+    from arpo.errors import ArpoError
+    from arpo.jsonl import prepare_output
+
+    if not args.out:
+        raise ArpoError("--out is required (the JSONL file the trajectories go to)")
+    prepare_output(args.out)
     stats = rollout.run(cfg, args.out, quiet=args.quiet)
     print(json.dumps(stats))
     return 0

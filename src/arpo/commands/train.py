@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
+
+from arpo.commands import HELP
 
 EXAMPLES = """examples:
   arpo train --config configs/train_gsm8k.yaml
@@ -16,19 +17,18 @@ Sections: model, data, tools, agent, rollout (branching: group_size M, initial_r
 entropy_weight, branch_threshold, ...), algo (preset + loss overrides), reward, optim, lora, run,
 validation. Under torchrun, run.distributed=fsdp (default: sharded) | ddp (replicated) picks how
 ranks share the model. An unknown or ill-typed key is an error naming it. RUN_DIR (run.dir) gets config.yaml,
-metrics.jsonl, tensorboard/, errors.log and checkpoints/ (`arpo plot RUN_DIR` draws the metrics)."""
+metrics.jsonl, tensorboard/, errors.log and checkpoints/ (`arpo plot RUN_DIR` draws the metrics).
+One process writes a run dir at a time (RUN_DIR/.lock); Ctrl-C / SIGTERM stop after the current
+step with a checkpoint and print the command that resumes (exit code 130 / 143)."""
 
 
 def register(sub) -> None:
+    from arpo.commands.recipe_flags import add_common
+
     p = sub.add_parser("train", help="ARPO RL training: rollout trees, rewards, advantages, PPO updates",
                        description="Train a tool-using agent with ARPO (spec §2-§5) or a baseline preset.",
-                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", help="YAML config")
-    p.add_argument("--resume", action="store_true", help="continue from RUN_DIR's latest checkpoint")
-    p.add_argument("--overwrite", action="store_true",
-                   help="start over in a run dir that already has checkpoints (deletes them and its metrics)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. rollout.group_size=8 algo.preset=grpo")
+                       epilog=EXAMPLES, formatter_class=HELP)
+    add_common(p)
     p.set_defaults(func=run)
 
 
@@ -37,11 +37,14 @@ def run(args) -> int:
     from arpo.recipes import train
     from arpo.training import distributed
 
+    from arpo.commands.recipe_flags import finish, print_config
+
     cfg = load_config(train.TrainConfig, args.config, list(args.overrides))
+    if args.print_config:
+        return print_config(cfg)
     try:
         out = train.run(cfg, resume=args.resume, quiet=args.quiet, overwrite=args.overwrite)
-        if distributed.is_main():  # under torchrun: one summary, from rank 0
-            print(json.dumps(out, default=str))
+        code = finish("train", out, args.json) if distributed.is_main() else 0  # under torchrun: rank 0 prints
     finally:
         distributed.shutdown()
-    return 0
+    return code

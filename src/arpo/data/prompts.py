@@ -52,3 +52,20 @@ def render_prompt(tokenizer, question: str, system: str) -> list[int]:
     if isinstance(out, dict) or hasattr(out, "keys"):
         out = out["input_ids"]
     return list(out)
+
+
+def prompts_for(examples, tokenizer, tools: list[str], template: str | None) -> list[list[int]]:
+    """Rendered prompts. Without an explicit template, a math example gets the `math` prompt
+    (python) and a QA example the `search` prompt when those tools are enabled — the prompts the
+    cold-start SFT data (arpo sft-data) uses — else the template that matches the tools."""
+    out = []
+    for ex in examples:
+        tmpl, names = template, tools
+        if tmpl is None:
+            tmpl = {"math": "math", "qa": "search"}.get(ex.get("task"), "")
+            if tmpl and set(TASK_TOOLS[tmpl]) <= set(tools) and len(tools) > 1:
+                names = list(TASK_TOOLS[tmpl])
+            else:
+                tmpl = default_template(tools)
+        out.append(render_prompt(tokenizer, ex["question"], system_prompt(tmpl, names)))
+    return out

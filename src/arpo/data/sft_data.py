@@ -269,8 +269,8 @@ def build_sft_dataset(task: str, in_path: str, out_path: str, limit: int | None 
     p = in_path  # a data spec: built-in name (gsm8k:train), file, glob or hf:...
     reasons: Counter = Counter()
     rows = []
-    tools = build_tools(["search"] if task == "hotpotqa" else ["python"], search_index=search_index, top_k=top_k,
-                        max_chars=max_chars)
+    tools = build_tools(["search"] if task == "hotpotqa" else ["python"], search_index=search_index,
+                        search_top_k=top_k, search_max_chars=max_chars)
     try:
         if task in ("gsm8k", "svamp"):
             from arpo.data.datasets import load_examples
@@ -340,7 +340,7 @@ def build_rejection_dataset(model: str, data: str, out_path: str, *, samples: in
 
     exs = load_examples(data, limit)
     names = tools or (["python"] if all(e["task"] == "math" for e in exs) else ["search"])
-    reg = build_tools(names, search_index=search_index, top_k=top_k, max_chars=max_chars)
+    reg = build_tools(names, search_index=search_index, search_top_k=top_k, search_max_chars=max_chars)
     m, tok = load_model(model)
     recs: list = []
     try:

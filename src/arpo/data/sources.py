@@ -69,7 +69,13 @@ def _builtin(spec: str) -> list[Path] | None:
 
 
 def is_builtin(spec: str | Path) -> bool:
-    return isinstance(spec, str) and _builtin(spec) is not None
+    """Whether `spec` names a built-in dataset (a row slice allowed: svamp:train[0:10])."""
+    if not isinstance(spec, str):
+        return False
+    try:
+        return _builtin(str(split_slice(spec)[0])) is not None
+    except ArpoError:
+        return False
 
 
 def data_files(spec: str | Path) -> list[Path]:

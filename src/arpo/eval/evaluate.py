@@ -53,7 +53,7 @@ def evaluate(engine, tools, tok, examples: list[dict], *, reward_fn, agent: Agen
     """Metrics of one dataset. Greedy (temperature 0) with samples=1 gives deterministic numbers."""
     import dataclasses
 
-    from arpo.recipes.rollout import prompts_for
+    from arpo.data.prompts import prompts_for
     from arpo.rollout.agent import AgentLoop
 
     cfg = dataclasses.replace(agent or AgentConfig(), temperature=temperature)

@@ -218,7 +218,7 @@ def train_sft(cfg: ExperimentConfig, env: dict, out: Path) -> dict:
     shutil.rmtree(sft_dir, ignore_errors=True)
     scfg = SFTConfig(
         model=ModelConfig(name=str(init), device="cpu", dtype="float32"),
-        data=SFTDataConfig(paths=[str(env["dir"] / "sft.jsonl")], max_seq_len=cfg.max_response_tokens + 64),
+        data=SFTDataConfig(path=[str(env["dir"] / "sft.jsonl")], max_seq_len=cfg.max_response_tokens + 64),
         optim=OptimConfig(lr=cfg.sft_lr, schedule="constant", warmup_steps=cfg.sft_warmup, weight_decay=0.0),
         run=RunConfig(dir=str(sft_dir), seed=cfg.env_seed, save_every=0, keep_checkpoints=1, tensorboard=False,
                       threads=cfg.threads),

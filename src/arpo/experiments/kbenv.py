@@ -183,8 +183,8 @@ def tools_config(index_dir: str | Path, top_k: int = 2, cls=None):
     expert traces, RL and evaluation alike. `cls` may be a ToolsConfig subclass."""
     from arpo.recipes.common import ToolsConfig
 
-    return (cls or ToolsConfig)(enabled=["python", "search"], search_index=str(index_dir), top_k=top_k,
-                                max_chars=200, python_timeout_s=5.0, max_output_chars=200)
+    return (cls or ToolsConfig)(enabled=["python", "search"], search_index=str(index_dir), search_top_k=top_k,
+                                search_max_chars=200, python_timeout_s=5.0, max_output_chars=200)
 
 
 # ---- scripted expert traces ----------------------------------------------------------------------

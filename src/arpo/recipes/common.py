@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from arpo.errors import ArpoError
+from arpo.errors import ArpoError, require
 from arpo.models import DEFAULT_MODEL
 
 
@@ -12,18 +12,25 @@ from arpo.models import DEFAULT_MODEL
 class ModelConfig:
     name: str = DEFAULT_MODEL  # HF causal-LM directory or built-in name
     device: str = "auto"  # auto | cpu | cuda | cuda:N
-    dtype: str = "auto"  # auto (fp32 on CPU, bf16 on GPU) | float32 | bfloat16 | float16
+    dtype: str = "auto"  # auto (fp32 on CPU, bf16 on GPU) | float32 | bfloat16 | float16 | float64
+
+    def validate(self) -> None:
+        require(self.dtype in ("auto", "float32", "bfloat16", "float16", "float64"), "model.dtype",
+                f"{self.dtype!r}; choose auto, float32, bfloat16, float16 or float64")
+        d = self.device
+        require(d in ("auto", "cpu", "cuda", "mps") or d.startswith(("cuda:", "cpu:")), "model.device",
+                f"{d!r}; choose auto, cpu, cuda or cuda:N")
 
 
 @dataclass
 class ToolsConfig:
     enabled: list[str] = field(default_factory=lambda: ["python"])  # python, search
-    python_timeout_s: float = 5.0
+    python_timeout_s: float = 5.0  # wall-clock limit of one python call
     max_output_chars: int = 2000  # python output cut to this many characters (marked)
     search_index: str | None = None  # local index dir (default: $ARPO_CACHE_DIR/indexes/hotpotqa)
     search_url: str | None = None  # or a retrieval server (arpo serve retriever)
-    top_k: int = 10  # passages per search (reference 10)
-    max_chars: int = 1000  # characters per passage (reference 1000)
+    search_top_k: int = 3  # passages per search (reference 10; the same default in eval/chat/tool/sft-data)
+    search_max_chars: int = 300  # characters per passage (reference 1000)
     cache: bool = True  # answer identical calls once (successful results only; tools/cache.py)
     cache_path: str | None = None  # persist the cache here (JSON) across runs
 
@@ -33,6 +40,9 @@ class ToolsConfig:
         for t in self.enabled:
             if t not in KNOWN_TOOLS:
                 raise ArpoError(f"tools.enabled: unknown tool {t!r}; available: {', '.join(KNOWN_TOOLS)}")
+        require(self.python_timeout_s > 0, "tools.python_timeout_s", f"must be > 0, got {self.python_timeout_s}")
+        for key in ("max_output_chars", "search_top_k", "search_max_chars"):
+            require(getattr(self, key) >= 1, f"tools.{key}", f"must be >= 1, got {getattr(self, key)}")
 
     def build(self):
         from arpo.tools import build_tools
@@ -40,8 +50,8 @@ class ToolsConfig:
 
         cache = ToolCache(path=self.cache_path) if self.cache else None
         return build_tools(self.enabled, python_timeout_s=self.python_timeout_s, max_output_chars=self.max_output_chars,
-                           search_index=self.search_index, search_url=self.search_url, top_k=self.top_k,
-                           max_chars=self.max_chars, cache=cache)
+                           search_index=self.search_index, search_url=self.search_url, search_top_k=self.search_top_k,
+                           search_max_chars=self.search_max_chars, cache=cache)
 
 
 @dataclass
@@ -50,6 +60,10 @@ class DataConfig:
     limit: int | None = None  # use only the first N examples
     task: str | None = None  # force math | qa (default: per row)
     template: str | None = None  # prompt template (default: from the enabled tools)
+
+    def validate(self) -> None:
+        require(self.limit is None or self.limit >= 1, "data.limit", f"must be >= 1 (or null: all), got {self.limit}")
+        require(self.task in (None, "math", "qa"), "data.task", f"{self.task!r}; choose math or qa (or null)")
 
 
 @dataclass
@@ -69,6 +83,11 @@ class OptimConfig:
             raise ArpoError(f"optim.schedule: {self.schedule!r}; choose constant, cosine or linear")
         if len(self.betas) != 2:
             raise ArpoError(f"optim.betas must have 2 values, got {self.betas}")
+        require(all(0 <= b < 1 for b in self.betas), "optim.betas", f"each must be in [0, 1), got {self.betas}")
+        require(self.weight_decay >= 0, "optim.weight_decay", f"must be >= 0, got {self.weight_decay}")
+        require(self.warmup_steps >= 0, "optim.warmup_steps", f"must be >= 0, got {self.warmup_steps}")
+        require(0 <= self.min_lr_ratio <= 1, "optim.min_lr_ratio", f"must be in [0, 1], got {self.min_lr_ratio}")
+        require(self.grad_clip >= 0, "optim.grad_clip", f"must be >= 0 (0: off), got {self.grad_clip}")
 
 
 @dataclass
@@ -79,6 +98,11 @@ class LoraConfig:
     dropout: float = 0.0
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj",
                                                                 "gate_proj", "up_proj", "down_proj"])
+
+    def validate(self) -> None:
+        require(self.r >= 1, "lora.r", f"must be >= 1, got {self.r}")
+        require(self.alpha > 0, "lora.alpha", f"must be > 0, got {self.alpha}")
+        require(0 <= self.dropout < 1, "lora.dropout", f"must be in [0, 1), got {self.dropout}")
 
 
 @dataclass
@@ -91,6 +115,13 @@ class RunConfig:
     tensorboard: bool = True
     wandb: str | None = None  # a W&B project name to also log there (needs `pip install wandb`)
     threads: int = 0  # torch CPU threads (0: leave torch's default)
+
+    def validate(self) -> None:
+        require(self.save_every >= 0, "run.save_every", f"must be >= 0 (0: only at the end), got {self.save_every}")
+        require(self.keep_checkpoints >= 1, "run.keep_checkpoints", f"must be >= 1, got {self.keep_checkpoints}")
+        require(self.log_every >= 1, "run.log_every", f"must be >= 1, got {self.log_every}")
+        require(self.threads >= 0, "run.threads", f"must be >= 0 (0: torch's default), got {self.threads}")
+        require(bool(str(self.dir).strip()), "run.dir", "must not be empty")
 
 
 @dataclass

@@ -28,35 +28,15 @@ class RolloutJobConfig:
     prompts_per_batch: int = 4  # prompts whose trees are sampled together in one engine batch
 
 
-def prompts_for(examples, tokenizer, tools: list[str], template: str | None) -> list[list[int]]:
-    """Rendered prompts. Without an explicit template, a math example gets the `math` prompt
-    (python) and a QA example the `search` prompt when those tools are enabled — the prompts the
-    cold-start SFT data (arpo sft-data) uses — else the template that matches the tools."""
-    from arpo.data.prompts import TASK_TOOLS, default_template, render_prompt, system_prompt
-
-    out = []
-    for ex in examples:
-        tmpl, names = template, tools
-        if tmpl is None:
-            tmpl = {"math": "math", "qa": "search"}.get(ex.get("task"), "")
-            if tmpl and set(TASK_TOOLS[tmpl]) <= set(tools) and len(tools) > 1:
-                names = list(TASK_TOOLS[tmpl])
-            else:
-                tmpl = default_template(tools)
-        out.append(render_prompt(tokenizer, ex["question"], system_prompt(tmpl, names)))
-    return out
-
-
 def run(cfg: RolloutJobConfig, out_path: str, quiet: bool = False) -> dict:
     from rich.progress import Progress
 
     from arpo.data.datasets import load_examples
+    from arpo.data.prompts import prompts_for
     from arpo.engine.hf import HFEngine
     from arpo.models import load_model
+    from arpo.rewards import get_reward_fn, score_trees
     from arpo.rollout.arpo import ARPORollout
-
-    from arpo.recipes.train import score_trees
-    from arpo.rewards import get_reward_fn
 
     reward_fn = get_reward_fn(cfg.reward.fn)
     examples = load_examples(cfg.data.path, cfg.data.limit, cfg.data.task)

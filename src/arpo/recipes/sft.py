@@ -28,7 +28,7 @@ from arpo.recipes.common import LoraConfig, ModelConfig, OptimConfig, RunConfig
 
 @dataclass
 class SFTDataConfig:
-    paths: list[str] = field(default_factory=lambda: ["sft_gsm8k.jsonl"])  # JSONL files (arpo sft-data)
+    path: list[str] = field(default_factory=lambda: ["sft_gsm8k.jsonl"])  # JSONL file(s) of `arpo sft-data`
     limit: int | None = None  # use only the first N rows (after concatenating the files)
     max_seq_len: int = 1024  # rows longer than this (prompt + response tokens) are skipped, counted
 
@@ -51,6 +51,14 @@ class SFTConfig:
             raise ArpoError("batch_size must be >= 1")
         if self.epochs < 1:
             raise ArpoError("epochs must be >= 1")
+        from arpo.errors import require
+
+        require(self.max_steps is None or self.max_steps >= 1, "max_steps", f"must be >= 1 (or null), got {self.max_steps}")
+        require(self.micro_tokens >= 1, "micro_tokens", f"must be >= 1, got {self.micro_tokens}")
+        require(self.data.max_seq_len >= 1, "data.max_seq_len", f"must be >= 1, got {self.data.max_seq_len}")
+        require(self.data.limit is None or self.data.limit >= 1, "data.limit", f"must be >= 1 (or null), got {self.data.limit}")
+        for sec in (self.model, self.lora, self.run):
+            sec.validate()
 
 
 def read_sft_rows(paths: list[str], limit: int | None = None) -> list[dict]:
@@ -126,73 +134,84 @@ def nll_loss(mask: torch.Tensor):
 
 
 def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False, overwrite: bool = False) -> dict:
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
-    from arpo.config import save_config
+    """validate everything → claim the run dir → load → steps (log, checkpoint) → summary.
+    SIGINT/SIGTERM stop it after the current step, with a checkpoint (training/signals.py)."""
+    from arpo.models import check_model
     from arpo.training.batch import TreeBatch, loss_and_backward
-    from arpo.training.checkpoint import latest_checkpoint, load_trainer_state, resume_from, save_checkpoint
+    from arpo.training.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
     from arpo.training.logger import MetricsLogger
     from arpo.training.optim import build_optimizer, build_scheduler, clip_gradients, load_policy
+    from arpo.training.progress import StepProgress
+    from arpo.training.rundir import RunDir
+    from arpo.training.signals import GracefulStop
 
     cfg.validate()
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
+    rows = read_sft_rows(cfg.data.path, cfg.data.limit)  # bad data fails here, before the run dir is touched
+    check_model(cfg.model.name, cfg.model.device)
     run_dir = Path(cfg.run.dir)
-    ckpt = resume_from(run_dir, resume, overwrite)
-    torch.manual_seed(cfg.run.seed)
-    model, tok = load_policy(cfg.model, cfg.lora, ckpt)
-    model.train()
-    rows = read_sft_rows(cfg.data.paths, cfg.data.limit)
-    data, skipped = [], 0
-    for r in rows:
-        p, ids, m = tokenize_row(tok, r)
-        if len(p) + len(ids) > cfg.data.max_seq_len:
-            skipped += 1
-            continue
-        data.append((p, ids, m))
-    if not data:
-        raise ArpoError(f"every SFT row is longer than data.max_seq_len={cfg.data.max_seq_len}")
-    per_epoch = (len(data) + cfg.batch_size - 1) // cfg.batch_size
-    total = cfg.max_steps or per_epoch * cfg.epochs
-    opt = build_optimizer(model, cfg.optim)
-    sched = build_scheduler(opt, cfg.optim, total)
-    start = 0
-    if ckpt is not None:
-        start = load_trainer_state(ckpt, opt, sched)["step"]
-    run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, run_dir / "config.yaml")
-    log = MetricsLogger(run_dir, resume_step=start if ckpt is not None else None, tensorboard=cfg.run.tensorboard,
-                        wandb_project=cfg.run.wandb, config=dataclasses.asdict(cfg))
-    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-    last = {}
-    cols = [TextColumn("sft"), BarColumn(), TextColumn("{task.completed}/{task.total} {task.fields[info]}"),
-            TimeRemainingColumn()]
-    with Progress(*cols, disable=quiet) as bar:
-        task = bar.add_task("sft", total=total, completed=start, info="")
-        for step in range(start, total):
-            t0 = time.perf_counter()
-            items = [data[i] for i in batch_indices(len(data), cfg.batch_size, cfg.run.seed, step)]
-            trees = [{"prompt": p, "responses": [ids], "parent": [-1], "branch_at": [0]} for p, ids, _ in items]
-            batch = TreeBatch.from_trees(trees, [[m] for _, _, m in items])
-            loss, _ = loss_and_backward(model, batch, nll_loss(batch.mask), packed=False,
-                                        max_tokens=cfg.micro_tokens, pad_id=pad)
-            gnorm = clip_gradients(model, cfg.optim.grad_clip)
-            opt.step()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
-            dt = time.perf_counter() - t0
-            n_tok = sum(len(p) + len(ids) for p, ids, _ in items)
-            last = {"loss": float(loss), "grad_norm": gnorm, "lr": sched.get_last_lr()[0],
-                    "tokens": n_tok, "tokens_per_s": n_tok / dt, "step_seconds": dt,
-                    "epoch": step // per_epoch}
-            if (step + 1) % cfg.run.log_every == 0 or step + 1 == total:
-                log.log(step + 1, last)
-            done = step + 1
-            if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == total:
-                save_checkpoint(run_dir, done, model, tok, opt, sched, {"kind": "sft", "total_steps": total},
-                                keep=cfg.run.keep_checkpoints)
-            bar.update(task, completed=done, info=f"loss {float(loss):.3f}")
-    log.close()
+    rd = RunDir(run_dir, resume=resume, overwrite=overwrite, command="sft").open()
+    log = None
+    try:
+        rd.check_resume_config(dataclasses.asdict(cfg))
+        ckpt = rd.checkpoint
+        torch.manual_seed(cfg.run.seed)
+        model, tok = load_policy(cfg.model, cfg.lora, ckpt)
+        model.train()
+        data, skipped = [], 0
+        for r in rows:
+            p, ids, m = tokenize_row(tok, r)
+            if len(p) + len(ids) > cfg.data.max_seq_len:
+                skipped += 1
+                continue
+            data.append((p, ids, m))
+        if not data:
+            raise ArpoError(f"every SFT row is longer than data.max_seq_len={cfg.data.max_seq_len}")
+        per_epoch = (len(data) + cfg.batch_size - 1) // cfg.batch_size
+        total = cfg.max_steps or per_epoch * cfg.epochs
+        opt = build_optimizer(model, cfg.optim)
+        sched = build_scheduler(opt, cfg.optim, total)
+        start = load_trainer_state(ckpt, opt, sched)["step"] if ckpt is not None else 0
+        rd.begin(dataclasses.asdict(cfg))
+        log = MetricsLogger(run_dir, resume_step=start if ckpt is not None else None, tensorboard=cfg.run.tensorboard,
+                            wandb_project=cfg.run.wandb, config=dataclasses.asdict(cfg))
+        pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+        last = {}
+        with GracefulStop() as stop, StepProgress("sft", total, start, enabled=not quiet) as bar:
+            for step in range(start, total):
+                t0 = time.perf_counter()
+                items = [data[i] for i in batch_indices(len(data), cfg.batch_size, cfg.run.seed, step)]
+                trees = [{"prompt": p, "responses": [ids], "parent": [-1], "branch_at": [0]} for p, ids, _ in items]
+                batch = TreeBatch.from_trees(trees, [[m] for _, _, m in items])
+                loss, _ = loss_and_backward(model, batch, nll_loss(batch.mask), packed=False,
+                                            max_tokens=cfg.micro_tokens, pad_id=pad)
+                gnorm = clip_gradients(model, cfg.optim.grad_clip)
+                opt.step()
+                sched.step()
+                opt.zero_grad(set_to_none=True)
+                dt = time.perf_counter() - t0
+                n_tok = sum(len(p) + len(ids) for p, ids, _ in items)
+                last = {"loss": float(loss), "grad_norm": gnorm, "lr": sched.get_last_lr()[0],
+                        "tokens": n_tok, "tokens_per_s": n_tok / dt, "step_seconds": dt,
+                        "epoch": step // per_epoch}
+                done = step + 1
+                stopping = stop.requested()
+                if done % cfg.run.log_every == 0 or done == total or stopping:
+                    log.log(done, last)
+                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == total or stopping:
+                    save_checkpoint(run_dir, done, model, tok, opt, sched, {"kind": "sft", "total_steps": total},
+                                    keep=cfg.run.keep_checkpoints)
+                    rd.checkpoint_written()
+                bar.update(done, last)
+                if stopping:
+                    stop.report("sft", done, total, run_dir)
+                    break
+    finally:
+        if log is not None:
+            log.close()
+        rd.close()
     final = latest_checkpoint(run_dir)
     return {"steps": total, "rows": len(data), "skipped_too_long": skipped, "final_loss": last.get("loss"),
-            "checkpoint": str(final) if final else None, "model": str(final / "model") if final else None}
+            "checkpoint": str(final) if final else None, "model": str(final / "model") if final else None,
+            "stopped_by": stop.signal}

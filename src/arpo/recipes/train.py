@@ -82,13 +82,21 @@ class ValidationConfig:
     samples: int = 1
     temperature: float = 0.0  # 0: greedy
 
+    def validate(self) -> None:
+        from arpo.errors import require
+
+        require(self.limit >= 1, "validation.limit", f"must be >= 1, got {self.limit}")
+        require(self.every >= 0, "validation.every", f"must be >= 0 (0: never), got {self.every}")
+        require(self.samples >= 1, "validation.samples", f"must be >= 1, got {self.samples}")
+        require(self.temperature >= 0, "validation.temperature", f"must be >= 0, got {self.temperature}")
+
 
 @dataclass
 class TrainRunConfig(RunConfig):
     distributed: str = "fsdp"  # under torchrun: fsdp (sharded, FSDP2) | ddp (a full replica per rank)
 
     def validate(self) -> None:
-        getattr(super(), "validate", lambda: None)()
+        super().validate()
         if self.distributed not in ("fsdp", "ddp"):
             raise ArpoError(f"run.distributed: {self.distributed!r}; choose fsdp or ddp")
 
@@ -127,6 +135,14 @@ class TrainConfig:
             raise ArpoError("steps and prompts_per_step must be >= 1")
         if not 1 <= self.minibatches <= self.prompts_per_step:
             raise ArpoError(f"minibatches must be in [1, prompts_per_step={self.prompts_per_step}]")
+        from arpo.errors import require
+
+        require(self.agent.temperature > 0, "agent.temperature",
+                f"must be > 0 for training, got {self.agent.temperature}: greedy rollouts give identical samples, "
+                "zero advantages and no gradient (spec §2 trains at 1.0)")
+        require(self.micro_tokens >= 1, "micro_tokens", f"must be >= 1, got {self.micro_tokens}")
+        for sec in (self.model, self.data, self.agent, self.lora, self.run, self.validation):
+            sec.validate()
         if self.old_logprobs not in ("auto", "rollout", "recompute"):
             raise ArpoError(f"old_logprobs: {self.old_logprobs!r}; choose auto, rollout or recompute")
         from arpo.engine import ENGINES
@@ -138,16 +154,6 @@ class TrainConfig:
 # ------------------------------------------------------------------------------------------------
 # The pieces of one step
 # ------------------------------------------------------------------------------------------------
-
-
-def score_trees(trees, reward_fn, math_scorer: str) -> None:
-    """Attach a RewardResult to every trajectory (TreeTrajectory.reward = its scalar)."""
-    for tree in trees:
-        for t in tree.trajectories:
-            calls = [{"tool": c.tool, "ok": c.ok} for c in t.traj.tool_calls]
-            res = reward_fn(t.traj.text, tree.example, tool_calls=calls, math_scorer=math_scorer)
-            t.reward = float(res.reward)
-            t.result = res
 
 
 def step_advantages(trees, preset, gather=None) -> list[torch.Tensor]:
@@ -364,32 +370,240 @@ def entropy_aware_advantage_global(adv, ent, mask, alpha: float, eps: float = 1e
 
 
 # ------------------------------------------------------------------------------------------------
-# The loop
+# Setup, one step, the loop
 # ------------------------------------------------------------------------------------------------
 
 
-def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: bool = False) -> dict:
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+@dataclass
+class Trainer:
+    """Everything a step needs, built once by `setup` (one job per field; no per-step state)."""
 
-    from arpo.algos.advantages import entropy_aware_advantage
-    from arpo.config import save_config
-    from arpo.data.datasets import load_examples
-    from arpo.engine import make_engine, sync_weights
+    cfg: TrainConfig
+    preset: object  # algos.presets.AlgoPreset
+    model: object  # the policy (what is trained and checkpointed)
+    tok: object
+    par: object  # training.distributed.ParallelModel: rollout / train views of the policy
+    opt: object
+    sched: object
+    engine: object
+    tools: object
+    ro: ShardRollout
+    reward_fn: object
+    examples: list
+    ref_model: object = None
+    multi: bool = False
+    log_error: object = print  # (message) -> None: errors.log
+    stale: bool = False  # the policy changed since the engine last received its weights
+    on_lap: object = None  # (phase name) -> None, called as each phase of a step ends (benchmarks: sync, memory)
+
+    @property
+    def lp_kw(self) -> dict:
+        cfg, pad = self.cfg, self.tok.pad_token_id if self.tok.pad_token_id is not None else 0
+        temp = cfg.agent.temperature if cfg.agent.temperature > 0 else 1.0
+        return dict(packed=cfg.packed, max_tokens=cfg.micro_tokens, temperature=temp, pad_id=pad)
+
+    def engine_ready(self) -> None:
+        """Before a rollout: eval mode, the generation replica in sync, vLLM awake with fresh weights."""
+        from arpo.engine import sync_weights
+
+        self.model.eval()
+        self.par.sync_rollout()
+        if hasattr(self.engine, "wake_up"):
+            self.engine.wake_up()
+        if self.stale:
+            sync_weights(self.engine, self.par.rollout)
+            self.stale = False
+
+    def close(self) -> None:
+        self.tools.close()
+        if hasattr(self.engine, "close"):
+            self.engine.close()
+
+
+def setup(cfg: TrainConfig, preset, examples: list, reward_fn, ckpt=None, multi: bool = False,
+          log_error=print, model_and_tok=None) -> Trainer:
+    """Policy (from `ckpt` on resume), π_ref, optimizer, scheduler, tools, engine and rollout.
+    `model_and_tok`: use this (model, tokenizer) instead of loading cfg.model (benchmarks)."""
+    from arpo.engine import make_engine
     from arpo.models import load_model
-    from arpo.recipes.rollout import prompts_for
+    from arpo.training import distributed
+    from arpo.training.optim import build_optimizer, build_scheduler, load_policy
+
+    model_cfg = dataclasses.replace(cfg.model, device=distributed.local_device(cfg.model.device))
+    torch.manual_seed(cfg.run.seed)
+    model, tok = model_and_tok or load_policy(model_cfg, cfg.lora, ckpt)
+    # π_ref is the starting policy (also on resume, where `model` holds the checkpoint's weights)
+    ref_model = load_model(cfg.model.name, model_cfg.device, cfg.model.dtype)[0].eval() if preset.kl_coef else None
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    # one process: `par` hands `model` through; torchrun: FSDP2-sharded or DDP-replicated (run.distributed)
+    par = distributed.ParallelModel(model, cfg.run.distributed if multi else None, pad)
+    opt = build_optimizer(model, cfg.optim)
+    sched = build_scheduler(opt, cfg.optim, cfg.steps * cfg.minibatches * preset.ppo_epochs)
+    tools = cfg.tools.build()
+    # hf decodes with par.rollout itself; vllm starts from the model directory and gets the policy's
+    # weights pushed in after every update, before the next rollout (Trainer.engine_ready)
+    engine = make_engine(cfg.engine, par.rollout, tok, model_dir=cfg.model.name, **cfg.engine_options)
+    ro = ShardRollout(engine, tools, cfg.agent, dataclasses.replace(cfg.rollout, initial_rollouts=preset.initial_rollouts))
+    return Trainer(cfg, preset, model, tok, par, opt, sched, engine, tools, ro, reward_fn, examples, ref_model,
+                   multi, log_error)
+
+
+def train_step(tr: Trainer, step: int) -> tuple[dict, list]:
+    """One ARPO step (the module docstring's diagram): returns (metrics, this rank's trees).
+    Metrics include the time split: time_generation, time_rewards, time_batch, time_old_logprobs,
+    time_backward, time_optimizer, time_training (everything after generation) and step_seconds."""
+    from arpo.data.prompts import prompts_for
     from arpo.recipes.sft import batch_indices
-    from arpo.rewards import get_reward_fn
+    from arpo.rewards import score_trees
+    from arpo.training import distributed
+
+    cfg, preset, multi = tr.cfg, tr.preset, tr.multi
+    clock = {"t": time.perf_counter()}
+    times: dict[str, float] = {}
+
+    def lap(name: str) -> None:
+        if tr.on_lap is not None:
+            tr.on_lap(name)
+        now = time.perf_counter()
+        times[name] = times.get(name, 0.0) + now - clock["t"]
+        clock["t"] = now
+
+    t0 = clock["t"]
+    picked = batch_indices(len(tr.examples), cfg.prompts_per_step, cfg.run.seed, step)
+    mine = distributed.shard(len(picked))  # this rank's slice of the global prompt list
+    batch_ex = [tr.examples[picked[k]] for k in mine]
+    prompts = prompts_for(batch_ex, tr.tok, cfg.tools.enabled, cfg.data.template)
+    tr.engine_ready()
+    trees = rollout_step(tr.ro, prompts, batch_ex, cfg.run.seed * 100_003 + step, tr.log_error, offset=mine.start)
+    if hasattr(tr.engine, "sleep"):  # vllm on GPU with enable_sleep_mode: free its memory for training
+        tr.engine.sleep(level=1)
+    lap("time_generation")
+    n_rolled = distributed.total(len(trees))
+    if not n_rolled:
+        return {"skipped": 1, "reason": "every rollout failed"}, trees
+    score_trees(trees, tr.reward_fn, cfg.reward.math_scorer)
+    stats = traj_stats(trees)
+    metrics = metrics_of([s for part in distributed.gather(stats) for s in part] if multi else stats)
+    if preset.dynamic_sampling:  # DAPO: groups whose rewards are all equal carry no signal
+        trees = [t for t in trees if len({x.reward for x in t.trajectories}) > 1]
+    counts = distributed.gather(len(trees))  # kept trees per rank, in global order
+    n_trees, off = sum(counts), sum(counts[: distributed.rank()])
+    if preset.dynamic_sampling:
+        metrics["groups_dropped"] = n_rolled - n_trees
+    lap("time_rewards")
+    if n_trees:
+        metrics.update(policy_update(tr, trees, n_trees, off, step, lap))
+    gen_tokens = distributed.total(sum(t.traj.n_generated_tokens for x in trees for t in x.trajectories))
+    times["step_seconds"] = time.perf_counter() - t0
+    times["time_training"] = times["step_seconds"] - times["time_generation"]
+    if multi:  # the slowest rank's times
+        times = dict(zip(times, distributed.all_reduce(list(times.values()), op="max")))
+    metrics.update(times)
+    metrics.update({"lr": tr.sched.get_last_lr()[0], "tokens_per_s": gen_tokens / max(times["time_generation"], 1e-9)})
+    return metrics, trees
+
+
+def policy_update(tr: Trainer, trees: list, n_trees: int, off: int, step: int, lap) -> dict:
+    """Advantages → old log-probs → PPO epochs over mini-batches of (global) trees (spec §3, §4).
+    `off`: the global index of this rank's first tree; `lap(name)`: adds elapsed time to a phase."""
+    from arpo.algos.advantages import entropy_aware_advantage
     from arpo.training import distributed
     from arpo.training.batch import loss_and_backward, token_logprobs
+    from arpo.training.optim import clip_gradients
+
+    cfg, preset, multi, par, lp_kw = tr.cfg, tr.preset, tr.multi, tr.par, tr.lp_kw
+    device = next(tr.model.parameters()).device  # the batch's tensors live with the policy
+    advs = step_advantages(trees, preset, distributed.gather if multi else None)
+    batch, old_ent = (build_batch(trees, preset, advs).to(device), None) if trees else (None, None)
+    lap("time_batch")
+    if batch is not None:
+        if use_rollout_logprobs(cfg, tr.model):  # what the engine recorded while sampling: no extra forward
+            batch.old_logp, old_ent = old_logprobs_from_rollout(trees, batch)
+        else:
+            batch.old_logp, old_ent = token_logprobs(par.rollout, batch, with_entropy=True, **lp_kw)
+        if tr.ref_model is not None:
+            batch.ref_logp, _ = token_logprobs(tr.ref_model, batch, **lp_kw)
+    if preset.entropy_aware_advantage and multi:
+        adv = entropy_aware_advantage_global(*((batch.advantages, old_ent, batch.mask) if batch
+                                               else (None, None, None)), preset.entropy_aware_alpha)
+        if batch is not None:
+            batch.advantages = adv
+    elif preset.entropy_aware_advantage:
+        batch.advantages = entropy_aware_advantage(batch.advantages, old_ent, batch.mask, preset.entropy_aware_alpha)
+    lap("time_old_logprobs")
+    tr.model.train()
+    diags, gnorms, first = [], [], True
+    for epoch in range(preset.ppo_epochs):
+        for mb in minibatch_order(n_trees, cfg.minibatches, cfg.run.seed, step, epoch):
+            local = [t - off for t in mb if off <= t < off + len(trees)]  # this rank's trees
+            sub = batch.subset(local) if local else None  # None: none of mb is on this rank
+            cur = None
+            if first and sub is not None:  # weights unchanged since old_logp: reuse it (on-policy)
+                rows = [batch.rows[(t, i)] for t in local for i in range(len(batch.trees[t]["responses"]))]
+                cur = (batch.old_logp[rows][:, : sub.width], old_ent[rows][:, : sub.width])
+            elif not first:  # par.run: FSDP ranks run equally many forwards (dummies for None)
+                cur = par.run(sub, lambda: token_logprobs(par.train, sub, with_entropy=True, **lp_kw),
+                              grad=False, **lp_kw)
+            first = False
+            scale, norm = 1.0, None
+            if multi:  # this rank's share of the global mini-batch's loss denominator
+                den = LOSS_DENOMINATORS[preset.loss_agg](sub.mask) if sub else 0.0
+                shares = distributed.gather((den, float(sub.mask.sum()) if sub else 0.0, sub.width if sub else 0))
+                scale = den / max(sum(x[0] for x in shares), 1.0)
+                norm = (preset.agg_normalizer if preset.agg_normalizer is not None
+                        else float(max(x[2] for x in shares)))  # the global padded width
+            out = par.run(sub, lambda: loss_and_backward(
+                par.train, sub, make_loss_fn(sub, preset, norm), need_entropy=True, current=cur,
+                scale=scale, **lp_kw), grad=True, **lp_kw)
+            par.reduce_grads()
+            lap("time_backward")
+            gnorms.append(clip_gradients(tr.model, cfg.optim.grad_clip))
+            tr.opt.step()
+            tr.sched.step()
+            tr.opt.zero_grad(set_to_none=True)
+            tr.stale = True
+            lap("time_optimizer")
+            diag = {k: float(v) for k, v in out[1].items()} if out else None
+            if multi:
+                diag = global_diagnostics([(x[0], x[1], d) for x, d in zip(shares, distributed.gather(diag))])
+            diags.append(diag)
+    m = {k: statistics.fmean(d[k] for d in diags) for k in diags[0]}
+    m["grad_norm"] = statistics.fmean(gnorms)
+    m["trained_tokens"] = distributed.total(batch.n_tokens(cfg.packed) if batch else 0)
+    return m
+
+
+def validate(tr: Trainer, val_examples: list) -> dict:
+    """Held-out metrics (rank 0 evaluates alone; the others wait at the next collective)."""
+    from arpo.eval.evaluate import evaluate
+    from arpo.training import distributed
+
+    tr.engine_ready()
+    if not distributed.is_main():
+        return {}
+    cfg = tr.cfg
+    vm = evaluate(tr.engine, tr.tools, tr.tok, val_examples, reward_fn=tr.reward_fn, agent=cfg.agent,
+                  samples=cfg.validation.samples, temperature=cfg.validation.temperature,
+                  template=cfg.data.template, tool_names=cfg.tools.enabled, seed=cfg.run.seed)
+    return {f"val/{k}": v for k, v in vm.items() if isinstance(v, (int, float))}
+
+
+def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: bool = False) -> dict:
+    """The recipe: validate everything → claim the run dir → setup → steps (log, validate,
+    checkpoint) → summary. SIGINT/SIGTERM stop it after the current step, with a checkpoint."""
+    from arpo.data.datasets import load_examples
+    from arpo.models import check_model
+    from arpo.rewards import get_reward_fn
+    from arpo.training import distributed
     from arpo.training.checkpoint import (is_distributed_checkpoint, latest_checkpoint, load_distributed_state,
-                                          load_trainer_state, resume_from, save_checkpoint,
-                                          save_distributed_checkpoint)
+                                          load_trainer_state, save_checkpoint, save_distributed_checkpoint)
     from arpo.training.logger import MetricsLogger
-    from arpo.training.optim import build_optimizer, build_scheduler, clip_gradients, load_policy
+    from arpo.training.progress import StepProgress
+    from arpo.training.rundir import RunDir
+    from arpo.training.signals import GracefulStop
 
     cfg.validate()
     preset = cfg.algo.resolve(cfg.rollout)
-    rollout_cfg = dataclasses.replace(cfg.rollout, initial_rollouts=preset.initial_rollouts)
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
     multi = distributed.init(cfg.model.device)  # under torchrun: this process is one of W ranks
@@ -399,189 +613,63 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
         if cfg.prompts_per_step < distributed.world_size():
             raise ArpoError(f"prompts_per_step={cfg.prompts_per_step} < {distributed.world_size()} ranks")
     main = distributed.is_main()
-    model_cfg = dataclasses.replace(cfg.model, device=distributed.local_device(cfg.model.device))
-    run_dir = Path(cfg.run.dir)
-    ckpt = resume_from(run_dir, resume, overwrite)
+    # everything that can be wrong with the config fails here, before the run dir is touched
     reward_fn = get_reward_fn(cfg.reward.fn)
     examples = load_examples(cfg.data.path, cfg.data.limit, cfg.data.task)
-    torch.manual_seed(cfg.run.seed)
-    model, tok = load_policy(model_cfg, cfg.lora, ckpt)
-    # π_ref is the starting policy (also on resume, where `model` holds the checkpoint's weights)
-    ref_model = load_model(cfg.model.name, model_cfg.device, cfg.model.dtype)[0].eval() if preset.kl_coef else None
-    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-    device = next(model.parameters()).device  # the batch's tensors live with the policy
-    # one process: `par` hands `model` through; torchrun: FSDP2-sharded or DDP-replicated (run.distributed)
-    par = distributed.ParallelModel(model, getattr(cfg.run, "distributed", "fsdp") if multi else None, pad)
-    opt = build_optimizer(model, cfg.optim)
-    n_updates = cfg.steps * cfg.minibatches * preset.ppo_epochs
-    sched = build_scheduler(opt, cfg.optim, n_updates)
-    start = 0
-    if ckpt is not None and (multi or is_distributed_checkpoint(ckpt)):  # DCP: reshards to this rank count
-        start = load_distributed_state(ckpt, model, opt, sched)["step"]
-    elif ckpt is not None:
-        start = load_trainer_state(ckpt, opt, sched)["step"]
-    if main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        save_config(cfg, run_dir / "config.yaml")
-    log = MetricsLogger(run_dir, resume_step=start if ckpt is not None else None, tensorboard=cfg.run.tensorboard,
-                        enabled=main, wandb_project=cfg.run.wandb, config=dataclasses.asdict(cfg))
-    errors_path = run_dir / "errors.log"
-    pending_errors: list[str] = []  # distributed: gathered to rank 0 after each rollout
-
-    def log_error(msg: str) -> None:
-        if multi:
-            pending_errors.append(msg)
-            return
-        with open(errors_path, "a") as f:
-            f.write(msg + "\n")
-
-    tools = cfg.tools.build()
-    # hf decodes with par.rollout itself; vllm starts from the model directory and gets the policy's
-    # weights pushed in (here, and after every update below, before the next rollout)
-    engine = make_engine(cfg.engine, par.rollout, tok, model_dir=cfg.model.name, **cfg.engine_options)
-    stale = False  # the policy was updated since the engine last received its weights
-
-    def engine_ready() -> None:
-        nonlocal stale
-        model.eval()
-        par.sync_rollout()
-        if hasattr(engine, "wake_up"):
-            engine.wake_up()
-        if stale:
-            sync_weights(engine, par.rollout)
-            stale = False
-    ro = ShardRollout(engine, tools, cfg.agent, rollout_cfg)
-    temp = cfg.agent.temperature if cfg.agent.temperature > 0 else 1.0
-    lp_kw = dict(packed=cfg.packed, max_tokens=cfg.micro_tokens, temperature=temp, pad_id=pad)
-    from_rollout = use_rollout_logprobs(cfg, model)
     val_examples = (load_examples(cfg.validation.path, cfg.validation.limit, cfg.data.task)
                     if cfg.validation.path else [])
-    last: dict = {}
-    cols = [TextColumn("train"), BarColumn(), TextColumn("{task.completed}/{task.total} {task.fields[info]}"),
-            TimeRemainingColumn()]
+    check_model(cfg.model.name, cfg.model.device)
+    run_dir = Path(cfg.run.dir)
+    rd = RunDir(run_dir, resume=resume, overwrite=overwrite, main=main, command="train").open()
+    tr = log = None
     try:
-        with Progress(*cols, disable=quiet or not main) as bar:
-            task = bar.add_task("train", total=cfg.steps, completed=start, info="")
+        rd.check_resume_config(dataclasses.asdict(cfg))
+        ckpt = rd.checkpoint  # every rank reads the same checkpoint
+        errors_path, pending = run_dir / "errors.log", []
+
+        def log_error(msg: str) -> None:  # distributed: gathered to rank 0 after each step
+            pending.append(msg)
+
+        tr = setup(cfg, preset, examples, reward_fn, ckpt, multi, log_error)
+        start = 0
+        if ckpt is not None and (multi or is_distributed_checkpoint(ckpt)):  # DCP: reshards to this rank count
+            start = load_distributed_state(ckpt, tr.model, tr.opt, tr.sched)["step"]
+        elif ckpt is not None:
+            start = load_trainer_state(ckpt, tr.opt, tr.sched)["step"]
+        rd.begin(dataclasses.asdict(cfg))
+        log = MetricsLogger(run_dir, resume_step=start if ckpt is not None else None, tensorboard=cfg.run.tensorboard,
+                            enabled=main, wandb_project=cfg.run.wandb, config=dataclasses.asdict(cfg))
+        last: dict = {}
+        with GracefulStop() as stop, StepProgress("train", cfg.steps, start, enabled=main and not quiet) as bar:
             for step in range(start, cfg.steps):
-                t0 = time.perf_counter()
-                picked = batch_indices(len(examples), cfg.prompts_per_step, cfg.run.seed, step)
-                mine = distributed.shard(len(picked))  # this rank's slice of the global prompt list
-                batch_ex = [examples[picked[k]] for k in mine]
-                prompts = prompts_for(batch_ex, tok, cfg.tools.enabled, cfg.data.template)
-                engine_ready()
-                trees = rollout_step(ro, prompts, batch_ex, cfg.run.seed * 100_003 + step, log_error, offset=mine.start)
-                t_gen = time.perf_counter() - t0
-                if hasattr(engine, "sleep"):  # vllm on GPU with enable_sleep_mode: free its memory for training
-                    engine.sleep(level=1)
-                if multi:
-                    msgs = [m for part in distributed.gather(pending_errors) for m in part]
-                    pending_errors.clear()
-                    if main and msgs:
-                        with open(errors_path, "a") as f:
-                            f.write("".join(m + "\n" for m in msgs))
-                n_rolled = distributed.total(len(trees))
-                if not n_rolled:
-                    log.log(step + 1, {"skipped": 1, "reason": "every rollout failed"})
-                    continue
-                score_trees(trees, reward_fn, cfg.reward.math_scorer)
-                stats = traj_stats(trees)
-                metrics = metrics_of([s for part in distributed.gather(stats) for s in part] if multi else stats)
-                if preset.dynamic_sampling:  # DAPO: groups whose rewards are all equal carry no signal
-                    trees = [tr for tr in trees if len({t.reward for t in tr.trajectories}) > 1]
-                counts = distributed.gather(len(trees))  # kept trees per rank, in global order
-                n_trees, off = sum(counts), sum(counts[: distributed.rank()])
-                if preset.dynamic_sampling:
-                    metrics["groups_dropped"] = n_rolled - n_trees
-                t1 = time.perf_counter()
-                train_m: dict = {}
-                if n_trees:
-                    advs = step_advantages(trees, preset, distributed.gather if multi else None)
-                    batch, old_ent = (build_batch(trees, preset, advs).to(device), None) if trees else (None, None)
-                    if batch is not None:
-                        if from_rollout:  # what the engine recorded while sampling: no extra forward
-                            batch.old_logp, old_ent = old_logprobs_from_rollout(trees, batch)
-                        else:
-                            batch.old_logp, old_ent = token_logprobs(par.rollout, batch, with_entropy=True, **lp_kw)
-                        if ref_model is not None:
-                            batch.ref_logp, _ = token_logprobs(ref_model, batch, **lp_kw)
-                    if preset.entropy_aware_advantage and multi:
-                        adv = entropy_aware_advantage_global(*((batch.advantages, old_ent, batch.mask) if batch
-                                                               else (None, None, None)), preset.entropy_aware_alpha)
-                        if batch is not None:
-                            batch.advantages = adv
-                    elif preset.entropy_aware_advantage:
-                        batch.advantages = entropy_aware_advantage(batch.advantages, old_ent, batch.mask,
-                                                                   preset.entropy_aware_alpha)
-                    model.train()
-                    diags, gnorms, first = [], [], True
-                    for epoch in range(preset.ppo_epochs):
-                        for mb in minibatch_order(n_trees, cfg.minibatches, cfg.run.seed, step, epoch):
-                            local = [t - off for t in mb if off <= t < off + len(trees)]  # this rank's trees
-                            sub = batch.subset(local) if local else None  # None: none of mb is on this rank
-                            cur = None
-                            if first and sub is not None:  # weights unchanged since old_logp: reuse it (on-policy)
-                                rows = [batch.rows[(t, i)] for t in local for i in range(len(batch.trees[t]["responses"]))]
-                                cur = (batch.old_logp[rows][:, : sub.width], old_ent[rows][:, : sub.width])
-                            elif not first:  # par.run: FSDP ranks run equally many forwards (dummies for None)
-                                cur = par.run(sub, lambda: token_logprobs(par.train, sub, with_entropy=True, **lp_kw),
-                                              grad=False, **lp_kw)
-                            first = False
-                            scale, norm = 1.0, None
-                            if multi:  # this rank's share of the global mini-batch's loss denominator
-                                den = LOSS_DENOMINATORS[preset.loss_agg](sub.mask) if sub else 0.0
-                                shares = distributed.gather((den, float(sub.mask.sum()) if sub else 0.0,
-                                                             sub.width if sub else 0))
-                                scale = den / max(sum(x[0] for x in shares), 1.0)
-                                norm = (preset.agg_normalizer if preset.agg_normalizer is not None
-                                        else float(max(x[2] for x in shares)))  # the global padded width
-                            out = par.run(sub, lambda: loss_and_backward(
-                                par.train, sub, make_loss_fn(sub, preset, norm), need_entropy=True, current=cur,
-                                scale=scale, **lp_kw), grad=True, **lp_kw)
-                            par.reduce_grads()
-                            gnorms.append(clip_gradients(model, cfg.optim.grad_clip))
-                            opt.step()
-                            sched.step()
-                            opt.zero_grad(set_to_none=True)
-                            stale = True
-                            diag = {k: float(v) for k, v in out[1].items()} if out else None
-                            if multi:
-                                diag = global_diagnostics([(x[0], x[1], d) for x, d in
-                                                           zip(shares, distributed.gather(diag))])
-                            diags.append(diag)
-                    train_m = {k: statistics.fmean(d[k] for d in diags) for k in diags[0]}
-                    train_m["grad_norm"] = statistics.fmean(gnorms)
-                    train_m["trained_tokens"] = distributed.total(batch.n_tokens(cfg.packed) if batch else 0)
-                t_train = time.perf_counter() - t1
-                dt = time.perf_counter() - t0
-                gen_tokens = distributed.total(sum(t.traj.n_generated_tokens for tr in trees for t in tr.trajectories))
-                if multi:  # the slowest rank's times
-                    t_gen, t_train, dt = distributed.all_reduce([t_gen, t_train, dt], op="max")
-                metrics.update(train_m)
-                metrics.update({"lr": sched.get_last_lr()[0], "time_generation": t_gen, "time_training": t_train,
-                                "step_seconds": dt, "tokens_per_s": gen_tokens / max(t_gen, 1e-9)})
+                metrics, _ = train_step(tr, step)
+                msgs = [m for part in distributed.gather(pending) for m in part] if multi else list(pending)
+                pending.clear()
+                if main and msgs:
+                    with open(errors_path, "a") as f:
+                        f.write("".join(m + "\n" for m in msgs))
                 done = step + 1
                 if val_examples and cfg.validation.every and done % cfg.validation.every == 0:
-                    from arpo.eval.evaluate import evaluate
-
-                    engine_ready()
-                    if main:  # rank 0 validates alone; the others wait at the checkpoint / next step
-                        vm = evaluate(engine, tools, tok, val_examples, reward_fn=reward_fn, agent=cfg.agent,
-                                      samples=cfg.validation.samples, temperature=cfg.validation.temperature,
-                                      template=cfg.data.template, tool_names=cfg.tools.enabled, seed=cfg.run.seed)
-                        metrics.update({f"val/{k}": v for k, v in vm.items() if isinstance(v, (int, float))})
+                    metrics.update(validate(tr, val_examples))
                 log.log(done, metrics)
                 last = metrics
-                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps:
+                stopping = stop.requested(multi)
+                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps or stopping:
                     save = save_distributed_checkpoint if multi else save_checkpoint
-                    save(run_dir, done, model, tok, opt, sched, {"kind": "train", "total_steps": cfg.steps},
+                    save(run_dir, done, tr.model, tr.tok, tr.opt, tr.sched, {"kind": "train", "total_steps": cfg.steps},
                          keep=cfg.run.keep_checkpoints)
-                bar.update(task, completed=done,
-                           info=f"reward {metrics['reward_mean']:.3f} acc {metrics['accuracy']:.2f}")
+                    rd.checkpoint_written()
+                bar.update(done, metrics)
+                if stopping:
+                    if main:
+                        stop.report("train", done, cfg.steps, run_dir)
+                    break
     finally:
-        tools.close()
-        log.close()
-        if hasattr(engine, "close"):
-            engine.close()
+        if tr is not None:
+            tr.close()
+        if log is not None:
+            log.close()
+        rd.close()
     final = latest_checkpoint(run_dir)
     return {"steps": cfg.steps, "final": {k: v for k, v in last.items() if not k.startswith("tool_calls_per_traj/")},
-            "checkpoint": str(final) if final else None}
+            "checkpoint": str(final) if final else None, "stopped_by": stop.signal}

@@ -125,3 +125,13 @@ def get_reward_fn(name: str) -> RewardFn:
     if not callable(obj):
         raise ArpoError(f"reward {name!r} is not callable")
     return obj
+
+
+def score_trees(trees, reward_fn, math_scorer: str) -> None:
+    """Attach a RewardResult to every trajectory of rollout trees (TreeTrajectory.reward = its scalar)."""
+    for tree in trees:
+        for t in tree.trajectories:
+            calls = [{"tool": c.tool, "ok": c.ok} for c in t.traj.tool_calls]
+            res = reward_fn(t.traj.text, tree.example, tool_calls=calls, math_scorer=math_scorer)
+            t.reward = float(res.reward)
+            t.result = res

@@ -8,9 +8,13 @@ from arpo.tools.base import Tool, ToolRegistry, ToolResult  # noqa: F401
 KNOWN_TOOLS = ("python", "search")
 
 
+SEARCH_TOP_K = 3  # passages per search: the one default of `arpo eval/chat/tool/sft-data` and tools.search_top_k
+SEARCH_MAX_CHARS = 300  # characters per passage (the reference's 10 x 1000 is set in configs/gpu/)
+
+
 def build_tools(names: list[str], *, python_timeout_s: float = 5.0, max_output_chars: int = 2000,
-                search_index: str | None = None, search_url: str | None = None, top_k: int = 10,
-                max_chars: int = 1000, cache=None) -> ToolRegistry:
+                search_index: str | None = None, search_url: str | None = None, search_top_k: int = SEARCH_TOP_K,
+                search_max_chars: int = SEARCH_MAX_CHARS, cache=None) -> ToolRegistry:
     """A registry with the named tools, configured from plain options (CLI flags / config keys).
     `cache`: a tools.cache.ToolCache shared by the tools (identical calls answered once), or None."""
     reg = _Registry(cache)
@@ -23,10 +27,10 @@ def build_tools(names: list[str], *, python_timeout_s: float = 5.0, max_output_c
             from arpo.tools.search import SearchTool
 
             if search_url:
-                reg.register(SearchTool(url=search_url, top_k=top_k, max_chars=max_chars))
+                reg.register(SearchTool(url=search_url, top_k=search_top_k, max_chars=search_max_chars))
             else:
                 index = load_index(search_index)
-                reg.register(SearchTool(index=index, top_k=top_k, max_chars=max_chars))
+                reg.register(SearchTool(index=index, top_k=search_top_k, max_chars=search_max_chars))
         else:
             raise ArpoError(f"unknown tool {n!r}; available: {', '.join(KNOWN_TOOLS)}")
     return reg

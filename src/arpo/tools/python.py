@@ -23,10 +23,18 @@ Design (who runs where)::
   process it cannot signal. When init exits (call done, deadline, parent gone) or is SIGKILLed
   by the trainer through a pidfd (race-free: the pidfd is opened by init's parent), the kernel
   kills every process in the namespace — `setsid`, double forks and fork bombs included.
-* **Nothing persists.** In its private mount namespace every mount is remounted read-only and
-  `/tmp` (the working directory) and `/dev/shm` are fresh size-capped tmpfs mounts that vanish
-  with the namespace. The code runs as a per-worker unprivileged uid (so RLIMIT_NPROC applies
-  per call and root-only files stay closed), with `no_new_privs` (no setuid binaries).
+* **Nothing persists, little is visible.** init builds a minimal root for its mount namespace
+  (`_minimal_root`): /usr, a few /etc files, the interpreter's own directories (read-only), a
+  private /proc, a tiny /dev with a private pty instance, and fresh size-capped tmpfs mounts for
+  /tmp (the working directory) and /dev/shm that vanish with the namespace; the host's project
+  tree, datasets, home directories and sockets are not in it. The code runs as a uid of its own
+  (a block per tool from a persistent counter, one uid per worker) with `no_new_privs`.
+* **Bounded memory**: a memory cgroup per call (`memory_mb` + MEMCG_MARGIN_MB) charges heap,
+  memfd, shared memory, tmpfs and children alike; a pids cgroup caps processes.
+* **A small kernel surface**: a seccomp filter denies keyrings, other processes' memory,
+  namespaces and mounts, bpf/perf/io_uring/userfaultfd and the like (SECCOMP_DENY).
+* **An unforgeable result**: the runner closes its report pipe before the code runs and reports
+  its outcome through its exit status, which init reads with waitpid.
 * **No network**: a fresh network namespace with only loopback.
 * **Bounded**: RLIMIT_AS / CPU / NPROC / FSIZE / NOFILE / CORE, a wall-clock deadline enforced
   both by the trainer and by init, and output read with a byte cap (a flood is stopped, not
@@ -37,9 +45,9 @@ the tool degrades to rlimits + process group + temporary directory and warns lou
 see `isolation`. Run as root (e.g. in a container with CAP_SYS_ADMIN) or enable
 `kernel.unprivileged_userns_clone` / `user.max_user_namespaces` to get full isolation.
 
-Known limits: no seccomp filter (the kernel's syscall surface is reachable), no memory cgroup
-(RLIMIT_AS bounds address space; tmpfs is bounded by `disk_mb`), the hash seed is shared by
-all workers of one zygote.
+Known limits (README, threat model): the kernel is the boundary; without root there are no
+cgroups (RLIMIT_AS plus seccomp-denied memfd/shm instead); the hash seed is shared by all workers
+of one zygote. `PythonTool.protections` says what this machine allowed.
 
 This file is also loaded *by path* inside the zygote (without the `arpo` package, so that no
 package import can bloat or break it): keep its top-level imports to the standard library.
@@ -91,7 +99,8 @@ _MOUNT_OPTION_FLAGS = {
 
 USER_FILENAME = "<string>"  # what tracebacks of the model's code show, as for `python -c`
 TRACEBACK_FRAMES = 5  # frames of the model's own code kept in a traceback (the last ones)
-SANDBOX_UID_SPAN = 1_000_000  # per-worker uids cycle through [uid_base, uid_base + span)
+SANDBOX_UID_SPAN = 100_000  # per-worker uids of one tool cycle through [uid_base, uid_base + span)
+SANDBOX_UID_FIRST, SANDBOX_UID_LAST = 100_000_000, 4_000_000_000  # blocks of SPAN uids are handed out in here
 _CODE_HEADER = struct.Struct("!dQ")  # (timeout_s, len(code)) in front of the code bytes
 
 # Why a fresh process gets these variables and nothing else: the trainer's environment holds
@@ -124,6 +133,8 @@ def _libc():
     lib.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
     lib.unshare.argtypes = [ctypes.c_int]
     lib.sethostname.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    lib.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+    lib.syscall.restype = ctypes.c_long
     return lib
 
 
@@ -153,14 +164,25 @@ def _mountinfo() -> list[tuple[str, int]]:
 
 
 def _interpreter_paths() -> list[str]:
-    """Directories the sandboxed interpreter must be able to read: its stdlib, site-packages,
-    binaries. Outermost first, nested ones dropped (binding the outer one covers them)."""
+    """Directories the sandboxed interpreter must be able to read: its prefixes, stdlib,
+    site-packages and binaries (symlinked and resolved), whatever their path (a venv under /tmp
+    or a home directory included). Not arbitrary sys.path entries: an editable install puts the
+    project's source tree there, and the project (with its datasets and their answers) must stay
+    out of view. Outermost first, nested ones dropped (binding the outer one covers them)."""
+    import site
+    import sysconfig
+
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-             os.path.dirname(os.path.realpath(sys.executable)), *sys.path}
-    real = sorted({os.path.realpath(p) for p in paths if p and os.path.isdir(p)})
+             os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable))}
+    paths |= {v for k, v in sysconfig.get_paths().items() if k != "data"}
+    try:
+        paths |= set(site.getsitepackages())
+    except AttributeError:  # very old virtualenvs
+        pass
+    real = sorted({q for p in paths if p and os.path.isdir(p) for q in (os.path.abspath(p), os.path.realpath(p))})
     out: list[str] = []
     for p in real:
-        if not any(p == q or p.startswith(q.rstrip("/") + "/") for q in out):
+        if p != "/" and not any(p == q or p.startswith(q.rstrip("/") + "/") for q in out):
             out.append(p)
     return out
 
@@ -176,13 +198,9 @@ def _blocking_ancestor(path: str) -> str | None:
 
 
 def _expose_interpreter(lib) -> None:
-    """Make the interpreter reachable for the sandbox uid without exposing its neighbours.
-
-    The interpreter often lives under a private directory (pyenv in /root, mode 700). Changing
-    that mode would change the host; instead, in our mount namespace, a tmpfs is laid over the
-    private directory and only the interpreter's own directories are bind-mounted back into
-    it, so the rest of /root (keys, credentials) stays invisible.
-    """
+    """(host-readonly view) Make the interpreter reachable for the sandbox uid without exposing its
+    neighbours: a tmpfs is laid over a private ancestor (pyenv in /root, mode 700) and only the
+    interpreter's own directories are bind-mounted back into it."""
     masks: dict[str, list[tuple[str, int]]] = {}
     for p in _interpreter_paths():
         top = _blocking_ancestor(p)
@@ -196,13 +214,111 @@ def _expose_interpreter(lib) -> None:
             os.close(fd)
 
 
-def _setup_namespaces_fs(lib, cfg: dict, foreign_uid: bool) -> None:
-    """Give this (new) mount namespace a read-only view of the host plus private scratch space.
+_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # symlinks on merged-/usr systems
+_ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/nsswitch.conf", "/etc/mime.types")
+_DEVICES = ("null", "zero", "full", "random", "urandom")
+_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217}
 
-    Runs in init (pid 1 of the new pid namespace, root there). Making `/` recursively private
-    first is what keeps every later mount from propagating back to the host.
-    """
+
+def _bind_ro(lib, fd: int, target: str) -> None:
+    _mount(lib, f"/proc/self/fd/{fd}", target, None, MS_BIND | MS_REC)
+    _mount(lib, None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def _minimal_root(lib, cfg: dict) -> None:
+    """Replace this mount namespace's view of the host with a new root that holds only: the
+    system's /usr (and its /bin, /lib... links), a few /etc files the dynamic loader reads, the
+    interpreter's own directories (read-only, at their real paths), a private /proc, a /dev of
+    null/zero/full/random/urandom plus a private pty instance capped at `max_ptys`, a capped
+    /dev/shm, and a fresh size-capped /tmp (the working directory). Nothing else of the host: no
+    project tree, no datasets, no home directory, no host sockets (/run, /var, /tmp are not there).
+
+    Runs in init (root of its new mount and pid namespaces); every source is opened first, since
+    the staging tmpfs is mounted over the host's /tmp (where a venv may live)."""
+    import platform
+
+    dirs, links, files = [], [], []
+    for p in _SYSTEM_DIRS:
+        if os.path.islink(p):
+            links.append((p, os.readlink(p)))
+        elif os.path.isdir(p):
+            dirs.append(p)
+    dirs += [p for p in _interpreter_paths() if not any(p == d or p.startswith(d + "/") for d in dirs)]
+    files = [f for f in _ETC_FILES if os.path.isfile(f)]
+    fds = {p: os.open(p, os.O_PATH | (os.O_DIRECTORY if p in dirs else 0)) for p in dirs + files}
+    devs = {d: os.open(f"/dev/{d}", os.O_PATH) for d in _DEVICES if os.path.exists(f"/dev/{d}")}
+    stage = "/tmp"
+    _mount(lib, "tmpfs", stage, "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,nr_inodes=4096,mode=755")
+    for d in ("tmp", "proc", "dev", "etc", ".old"):
+        os.mkdir(f"{stage}/{d}", 0o755)
+    disk = f"size={int(cfg['disk_mb'])}m,nr_inodes=16384,mode=1777"
+    _mount(lib, "tmpfs", f"{stage}/tmp", "tmpfs", MS_NOSUID | MS_NODEV, disk)  # before binds under it
+    for p in sorted(dirs, key=lambda x: x.count("/")):
+        os.makedirs(stage + p, 0o755, exist_ok=True)
+        _bind_ro(lib, fds[p], stage + p)
+    for f in files:
+        os.makedirs(os.path.dirname(stage + f), 0o755, exist_ok=True)
+        open(stage + f, "w").close()
+        _bind_ro(lib, fds[f], stage + f)
+    for p, dest in links:
+        os.symlink(dest, stage + p)
+    _mount(lib, "tmpfs", f"{stage}/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=64,mode=755")
+    for d, fd in devs.items():
+        open(f"{stage}/dev/{d}", "w").close()
+        _mount(lib, f"/proc/self/fd/{fd}", f"{stage}/dev/{d}", None, MS_BIND)
+    os.mkdir(f"{stage}/dev/pts", 0o755)
+    try:  # a private pty instance: ptys come from it, never from the host's pool
+        _mount(lib, "devpts", f"{stage}/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+               f"newinstance,ptmxmode=0666,mode=620,max={int(cfg.get('max_ptys', 8))}")
+        os.symlink("pts/ptmx", f"{stage}/dev/ptmx")
+    except OSError as e:
+        log.debug("sandbox: no private devpts: %s", e)  # then there are no ptys at all
+    os.mkdir(f"{stage}/dev/shm", 0o1777)
+    _mount(lib, "tmpfs", f"{stage}/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=16m,mode=1777")
+    for name, dest in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                       ("stderr", "/proc/self/fd/2")):
+        os.symlink(dest, f"{stage}/dev/{name}")
+    _mount(lib, "proc", f"{stage}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for fd in [*fds.values(), *devs.values()]:
+        os.close(fd)
+    nr = _PIVOT_ROOT.get(platform.machine())
+    os.chdir(stage)
+    pivoted = nr is not None and lib.syscall(nr, b".", b".old") == 0
+    os.chroot(".")  # after pivot_root: enter it; without: chroot (the runner has no capability to leave it)
+    os.chdir("/")
+    # from here on the new root is in place: what follows only tidies up, it must not fail the call
+    if pivoted and lib.umount2(b"/.old", 2) == 0:  # MNT_DETACH: the host tree is gone from this namespace
+        os.rmdir("/.old")
+    try:
+        _mount(lib, None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    except OSError as e:
+        log.debug("sandbox: root stays writable for root only: %s", e)
+
+
+def _limit_ipc(cfg: dict) -> None:
+    """SysV shared memory of this (private) IPC namespace: at most `memory_mb`, 16 segments."""
+    pages = max(1, int(cfg["memory_mb"]) * 256)  # 4 KiB pages
+    for name, value in (("shmmax", int(cfg["memory_mb"]) << 20), ("shmall", pages), ("shmmni", 16),
+                        ("msgmnb", 65536), ("msgmni", 16)):
+        try:
+            with open(f"/proc/sys/kernel/{name}", "w") as f:
+                f.write(str(value))
+        except OSError as e:
+            log.debug("sandbox: kernel.%s: %s", name, e)
+
+
+def _setup_namespaces_fs(lib, cfg: dict, foreign_uid: bool) -> str:
+    """This (new) mount namespace's view: the minimal root (see `_minimal_root`), or, where the
+    kernel refuses one of its mounts, the host read-only with a private /tmp ("host-readonly").
+    Returns which. Making `/` recursively private first keeps every mount from reaching the host."""
     _mount(lib, "none", "/", None, MS_REC | MS_PRIVATE)
+    _limit_ipc(cfg)
+    if cfg.get("fs_view", "minimal") == "minimal":
+        try:  # fails (if at all) before it switches the root: the fallback below starts from the host view
+            _minimal_root(lib, cfg)
+            return "minimal"
+        except OSError as e:
+            log.debug("sandbox: minimal root failed, falling back to the host read-only: %s", e)
     try:  # a proc for the new pid namespace: the code sees only its own processes
         _mount(lib, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     except OSError as e:  # e.g. a container that masks parts of /proc; the host /proc stays
@@ -218,6 +334,259 @@ def _setup_namespaces_fs(lib, cfg: dict, foreign_uid: bool) -> None:
     _mount(lib, "tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, disk)
     if os.path.isdir("/dev/shm"):
         _mount(lib, "tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=16m,mode=1777")
+    return "host-readonly"
+
+
+# ---- seccomp: kernel surfaces model code has no use for ------------------------------------------
+# keyrings (state and secrets that outlive a call: keys belong to a uid, not to a namespace),
+# other processes' memory, kernel attack surface (bpf, perf, io_uring, userfaultfd), and the
+# syscalls that make or enter namespaces or mounts (the runner has no capabilities, but an
+# unprivileged user namespace would give it some).
+SECCOMP_DENY = (
+    "add_key", "request_key", "keyctl",
+    "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
+    "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
+    "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen",
+    "fsmount", "fsconfig", "fspick", "mount_setattr",
+    "open_by_handle_at", "name_to_handle_at", "fanotify_init", "lookup_dcookie", "quotactl", "quotactl_fd",
+    "acct", "syslog", "vhangup", "kexec_load", "kexec_file_load", "init_module", "finit_module",
+    "delete_module", "reboot", "swapon", "swapoff", "personality",
+)
+SECCOMP_DENY_NO_MEMCG = ("memfd_create", "memfd_secret", "shmget")  # unbounded memory without a cgroup
+_CLONE_NS_FLAGS = 0x7E020000  # CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET
+
+
+class _ScmpArgCmp(ctypes.Structure):
+    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("datum_a", ctypes.c_uint64),
+                ("datum_b", ctypes.c_uint64)]
+
+
+_SECCOMP_LIB: list = []
+
+
+def _seccomp_lib():
+    """libseccomp, loaded once (in the zygote, so workers inherit it and need no file access)."""
+    if not _SECCOMP_LIB:
+        try:
+            _SECCOMP_LIB.append(ctypes.CDLL("libseccomp.so.2"))
+        except OSError:
+            _SECCOMP_LIB.append(None)
+    return _SECCOMP_LIB[0]
+
+
+def _load_seccomp(deny: tuple[str, ...]) -> bool:
+    """Install a filter: `deny` fail with EPERM, clone3 with ENOSYS (libc falls back to clone,
+    whose flags a filter can see), clone with namespace flags with EPERM. Needs no_new_privs.
+    False where libseccomp is missing (then nothing is filtered)."""
+    import errno
+
+    sc = _seccomp_lib()
+    if sc is None:
+        return False
+    sc.seccomp_init.restype = ctypes.c_void_p
+    sc.seccomp_init.argtypes = [ctypes.c_uint32]
+    sc.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
+    sc.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint,
+                                          ctypes.POINTER(_ScmpArgCmp)]
+    sc.seccomp_load.argtypes = [ctypes.c_void_p]
+    sc.seccomp_release.argtypes = [ctypes.c_void_p]
+    allow, err = 0x7FFF0000, lambda e: 0x00050000 | (e & 0xFFFF)
+    ctx = sc.seccomp_init(allow)
+    if not ctx:
+        return False
+    sc.seccomp_attr_set.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32]
+    # SCMP_FLTATR_CTL_SSB: by default a seccomp filter also turns on the speculative-store-bypass
+    # mitigation for the task, which slows every instruction of the call; it guards a process
+    # against code *inside* it, which has nothing here to steal that it could not read anyway
+    sc.seccomp_attr_set(ctx, 7, 1)
+    sc.seccomp_attr_set(ctx, 8, 2)  # SCMP_FLTATR_CTL_OPTIMIZE: a binary tree instead of a linear scan
+    try:
+        rules = [(name, err(errno.EPERM), None) for name in deny] + [("clone3", err(errno.ENOSYS), None)]
+        rules.append(("clone", err(errno.EPERM), _ScmpArgCmp(0, 7, _CLONE_NS_FLAGS, 0)))  # masked: any ns flag...
+        for name, action, cmp in rules:
+            nr = sc.seccomp_syscall_resolve_name(name.encode())
+            if nr < 0:
+                continue  # not a syscall on this architecture / kernel headers
+            if cmp is None:
+                rc = sc.seccomp_rule_add_array(ctx, action, nr, 0, None)
+            else:  # SCMP_CMP_MASKED_EQ compares (arg & mask) == datum: one rule per namespace flag
+                rc = 0
+                for bit in range(32):
+                    flag = 1 << bit
+                    if _CLONE_NS_FLAGS & flag:
+                        one = _ScmpArgCmp(0, 7, flag, flag)
+                        rc |= sc.seccomp_rule_add_array(ctx, action, nr, 1, ctypes.byref(one))
+            if rc != 0:
+                return False
+        return sc.seccomp_load(ctx) == 0
+    finally:
+        sc.seccomp_release(ctx)
+
+
+# ---- cgroups: a memory (and pids) bound per call -------------------------------------------------
+MEMCG_MARGIN_MB = 64  # on top of memory_mb: the interpreter's copy-on-write pages, kernel objects
+
+
+def _cgroup_dirs() -> dict[str, str]:
+    """{'memory'|'pids': this process's cgroup directory} where that controller is mounted (v1
+    hierarchies, or v2's unified one when it offers the controller)."""
+    mounts: dict[str, str] = {}
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            fstype, _src, opts = (right.split() + ["", "", ""])[:3]
+            point = left.split()[4].encode().decode("unicode_escape")
+            if fstype == "cgroup":
+                for c in ("memory", "pids"):
+                    if c in opts.split(","):
+                        mounts.setdefault(c, point)
+            elif fstype == "cgroup2":
+                mounts.setdefault("unified", point)
+    out: dict[str, str] = {}
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            _hid, ctrls, path = line.rstrip("\n").split(":", 2)
+            for c in ("memory", "pids"):
+                if c in ctrls.split(",") and c in mounts:
+                    out[c] = mounts[c] + path
+            if ctrls == "" and "unified" in mounts:
+                d = mounts["unified"] + path
+                try:
+                    with open(os.path.join(d, "cgroup.subtree_control")) as sf:
+                        enabled = sf.read().split()
+                except OSError:
+                    enabled = []
+                for c in ("memory", "pids"):
+                    if c in enabled:
+                        out.setdefault(c, d)
+    return out
+
+
+class _CallCgroups:
+    """The zygote's cgroups: one parent per zygote under this process's memory (and pids) cgroup,
+    one child per worker with the call's limits. Empty children are removed as the zygote goes."""
+
+    def __init__(self, cfg: dict):
+        self.cfg, self.parents, self.live, self.why = cfg, {}, [], ""
+        dirs = _cgroup_dirs()
+        if "memory" not in dirs:
+            self.why = "no memory cgroup controller mounted"
+            return
+        for c, d in dirs.items():
+            self._sweep_dead(d)
+            parent = os.path.join(d, f"arpo-sandbox-{os.getpid()}")
+            try:
+                os.makedirs(parent, exist_ok=True)
+                self.parents[c] = parent
+            except OSError as e:
+                if c == "memory":
+                    self.why = f"cannot create a memory cgroup under {d} ({e.strerror})"
+        if "memory" not in self.parents:
+            self.parents = {}
+
+    @property
+    def memory(self) -> bool:
+        return "memory" in self.parents
+
+    @staticmethod
+    def _sweep_dead(d: str) -> None:
+        """Parents left by zygotes that died (their pid is gone): remove them."""
+        try:
+            names = os.listdir(d)
+        except OSError:
+            return
+        for n in names:
+            if n.startswith("arpo-sandbox-") and n[13:].isdigit() and not os.path.exists(f"/proc/{n[13:]}"):
+                root = os.path.join(d, n)
+                for child in os.listdir(root):
+                    if os.path.isdir(os.path.join(root, child)):
+                        try:
+                            os.rmdir(os.path.join(root, child))
+                        except OSError:
+                            pass
+                try:
+                    os.rmdir(root)
+                except OSError:
+                    pass
+
+    def create(self, n: int) -> list[str]:
+        """Directories of worker n's cgroups, limits written (the worker joins them itself)."""
+        mb, out = int(self.cfg["memory_mb"]) + MEMCG_MARGIN_MB, []
+        for c, parent in self.parents.items():
+            d = os.path.join(parent, f"w{n}")
+            try:
+                os.mkdir(d)
+                if c == "memory":
+                    v1 = os.path.exists(os.path.join(d, "memory.limit_in_bytes"))
+                    for name, value in ((("memory.limit_in_bytes", mb << 20), ("memory.memsw.limit_in_bytes", mb << 20),
+                                         ("memory.swappiness", 0)) if v1 else
+                                        (("memory.max", mb << 20), ("memory.swap.max", 0))):
+                        try:
+                            with open(os.path.join(d, name), "w") as f:
+                                f.write(str(value))
+                        except OSError:
+                            if name in ("memory.limit_in_bytes", "memory.max"):
+                                raise
+                else:
+                    with open(os.path.join(d, "pids.max"), "w") as f:
+                        f.write(str(int(self.cfg["max_processes"]) + 4))
+                out.append(d)
+            except OSError as e:
+                log.debug("sandbox: cgroup %s: %s", d, e)
+                if c == "memory":
+                    raise
+        self.live.append((time.monotonic(), out))
+        return out
+
+    def sweep(self, min_age_s: float = 5.0, everything: bool = False) -> None:
+        keep, now = [], time.monotonic()
+        for born, dirs in self.live:
+            if not everything and now - born < min_age_s:
+                keep.append((born, dirs))
+                continue
+            left = []
+            for d in dirs:
+                try:
+                    os.rmdir(d)  # only succeeds once no process is left in it
+                except OSError:
+                    left.append(d)
+            if left:
+                keep.append((born, left))
+        self.live = keep
+
+    def close(self) -> None:
+        self.sweep(everything=True)
+        for p in self.parents.values():
+            try:
+                os.rmdir(p)
+            except OSError:
+                pass
+
+
+def _join_cgroups(dirs: list[str]) -> int | None:
+    """Move this process into `dirs`; returns an fd on the memory cgroup's OOM report (or None)."""
+    fd = None
+    for d in dirs:
+        with open(os.path.join(d, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+        for name in ("memory.oom_control", "memory.events"):
+            if fd is None and os.path.exists(os.path.join(d, name)):
+                fd = os.open(os.path.join(d, name), os.O_RDONLY)
+    return fd
+
+
+def _oom_killed(fd: int | None) -> bool:
+    if fd is None:
+        return False
+    try:
+        text = os.pread(fd, 4096, 0).decode()
+    except OSError:
+        return False
+    for line in text.splitlines():
+        k, _, v = line.partition(" ")
+        if k == "oom_kill" and v.strip().isdigit() and int(v) > 0:
+            return True
+    return False
 
 
 def _loopback_up() -> None:
@@ -380,7 +749,13 @@ def _runner_main(lib, cfg: dict, mode: str, uid: int | None, workdir: str,
         random.seed()  # forked workers would otherwise all draw the same "random" numbers
         if "numpy.random" in sys.modules:
             sys.modules["numpy.random"].seed()
+        deny = SECCOMP_DENY + (() if cfg.get("_memcg") else SECCOMP_DENY_NO_MEMCG)
+        if cfg.get("seccomp", True) and not _load_seccomp(deny) and cfg.get("_seccomp_required"):
+            raise OSError("the seccomp filter could not be installed")
+        if mode != "none":
+            _hold_address_space(lib)
         os.write(rep_w, b"R\n")
+        os.close(rep_w)  # the model's code gets no channel to the trainer: its status is our exit status
         timeout_s, n = _CODE_HEADER.unpack(_read_exact(code_r, _CODE_HEADER.size))
         src = _read_exact(code_r, n).decode("utf-8", "replace")
         os.close(code_r)
@@ -399,11 +774,41 @@ def _runner_main(lib, cfg: dict, mode: str, uid: int | None, workdir: str,
         sys.stderr.flush()
     except Exception:
         pass
-    try:
-        os.write(rep_w, f"D {status}\n".encode())
-    except OSError:
-        pass
-    os._exit(0)
+    os._exit(_exit_code(status))
+
+
+def _hold_address_space(lib) -> None:
+    """Start a helper process that shares the runner's memory (CLONE_VM) and only sleeps.
+
+    The runner reports its result by exiting (its exit status cannot be forged by the code it
+    ran), and the kernel tears the address space down *before* it reports an exit: 2-3 ms for a
+    process with numpy and sympy mapped, on every call's critical path. While the helper holds a
+    reference, the runner's exit only drops it; the teardown happens when init exits and the
+    kernel kills the pid namespace, after the trainer has the result. (Namespace modes only: the
+    namespace is what ends the helper.)"""
+    CLONE_VM, SIGCHLD = 0x100, 17
+    stack = ctypes.create_string_buffer(1 << 16)
+    _HELD.append(stack)  # the helper's stack lives in the shared memory: keep it alive
+    top = (ctypes.addressof(stack) + len(stack) - 64) & ~0xF
+    lib.clone.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+    if lib.clone(ctypes.cast(lib.pause, ctypes.c_void_p), ctypes.c_void_p(top), CLONE_VM | SIGCHLD, None) < 0:
+        log.debug("sandbox: no address-space holder (clone failed)")
+
+
+_HELD: list = []
+EXIT_EXC, EXIT_HARNESS = 1, 125  # an uncaught exception (as python does); the harness itself failed
+
+
+def _exit_code(status: str) -> int:
+    """The runner reports how the code ended through its exit status, which init reads with
+    waitpid (the code cannot forge it: it can only end the process, as any program can)."""
+    if status == "ok":
+        return 0
+    if status == "exc":
+        return EXIT_EXC
+    if status.startswith("exit "):
+        return int(status[5:]) & 0xFF
+    return EXIT_HARNESS
 
 
 def _kill_descendants() -> None:
@@ -441,7 +846,8 @@ def _reap(watch: int | None) -> int | None:
             found = st
 
 
-def _init_main(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket, pipes: tuple[int, int, int]) -> None:
+def _init_main(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket, pipes: tuple[int, int, int],
+               oom_fd: int | None = None) -> None:
     """Pid 1 of the sandbox: set it up, fork the runner, watch the deadline, report crashes.
 
     The code and the runner's own report travel on pipes between the trainer and the runner
@@ -517,7 +923,9 @@ def _init_main(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket, p
         if runner_status is None and any(fd == pidfd for fd, _ in events):
             runner_status = _reap(runner)
         if runner_status is not None:
-            if os.WIFSIGNALED(runner_status):
+            if os.WIFSIGNALED(runner_status) and os.WTERMSIG(runner_status) == signal.SIGKILL and _oom_killed(oom_fd):
+                send("X oom")
+            elif os.WIFSIGNALED(runner_status):
                 send(f"X signal {os.WTERMSIG(runner_status)}")
             else:
                 send(f"X wexit {os.waitstatus_to_exitcode(runner_status)}")
@@ -533,12 +941,15 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _spawn_worker(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket, pipes: tuple[int, int, int]) -> None:
-    """In the zygote's child (c1): enter new namespaces, fork init, hand init's pidfd upward."""
+def _spawn_worker(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket, pipes: tuple[int, int, int],
+                  cgroups: list[str] = ()) -> None:
+    """In the zygote's child (c1): join the call's cgroups, enter new namespaces, fork init, hand
+    init's pidfd upward."""
     flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
     if not cfg["network"]:
         flags |= CLONE_NEWNET
     try:
+        oom_fd = _join_cgroups(list(cgroups)) if cgroups else None
         if mode == "userns":
             real_uid, real_gid = os.getuid(), os.getgid()
             _check(lib.unshare(flags | CLONE_NEWUSER), "unshare")
@@ -549,7 +960,7 @@ def _spawn_worker(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket
             _check(lib.unshare(flags), "unshare")
         init = os.fork()
         if init == 0:
-            _init_main(lib, cfg, mode, uid, ctl, pipes)
+            _init_main(lib, cfg, mode, uid, ctl, pipes, oom_fd)
             os._exit(0)
         pidfd = os.pidfd_open(init)  # race-free: init is our own child and not yet reaped
         socket.send_fds(ctl, [f"P {init}\n".encode()], [pidfd])
@@ -583,7 +994,8 @@ def _probe_mode(lib, cfg: dict) -> tuple[str, str]:
                 child = os.fork()
                 if child == 0:
                     try:
-                        _setup_namespaces_fs(lib, cfg, foreign_uid=mode == "namespaces")
+                        view = _setup_namespaces_fs(lib, cfg, foreign_uid=mode == "namespaces")
+                        os.write(w, f"VIEW {view}".encode())
                         os._exit(0)
                     except BaseException as e:  # noqa: BLE001
                         os.write(w, f"{type(e).__name__}: {e}".encode()[:500])
@@ -598,9 +1010,25 @@ def _probe_mode(lib, cfg: dict) -> tuple[str, str]:
         msg = os.read(r, 1000).decode(errors="replace")
         os.close(r)
         if st == 0:
+            cfg["_fs_view"] = msg[5:] if msg.startswith("VIEW ") else "unknown"
             return mode, "; ".join(errors)
         errors.append(f"{mode}: {msg or 'failed'}")
+    cfg["_fs_view"] = "host (no namespaces)"
     return "none", "; ".join(errors)
+
+
+def _probe_seccomp(deny: tuple[str, ...]) -> bool:
+    """Whether the filter installs here (tried in a throwaway child)."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            lib = _libc()
+            _check(lib.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+            os._exit(0 if _load_seccomp(deny) else 1)
+        except BaseException:  # noqa: BLE001
+            os._exit(1)
+    _, st = os.waitpid(pid, 0)
+    return st == 0
 
 
 def _zygote_main(argv: list[str]) -> None:
@@ -629,10 +1057,26 @@ def _zygote_main(argv: list[str]) -> None:
             pass
     lib = _libc()
     mode, why = _probe_mode(lib, cfg)  # before the SIGCHLD handler, which would reap the probe
+    cgs = _CallCgroups(cfg) if cfg.get("memory_cgroup", True) and mode != "none" and os.geteuid() == 0 else None
+    cfg["_memcg"] = bool(cgs and cgs.memory)
+    seccomp = cfg.get("seccomp", True) and mode != "none" and _probe_seccomp(
+        SECCOMP_DENY + (() if cfg["_memcg"] else SECCOMP_DENY_NO_MEMCG))
+    cfg["_seccomp_required"] = seccomp  # it worked in the probe: a worker without it is a failure
     lib.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphaned inits come back to us to be reaped
     signal.signal(signal.SIGCHLD, lambda *_: _reap(None))
     switch_uid = os.geteuid() == 0 and mode != "userns"
-    sock.sendall(json.dumps({"mode": mode, "why": why, "preloaded": preloaded, "uid_switch": switch_uid}).encode())
+    memcg_why = ("" if cfg["_memcg"] else (cgs.why if cgs else "needs root and namespaces" if mode != "none" or
+                                           os.geteuid() != 0 else "disabled"))
+    protections = {
+        "namespaces": mode != "none", "fs_view": cfg.get("_fs_view", "unknown"), "uid_switch": switch_uid,
+        "memory_cgroup": cfg["_memcg"], "memory_cgroup_why": memcg_why,
+        "memory_bound_mb": int(cfg["memory_mb"]) + MEMCG_MARGIN_MB if cfg["_memcg"] else None,
+        "pids_cgroup": bool(cgs and "pids" in cgs.parents), "seccomp": seccomp,
+        "seccomp_denied": list(SECCOMP_DENY + (() if cfg["_memcg"] else SECCOMP_DENY_NO_MEMCG)) if seccomp else [],
+        "max_ptys": int(cfg.get("max_ptys", 8)) if mode != "none" else None, "network": bool(cfg["network"]),
+    }
+    sock.sendall(json.dumps({"mode": mode, "why": why, "preloaded": preloaded, "uid_switch": switch_uid,
+                             "protections": protections}).encode())
     count = 0
     while True:
         try:
@@ -650,18 +1094,34 @@ def _zygote_main(argv: list[str]) -> None:
         else:
             uid = int(cfg["uid_base"]) + count % SANDBOX_UID_SPAN if switch_uid else None
         count += 1
+        dirs: list[str] = []
+        if cgs is not None and cgs.memory:
+            cgs.sweep()
+            try:
+                dirs = cgs.create(count)
+            except OSError as e:  # no worker without its memory bound: the trainer retries
+                try:
+                    os.write(fds[0], f"E no memory cgroup for the worker: {e}\n".encode())
+                except OSError:
+                    pass
+                for fd in fds:
+                    os.close(fd)
+                continue
         pid = os.fork()
         if pid == 0:
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             sock.close()
             ctl = socket.socket(fileno=fds[0])
-            _spawn_worker(lib, cfg, mode, uid, ctl, (fds[1], fds[2], fds[3]))
+            _spawn_worker(lib, cfg, mode, uid, ctl, (fds[1], fds[2], fds[3]), dirs)
             os._exit(0)
         for fd in fds:
             os.close(fd)
-    # Shutting down: kill every sandbox that is still ours, reap, leave.
+    # Shutting down: kill every sandbox that is still ours, reap, remove their cgroups, leave.
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     _kill_descendants()
+    if cgs is not None:
+        time.sleep(0.05)  # the kernel empties a cgroup a moment after its last process is reaped
+        cgs.close()
     os._exit(0)
 
 
@@ -879,6 +1339,30 @@ def _truncate(text: str, limit: int, keep_tail: bool) -> tuple[str, bool]:
     return f"{text[:limit]}\n... [output truncated: {len(text) - limit} more characters]", True
 
 
+def allocate_uid_block() -> int:
+    """The first uid of a block of SANDBOX_UID_SPAN uids that no other PythonTool got: a counter in
+    $ARPO_CACHE_DIR/sandbox_uid_blocks, advanced under a lock, so tools of other processes and of
+    earlier runs never share a uid (state tied to a uid, e.g. RLIMIT_NPROC, never crosses calls)."""
+    import fcntl
+    from pathlib import Path
+
+    root = Path(os.environ.get("ARPO_CACHE_DIR") or Path.home() / ".cache" / "arpo")
+    n_blocks = (SANDBOX_UID_LAST - SANDBOX_UID_FIRST) // SANDBOX_UID_SPAN
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with open(root / "sandbox_uid_blocks", "a+") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            f.seek(0)
+            text = f.read().strip()
+            block = (int(text) + 1 if text.isdigit() else int.from_bytes(os.urandom(4), "big")) % n_blocks
+            f.seek(0)
+            f.truncate()
+            f.write(str(block))
+    except OSError:  # a read-only home: a random block (collisions are then unlikely, not impossible)
+        block = int.from_bytes(os.urandom(4), "big") % n_blocks
+    return SANDBOX_UID_FIRST + block * SANDBOX_UID_SPAN
+
+
 class PythonTool:
     """`<python>` tool: run code in a pre-forked, namespace-isolated, one-shot interpreter.
 
@@ -906,9 +1390,13 @@ class PythonTool:
         max_open_files: int = 256,
         nice: int = 5,
         uid: int | None = None,
-        uid_base: int = 1_500_000_000,
+        uid_base: int | None = None,
         max_read_bytes: int = 1 << 20,
         start_timeout_s: float = 60.0,
+        max_ptys: int = 8,
+        memory_cgroup: bool = True,
+        seccomp: bool = True,
+        fs_view: str = "minimal",
     ):
         if timeout_s <= 0 or max_output_chars <= 0 or memory_mb <= 0:
             raise ValueError("timeout_s, max_output_chars and memory_mb must be positive")
@@ -917,10 +1405,15 @@ class PythonTool:
         self.pool_size = max(1, int(pool_size))
         self.max_read_bytes = max(int(max_read_bytes), 4 * self.max_output_chars)
         self.start_timeout_s = float(start_timeout_s)
+        if fs_view not in ("minimal", "host-readonly"):
+            raise ValueError("fs_view must be minimal or host-readonly")
         self._cfg = {
             "preimport": list(preimport), "network": bool(network), "memory_mb": int(memory_mb),
             "disk_mb": int(disk_mb), "max_processes": int(max_processes),
-            "max_open_files": int(max_open_files), "nice": int(nice), "uid": uid, "uid_base": int(uid_base),
+            "max_open_files": int(max_open_files), "nice": int(nice), "uid": uid,
+            "uid_base": int(uid_base) if uid_base is not None else allocate_uid_block(),
+            "max_ptys": int(max_ptys), "memory_cgroup": bool(memory_cgroup), "seccomp": bool(seccomp),
+            "fs_view": fs_view,
         }
         self._state = _PoolState()
         self._finalizer = weakref.finalize(self, self._state.shutdown)
@@ -936,6 +1429,21 @@ class PythonTool:
     def isolation(self) -> str:
         """'namespaces' (full), 'userns' (unprivileged namespaces) or 'none' (rlimits only)."""
         return self._state.wait_info(self.start_timeout_s).get("mode", "unknown")
+
+    @property
+    def protections(self) -> dict:
+        """What this machine let the sandbox put in place (README: threat model): namespaces, the
+        filesystem view, uid switch, memory/pids cgroups (and why not), seccomp and its list, ptys."""
+        info = self._state.wait_info(self.start_timeout_s)
+        return {"isolation": info.get("mode", "unknown"), **info.get("protections", {}),
+                "uid_range": list(self.uid_range), "why_weaker": info.get("why") or None}
+
+    @property
+    def uid_range(self) -> tuple[int, int]:
+        """[first, last) sandbox uid of this tool's workers (one per call, none shared with another tool)."""
+        if self._cfg["uid"] is not None:
+            return int(self._cfg["uid"]), int(self._cfg["uid"]) + 1
+        return self._cfg["uid_base"], self._cfg["uid_base"] + SANDBOX_UID_SPAN
 
     def run(self, code: str, timeout_s: float | None = None) -> ToolResult:
         """Run one program; never raises (errors come back as ok=False results)."""
@@ -998,13 +1506,12 @@ class PythonTool:
                     out += chunk[: max(0, self.max_read_bytes - len(out))]
                     overflow = total > self.max_read_bytes
                     continue
-                lines = w.read_rep() if fd == w.rep_r else w.read_ctl()
-                for line in lines:
-                    if line == "EOF" and fd == w.rep_r:
+                if fd == w.rep_r:  # the runner closed it before the code ran: nothing comes from the code
+                    if "EOF" in w.read_rep():
                         poller.unregister(w.rep_r)
-                    elif status is None and line.startswith("D "):
-                        status = "X " + line[2:]
-                    elif status is None and (line.startswith(("X ", "E ")) or line in ("T", "EOF")):
+                    continue
+                for line in w.read_ctl():  # init: the runner's exit status, the deadline, or a failure
+                    if status is None and (line.startswith(("X ", "E ")) or line in ("T", "EOF")):
                         status = line
         w.kill()
         if out_open and not overflow:  # what the runner wrote before it reported is in the pipe
@@ -1027,18 +1534,18 @@ class PythonTool:
             ok, error = False, f"Error: execution timed out after {_fmt_seconds(timeout)} s"
         elif overflow:
             ok, error = False, f"Error: output limit exceeded; the program was stopped after {self.max_read_bytes} bytes"
-        elif status == "X ok":
-            pass
-        elif status == "X exc":
-            ok = False
-        elif status and status.startswith("X exit "):
-            ok, error = False, f"Error: the program exited with status {status[7:]}"
-        elif status and status.startswith("X signal "):
+        elif status == "X oom":
+            ok, error = False, (f"Error: memory limit exceeded ({self._cfg['memory_mb']} MB); the program was "
+                                "killed")
+        elif status and status.startswith("X signal ") and status[9:].isdigit():
             ok, error = False, _signal_text(int(status[9:]))
-        elif status and status.startswith("X wexit "):
-            code = int(status[8:])
+        elif status and status.startswith("X wexit ") and status[8:].lstrip("-").isdigit():
+            code = int(status[8:])  # the runner's exit status: 0 ok, 1 an exception (traceback above)
             ok = code == 0
-            error = None if ok else f"Error: the process exited with status {code}"
+            if code == EXIT_HARNESS:
+                error = "Error: the sandbox failed to run the program"
+            elif code not in (0, EXIT_EXC):
+                error = f"Error: the program exited with status {code}"
         else:
             ok, error = False, f"Error: the sandbox failed ({status or 'no status'})"
         text, truncated = _truncate(text, self.max_output_chars, keep_tail=not ok)

@@ -1,6 +1,6 @@
 """A retrieval server: the local index over HTTP, so many trainers / rollout workers share one.
 
-    arpo serve retriever --index ~/.cache/arpo/indexes/hotpotqa --port 8001
+    arpo serve retriever --search-index ~/.cache/arpo/indexes/hotpotqa --port 8001
     POST /search {"queries": [...], "top_k": 10, "mode": "bm25"} -> {"results": [[{id,title,text,score}]]}
     GET  /health -> {"status": "ok", "n_docs": ..., "dense": ...}      GET /docs: OpenAPI UI
 

@@ -1,0 +1,46 @@
+"""Flags and output shared by the recipe commands (`arpo train`, `arpo sft`, `arpo rollout`)."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+
+def add_common(p, *, run_dir: bool = True) -> None:
+    p.add_argument("--config", help="YAML config file (default: every field's default; see --print-config)")
+    if run_dir:
+        p.add_argument("--resume", action="store_true", help="continue RUN_DIR's latest checkpoint exactly "
+                       "(changes of model, data, optimizer or algorithm keys are refused)")
+        p.add_argument("--overwrite", action="store_true", help="start over in a run dir that already has "
+                       "checkpoints (the old run is kept aside until the new one writes its first checkpoint)")
+    p.add_argument("--print-config", action="store_true",
+                   help="print the resolved config (YAML, each field with its meaning) and exit")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON line")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("overrides", nargs="*", help="dotted config overrides, e.g. optim.lr=1e-5 rollout.group_size=8")
+
+
+def print_config(cfg) -> int:
+    from arpo.config import explain
+
+    print(explain(cfg))
+    return 0
+
+
+def finish(what: str, out: dict, as_json: bool) -> int:
+    """Print the run's summary; the exit code says whether a signal stopped it (130 SIGINT, 143 SIGTERM)."""
+    if as_json:
+        print(json.dumps(out, default=str))
+    else:
+        lines = [f"arpo {what}: " + ("stopped early by " + out["stopped_by"] if out.get("stopped_by") else "done")]
+        final = out.get("final") if isinstance(out.get("final"), dict) else out
+        for k, v in final.items():
+            if isinstance(v, float):
+                lines.append(f"  {k:<24} {v:.4g}")
+            elif isinstance(v, (int, str)) and k not in ("stopped_by",):
+                lines.append(f"  {k:<24} {v}")
+        if isinstance(out.get("final"), dict):
+            lines.append(f"  {'checkpoint':<24} {out.get('checkpoint')}")
+        print("\n".join(lines))
+    sig = out.get("stopped_by")
+    return 128 + int(getattr(signal, sig)) if sig else 0

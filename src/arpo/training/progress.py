@@ -1,0 +1,53 @@
+"""Progress of a long command, on stderr (stdout carries the command's result): a rich bar on a
+terminal; one plain line per step when stderr is not a terminal (nohup, cluster logs), where a bar
+would only appear at the end."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+
+def _info(metrics: dict) -> str:
+    if "reward_mean" in metrics:
+        return f"reward {metrics['reward_mean']:.3f} acc {metrics.get('accuracy', 0):.2f}"
+    if "loss" in metrics:
+        return f"loss {metrics['loss']:.4f}"
+    return metrics.get("reason", "")
+
+
+class StepProgress:
+    def __init__(self, name: str, total: int, start: int = 0, enabled: bool = True, stream=None):
+        self.name, self.total, self.start, self.enabled = name, total, start, enabled
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self._bar = None
+        self._t0 = time.perf_counter()
+
+    def __enter__(self) -> "StepProgress":
+        if self.enabled and self.tty:
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+            cols = [TextColumn(self.name), BarColumn(), TextColumn("{task.completed}/{task.total} {task.fields[info]}"),
+                    TimeRemainingColumn()]
+            self._bar = Progress(*cols, console=Console(file=self.stream))
+            self._bar.__enter__()
+            self._task = self._bar.add_task(self.name, total=self.total, completed=self.start, info="")
+        return self
+
+    def update(self, done: int, metrics: dict) -> None:
+        if not self.enabled:
+            return
+        info = _info(metrics)
+        if self._bar is not None:
+            self._bar.update(self._task, completed=done, info=info)
+            return
+        el = time.perf_counter() - self._t0
+        eta = el / max(done - self.start, 1) * (self.total - done)
+        print(f"{self.name} step {done}/{self.total} {info} ({metrics.get('step_seconds', 0):.1f} s/step, "
+              f"elapsed {el:.0f} s, eta {eta:.0f} s)", file=self.stream, flush=True)
+
+    def __exit__(self, *exc) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(*exc)

@@ -1,0 +1,180 @@
+"""The rules of a run directory (RUN_DIR = run.dir), shared by `arpo train` and `arpo sft`:
+
+* **one writer**: a run holds an exclusive lock on RUN_DIR/.lock (fcntl.flock) for its whole life;
+  a second process into the same run dir is refused with the holder's pid. The kernel drops the
+  lock when its process dies, so the lock of a crashed or killed run is taken over without help.
+* **fresh, resume or overwrite**: a fresh run into a run dir that holds checkpoints is refused;
+  `--resume` continues the latest checkpoint; `--overwrite` starts over. `--resume --overwrite`
+  together is an error.
+* **nothing lost**: everything is validated before the run dir is touched; `--overwrite` moves the
+  old checkpoints, metrics and logs into RUN_DIR/.overwritten/ and deletes them only once the new
+  run has written its first checkpoint (a new run that fails early leaves the old one recoverable).
+* **resume keeps the run's meaning**: the config is compared with the one the run was started
+  with; a changed key that changes the training (model, data, optimizer, algorithm, rollout, ...)
+  is refused with the list of changes; safe keys (steps, logging, checkpoint cadence, validation,
+  threads, memory knobs) may change. config.yaml holds the effective config and every start and
+  resume is kept in RUN_DIR/config_history/.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import fnmatch
+import os
+import shutil
+import time
+from pathlib import Path
+
+import yaml
+
+from arpo.errors import ArpoError
+
+# run artefacts that belong to one run (moved aside by --overwrite)
+RUN_FILES = ("checkpoints", "metrics.jsonl", "errors.log", "tensorboard", "wandb_id", "rollouts", "plots")
+# config keys a resumed run may change (dotted; fnmatch patterns): they do not change what is trained
+SAFE_ON_RESUME = ("steps", "max_steps", "epochs", "run.save_every", "run.keep_checkpoints", "run.log_every",
+                  "run.tensorboard", "run.wandb", "run.threads", "run.save_rollouts", "run.rollout_trees",
+                  "validation.*", "micro_tokens", "engine", "engine_options", "engine_options.*", "model.device",
+                  "tools.cache", "tools.cache_path", "tools.search_url")
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def config_changes(old: dict, new: dict) -> list[tuple[str, object, object]]:
+    """(key, old value, new value) for every dotted key whose value differs."""
+    a, b = _flatten(old), _flatten(new)
+    return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+def unsafe_changes(old: dict, new: dict) -> list[tuple[str, object, object]]:
+    return [c for c in config_changes(old, new) if not any(fnmatch.fnmatch(c[0], p) for p in SAFE_ON_RESUME)]
+
+
+class RunDir:
+    """One run's claim on its directory. `open()` checks and locks (touching nothing else);
+    `begin(config)` writes the config and moves an overwritten run aside; `checkpoint_written()`
+    drops the overwritten run once the new one has a checkpoint; `close()` releases the lock.
+    `main=False` (non-zero ranks of a distributed run): no locking and no file operations."""
+
+    def __init__(self, path: str | Path, *, resume: bool = False, overwrite: bool = False, main: bool = True,
+                 command: str = "train"):
+        if resume and overwrite:
+            raise ArpoError("--resume and --overwrite contradict each other: --resume continues the run in "
+                            f"{path}, --overwrite starts it over; pass one of them")
+        self.path, self.resume, self.overwrite, self.main, self.command = Path(path), resume, overwrite, main, command
+        self._lock = None
+
+    # -- before anything is written ----------------------------------------------------------------
+    def open(self) -> "RunDir":
+        from arpo.training.checkpoint import latest_checkpoint
+
+        if not self.main:
+            return self
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ArpoError(f"run.dir {self.path} cannot be created: {e.strerror}") from e
+        if not os.access(self.path, os.W_OK):
+            raise ArpoError(f"run.dir {self.path} is not writable")
+        f = open(self.path / ".lock", "a+")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            f.close()
+            raise ArpoError(f"run.dir {self.path} is in use by {holder}: one run writes a run dir at a time "
+                            "(wait for it, stop it, or choose another run.dir)") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"arpo {self.command} (pid {os.getpid()}, started {time.strftime('%Y-%m-%d %H:%M:%S')})\n")
+        f.flush()
+        self._lock = f
+        old = latest_checkpoint(self.path)
+        if self.resume and old is None:
+            self.close()
+            raise ArpoError(f"--resume: no checkpoint in {self.path}/checkpoints")
+        if not self.resume and old is not None and not self.overwrite:
+            self.close()
+            raise ArpoError(f"run.dir {self.path} already holds checkpoints (latest: {old.name}): pass --resume "
+                            "to continue that run, --overwrite to start over, or choose another run.dir")
+        return self
+
+    @property
+    def checkpoint(self) -> Path | None:
+        """The checkpoint a resumed run continues from (every rank reads it)."""
+        from arpo.training.checkpoint import latest_checkpoint
+
+        return latest_checkpoint(self.path) if self.resume else None
+
+    def check_resume_config(self, config: dict) -> None:
+        """On --resume: refuse config changes that would change what the run trains."""
+        saved = self.path / "config.yaml"
+        if not (self.resume and self.main and saved.is_file()):
+            return
+        try:
+            old = yaml.safe_load(saved.read_text()) or {}
+        except (OSError, yaml.YAMLError) as e:
+            raise ArpoError(f"{saved}: cannot read the run's saved config ({e})") from e
+        bad = unsafe_changes(old, config)
+        if bad:
+            lines = "\n".join(f"  {k}: {a!r} -> {b!r}" for k, a, b in bad)
+            self.close()
+            raise ArpoError(f"--resume with a config that changes the run ({saved}):\n{lines}\n"
+                            f"only these may change on resume: {', '.join(SAFE_ON_RESUME)}; start a new run "
+                            "(another run.dir, or --overwrite) to train with the new settings")
+
+    # -- the run starts ----------------------------------------------------------------------------
+    def begin(self, config: dict) -> None:
+        """Write config.yaml (the effective config) and its history entry; with --overwrite, move the
+        old run's files into .overwritten/ (deleted at the new run's first checkpoint)."""
+        if not self.main:
+            return
+        if self.overwrite and not self.resume:
+            aside = self.path / ".overwritten"
+            moving = [n for n in RUN_FILES if (self.path / n).exists()]
+            if moving:
+                if aside.exists():  # an earlier --overwrite never reached its checkpoint: keep the older run
+                    for n in moving:
+                        p = self.path / n
+                        shutil.rmtree(p) if p.is_dir() else p.unlink()
+                else:
+                    aside.mkdir()
+                    for n in moving:
+                        os.replace(self.path / n, aside / n)
+        text = yaml.safe_dump(config, sort_keys=False)
+        from arpo.training.checkpoint import write_text_atomic
+
+        write_text_atomic(self.path / "config.yaml", text)
+        hist = self.path / "config_history"
+        hist.mkdir(exist_ok=True)
+        n = len(list(hist.glob("*.yaml"))) + 1
+        kind = "resume" if self.resume else "start"
+        write_text_atomic(hist / f"{n:03d}_{kind}_{time.strftime('%Y%m%d-%H%M%S')}.yaml", text)
+
+    def checkpoint_written(self) -> None:
+        if self.main:
+            shutil.rmtree(self.path / ".overwritten", ignore_errors=True)
+
+    def close(self) -> None:
+        if self._lock is not None:
+            try:
+                fcntl.flock(self._lock, fcntl.LOCK_UN)
+            finally:
+                self._lock.close()
+                self._lock = None
+
+    def __enter__(self) -> "RunDir":
+        return self.open()
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,52 @@
+"""Stopping a long run cleanly: Ctrl-C (SIGINT) or SIGTERM (what a cluster sends before
+preemption) asks the run to stop after the step in progress; the recipe then writes a checkpoint
+and prints where it stopped and the command that resumes it. A second signal interrupts at once
+(KeyboardInterrupt: the unfinished step is lost, the last checkpoint stays)."""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import sys
+import threading
+
+
+class GracefulStop:
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.signal: str | None = None
+        self._old: dict = {}
+
+    def _handle(self, signum, frame) -> None:
+        if self.signal is not None:  # the second one: stop now
+            raise KeyboardInterrupt
+        self.signal = signal.Signals(signum).name
+        print(f"\narpo: {self.signal} received: finishing the current step, then a checkpoint "
+              "(send it again to stop at once)", file=sys.stderr, flush=True)
+
+    def __enter__(self) -> "GracefulStop":
+        if threading.current_thread() is threading.main_thread():  # handlers only install there
+            for s in self.SIGNALS:
+                self._old[s] = signal.signal(s, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for s, h in self._old.items():
+            signal.signal(s, h)
+        self._old.clear()
+
+    def requested(self, multi: bool = False) -> bool:
+        """Whether to stop after this step (under torchrun: if any rank was signalled, all stop)."""
+        if not multi:
+            return self.signal is not None
+        from arpo.training import distributed
+
+        return bool(distributed.all_reduce([float(self.signal is not None)], op="max")[0])
+
+    def report(self, what: str, done: int, total: int, run_dir) -> None:
+        argv = [a for a in sys.argv[1:] if a != "--overwrite"]
+        argv = argv if "--resume" in argv else argv + ["--resume"]
+        cmd = shlex.join(["arpo", *argv]) if argv and argv[0] == what else f"arpo {what} ... --resume"
+        print(f"arpo {what}: stopped after step {done}/{total} ({self.signal or 'a stop request'}); checkpoint "
+              f"written to {run_dir}/checkpoints. Resume with:\n  {cmd}", file=sys.stderr, flush=True)
