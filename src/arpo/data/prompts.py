@@ -27,9 +27,9 @@ def load_templates(path: str | None = None) -> dict:
     return data
 
 
-def default_template(tools: list[str]) -> str:
+def default_template(tools) -> str:
     """The task family that matches the enabled tools."""
-    s = set(tools)
+    s = set(_names(tools))
     if s == {"python"}:
         return "math"
     if s == {"search"}:
@@ -37,35 +37,88 @@ def default_template(tools: list[str]) -> str:
     return "both"
 
 
-def system_prompt(template: str, tools: list[str], path: str | None = None) -> str:
+def _names(tools) -> list[str]:
+    return list(tools.names) if hasattr(tools, "names") else list(tools)
+
+
+def describe_tool(name: str, tool=None, data: dict | None = None) -> str:
+    """One line of the system prompt for a tool in the tag format: the YAML description of a built-in
+    tool, or one made from a tool's schema (a single string argument: the text between the tags;
+    otherwise: a JSON object of arguments)."""
+    data = data or load_templates(None)
+    if name in data["tool_descriptions"]:
+        return data["tool_descriptions"][name]
+    if tool is None:
+        return f"<{name}> input </{name}>"
+    from arpo.tools.formats import tool_schema
+
+    fn = tool_schema(tool)["function"]
+    desc = " ".join((fn.get("description") or "").strip().split("\n\n")[0].split())
+    props = fn.get("parameters", {}).get("properties", {})
+    single = getattr(tool, "single_string_arg", None)
+    if single or (len(props) == 1 and next(iter(props.values())).get("type") == "string"):
+        return f"<{name}> {single or next(iter(props))} </{name}>: {desc}"
+    args = ", ".join(f'"{k}": {v.get("type", "value")}' for k, v in props.items())
+    return f"<{name}> {{{args}}} </{name}>: {desc} (the input is a JSON object of these arguments)"
+
+
+def system_prompt(template: str, tools, path: str | None = None, tool_format: str = "tags") -> str:
+    """The system prompt: a template with `{tools}` replaced by the tools' descriptions (tags), or,
+    for the json format, by nothing (the chat template or the hermes block describes the tools)."""
     data = load_templates(path)
+    if tool_format == "json":
+        template = "json" if template in (None, "math", "search", "both", "calc") else template
     if template not in data["templates"]:
         raise ArpoError(f"unknown prompt template {template!r}; choose one of {sorted(data['templates'])}")
-    desc = "\n".join(data["tool_descriptions"].get(t, f"<{t}> input </{t}>") for t in tools)
+    desc = "\n".join(describe_tool(n, tools[n] if hasattr(tools, "names") else None, data) for n in _names(tools))
     return data["templates"][template].replace("{tools}", desc)
 
 
-def render_prompt(tokenizer, question: str, system: str) -> list[int]:
-    """Token ids of system + user turn + the assistant header, via the tokenizer's chat template."""
+def render_prompt(tokenizer, question: str, system: str, tools=None, tool_format: str = "tags") -> list[int]:
+    """Token ids of system + user turn + the assistant header, via the tokenizer's chat template.
+    json format: the tools' schemas go to the template (`tools=`); a template without tool support
+    gets the hermes tools block appended to the system prompt."""
     messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
-    out = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
+    kw = {}
+    if tool_format == "json" and tools is not None and len(_names(tools)):
+        from arpo.tools.formats import hermes_system_block, template_supports_tools, tool_schema
+
+        if template_supports_tools(tokenizer):
+            kw["tools"] = [tool_schema(tools[n]) for n in _names(tools)]
+        else:
+            messages[0]["content"] = f"{system}\n\n{hermes_system_block(tools)}"
+    out = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True, **kw)
     if isinstance(out, dict) or hasattr(out, "keys"):
         out = out["input_ids"]
     return list(out)
 
 
-def prompts_for(examples, tokenizer, tools: list[str], template: str | None) -> list[list[int]]:
-    """Rendered prompts. Without an explicit template, a math example gets the `math` prompt
-    (python) and a QA example the `search` prompt when those tools are enabled — the prompts the
-    cold-start SFT data (arpo sft-data) uses — else the template that matches the tools."""
+def prompts_for(examples, tokenizer, tools, template: str | None, tool_format: str = "tags") -> list[list[int]]:
+    """Rendered prompts. `tools`: a ToolRegistry (its tools describe themselves) or tool names.
+    Without an explicit template, a math example gets the `math` prompt (python) and a QA example
+    the `search` prompt when those tools are enabled — the prompts the cold-start SFT data (arpo
+    sft-data) uses — else the template that matches the tools."""
     out = []
+    all_names = _names(tools)
     for ex in examples:
-        tmpl, names = template, tools
+        tmpl, names = template, all_names
         if tmpl is None:
             tmpl = {"math": "math", "qa": "search"}.get(ex.get("task"), "")
-            if tmpl and set(TASK_TOOLS[tmpl]) <= set(tools) and len(tools) > 1:
+            if tmpl and set(TASK_TOOLS[tmpl]) <= set(all_names) and len(all_names) > 1:
                 names = list(TASK_TOOLS[tmpl])
             else:
-                tmpl = default_template(tools)
-        out.append(render_prompt(tokenizer, ex["question"], system_prompt(tmpl, names)))
+                tmpl = default_template(all_names)
+        sub = _Subset(tools, names) if hasattr(tools, "names") else names
+        out.append(render_prompt(tokenizer, ex["question"], system_prompt(tmpl, sub, tool_format=tool_format),
+                                 tools=sub, tool_format=tool_format))
     return out
+
+
+class _Subset:
+    """A registry restricted to some of its tools (for one prompt's description)."""
+
+    def __init__(self, reg, names):
+        self.reg, self.names = reg, list(names)
+
+    def __getitem__(self, n):
+        return self.reg[n]

@@ -18,6 +18,7 @@ loss masks out (recipes/sft.py).
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections import Counter
@@ -356,3 +357,106 @@ def build_rejection_dataset(model: str, data: str, out_path: str, *, samples: in
     out = write_jsonl(out_path, rows)
     return {"written": len(rows), "sampled": len(recs), "questions": len(exs), "pass@1": stats["pass@1"],
             "out": str(out)}
+
+
+# ---- your own tools: worked examples -> trajectories ---------------------------------------------
+def _answer_supported(answer: str, output: str) -> bool:
+    """The worked example's answer is what its last tool call returned (number or text)."""
+    from arpo.rewards.answer import normalize_answer
+
+    a, o = _num(answer), _num(output.strip().splitlines()[-1] if output.strip() else "")
+    if a is not None and o is not None:
+        return abs(a - o) <= 1e-6 * max(1.0, abs(a))
+    return normalize_answer(answer) in normalize_answer(output)
+
+
+def tools_to_sft(row: dict, tools, tokenizer, tool_format: str, system: str, schemas: list[dict],
+                 where: str = "?") -> tuple[dict | None, str]:
+    """A worked example `{question, calls: [{tool, arguments}], answer, thought?}` -> an SFT row made
+    by running the real tools, in either call format; (None, reason) when a tool fails or the
+    answer is not what the last call returned."""
+    from arpo.tools.base import ToolCall
+    from arpo.tools.formats import get_format
+
+    calls, answer = row.get("calls"), row.get("answer")
+    if not isinstance(row.get("question"), str) or not isinstance(calls, list) or not calls or answer is None:
+        return None, "needs question, a non-empty calls list and answer"
+    fmt = get_format(tool_format)
+    answer = str(answer).strip()
+    parts, outputs = [], []
+    for k, c in enumerate(calls):
+        name, args = c.get("tool"), c.get("arguments", {})
+        if name not in tools:
+            return None, f"unknown tool {name!r}"
+        tool = tools[name]
+        single = getattr(tool, "single_string_arg", None)
+        if tool_format == "tags":
+            body = args[single] if single and isinstance(args, dict) and set(args) == {single} else (
+                args if isinstance(args, str) else json.dumps(args, ensure_ascii=False))
+            r = tools.run(ToolCall(name, body if isinstance(body, str) else json.dumps(body)))
+            thought = c.get("thought") or (row.get("thought") if k == 0 else None) or f"I call {name}."
+            model = f"<think> {thought} </think>\n<{name}>{body}</{name}>"
+            result = format_result(r.output)
+        else:
+            a = args if isinstance(args, dict) else ({single: args} if single else {})
+            r = tools.run(ToolCall(name, json.dumps(a), arguments=a))
+            thought = c.get("thought") or (row.get("thought") if k == 0 else None) or f"I call {name}."
+            turn = f"<think> {thought} </think>\n<tool_call>\n" + json.dumps({"name": name, "arguments": a},
+                                                                           ensure_ascii=False) + "\n</tool_call>"
+            model = turn + (tokenizer.eos_token or "<|im_end|>")
+            result = fmt.render_results(tokenizer, turn, [ToolCall(name, "")], [r.output])
+        if not r.ok:
+            return None, "tool failed"
+        outputs.append(r.output)
+        parts += [(model, "model"), (result, "result")]
+    if not _answer_supported(answer, outputs[-1]):
+        return None, "answer != last tool output"
+    parts.append((f"<think> The answer is {answer}. </think>\n<answer> \\boxed{{{answer}}} </answer>", "model"))
+    response, spans = _assemble(parts)
+    return {"id": str(row.get("id", where)), "task": row.get("task", "qa"), "question": row["question"],
+            "answers": [answer], "system_prompt": system, "tools": schemas, "tool_format": tool_format,
+            "response": response, "tool_results": spans, "source": f"worked-example({tool_format})"}, "ok"
+
+
+def build_tool_sft(data: str, out_path: str, tool_names: list[str], tool_format: str = "tags",
+                   model: str = "smollm2-135m-instruct", template: str | None = None, limit: int | None = None,
+                   progress: bool = True) -> dict:
+    """`arpo sft-data tools`: worked examples of your tools -> SFT JSONL (rows that check out)."""
+    from rich.progress import Progress
+
+    from arpo.data.prompts import default_template, system_prompt
+    from arpo.data.sources import iter_rows
+    from arpo.tools import build_tools
+    from arpo.tools.formats import tool_schema
+
+    tok = _load_tokenizer(model)
+    reasons: Counter = Counter()
+    rows = []
+    tools = build_tools(tool_names)
+    try:
+        system = system_prompt(template or default_template(tools), tools, tool_format=tool_format)
+        schemas = [tool_schema(tools[n]) for n in tools.names]
+        src = list(iter_rows(data))
+        with Progress(disable=not progress) as bar:
+            t = bar.add_task("sft-data tools", total=limit or len(src))
+            for where, row in src:
+                out, why = tools_to_sft(row, tools, tok, tool_format, system, schemas, where)
+                reasons[why] += 1
+                if out is not None:
+                    rows.append(out)
+                    bar.advance(t)
+                if limit is not None and len(rows) >= limit:
+                    break
+    finally:
+        tools.close()
+    outp = write_jsonl(out_path, rows)
+    return {"written": len(rows), "read": sum(reasons.values()),
+            "dropped": {k: v for k, v in reasons.items() if k != "ok"}, "out": str(outp)}
+
+
+def _load_tokenizer(model: str):
+    from transformers import AutoTokenizer
+
+    from arpo.models import resolve_model_dir
+
+    return AutoTokenizer.from_pretrained(str(resolve_model_dir(model)))

@@ -30,6 +30,7 @@ class SamplingParams:
     max_len: int = 2048  # cap on prompt + response tokens of the sequence
     stop: tuple[str, ...] = ()  # pause when the generated text ends with one of these
     stop_regex: str | None = None  # or when a match appears in the newly generated text
+    pause_token_ids: tuple[int, ...] = ()  # these tokens pause instead of ending (json tool format: end of turn)
     seed: int | None = None  # per-sequence RNG: same seed -> same tokens, whatever else is in the batch
     # Optional hook (sequence so far, logits (V,)) -> logits, e.g. constrained decoding or scripted tests.
     logits_hook: Callable[["Sequence", torch.Tensor], torch.Tensor] | None = None

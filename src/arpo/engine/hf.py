@@ -359,6 +359,9 @@ class HFEngine:
         return outs
 
     def _finish_reason(self, s: Sequence) -> str | None:
+        if s.tokens[-1] in s.params.pause_token_ids:  # checked first: an end-of-turn token may also be EOS
+            s.stop_text = self.tokenizer.decode([s.tokens[-1]])
+            return "stop"
         if s.tokens[-1] in self.eos:
             return "eos"
         stop = stop_match(self.tokenizer, s.tokens, self._st[s.sid].seg_start, s.params)

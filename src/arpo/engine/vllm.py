@@ -587,7 +587,7 @@ class VLLMEngine:
                 raise RuntimeError("SamplingParams.logits_hook needs the in-process engine core "
                                    "(multiprocessing=False)")
             extra = {_HOOK_ARG: st.hook_key}
-        stop_ids = sorted(t for t in self.eos if t is not None and t >= 0)
+        stop_ids = sorted({t for t in self.eos if t is not None and t >= 0} | set(p.pause_token_ids))
         return VSP(
             n=1, temperature=max(0.0, float(p.temperature)), top_p=float(p.top_p), top_k=max(0, int(p.top_k)),
             seed=seed, max_tokens=max_tokens, ignore_eos=True, stop_token_ids=stop_ids or None,
@@ -680,6 +680,9 @@ class VLLMEngine:
         return outs
 
     def _finish_reason(self, s: Sequence, st: _State) -> str | None:
+        if s.tokens[-1] in s.params.pause_token_ids:  # checked first: an end-of-turn token may also be EOS
+            s.stop_text = self.tokenizer.decode([s.tokens[-1]])
+            return "stop"
         if s.tokens[-1] in self.eos:
             return "eos"
         stop = stop_match(self.tokenizer, s.tokens, st.seg_start, s.params)

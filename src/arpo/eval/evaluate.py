@@ -58,12 +58,12 @@ def evaluate(engine, tools, tok, examples: list[dict], *, reward_fn, agent: Agen
 
     cfg = dataclasses.replace(agent or AgentConfig(), temperature=temperature)
     loop = AgentLoop(engine, tools, cfg)
-    names = tool_names if tool_names is not None else tools.names
+    names = tool_names if tool_names is not None else tools  # the registry: its tools describe themselves
     jobs = [(ex, s) for ex in examples for s in range(samples)]
     records = []
     for b in range(0, len(jobs), batch_size):
         chunk = jobs[b : b + batch_size]
-        prompts = prompts_for([ex for ex, _ in chunk], tok, names, template)
+        prompts = prompts_for([ex for ex, _ in chunk], tok, names, template, cfg.tool_format)
         trajs = loop.run(prompts, seeds=[seed * 1_000_003 + b + i for i in range(len(chunk))])
         for (ex, s), tr in zip(chunk, trajs):
             calls = [{"tool": c.tool, "ok": c.ok} for c in tr.tool_calls]

@@ -24,7 +24,7 @@ class ModelConfig:
 
 @dataclass
 class ToolsConfig:
-    enabled: list[str] = field(default_factory=lambda: ["python"])  # python, search
+    enabled: list[str] = field(default_factory=lambda: ["python"])  # python, search, your own: module.path:function
     python_timeout_s: float = 5.0  # wall-clock limit of one python call
     max_output_chars: int = 2000  # python output cut to this many characters (marked)
     search_index: str | None = None  # local index dir (default: $ARPO_CACHE_DIR/indexes/hotpotqa)
@@ -33,13 +33,20 @@ class ToolsConfig:
     search_max_chars: int = 300  # characters per passage (reference 1000)
     cache: bool = True  # answer identical calls once (successful results only; tools/cache.py)
     cache_path: str | None = None  # persist the cache here (JSON) across runs
+    # per tool of yours: {name: {timeout_s, max_concurrency, max_output_chars, cache}} (tools/function.py)
+    options: dict = field(default_factory=dict)
+    mcp: list[dict] = field(default_factory=list)  # MCP servers: {command: ..., args: [...], env: {...}} or {url: ...}
 
     def validate(self) -> None:
         from arpo.tools import KNOWN_TOOLS
 
         for t in self.enabled:
-            if t not in KNOWN_TOOLS:
-                raise ArpoError(f"tools.enabled: unknown tool {t!r}; available: {', '.join(KNOWN_TOOLS)}")
+            if t not in KNOWN_TOOLS and ":" not in t:
+                raise ArpoError(f"tools.enabled: unknown tool {t!r}; available: {', '.join(KNOWN_TOOLS)} or your "
+                                "own as module.path:function")
+        for i, m in enumerate(self.mcp):
+            require(isinstance(m, dict) and ("command" in m or "url" in m), f"tools.mcp[{i}]",
+                    "needs a command (stdio server) or a url (HTTP server)")
         require(self.python_timeout_s > 0, "tools.python_timeout_s", f"must be > 0, got {self.python_timeout_s}")
         for key in ("max_output_chars", "search_top_k", "search_max_chars"):
             require(getattr(self, key) >= 1, f"tools.{key}", f"must be >= 1, got {getattr(self, key)}")
@@ -51,7 +58,7 @@ class ToolsConfig:
         cache = ToolCache(path=self.cache_path) if self.cache else None
         return build_tools(self.enabled, python_timeout_s=self.python_timeout_s, max_output_chars=self.max_output_chars,
                            search_index=self.search_index, search_url=self.search_url, search_top_k=self.search_top_k,
-                           search_max_chars=self.search_max_chars, cache=cache)
+                           search_max_chars=self.search_max_chars, cache=cache, options=self.options, mcp=self.mcp)
 
 
 @dataclass

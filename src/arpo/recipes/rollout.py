@@ -49,7 +49,7 @@ def run(cfg: RolloutJobConfig, out_path: str, quiet: bool = False) -> dict:
         task = bar.add_task("rollout", total=len(examples))
         for b in range(0, len(examples), cfg.prompts_per_batch):
             batch = examples[b : b + cfg.prompts_per_batch]
-            prompts = prompts_for(batch, tok, cfg.tools.enabled, cfg.data.template)
+            prompts = prompts_for(batch, tok, tools, cfg.data.template, cfg.agent.tool_format)
             trees = ro.run(prompts, prompt_ids=[ex["id"] for ex in batch], seed=cfg.rollout.seed + b)
             for tree, ex in zip(trees, batch):
                 tree.example = ex

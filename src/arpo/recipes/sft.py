@@ -90,10 +90,17 @@ def tokenize_row(tok, row: dict) -> tuple[list[int], list[int], list[int]]:
     own tokens after generation pauses at a closing tool tag)."""
     from arpo.data.prompts import TASK_TOOLS, render_prompt, system_prompt
 
-    template = row.get("system") or ("search" if row.get("task") == "qa" else "math")
-    if template not in TASK_TOOLS:
-        raise ArpoError(f"{row.get('_where', '?')}: field 'system' is {template!r}; expected one of {sorted(TASK_TOOLS)}")
-    prompt = render_prompt(tok, row["question"], system_prompt(template, list(TASK_TOOLS[template])))
+    if isinstance(row.get("system_prompt"), str):  # rows of `arpo sft-data tools`: the prompt the rollout uses
+        from arpo.tools.formats import SchemaTools
+
+        prompt = render_prompt(tok, row["question"], row["system_prompt"], tools=SchemaTools(row.get("tools", [])),
+                               tool_format=row.get("tool_format", "tags"))
+    else:
+        template = row.get("system") or ("search" if row.get("task") == "qa" else "math")
+        if template not in TASK_TOOLS:
+            raise ArpoError(f"{row.get('_where', '?')}: field 'system' is {template!r}; expected one of "
+                            f"{sorted(TASK_TOOLS)}")
+        prompt = render_prompt(tok, row["question"], system_prompt(template, list(TASK_TOOLS[template])))
     text = row["response"]
     ids, mask, cur = [], [], 0
     for s, e in sorted(map(tuple, row.get("tool_results", []))):

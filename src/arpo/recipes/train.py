@@ -472,7 +472,7 @@ def train_step(tr: Trainer, step: int) -> tuple[dict, list]:
     picked = batch_indices(len(tr.examples), cfg.prompts_per_step, cfg.run.seed, step)
     mine = distributed.shard(len(picked))  # this rank's slice of the global prompt list
     batch_ex = [tr.examples[picked[k]] for k in mine]
-    prompts = prompts_for(batch_ex, tr.tok, cfg.tools.enabled, cfg.data.template)
+    prompts = prompts_for(batch_ex, tr.tok, tr.tools, cfg.data.template, cfg.agent.tool_format)
     tr.engine_ready()
     trees = rollout_step(tr.ro, prompts, batch_ex, cfg.run.seed * 100_003 + step, tr.log_error, offset=mine.start)
     if hasattr(tr.engine, "sleep"):  # vllm on GPU with enable_sleep_mode: free its memory for training
@@ -584,7 +584,7 @@ def validate(tr: Trainer, val_examples: list) -> dict:
     cfg = tr.cfg
     vm = evaluate(tr.engine, tr.tools, tr.tok, val_examples, reward_fn=tr.reward_fn, agent=cfg.agent,
                   samples=cfg.validation.samples, temperature=cfg.validation.temperature,
-                  template=cfg.data.template, tool_names=cfg.tools.enabled, seed=cfg.run.seed)
+                  template=cfg.data.template, seed=cfg.run.seed)
     return {f"val/{k}": v for k, v in vm.items() if isinstance(v, (int, float))}
 
 

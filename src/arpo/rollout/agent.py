@@ -1,10 +1,12 @@
 """The multi-turn agent loop (spec §1) over any Engine.
 
-The loop decodes all sequences in one batch; when one pauses at a tool's closing tag, its call is
-parsed and submitted to a thread pool, and the others keep decoding while the tool runs. The tool
-result `\\n<result>\\n...\\n</result>\\n` is tokenized on its own and appended to the sequence
-(mask 0) — the conversation is never re-tokenized, so token ids, log-probs and the loss mask stay
-exactly what was sampled.
+The loop decodes all sequences in one batch; when one pauses at a tool call (the paper's tags: a
+tool's closing tag; `tool_format: json`: the end of a turn holding `<tool_call>` blocks, several
+allowed), the calls are parsed and submitted to a thread pool, and the others keep decoding while
+the tools run. The result text (`\\n<result>\\n...\\n</result>\\n`, or the chat template's tool
+messages and next assistant header: tools/formats.py) is tokenized on its own and appended to the
+sequence (mask 0) — the conversation is never re-tokenized, so token ids, log-probs and the loss
+mask stay exactly what was sampled.
 
 Per-trajectory state lives in `TrajState` objects (one per engine sequence), never on the loop, so
 forks (rollout/arpo.py) copy it with the sequence.
@@ -18,7 +20,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from arpo.engine.base import Engine, SamplingParams
-from arpo.tools.base import STOP_REGEX, ToolRegistry, ToolResult, format_result
+from arpo.tools.base import STOP_REGEX, ToolRegistry, ToolResult
+from arpo.tools.formats import get_format
 
 
 @dataclass
@@ -29,6 +32,7 @@ class AgentConfig:
     top_p: float = 1.0  # sampling: nucleus probability mass (1.0 = off)
     top_k: int = 0  # sampling: keep the k most likely tokens (0 = off)
     tool_workers: int = 8  # tool calls that may run at once
+    tool_format: str = "tags"  # tags (<name>input</name>, the paper's) | json (native function calling, hermes)
 
     def validate(self) -> None:
         from arpo.errors import require
@@ -40,6 +44,7 @@ class AgentConfig:
         require(0 < self.top_p <= 1, "agent.top_p", f"must be in (0, 1], got {self.top_p}")
         require(self.top_k >= 0, "agent.top_k", f"must be >= 0 (0 = off), got {self.top_k}")
         require(self.tool_workers >= 1, "agent.tool_workers", f"must be >= 1, got {self.tool_workers}")
+        require(self.tool_format in ("tags", "json"), "agent.tool_format", f"{self.tool_format!r}; choose tags or json")
 
 
 @dataclass
@@ -50,6 +55,8 @@ class ToolCallRecord:
     ok: bool
     elapsed_s: float
     result_span: tuple[int, int] = (0, 0)  # [start, end) of the result tokens in the response
+    # (json format, several calls in a turn: the turn's last call holds the span of all the results)
+    arguments: dict | None = None  # json format: the parsed arguments
 
 
 @dataclass
@@ -94,12 +101,15 @@ class AgentLoop:
     def __init__(self, engine: Engine, tools: ToolRegistry, cfg: AgentConfig | None = None):
         self.engine, self.tools, self.cfg = engine, tools, cfg or AgentConfig()
         self.tok = engine.tokenizer
+        self.format = get_format(self.cfg.tool_format)
+        self._pause = self.format.pause_token_ids(self.tok)
 
     def params(self, prompt_len: int, seed: int | None) -> SamplingParams:
         c = self.cfg
         return SamplingParams(
             temperature=c.temperature, top_p=c.top_p, top_k=c.top_k, max_len=prompt_len + c.max_response_tokens,
-            stop=tuple(self.tools.stop_strings()), stop_regex=STOP_REGEX, seed=seed,
+            stop=tuple(self.format.stop_strings(self.tools)), stop_regex=STOP_REGEX if self.format.name == "tags" else None,
+            seed=seed, pause_token_ids=self._pause,
         )
 
     def run(self, prompts: list[list[int]], seeds: list[int] | None = None, on_step=None) -> list[Trajectory]:
@@ -142,30 +152,42 @@ class AgentLoop:
         if s.stop_text == "</answer>":
             return self._end(sid, st, "answer")
         segment = self.tok.decode(s.tokens[st.seg_start :])
-        call = self.tools.parse_last_call(segment)
-        if call is None:
-            return self._end(sid, st, "stop")
-        if len(st.calls) >= self.cfg.max_tool_calls:
+        turn = segment[: -len(s.stop_text)] if s.tokens[-1] in self._pause and segment.endswith(s.stop_text) else segment
+        calls = self.format.parse(turn, self.tools, s.stop_text)
+        if calls is None:  # a plain finish (tags: no call; json: a turn without tool calls)
+            return self._end(sid, st, "eos" if s.tokens[-1] in self._pause else "stop")
+        if len(st.calls) + len(calls) > self.cfg.max_tool_calls:
             return self._end(sid, st, "tool_cap")
-        st.calls.append(ToolCallRecord(call.tag, call.input, "", False, 0.0))
-        pending[pool.submit(self._run_tool, call)] = sid
+        st.calls += [ToolCallRecord(c.tag, c.input, "", False, 0.0, arguments=c.arguments) for c in calls]
+        pending[pool.submit(self._run_tools, calls, turn)] = sid
 
-    def _run_tool(self, call) -> ToolResult:
-        t = time.perf_counter()
-        r = self.tools.run(call)
-        if not r.elapsed_s:
-            r.elapsed_s = time.perf_counter() - t
-        return r
+    def _run_tools(self, calls, turn: str) -> tuple[list[ToolResult], str]:
+        """Run a pause's calls (several at once in a json turn) and render what is appended."""
+        def one(call) -> ToolResult:
+            t = time.perf_counter()
+            r = self.tools.run(call)
+            if not r.elapsed_s:
+                r.elapsed_s = time.perf_counter() - t
+            return r
 
-    def _deliver(self, sid: int, st: TrajState, r: ToolResult) -> None:
+        if len(calls) == 1:
+            results = [one(calls[0])]
+        else:
+            with ThreadPoolExecutor(max_workers=len(calls), thread_name_prefix="arpo-tool-turn") as ex:
+                results = list(ex.map(one, calls))
+        return results, self.format.render_results(self.tok, turn, calls, [r.output for r in results])
+
+    def _deliver(self, sid: int, st: TrajState, out: tuple[list[ToolResult], str]) -> None:
+        results, text = out
         s = self.engine.seq(sid)
-        rec = st.calls[-1]
-        rec.output, rec.ok, rec.elapsed_s = r.output, r.ok, r.elapsed_s
-        ids = self.tok.encode(format_result(r.output), add_special_tokens=False)
+        recs = st.calls[len(st.calls) - len(results):]
+        for rec, r in zip(recs, results):
+            rec.output, rec.ok, rec.elapsed_s = r.output, r.ok, r.elapsed_s
+        ids = self.tok.encode(text, add_special_tokens=False)
         if len(s.tokens) + len(ids) >= s.params.max_len:
             return self._end(sid, st, "length")
         start = len(s.tokens) - s.prompt_len
-        rec.result_span = (start, start + len(ids))
+        recs[-1].result_span = (start, start + len(ids))  # one appended block per pause
         self.engine.append(sid, ids)
         st.seg_start = len(s.tokens)
 

@@ -98,6 +98,18 @@ def dynamic_initial_rollouts(m: int, h_root: float, h_tool: float) -> int:
     return max(1, min(m, int(m * sig) + 1))
 
 
+def _calls_through_result(calls, t: int) -> int:
+    """How many call records belong up to tool result t (a json turn's several calls share one result
+    block, held by the turn's last record; the others have an empty span)."""
+    seen = 0
+    for i, rec in enumerate(calls):
+        if rec.result_span[1] > 0:
+            if seen == t:
+                return i + 1
+            seen += 1
+    return len(calls)
+
+
 # ---- the scheduler -------------------------------------------------------------------------------
 @dataclass
 class _Traj(TrajState):
@@ -225,7 +237,8 @@ class ARPORollout:
         at = s.prompt_len + start
         for k in self.engine.fork(sid, min(c.branch_factor, room), at=at):
             states[k] = _Traj(
-                seg_start=at, calls=copy.deepcopy(st.calls[: t + 1]), group=st.group, parent_sid=sid,
+                seg_start=at, calls=copy.deepcopy(st.calls[: _calls_through_result(st.calls, t)]), group=st.group,
+                parent_sid=sid,
                 branch_token_index=start, initial_entropy=st.initial_entropy,
                 step_entropies=list(st.step_entropies[:t]), decided=t + 1,
             )

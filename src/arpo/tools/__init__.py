@@ -1,4 +1,6 @@
-"""Tools the agent can call. Each owns a tag (`<python>`, `<search>`); see tools/base.py."""
+"""Tools the agent can call: the built-in `python` and `search`, your own functions and classes
+(`module.path:name`, tools/function.py) and MCP servers' tools (tools/mcp.py); see tools/base.py
+for the protocol and tools/formats.py for the two call formats (tags, json)."""
 
 from __future__ import annotations
 
@@ -14,25 +16,55 @@ SEARCH_MAX_CHARS = 300  # characters per passage (the reference's 10 x 1000 is s
 
 def build_tools(names: list[str], *, python_timeout_s: float = 5.0, max_output_chars: int = 2000,
                 search_index: str | None = None, search_url: str | None = None, search_top_k: int = SEARCH_TOP_K,
-                search_max_chars: int = SEARCH_MAX_CHARS, cache=None) -> ToolRegistry:
+                search_max_chars: int = SEARCH_MAX_CHARS, cache=None, options: dict | None = None,
+                mcp: list | None = None) -> ToolRegistry:
     """A registry with the named tools, configured from plain options (CLI flags / config keys).
-    `cache`: a tools.cache.ToolCache shared by the tools (identical calls answered once), or None."""
+    `names`: built-in tools (python, search) and your own as `module.path:function_or_class`;
+    `options`: {tool name: {timeout_s, max_concurrency, max_output_chars, cache}} for your tools;
+    `mcp`: MCP servers whose tools join the registry ({command, args, env} or {url}, tools/mcp.py);
+    `cache`: a tools.cache.ToolCache shared by the cacheable tools (identical calls answered once)."""
+    from arpo.tools.function import ToolOptions, load_tool
+
+    options = options or {}
     reg = _Registry(cache)
-    for n in names:
-        if n == "python":
-            from arpo.tools.python import PythonTool
+    try:
+        for n in names:
+            if n == "python":
+                from arpo.tools.python import PythonTool
 
-            reg.register(PythonTool(timeout_s=python_timeout_s, max_output_chars=max_output_chars))
-        elif n == "search":
-            from arpo.tools.search import SearchTool
+                reg.register(PythonTool(timeout_s=python_timeout_s, max_output_chars=max_output_chars))
+            elif n == "search":
+                from arpo.tools.search import SearchTool
 
-            if search_url:
-                reg.register(SearchTool(url=search_url, top_k=search_top_k, max_chars=search_max_chars))
+                if search_url:
+                    reg.register(SearchTool(url=search_url, top_k=search_top_k, max_chars=search_max_chars))
+                else:
+                    index = load_index(search_index)
+                    reg.register(SearchTool(index=index, top_k=search_top_k, max_chars=search_max_chars))
+            elif ":" in n:
+                name = n.rsplit(":", 1)[1].rsplit(".", 1)[-1]
+                opts = dict(options.get(name) or {})
+                cacheable = bool(opts.pop("cache", False))
+                try:
+                    tool = load_tool(n, ToolOptions(**opts))
+                except TypeError as e:
+                    raise ArpoError(f"tools.options.{name}: {e}; valid: timeout_s, max_concurrency, "
+                                    "max_output_chars, cache") from e
+                tool.cacheable = cacheable
+                reg.register(tool)
             else:
-                index = load_index(search_index)
-                reg.register(SearchTool(index=index, top_k=search_top_k, max_chars=search_max_chars))
-        else:
-            raise ArpoError(f"unknown tool {n!r}; available: {', '.join(KNOWN_TOOLS)}")
+                raise ArpoError(f"unknown tool {n!r}; available: {', '.join(KNOWN_TOOLS)} or your own as "
+                                "module.path:function (e.g. mypkg.tools:lookup_order)")
+        for server in mcp or []:
+            from arpo.tools.mcp import MCPServerTools
+
+            src = MCPServerTools(server)
+            reg.sources.append(src)
+            for tool in src.tools():
+                reg.register(tool)
+    except BaseException:
+        reg.close()
+        raise
     return reg
 
 
@@ -42,9 +74,13 @@ class _Registry(ToolRegistry):
     def __init__(self, cache=None):
         super().__init__()
         self.cache = cache
+        self.sources: list = []  # MCP server connections (closed with the registry)
 
-    def register(self, tool: Tool) -> None:
-        if self.cache is not None:
+    def register(self, tool) -> None:
+        from arpo.tools.function import as_tool
+
+        tool = as_tool(tool)
+        if self.cache is not None and getattr(tool, "cacheable", True):  # your tools: only when options say so
             from arpo.tools.cache import CachedTool
 
             tool = CachedTool(tool, self.cache)
@@ -52,6 +88,9 @@ class _Registry(ToolRegistry):
 
     def close(self) -> None:
         super().close()
+        for src in self.sources:
+            src.close()
+        self.sources.clear()
         if self.cache is not None and self.cache.path is not None:
             self.cache.save()
 

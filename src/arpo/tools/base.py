@@ -1,8 +1,11 @@
 """The tool protocol (spec §1): each tool owns a tag; the agent writes `<tag> input </tag>` and the
 environment answers `<result>\\n{output}\\n</result>`.
 
-A tool is any object with a `name` (its tag) and `__call__(input: str) -> ToolResult`. Tools never
-raise into the rollout: failures come back as `ToolResult(ok=False, output=<error text>)`.
+A tool is any object with a `name` (its tag) and `__call__(input: str) -> ToolResult`; plain
+Python functions and classes become tools through `ToolRegistry.register` (tools/function.py), and
+tools with a JSON `schema` also take `call(arguments: dict)` (the function-calling format,
+tools/formats.py). Tools never raise into the rollout: failures come back as
+`ToolResult(ok=False, output=<error text>)`.
 """
 
 from __future__ import annotations
@@ -42,9 +45,10 @@ def format_result(output: str) -> str:
 
 @dataclass
 class ToolCall:
-    tag: str  # the tag the model wrote (may be unknown)
-    input: str  # body between the tags, stripped
+    tag: str  # the tool the model named (its tag; may be unknown)
+    input: str  # body between the tags, stripped (json format: the arguments as JSON text)
     error: str | None = None  # set when the call is malformed; then the error is the result
+    arguments: dict | None = None  # json format: the parsed arguments
 
 
 class ToolRegistry:
@@ -55,7 +59,14 @@ class ToolRegistry:
         for t in tools:
             self.register(t)
 
-    def register(self, tool: Tool) -> None:
+    def register(self, tool) -> None:
+        """Add a tool: a Tool, or any function / class (tools/function.py builds its schema)."""
+        from arpo.tools.function import as_tool
+
+        tool = as_tool(tool)
+        self._add(tool)
+
+    def _add(self, tool: Tool) -> None:
         if not re.fullmatch(r"[a-z_][a-z0-9_]*", tool.name):
             raise ValueError(f"tool tag {tool.name!r} must be lowercase [a-z0-9_]")
         if tool.name in (ANSWER_TAG, "result", "think"):
@@ -119,6 +130,14 @@ class ToolRegistry:
         if call.error is not None:
             return ToolResult(call.error, ok=False)
         try:
-            return self._tools[call.tag](call.input)
+            tool = self._tools[call.tag]
+            if call.arguments is not None:  # json format
+                if hasattr(tool, "call"):
+                    return tool.call(call.arguments)
+                (value,) = call.arguments.values() if len(call.arguments) == 1 else (None,)
+                if not isinstance(value, str):
+                    return ToolResult(f"Error: tool {call.tag} takes one string argument", ok=False)
+                return tool(value)
+            return tool(call.input)
         except Exception as e:  # a tool must never crash the rollout
             return ToolResult(f"Error: tool <{call.tag}> failed: {type(e).__name__}: {e}", ok=False)

@@ -116,6 +116,18 @@ class CachedTool:
                 self._inflight.pop(key, None)
             ev.set()
 
+    def call(self, args: dict) -> ToolResult:
+        """Function-calling form: the canonical JSON of the arguments is the cache key."""
+        import json as _json
+
+        key = _json.dumps(args, sort_keys=True, ensure_ascii=False)
+        hit = self.cache.get(self.name, key)
+        if hit is not None:
+            return hit
+        r = self.tool.call(args) if hasattr(self.tool, "call") else self.tool(next(iter(args.values()), ""))
+        self.cache.put(self.name, key, r)
+        return replace(r, cached=False)
+
     def close(self) -> None:
         close = getattr(self.tool, "close", None)
         if close is not None:

@@ -1375,6 +1375,11 @@ class PythonTool:
     """
 
     name = "python"
+    description = "Runs Python code in a sandbox and returns what it prints (a final bare expression is printed too)."
+    schema = {"type": "function", "function": {
+        "name": "python", "description": description,
+        "parameters": {"type": "object", "properties": {"code": {"type": "string", "description": "the Python program"}},
+                       "required": ["code"]}}}
 
     def __init__(
         self,

@@ -54,6 +54,11 @@ class SearchTool:
     `url` (`arpo serve retriever`). Thread-safe; `calls` / `failures` count queries."""
 
     name = "search"
+    description = "Searches a Wikipedia corpus and returns the top passages."
+    schema = {"type": "function", "function": {
+        "name": "search", "description": description,
+        "parameters": {"type": "object", "properties": {"query": {"type": "string", "description": "what to look up"}},
+                       "required": ["query"]}}}
 
     def __init__(self, index=None, url: str | None = None, top_k: int = 10, max_chars: int = 1000,
                  mode: str = "bm25", timeout_s: float = 5.0):

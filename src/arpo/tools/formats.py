@@ -1,0 +1,193 @@
+"""How the agent writes tool calls and receives results — two formats, chosen per run
+(`agent.tool_format`):
+
+* `tags` (the paper's, the default): `<name>input</name>`; the environment appends
+  `\\n<result>\\n...\\n</result>\\n`. Generation pauses at any tool's closing tag.
+* `json` (the model's native function calling, hermes style as Qwen2.5/Qwen3 use): the tools'
+  JSON schemas go to the chat template (`apply_chat_template(tools=...)`), the model writes
+  `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (several per turn allowed) and ends its
+  turn; the results come back as `tool` messages rendered by the template, followed by the next
+  assistant header. Generation pauses at the end-of-turn token. For a template without tool
+  support (SmolLM2's ChatML) arpo renders the hermes convention itself: the tools in the system
+  prompt, each result as `<tool_response>...</tool_response>` in a user turn.
+
+In both formats everything after the prompt is built in token space: the ids trained on are the
+ids sampled plus the ids of the appended text (results and template tokens, loss mask 0) — the
+conversation is never re-tokenized. `render_results` returns the text to append; the json format
+gets it from the chat template by rendering the conversation without and with the tool messages
+and keeping the difference (checked to be a pure extension).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from arpo.tools.base import ToolCall, ToolRegistry, format_result
+
+FORMATS = ("tags", "json")
+TOOL_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
+HERMES_TOOLS = (
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{tools}\n</tools>\n\n"
+    "For each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n{{\"name\": <function-name>, \"arguments\": "
+    "<args-json-object>}}\n</tool_call>"
+)
+
+
+def tool_schema(tool) -> dict:
+    """A tool's function schema; a tag-only tool (no `schema`) takes one string, `input`."""
+    s = getattr(tool, "schema", None)
+    if isinstance(s, dict):
+        return s
+    return {"type": "function", "function": {"name": tool.name, "description": getattr(tool, "description", "") or "",
+                                             "parameters": {"type": "object", "required": ["input"],
+                                                            "properties": {"input": {"type": "string"}}}}}
+
+
+def template_supports_tools(tokenizer) -> bool:
+    t = getattr(tokenizer, "chat_template", None) or ""
+    return isinstance(t, str) and "tools" in t
+
+
+@dataclass
+class TagFormat:
+    name: str = "tags"
+
+    def stop_strings(self, tools: ToolRegistry) -> list[str]:
+        return tools.stop_strings()
+
+    def pause_token_ids(self, tokenizer) -> tuple[int, ...]:
+        return ()
+
+    def parse(self, segment: str, tools: ToolRegistry, stop_text: str | None) -> list[ToolCall] | None:
+        call = tools.parse_last_call(segment)
+        return None if call is None else [call]
+
+    def render_results(self, tokenizer, turn_text: str, calls: list[ToolCall], outputs: list[str]) -> str:
+        return "".join(format_result(o) for o in outputs)
+
+
+@dataclass
+class JsonFormat:
+    name: str = "json"
+
+    def stop_strings(self, tools: ToolRegistry) -> list[str]:
+        return [f"</{t}>" for t in ("answer",)]  # an answer ends the trajectory as in the tag format
+
+    def pause_token_ids(self, tokenizer) -> tuple[int, ...]:
+        """The end-of-turn token pauses (the loop then runs the turn's calls or finishes)."""
+        ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+        for t in ("<|im_end|>", "<|eot_id|>", "<end_of_turn>"):
+            i = tokenizer.convert_tokens_to_ids(t) if t in tokenizer.get_vocab() else None
+            if i is not None:
+                ids.add(i)
+        return tuple(sorted(ids))
+
+    def parse(self, segment: str, tools: ToolRegistry, stop_text: str | None) -> list[ToolCall] | None:
+        """The turn's calls; None when the turn holds none (a final answer)."""
+        out = []
+        for body in TOOL_CALL_RE.findall(segment):
+            out.append(parse_hermes(body, tools))
+        tail = segment[segment.rfind("</tool_call>") + 12:] if "</tool_call>" in segment else segment
+        if "<tool_call>" in tail:  # an opened call the turn never closed
+            out.append(ToolCall("tool_call", "", error="Error: <tool_call> without </tool_call>; write "
+                                "<tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>"))
+        return out or None
+
+    def render_results(self, tokenizer, turn_text: str, calls: list[ToolCall], outputs: list[str]) -> str:
+        """The text after the turn's end-of-turn token: the tool messages and the next assistant header."""
+        tool_msgs = [{"role": "tool", "name": c.tag, "content": o} for c, o in zip(calls, outputs)]
+        if template_supports_tools(tokenizer):
+            delta = _template_delta(tokenizer, turn_text, tool_msgs)
+            if delta is not None:
+                return delta
+        resp = "\n".join(f"<tool_response>\n{o}\n</tool_response>" for o in outputs)
+        delta = _template_delta(tokenizer, turn_text, [{"role": "user", "content": resp}])
+        if delta is None:  # a template we cannot extend: ChatML, the hermes convention's home
+            return f"\n<|im_start|>user\n{resp}<|im_end|>\n<|im_start|>assistant\n"
+        return delta
+
+
+def _template_delta(tokenizer, turn_text: str, new_msgs: list[dict]) -> str | None:
+    """Render [system, user, assistant(turn)] without and with `new_msgs` (+ generation prompt);
+    the difference after the turn's end-of-turn token, or None when the second is not an extension."""
+    base = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"},
+            {"role": "assistant", "content": turn_text}]
+    try:
+        before = tokenizer.apply_chat_template(base, tokenize=False)
+        after = tokenizer.apply_chat_template(base + new_msgs, tokenize=False, add_generation_prompt=True)
+    except Exception:  # noqa: BLE001 - a template that rejects the shape (e.g. no system role)
+        return None
+    end = _turn_end(tokenizer, before, turn_text)
+    if end is None or not after.startswith(before[:end]):
+        return None
+    return after[end:]
+
+
+def _turn_end(tokenizer, rendered: str, turn_text: str) -> int | None:
+    """Where the sampled stream stops in a rendering: after the turn's text and its end-of-turn token."""
+    at = rendered.rfind(turn_text)
+    if at < 0:
+        return None
+    pos = at + len(turn_text)
+    eos = tokenizer.eos_token or ""
+    for marker in (eos, "<|im_end|>", "<|eot_id|>", "<end_of_turn>"):
+        if marker and rendered.startswith(marker, pos):
+            return pos + len(marker)
+    return None
+
+
+def parse_hermes(body: str, tools: ToolRegistry) -> ToolCall:
+    """One `<tool_call>` body -> ToolCall with `arguments` (or an error saying what was wrong)."""
+    try:
+        obj = json.loads(body)
+    except json.JSONDecodeError as e:
+        return ToolCall("tool_call", body, error=f"Error: the tool call is not valid JSON ({e.msg} at column "
+                        f"{e.colno}); write {{\"name\": ..., \"arguments\": {{...}}}}")
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        return ToolCall("tool_call", body, error="Error: a tool call needs a string \"name\" and an \"arguments\" object")
+    name, args = obj["name"], obj.get("arguments", {})
+    if isinstance(args, str):  # some models emit the arguments as a JSON string
+        try:
+            args = json.loads(args)
+        except json.JSONDecodeError:
+            pass
+    if name not in tools:
+        known = ", ".join(tools.names) or "none"
+        return ToolCall(name, body, error=f"Error: unknown tool {name!r}. Available tools: {known}.")
+    if not isinstance(args, dict):
+        return ToolCall(name, body, error=f"Error: the arguments of {name} must be a JSON object")
+    return ToolCall(name, json.dumps(args, ensure_ascii=False), arguments=args)
+
+
+class SchemaTools:
+    """Tools known only by their schemas (an SFT row's `tools`): enough to render a prompt."""
+
+    def __init__(self, schemas: list[dict]):
+        self._by = {s["function"]["name"]: type("T", (), {"schema": s, "name": s["function"]["name"]})()
+                    for s in schemas}
+        self.names = list(self._by)
+
+    def __getitem__(self, name):
+        return self._by[name]
+
+    def __contains__(self, name) -> bool:
+        return name in self._by
+
+
+def get_format(name: str):
+    if name == "tags":
+        return TagFormat()
+    if name == "json":
+        return JsonFormat()
+    from arpo.errors import ArpoError
+
+    raise ArpoError(f"agent.tool_format: {name!r}; choose tags or json")
+
+
+def hermes_system_block(tools: ToolRegistry) -> str:
+    return HERMES_TOOLS.format(tools="\n".join(json.dumps(tool_schema(tools[n]), ensure_ascii=False)
+                                               for n in tools.names))

@@ -1,0 +1,131 @@
+"""MCP servers as tool sources (the official `mcp` SDK, extra `mcp`).
+
+    tools:
+      mcp:
+        - {command: python, args: [my_server.py]}          # a stdio server, started by arpo
+        - {url: http://localhost:8000/mcp}                 # a Streamable HTTP server
+
+arpo connects once per run, lists the server's tools and exposes each as a tool with the server's
+own name, description and input schema (so both call formats work). The SDK is async: one event
+loop thread per server owns the connection; tool calls from the rollout's worker threads are
+submitted to it. A call's error (the server reports `isError`, the server died, a timeout) is an
+error result; the trajectory goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from arpo.errors import ArpoError
+from arpo.tools.base import ToolResult
+
+
+class MCPServerTools:
+    """One MCP server connection and its tools."""
+
+    def __init__(self, spec: dict, timeout_s: float = 30.0, start_timeout_s: float = 60.0):
+        try:
+            import mcp
+        except ImportError as e:
+            raise ArpoError("tools.mcp needs the MCP SDK: pip install 'arpo[mcp]'") from e
+        self.spec, self.timeout_s = dict(spec), float(spec.get("timeout_s", timeout_s))
+        if "url" in spec:
+            target = spec["url"]
+        elif "command" in spec:
+            target = mcp.StdioServerParameters(command=spec["command"], args=[str(a) for a in spec.get("args", [])],
+                                               env=spec.get("env"), cwd=spec.get("cwd"))
+        else:
+            raise ArpoError(f"tools.mcp entry {spec!r}: needs a command (stdio) or a url (HTTP)")
+        self.label = spec.get("url") or " ".join([spec["command"], *map(str, spec.get("args", []))])
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="arpo-mcp", daemon=True)
+        self._thread.start()
+        self._client = mcp.Client(target, read_timeout_seconds=self.timeout_s)
+        try:
+            self._run(self._client.__aenter__(), start_timeout_s)
+            listed = self._run(self._client.list_tools(), start_timeout_s)
+        except Exception as e:
+            self.close()
+            raise ArpoError(f"MCP server {self.label}: cannot connect or list its tools "
+                            f"({type(e).__name__}: {e})") from e
+        self._tools = [MCPTool(self, t.name, t.description or "", _field(t, "input_schema", "inputSchema")
+                               or {"type": "object", "properties": {}}) for t in listed.tools]
+
+    def _run(self, coro, timeout: float):
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def tools(self) -> list["MCPTool"]:
+        return list(self._tools)
+
+    def call(self, name: str, args: dict) -> ToolResult:
+        try:
+            res = self._run(self._client.call_tool(name, args), self.timeout_s + 5)
+        except Exception as e:  # noqa: BLE001 - a dead server or a timeout: an error result
+            return ToolResult(f"Error: MCP tool {name} failed: {type(e).__name__}: {e}", ok=False)
+        parts = []
+        for c in getattr(res, "content", []) or []:
+            text = getattr(c, "text", None)
+            parts.append(text if text is not None else f"[{getattr(c, 'type', 'content')}]")
+        structured = _field(res, "structured_content", "structuredContent")
+        if not parts and structured is not None:
+            import json
+
+            parts.append(json.dumps(structured, ensure_ascii=False))
+        return ToolResult("\n".join(parts) or "(no output)", ok=not _field(res, "is_error", "isError"))
+
+    def close(self) -> None:
+        if getattr(self, "_client", None) is not None and self._loop.is_running():
+            try:
+                self._run(self._client.__aexit__(None, None, None), 10)
+            except Exception:  # noqa: BLE001 - closing a broken connection
+                pass
+        if self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(5)
+
+
+def _field(obj, *names):
+    """A field of an SDK object under its mcp 2 (snake_case) or mcp 1 (camelCase) name."""
+    for n in names:
+        v = getattr(obj, n, None)
+        if v is not None:
+            return v
+    return None
+
+
+class MCPTool:
+    """One tool of an MCP server, in arpo's tool protocol."""
+
+    cacheable = False  # a server may hold state
+
+    def __init__(self, server: MCPServerTools, name: str, description: str, input_schema: dict):
+        self.server, self.name, self.description = server, name, description
+        self.schema = {"type": "function", "function": {"name": name, "description": description,
+                                                        "parameters": input_schema}}
+
+    def call(self, args: dict) -> ToolResult:
+        from arpo.tools.function import FunctionTool
+
+        err = FunctionTool.validate(self, args)  # the same checks as for your own tools
+        if err:
+            return ToolResult(f"Error: tool {self.name}: {err}", ok=False)
+        return self.server.call(self.name, args)
+
+    @property
+    def parameters(self) -> dict:
+        return self.schema["function"]["parameters"]
+
+    def __call__(self, input: str) -> ToolResult:  # tag format
+        from arpo.tools.function import FunctionTool
+
+        args, err = FunctionTool.parse_text(self, input)
+        if err:
+            return ToolResult(f"Error: {err}", ok=False)
+        return self.call(args)
+
+    @property
+    def single_string_arg(self):
+        from arpo.tools.function import FunctionTool
+
+        return FunctionTool.single_string_arg.fget(self)
