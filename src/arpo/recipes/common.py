@@ -26,6 +26,7 @@ class ModelConfig:
 class ToolsConfig:
     enabled: list[str] = field(default_factory=lambda: ["python"])  # python, search, your own: module.path:function
     python_timeout_s: float = 5.0  # wall-clock limit of one python call
+    python_session: bool = False  # python keeps variables and files per trajectory, forking with the tree
     max_output_chars: int = 2000  # python output cut to this many characters (marked)
     search_index: str | None = None  # local index dir (default: $ARPO_CACHE_DIR/indexes/hotpotqa)
     search_url: str | None = None  # or a retrieval server (arpo serve retriever)
@@ -58,7 +59,8 @@ class ToolsConfig:
         cache = ToolCache(path=self.cache_path) if self.cache else None
         return build_tools(self.enabled, python_timeout_s=self.python_timeout_s, max_output_chars=self.max_output_chars,
                            search_index=self.search_index, search_url=self.search_url, search_top_k=self.search_top_k,
-                           search_max_chars=self.search_max_chars, cache=cache, options=self.options, mcp=self.mcp)
+                           search_max_chars=self.search_max_chars, cache=cache, options=self.options, mcp=self.mcp,
+                           python_session=self.python_session)
 
 
 @dataclass

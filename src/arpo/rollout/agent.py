@@ -120,7 +120,10 @@ class AgentLoop:
             sid = self.engine.add(p, self.params(len(p), None if seeds is None else seeds[i]))
             states[sid] = TrajState(seg_start=len(p))
             sids.append(sid)
-        self.drive(states, on_step=on_step)
+        try:
+            self.drive(states, on_step=on_step)
+        finally:
+            self.tools.end_sessions(list(states))
         return [self.trajectory(sid, states[sid]) for sid in states]
 
     def drive(self, states: dict[int, TrajState], on_step=None) -> None:
@@ -158,6 +161,8 @@ class AgentLoop:
             return self._end(sid, st, "eos" if s.tokens[-1] in self._pause else "stop")
         if len(st.calls) + len(calls) > self.cfg.max_tool_calls:
             return self._end(sid, st, "tool_cap")
+        for c in calls:
+            c.session = str(sid)  # tools with sessions keep state per trajectory
         st.calls += [ToolCallRecord(c.tag, c.input, "", False, 0.0, arguments=c.arguments) for c in calls]
         pending[pool.submit(self._run_tools, calls, turn)] = sid
 

@@ -160,7 +160,10 @@ class ARPORollout:
             g.target_globals = 1 if c.dynamic_budget else c.initial_rollouts
             for _ in range(g.target_globals):
                 self._add_global(gi, g, states)
-        self.loop.drive(states, on_step=lambda outs, st: self._on_step(outs, st, groups))
+        try:
+            self.loop.drive(states, on_step=lambda outs, st: self._on_step(outs, st, groups))
+        finally:  # python sessions end with their trajectories (also when the rollout raised)
+            self.loop.tools.end_sessions(list(states))
         trees = []
         for gi, g in enumerate(groups):
             trees.append(self._tree(gi, g, states, None if prompt_ids is None else prompt_ids[gi]))
@@ -236,6 +239,8 @@ class ARPORollout:
         s = self.engine.seq(sid)
         at = s.prompt_len + start
         for k in self.engine.fork(sid, min(c.branch_factor, room), at=at):
+            # the tools' sessions fork with the sequence (same event, any engine)
+            self.loop.tools.fork_sessions(sid, k, st.calls[: _calls_through_result(st.calls, t)])
             states[k] = _Traj(
                 seg_start=at, calls=copy.deepcopy(st.calls[: _calls_through_result(st.calls, t)]), group=st.group,
                 parent_sid=sid,

@@ -17,19 +17,24 @@ SEARCH_MAX_CHARS = 300  # characters per passage (the reference's 10 x 1000 is s
 def build_tools(names: list[str], *, python_timeout_s: float = 5.0, max_output_chars: int = 2000,
                 search_index: str | None = None, search_url: str | None = None, search_top_k: int = SEARCH_TOP_K,
                 search_max_chars: int = SEARCH_MAX_CHARS, cache=None, options: dict | None = None,
-                mcp: list | None = None) -> ToolRegistry:
+                mcp: list | None = None, python_session: bool = False) -> ToolRegistry:
     """A registry with the named tools, configured from plain options (CLI flags / config keys).
     `names`: built-in tools (python, search) and your own as `module.path:function_or_class`;
     `options`: {tool name: {timeout_s, max_concurrency, max_output_chars, cache}} for your tools;
     `mcp`: MCP servers whose tools join the registry ({command, args, env} or {url}, tools/mcp.py);
-    `cache`: a tools.cache.ToolCache shared by the cacheable tools (identical calls answered once)."""
+    `cache`: a tools.cache.ToolCache shared by the cacheable tools (identical calls answered once);
+    `python_session`: python keeps its state per trajectory and forks with the tree (tools/python_session.py)."""
     from arpo.tools.function import ToolOptions, load_tool
 
     options = options or {}
     reg = _Registry(cache)
     try:
         for n in names:
-            if n == "python":
+            if n == "python" and python_session:
+                from arpo.tools.python_session import PythonSessionTool
+
+                reg.register(PythonSessionTool(timeout_s=python_timeout_s, max_output_chars=max_output_chars))
+            elif n == "python":
                 from arpo.tools.python import PythonTool
 
                 reg.register(PythonTool(timeout_s=python_timeout_s, max_output_chars=max_output_chars))

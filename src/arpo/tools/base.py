@@ -49,6 +49,7 @@ class ToolCall:
     input: str  # body between the tags, stripped (json format: the arguments as JSON text)
     error: str | None = None  # set when the call is malformed; then the error is the result
     arguments: dict | None = None  # json format: the parsed arguments
+    session: str | None = None  # the trajectory's key, for tools with sessions (python with session: true)
 
 
 class ToolRegistry:
@@ -118,6 +119,20 @@ class ToolRegistry:
             return ToolCall(tag, "", error=f"Error: empty <{tag}> call; put the input between the tags.")
         return ToolCall(tag, body)
 
+    # -- tools with per-trajectory sessions (tools/python_session.py) --------------------------------
+    def fork_sessions(self, parent, child, calls) -> None:
+        """The rollout forked trajectory `parent` into `child`, which inherits `calls` (the parent's call
+        records up to the branch point): each session tool forks its state as of its last such call."""
+        for name, tool in self._tools.items():
+            if getattr(tool, "sessions", False):
+                tool.fork(str(parent), str(child), sum(1 for c in calls if c.tool == name))
+
+    def end_sessions(self, keys) -> None:
+        for tool in self._tools.values():
+            if getattr(tool, "sessions", False):
+                for k in keys:
+                    tool.end(str(k))
+
     def close(self) -> None:
         """Release tool resources (worker pools, connections) of tools that hold any."""
         for t in self._tools.values():
@@ -131,6 +146,9 @@ class ToolRegistry:
             return ToolResult(call.error, ok=False)
         try:
             tool = self._tools[call.tag]
+            if getattr(tool, "sessions", False) and call.session is not None:  # state per trajectory
+                text = call.input if call.arguments is None else str(next(iter(call.arguments.values()), ""))
+                return tool.run_session(call.session, text)
             if call.arguments is not None:  # json format
                 if hasattr(tool, "call"):
                     return tool.call(call.arguments)

@@ -639,15 +639,16 @@ def _join_threads() -> None:
             pass
 
 
-def _run_user_code(src: str) -> str:
+def _run_user_code(src: str, mod: types.ModuleType | None = None) -> str:
     """Run `src` as `__main__` with REPL semantics; return 'ok', 'exc' or 'exit N'.
 
     The last statement, if a bare expression, is evaluated and its repr printed (not when
     None), because models write `x` at the end expecting to see it. Tracebacks start at the
     model's own code and keep its last frames only: harness frames would be noise.
     """
-    mod = types.ModuleType("__main__")
-    mod.__builtins__ = builtins
+    if mod is None:  # a one-shot call: a fresh namespace (a session passes its own, kept across calls)
+        mod = types.ModuleType("__main__")
+        mod.__builtins__ = builtins
     sys.modules["__main__"] = mod
     linecache.cache[USER_FILENAME] = (len(src), None, src.splitlines(True), USER_FILENAME)
     try:
@@ -711,47 +712,54 @@ def _set_limits(cfg: dict) -> None:
             log.debug("sandbox: setrlimit(%s) failed: %s", which, e)
 
 
+def _lock_down(lib, cfg: dict, mode: str, uid: int | None, workdir: str, out_w: int, keep: set[int]) -> None:
+    """Turn this process into the locked-down one that runs model code: only `keep` (and stdio on
+    out_w) open, its own session, rlimits, a scrubbed environment, the sandbox uid, no_new_privs,
+    no capabilities, the working directory, fresh randomness, the seccomp filter."""
+    _close_fds_except(keep | {out_w})
+    devnull = os.open("/dev/null", os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(out_w, 1)
+    os.dup2(out_w, 2)
+    for fd in {devnull, out_w} - {0, 1, 2}:
+        os.close(fd)
+    os.setsid()
+    if cfg["nice"]:
+        os.nice(int(cfg["nice"]))
+    _set_limits(dict(cfg, _own_uid=uid is not None or mode == "userns"))
+    os.environ.clear()
+    os.environ.update(_SANDBOX_ENV)
+    if uid is not None:  # root: a uid of our own makes the host's files and processes foreign
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+    _check(lib.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    if mode == "userns":
+        _drop_capabilities(lib)
+    os.chdir(workdir)
+    sys.stdin = open(0, "r", encoding="utf-8", errors="replace", closefd=False)
+    sys.stdout = open(1, "w", encoding="utf-8", errors="backslashreplace", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", buffering=1, closefd=False)
+    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
+    sys.argv = [""]
+    import faulthandler
+    import random
+
+    faulthandler.enable(sys.stderr)  # a segfault still tells the model where it happened
+    random.seed()  # forked workers would otherwise all draw the same "random" numbers
+    if "numpy.random" in sys.modules:
+        sys.modules["numpy.random"].seed()
+    deny = SECCOMP_DENY + (() if cfg.get("_memcg") else SECCOMP_DENY_NO_MEMCG)
+    if cfg.get("seccomp", True) and not _load_seccomp(deny) and cfg.get("_seccomp_required"):
+        raise OSError("the seccomp filter could not be installed")
+
+
 def _runner_main(lib, cfg: dict, mode: str, uid: int | None, workdir: str,
                  code_r: int, rep_w: int, out_w: int) -> None:
     """Become the locked-down process that runs one call; never returns."""
     status = "crash"
     try:
-        _close_fds_except({code_r, rep_w, out_w})
-        devnull = os.open("/dev/null", os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.dup2(out_w, 1)
-        os.dup2(out_w, 2)
-        for fd in {devnull, out_w} - {0, 1, 2}:
-            os.close(fd)
-        os.setsid()
-        if cfg["nice"]:
-            os.nice(int(cfg["nice"]))
-        _set_limits(dict(cfg, _own_uid=uid is not None or mode == "userns"))
-        os.environ.clear()
-        os.environ.update(_SANDBOX_ENV)
-        if uid is not None:  # root: a uid of our own makes the host's files and processes foreign
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-        _check(lib.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-        if mode == "userns":
-            _drop_capabilities(lib)
-        os.chdir(workdir)
-        sys.stdin = open(0, "r", encoding="utf-8", errors="replace", closefd=False)
-        sys.stdout = open(1, "w", encoding="utf-8", errors="backslashreplace", buffering=1, closefd=False)
-        sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", buffering=1, closefd=False)
-        sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
-        sys.argv = [""]
-        import faulthandler
-        import random
-
-        faulthandler.enable(sys.stderr)  # a segfault still tells the model where it happened
-        random.seed()  # forked workers would otherwise all draw the same "random" numbers
-        if "numpy.random" in sys.modules:
-            sys.modules["numpy.random"].seed()
-        deny = SECCOMP_DENY + (() if cfg.get("_memcg") else SECCOMP_DENY_NO_MEMCG)
-        if cfg.get("seccomp", True) and not _load_seccomp(deny) and cfg.get("_seccomp_required"):
-            raise OSError("the seccomp filter could not be installed")
+        _lock_down(lib, cfg, mode, uid, workdir, out_w, {code_r, rep_w})
         if mode != "none":
             _hold_address_space(lib)
         os.write(rep_w, b"R\n")
@@ -875,6 +883,11 @@ def _init_main(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket, p
             tmpdir = workdir = tempfile.mkdtemp(prefix="arpo_py_")
             if uid is not None:
                 os.chown(tmpdir, uid, uid)
+        if cfg.get("session"):
+            if mode == "none":
+                raise OSError("python sessions need namespace isolation")
+            _session_init(lib, cfg, mode, uid, ctl, pipes)
+            os._exit(0)
         runner = os.fork()
         if runner == 0:
             ctl.close()
@@ -933,6 +946,189 @@ def _init_main(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket, p
         if deadline is not None and time.monotonic() >= deadline:
             send("T")
             finish()
+
+
+# ---- stateful sessions (PythonSessionTool, tools/python_session.py) --------------------------------
+# A session family is one sandbox (namespaces, cgroup, uid) whose init manages *state processes*:
+# python processes holding a session's variables (a persistent __main__) and its working directory
+# (/tmp/s<pid>). A call runs in a fork of the session's current state, which then *is* the new
+# state; the process it was forked from stays as the snapshot "after the previous call", from which a
+# branch of the rollout tree forks its own state (copy-on-write memory, a copied directory). Threads a
+# program started do not survive into the next call (fork copies one thread).
+
+def _session_state_loop(chan: socket.socket, workdir: str, mod: types.ModuleType) -> None:
+    """A state process: wait for init's commands on `chan`; never returns.
+    b"X" + fds [code_r, out_w, rep_w, new_chan]: run one call in a child that becomes the new state;
+    b"F" + fds [new_chan]: a child that becomes a branch's state; EOF: end (the snapshot is dropped)."""
+    import shutil
+
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # states never wait for their children: auto-reaped
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(chan, 64, 4)
+        except OSError:
+            os._exit(0)
+        if not msg or not fds:
+            os._exit(0)
+        pid = os.fork()
+        if pid != 0:
+            for fd in fds:
+                os.close(fd)
+            continue
+        chan.close()
+        chan = socket.socket(fileno=fds[-1])
+        newdir = f"/tmp/s{os.getpid()}"
+        try:
+            shutil.copytree(workdir, newdir, symlinks=True)
+        except OSError:
+            os.makedirs(newdir, exist_ok=True)
+        workdir = newdir
+        os.chdir(workdir)
+        if msg[:1] == b"X":
+            _session_call(*fds[:3], mod)
+        chan.sendall(f"P {os.getpid()}\n".encode())
+
+
+def _session_call(code_r: int, out_w: int, rep_w: int, mod: types.ModuleType) -> None:
+    """One call in a session: stdout/stderr to out_w, "D <status>" on rep_w, then both closed."""
+    import resource
+
+    status = "crash"
+    try:
+        sys.stdout.flush()
+        os.dup2(out_w, 1)
+        os.dup2(out_w, 2)
+        timeout_s, n = _CODE_HEADER.unpack(_read_exact(code_r, _CODE_HEADER.size))
+        src = _read_exact(code_r, n).decode("utf-8", "replace")
+        cpu = int(timeout_s) + 2
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        status = _run_user_code(src, mod)
+    except BaseException:  # noqa: BLE001
+        try:
+            traceback.print_exc()
+        except Exception:
+            pass
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:
+        pass
+    try:
+        os.write(rep_w, f"D {status}\n".encode())
+    except OSError:
+        pass
+    devnull = os.open("/dev/null", os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    for fd in (devnull, code_r, out_w, rep_w):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _session_init(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket, pipes: tuple[int, int, int]) -> None:
+    """init of a session family: start the root state, then relay the trainer's commands to states.
+    Trainer -> init (ctl): "X src dst" + fds [code_r, out_w, rep_w]; "F src dst"; "Q id" (drop a state);
+    "K id" (kill a state's process). init -> trainer: "R" (ready), "X dead id" (a state vanished)."""
+    for fd in pipes:
+        os.close(fd)
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    root = os.fork()
+    if root == 0:
+        ctl.close()
+        a.close()
+        try:
+            os.makedirs("/tmp/s0", exist_ok=True)
+            if uid is not None:
+                os.chown("/tmp/s0", uid, uid)
+            null = os.open("/dev/null", os.O_WRONLY)
+            _lock_down(lib, cfg, mode, uid, "/tmp/s0", null, {b.fileno()})
+            mod = types.ModuleType("__main__")
+            mod.__builtins__ = builtins
+            b.sendall(f"P {os.getpid()}\n".encode())
+            _session_state_loop(b, "/tmp/s0", mod)
+        except BaseException:  # noqa: BLE001
+            os._exit(1)
+    b.close()
+    chans: dict[str, socket.socket] = {"0": a}
+    pids: dict[str, int] = {}
+    bufs: dict[str, bytes] = {}
+    signal.signal(signal.SIGCHLD, lambda *_: _reap(None))
+    inbox, ready_sent, fd_groups = b"", False, []
+    while True:
+        poller = select.poll()
+        poller.register(ctl.fileno(), select.POLLIN)
+        by_fd = {c.fileno(): k for k, c in chans.items()}
+        for fd in by_fd:
+            poller.register(fd, select.POLLIN)
+        try:
+            events = poller.poll(1000)
+        except InterruptedError:
+            continue
+        for fd, _ in events:
+            if fd == ctl.fileno():
+                try:
+                    msg, fds, _, _ = socket.recv_fds(ctl, 4096, 4)
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError:
+                    msg, fds = b"", []
+                if not msg:
+                    os._exit(0)  # the trainer is gone: the namespace dies with us
+                # a stream socket may deliver several commands at once: one per line; each X command's
+                # three descriptors arrive with it, in order
+                fd_groups += [fds[i:i + 3] for i in range(0, len(fds), 3)]
+                inbox += msg
+                while b"\n" in inbox:
+                    line, inbox = inbox.split(b"\n", 1)
+                    cmd = line.decode(errors="replace").strip()
+                    group = fd_groups.pop(0) if cmd.startswith("X ") and fd_groups else []
+                    _session_command(cmd, group, chans, pids)
+                continue
+            k = by_fd[fd]
+            try:
+                data = chans[k].recv(4096)
+            except OSError:
+                data = b""
+            if not data:
+                chans.pop(k).close()
+                if k in pids:
+                    pids.pop(k)
+                    try:
+                        ctl.sendall(f"X dead {k}\n".encode())
+                    except OSError:
+                        os._exit(0)
+                continue
+            lines = (bufs.get(k, b"") + data).split(b"\n")
+            bufs[k] = lines.pop()
+            for line in lines:
+                if line.startswith(b"P "):
+                    pids[k] = int(line[2:])
+                    if k == "0" and not ready_sent:
+                        ready_sent = True
+                        ctl.sendall(b"R\n")
+
+
+def _session_command(cmd: str, fds: list[int], chans: dict, pids: dict) -> None:
+    parts = cmd.split()
+    op = parts[0] if parts else ""
+    try:
+        if op in ("X", "F") and len(parts) == 3 and parts[1] in chans:
+            a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            socket.send_fds(chans[parts[1]], [op.encode()], [*(fds if op == "X" else []), b.fileno()])
+            b.close()
+            chans[parts[2]] = a
+        elif op == "Q" and len(parts) == 2 and parts[1] in chans:
+            pids.pop(parts[1], None)
+            chans.pop(parts[1]).close()
+        elif op == "K" and len(parts) == 2 and parts[1] in pids:
+            os.kill(pids[parts[1]], signal.SIGKILL)
+    except OSError:
+        pass
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -1158,6 +1354,7 @@ class _Zygote:
         finally:
             child.close()
         self.sock = parent
+        self.cfg = cfg
         self.lock = threading.Lock()
         parent.settimeout(start_timeout_s)
         try:
@@ -1192,7 +1389,7 @@ class _Zygote:
             child.close()
             for fd in (out_w, code_r, rep_w):
                 os.close(fd)
-        return _Worker(parent, out_r, code_w, rep_r, self.info["mode"])
+        return _Worker(parent, out_r, code_w, rep_r, self.info["mode"], session=bool(self.cfg.get("session")))
 
     def close(self) -> None:
         try:
@@ -1214,8 +1411,9 @@ class _Worker:
     "D <status>" done out); `out_r` carries the program's stdout and stderr.
     """
 
-    def __init__(self, ctl: socket.socket, out_r: int, code_w: int, rep_r: int, mode: str):
+    def __init__(self, ctl: socket.socket, out_r: int, code_w: int, rep_r: int, mode: str, session: bool = False):
         self.ctl, self.out_r, self.code_w, self.rep_r, self.mode = ctl, out_r, code_w, rep_r, mode
+        self.session = session  # a session family: "R" comes from init, the runner pipes are unused
         self.ctl.setblocking(False)
         self.pidfd: int | None = None
         self.pid: int | None = None
@@ -1268,6 +1466,9 @@ class _Worker:
                 raise SandboxUnavailable("a python sandbox worker did not become ready in time")
             for fd, _ in poller.poll(max(1, int(remaining * 1000))):
                 lines = self.read_ctl() if fd == self.ctl.fileno() else self.read_rep()
+                if self.session and fd == self.rep_r and lines == ["EOF"]:
+                    poller.unregister(self.rep_r)  # init closed the unused runner pipes
+                    continue
                 for line in lines:
                     if line.startswith("P "):
                         self.pid = int(line[2:])

@@ -1,0 +1,309 @@
+"""`python` with `session: true`: a stateful interpreter per trajectory that forks with the rollout
+tree (issue 19).
+
+* one sandboxed interpreter per trajectory, created on its first call, with the one-shot tool's
+  isolation and limits (namespaces, minimal filesystem, memory cgroup, seccomp, own uid, rlimits,
+  wall-clock kill) — tools/python.py's sandbox in its session mode;
+* variables, imports and files of its working directory persist across that trajectory's calls;
+* when the rollout forks a trajectory after tool result t, the session forks with it: the branch
+  starts from a copy-on-write fork of the interpreter *as it was after that call* (every call runs
+  in a fork of the previous state, so each earlier state is kept as a snapshot) and a copy of its
+  working directory; what one branch does later is invisible to its siblings;
+* sessions end with their trajectory (`end`), and closing the tool kills every sandbox; the number
+  of live sessions is bounded (`max_sessions`: a new one waits for a free slot, then gives an error
+  result); a session that crashes or times out is reported in that call's result and the next call
+  starts a fresh one, saying so;
+* the tool is never cached (a result depends on the trajectory's state).
+
+A branch lives in the sandbox of the global sample it came from (one pid namespace, memory cgroup
+and uid per family of sessions), separated from its siblings by process and working directory.
+Limits: each call's process has the one-shot tool's rlimits; the memory cgroup bounds the family.
+Unlike the one-shot tool, a session call reports its own status (a program could forge `ok`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import select
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+
+from arpo.tools.base import ToolResult
+from arpo.tools.python import _CODE_HEADER, PythonTool, _PoolState, _write_all
+
+
+@dataclass
+class _Family:
+    worker: object  # python._Worker (its ctl talks to the family's init)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    live: set = field(default_factory=set)  # state ids alive in it
+    dead: bool = False
+
+
+@dataclass
+class _Session:
+    family: _Family
+    states: dict  # number of calls done -> state id (the snapshot after that many calls)
+    calls: int = 0  # calls run in this session (including those inherited at a fork)
+    note: str = ""  # told to the model with the next result (e.g. "a fresh session started")
+
+
+class PythonSessionTool:
+    """The `python` tool with sessions: `run_session(key, code)`, `fork(parent, child, n)`, `end(key)`.
+    Keys are the rollout's sequence ids (rollout/agent.py passes them)."""
+
+    name = "python"
+    sessions = True
+    cacheable = False
+    description = PythonTool.description + " Variables, imports and files persist across this trajectory's calls."
+    schema = {"type": "function", "function": {**PythonTool.schema["function"], "description": description}}
+
+    def __init__(self, timeout_s: float = 5.0, max_output_chars: int = 2000, memory_mb: int = 1024,
+                 max_sessions: int = 64, pool_size: int = 2, start_timeout_s: float = 60.0,
+                 queue_timeout_s: float = 30.0, **sandbox):
+        self._inner = PythonTool(timeout_s=timeout_s, max_output_chars=max_output_chars, memory_mb=memory_mb,
+                                 pool_size=1, start_timeout_s=start_timeout_s, **sandbox)
+        self._inner._state.shutdown()  # only its configuration and result formatting are used
+        self.timeout_s, self.max_output_chars, self.max_sessions = timeout_s, max_output_chars, max_sessions
+        self._cfg = dict(self._inner._cfg, session=True)
+        self._pool = _PoolState()
+        self._thread = threading.Thread(target=self._pool.refill_loop, args=(self._cfg, pool_size, start_timeout_s),
+                                        name="arpo-python-session-pool", daemon=True)
+        self._thread.start()
+        self.start_timeout_s, self.queue_timeout_s = start_timeout_s, queue_timeout_s
+        self._sessions: dict[str, _Session] = {}
+        self._families: list[_Family] = []
+        self._ids = itertools.count(1)
+        self._cond = threading.Condition()
+        self.stats = {"sessions_started": 0, "forks": 0, "calls": 0}
+
+    # -- the tool protocol ------------------------------------------------------------------------
+    def __call__(self, input: str) -> ToolResult:
+        return self.run_session("default", input)
+
+    def call(self, args: dict) -> ToolResult:
+        return self(args.get("code", ""))
+
+    @property
+    def isolation(self) -> str:
+        return self._pool.wait_info(self.start_timeout_s).get("mode", "unknown")
+
+    @property
+    def protections(self) -> dict:
+        info = self._pool.wait_info(self.start_timeout_s)
+        return {"isolation": info.get("mode", "unknown"), **info.get("protections", {}), "session": True,
+                "uid_range": list(self._inner.uid_range)}
+
+    # -- sessions -----------------------------------------------------------------------------------
+    def run_session(self, key: str, code: str, timeout_s: float | None = None) -> ToolResult:
+        """Run `code` in session `key` (created on its first call); never raises."""
+        t0 = time.monotonic()
+        timeout = self.timeout_s if timeout_s is None else float(timeout_s)
+        try:
+            sess = self._get_or_start(str(key), t0)
+        except Exception as e:  # noqa: BLE001
+            return ToolResult(f"Error: no python session available: {e}", ok=False, elapsed_s=time.monotonic() - t0)
+        note, sess.note = sess.note, ""
+        res = self._execute(sess, code, timeout, t0)
+        self.stats["calls"] += 1
+        if note:
+            res.output = f"{note}\n{res.output}"
+        return res
+
+    def fork(self, parent: str, child: str, n_calls: int) -> None:
+        """The rollout forked `parent` into `child` right after the parent's call number `n_calls`:
+        the child's session starts from the parent's state after that call."""
+        with self._cond:
+            src = self._sessions.get(str(parent))
+            if src is None or n_calls == 0 or src.family.dead or n_calls not in src.states:
+                return  # nothing to inherit: the child starts fresh on its first call
+            fam, dst = src.family, str(next(self._ids))
+            with fam.lock:
+                try:
+                    fam.worker.ctl.sendall(f"F {src.states[n_calls]} {dst}\n".encode())
+                except OSError:
+                    return
+                fam.live.add(dst)
+            self._sessions[str(child)] = _Session(fam, {n_calls: dst}, calls=n_calls)
+            self.stats["forks"] += 1
+
+    def end(self, key: str) -> None:
+        """The trajectory ended: drop its session's states (a family's sandbox ends with its last)."""
+        with self._cond:
+            sess = self._sessions.pop(str(key), None)
+            if sess is None:
+                return
+            self._drop(sess.family, list(sess.states.values()))
+            self._cond.notify_all()
+
+    def end_all(self) -> None:
+        with self._cond:
+            keys = list(self._sessions)
+        for k in keys:
+            self.end(k)
+
+    def close(self) -> None:
+        with self._cond:
+            fams, self._families, self._sessions = self._families, [], {}
+        for fam in fams:
+            fam.worker.close()  # kills init: the kernel kills every process of the family
+        self._pool.shutdown()
+        self._inner.close()
+
+    @property
+    def live_sessions(self) -> int:
+        return len(self._sessions)
+
+    # -- internals ----------------------------------------------------------------------------------
+    def _drop(self, fam: _Family, states: list[str]) -> None:
+        with fam.lock:
+            for sid in states:
+                if sid in fam.live:
+                    fam.live.discard(sid)
+                    try:
+                        fam.worker.ctl.sendall(f"Q {sid}\n".encode())
+                    except OSError:
+                        pass
+            if not fam.live and fam in self._families:
+                self._families.remove(fam)
+                fam.worker.close()
+
+    def _get_or_start(self, key: str, t0: float) -> _Session:
+        with self._cond:
+            sess = self._sessions.get(key)
+            if sess is not None and not sess.family.dead:
+                return sess
+            if sess is not None:  # its sandbox died: start over
+                self._sessions.pop(key)
+            deadline = t0 + self.queue_timeout_s
+            while len(self._sessions) >= self.max_sessions:
+                if not self._cond.wait(max(0.0, deadline - time.monotonic())) and time.monotonic() >= deadline:
+                    raise RuntimeError(f"{self.max_sessions} python sessions are live (max_sessions); none ended in "
+                                       f"{self.queue_timeout_s:g} s")
+        w = self._pool.acquire(t0 + self.start_timeout_s)
+        for fd in (w.out_r, w.code_w, w.rep_r):  # session workers use per-call pipes
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        w.out_r = w.code_w = w.rep_r = None
+        if not w.ready:
+            self._wait_ready(w, t0 + self.start_timeout_s)
+        fam = _Family(w, live={"0"})
+        with self._cond:
+            self._families.append(fam)
+            sess = self._sessions[key] = _Session(fam, {0: "0"}, note=(sess.note if sess else ""))
+            self.stats["sessions_started"] += 1
+        return sess
+
+    @staticmethod
+    def _wait_ready(w, deadline: float) -> None:
+        poller = select.poll()
+        poller.register(w.ctl.fileno(), select.POLLIN)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RuntimeError("a python session did not start in time")
+            poller.poll(max(1, int(remaining * 1000)))
+            for line in w.read_ctl():
+                if line == "R":
+                    return
+                if line.startswith("E ") or line == "EOF":
+                    raise RuntimeError(line[2:] if line.startswith("E ") else "the session sandbox died at start")
+
+    def _execute(self, sess: _Session, code: str, timeout: float, t0: float) -> ToolResult:
+        fam = sess.family
+        src, dst = sess.states[sess.calls], str(next(self._ids))
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        code_r, code_w = os.pipe2(os.O_CLOEXEC)
+        rep_r, rep_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            with fam.lock:
+                socket.send_fds(fam.worker.ctl, [f"X {src} {dst}\n".encode()], [code_r, out_w, rep_w])
+                fam.live.add(dst)
+        except OSError as e:
+            for fd in (out_r, out_w, code_r, code_w, rep_r, rep_w):
+                os.close(fd)
+            fam.dead = True
+            return ToolResult(f"Error: the python session is gone ({e})", ok=False)
+        for fd in (code_r, out_w, rep_w):
+            os.close(fd)
+        data = code.encode("utf-8", "replace")
+        out, status, timed_out, overflow = bytearray(), None, False, False
+        try:
+            _write_all(code_w, _CODE_HEADER.pack(timeout, len(data)) + data)
+        except OSError:
+            status = "E the session died before it got the code"
+        finally:
+            os.close(code_w)
+        deadline = time.monotonic() + timeout
+        poller = select.poll()
+        poller.register(out_r, select.POLLIN)
+        poller.register(rep_r, select.POLLIN)
+        rep_buf = b""
+        limit = self._inner.max_read_bytes
+        while status is None and not overflow:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                break
+            for fd, _ in poller.poll(max(1, int(remaining * 1000 + 0.999))):
+                chunk = os.read(fd, 1 << 16)
+                if fd == out_r:
+                    if not chunk:
+                        poller.unregister(out_r)
+                    out += chunk[: max(0, limit - len(out))]
+                    overflow = len(out) >= limit
+                elif not chunk:
+                    status = status or "EOF"  # the call's process died without reporting
+                else:
+                    rep_buf += chunk
+                    if b"\n" in rep_buf:
+                        status = "X " + rep_buf.split(b"\n", 1)[0].decode(errors="replace")[2:]
+        os.set_blocking(out_r, False)
+        try:
+            while len(out) < limit:
+                chunk = os.read(out_r, 1 << 16)
+                if not chunk:
+                    break
+                out += chunk
+        except BlockingIOError:
+            pass
+        os.close(out_r)
+        os.close(rep_r)
+        ended = timed_out or overflow or status in (None, "EOF") or (status or "").startswith("E ")
+        if ended:  # the call's process is killed; the next call starts a fresh session, saying so
+            with fam.lock:
+                try:
+                    fam.worker.ctl.sendall(f"K {dst}\nQ {dst}\n".encode())
+                except OSError:
+                    pass
+                fam.live.discard(dst)
+            self._restart(sess, "timed out" if timed_out else "crashed" if status in (None, "EOF") else "stopped")
+            status = "X crash" if status in (None, "EOF") else status
+        else:
+            sess.calls += 1
+            sess.states[sess.calls] = dst
+        mapped = {"X ok": "X wexit 0", "X exc": "X wexit 1"}.get(status or "", status)
+        if mapped and mapped.startswith("X exit "):
+            mapped = "X wexit " + mapped[7:]
+        if mapped == "X crash":
+            mapped = "X signal 9"
+        return self._inner._result(bytes(out), mapped, timeout, timed_out, overflow, time.monotonic() - t0,
+                                   "namespaces")
+
+    def _restart(self, sess: _Session, why: str) -> None:
+        """Drop a session whose call ended badly; its next call starts a fresh one and says so."""
+        with self._cond:
+            for key, s in list(self._sessions.items()):
+                if s is sess:
+                    self._sessions.pop(key)
+                    self._drop(sess.family, list(sess.states.values()))
+                    self._sessions[key] = _Session(sess.family, {}, calls=-1, note=(
+                        f"[note: the python session {why}; this call started a fresh session — earlier variables "
+                        "and files are gone]"))
+                    self._sessions[key].family = _Family(None, dead=True)
+            self._cond.notify_all()
