@@ -260,16 +260,12 @@ def build_sft_dataset(task: str, in_path: str, out_path: str, limit: int | None 
                       top_k: int = 3, max_chars: int = 300, progress: bool = True,
                       style: str = "single", max_calls: int = 3) -> dict:
     """Convert `limit` rows (kept rows, not read rows) and write JSONL atomically. Returns stats."""
-    from rich.progress import Progress
-
     from arpo.errors import ArpoError
     from arpo.tools import build_tools
 
     if task not in SFT_SOURCES:
         raise ArpoError(f"unknown SFT source {task!r}; use {', '.join(SFT_SOURCES)}")
     p = in_path  # a data spec: built-in name (gsm8k:train), file, glob or hf:...
-    reasons: Counter = Counter()
-    rows = []
     tools = build_tools(["search"] if task == "hotpotqa" else ["python"], search_index=search_index,
                         search_top_k=top_k, search_max_chars=max_chars)
     try:
@@ -281,24 +277,40 @@ def build_sft_dataset(task: str, in_path: str, out_path: str, limit: int | None 
             from arpo.data.sources import iter_rows
 
             src = [row for _, row in iter_rows(p)]
-        with Progress(disable=not progress) as bar:
-            t = bar.add_task(f"sft-data {task}", total=limit or len(src))
-            for ex in src:
-                if task == "gsm8k":
-                    row, why = gsm8k_to_sft(ex, tools["python"], style=style, max_calls=max_calls)
-                elif task == "svamp":
-                    row, why = svamp_to_sft(ex, tools["python"])
-                else:
-                    row, why = hotpotqa_to_sft(ex, lambda q: tools["search"](q).output)
-                reasons[why] += 1
-                if row is not None:
-                    rows.append(row)
-                    bar.advance(t)
-                if limit is not None and len(rows) >= limit:
-                    break
+
+        def convert(ex):
+            if task == "gsm8k":
+                return gsm8k_to_sft(ex, tools["python"], style=style, max_calls=max_calls)
+            if task == "svamp":
+                return svamp_to_sft(ex, tools["python"])
+            return hotpotqa_to_sft(ex, lambda q: tools["search"](q).output)
+
+        rows, reasons = _convert_rows(src, convert, limit, progress, f"sft-data {task}")
     finally:
         tools.close()
-    out = write_jsonl(out_path, rows)
+    return _stats(rows, reasons, write_jsonl(out_path, rows))
+
+
+def _convert_rows(items, convert, limit: int | None, progress: bool, label: str) -> tuple[list[dict], Counter]:
+    """Convert items until `limit` rows check out: (rows, Counter of reasons, "ok" included)."""
+    from rich.progress import Progress
+
+    reasons: Counter = Counter()
+    rows = []
+    with Progress(disable=not progress) as bar:
+        t = bar.add_task(label, total=limit or len(items))
+        for item in items:
+            row, why = convert(item)
+            reasons[why] += 1
+            if row is not None:
+                rows.append(row)
+                bar.advance(t)
+            if limit is not None and len(rows) >= limit:
+                break
+    return rows, reasons
+
+
+def _stats(rows: list, reasons: Counter, out) -> dict:
     return {"written": len(rows), "read": sum(reasons.values()),
             "dropped": {k: v for k, v in reasons.items() if k != "ok"}, "out": str(out)}
 
@@ -422,36 +434,22 @@ def build_tool_sft(data: str, out_path: str, tool_names: list[str], tool_format:
                    model: str = "smollm2-135m-instruct", template: str | None = None, limit: int | None = None,
                    progress: bool = True) -> dict:
     """`arpo sft-data tools`: worked examples of your tools -> SFT JSONL (rows that check out)."""
-    from rich.progress import Progress
-
     from arpo.data.prompts import default_template, system_prompt
     from arpo.data.sources import iter_rows
     from arpo.tools import build_tools
     from arpo.tools.formats import tool_schema
 
     tok = _load_tokenizer(model)
-    reasons: Counter = Counter()
-    rows = []
     tools = build_tools(tool_names)
     try:
         system = system_prompt(template or default_template(tools), tools, tool_format=tool_format)
         schemas = [tool_schema(tools[n]) for n in tools.names]
-        src = list(iter_rows(data))
-        with Progress(disable=not progress) as bar:
-            t = bar.add_task("sft-data tools", total=limit or len(src))
-            for where, row in src:
-                out, why = tools_to_sft(row, tools, tok, tool_format, system, schemas, where)
-                reasons[why] += 1
-                if out is not None:
-                    rows.append(out)
-                    bar.advance(t)
-                if limit is not None and len(rows) >= limit:
-                    break
+        rows, reasons = _convert_rows(
+            list(iter_rows(data)), lambda wr: tools_to_sft(wr[1], tools, tok, tool_format, system, schemas, wr[0]),
+            limit, progress, "sft-data tools")
     finally:
         tools.close()
-    outp = write_jsonl(out_path, rows)
-    return {"written": len(rows), "read": sum(reasons.values()),
-            "dropped": {k: v for k, v in reasons.items() if k != "ok"}, "out": str(outp)}
+    return _stats(rows, reasons, write_jsonl(out_path, rows))
 
 
 def _load_tokenizer(model: str):

@@ -764,25 +764,37 @@ def _runner_main(lib, cfg: dict, mode: str, uid: int | None, workdir: str,
             _hold_address_space(lib)
         os.write(rep_w, b"R\n")
         os.close(rep_w)  # the model's code gets no channel to the trainer: its status is our exit status
-        timeout_s, n = _CODE_HEADER.unpack(_read_exact(code_r, _CODE_HEADER.size))
-        src = _read_exact(code_r, n).decode("utf-8", "replace")
-        os.close(code_r)
-        import resource
-
-        cpu = int(timeout_s) + 2
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-        status = _run_user_code(src)
+        status = _receive_and_run(code_r)
     except BaseException:  # noqa: BLE001
-        try:
-            traceback.print_exc()
-        except Exception:
-            pass
+        _print_exc()
+    _flush_std()
+    os._exit(_exit_code(status))
+
+
+def _receive_and_run(code_r: int, mod: types.ModuleType | None = None) -> str:
+    """Read one call (timeout, code) from the code pipe, cap its CPU time, run it; its status."""
+    import resource
+
+    timeout_s, n = _CODE_HEADER.unpack(_read_exact(code_r, _CODE_HEADER.size))
+    src = _read_exact(code_r, n).decode("utf-8", "replace")
+    cpu = int(timeout_s) + 2
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    return _run_user_code(src, mod)
+
+
+def _print_exc() -> None:
+    try:
+        traceback.print_exc()
+    except Exception:
+        pass
+
+
+def _flush_std() -> None:
     try:
         sys.stdout.flush()
         sys.stderr.flush()
     except Exception:
         pass
-    os._exit(_exit_code(status))
 
 
 def _hold_address_space(lib) -> None:
@@ -991,28 +1003,15 @@ def _session_state_loop(chan: socket.socket, workdir: str, mod: types.ModuleType
 
 def _session_call(code_r: int, out_w: int, rep_w: int, mod: types.ModuleType) -> None:
     """One call in a session: stdout/stderr to out_w, "D <status>" on rep_w, then both closed."""
-    import resource
-
     status = "crash"
     try:
         sys.stdout.flush()
         os.dup2(out_w, 1)
         os.dup2(out_w, 2)
-        timeout_s, n = _CODE_HEADER.unpack(_read_exact(code_r, _CODE_HEADER.size))
-        src = _read_exact(code_r, n).decode("utf-8", "replace")
-        cpu = int(timeout_s) + 2
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-        status = _run_user_code(src, mod)
+        status = _receive_and_run(code_r, mod)
     except BaseException:  # noqa: BLE001
-        try:
-            traceback.print_exc()
-        except Exception:
-            pass
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except Exception:
-        pass
+        _print_exc()
+    _flush_std()
     try:
         os.write(rep_w, f"D {status}\n".encode())
     except OSError:
