@@ -1,10 +1,10 @@
-"""`arpo serve retriever`: the search index over HTTP (tools/server.py)."""
+"""`arpo serve retriever` (the search index over HTTP, tools/server.py) and `arpo serve agent` (a trained
+agent behind an OpenAI-compatible API, serve/app.py)."""
 
 from __future__ import annotations
 
-import argparse
-
-from arpo.commands import HELP, deprecated, number
+from arpo.commands import HELP, NONNEG, NONNEG_INT, POS_INT, PROB, deprecated, number
+from arpo.errors import ArpoError
 
 EXAMPLES = """examples:
   arpo serve retriever --search-index ~/.cache/arpo/indexes/hotpotqa --port 8001
@@ -16,12 +16,33 @@ EXAMPLES = """examples:
 POST /search {queries: [str], top_k: int = 10, mode: bm25|dense|hybrid} -> {results: [[{id, title, text, score}]]}
 GET /health -> {status, n_docs, dense};  GET /docs: interactive API documentation."""
 
+AGENT_EXAMPLES = """examples:
+  arpo serve agent --model runs/arpo_gsm8k --port 8000
+  arpo serve agent --model runs/train_hotpotqa --tools search --search-index ./my-index
+  arpo serve agent --model smollm2-135m-instruct --tools python --session --max-batch 32
+  curl -s localhost:8000/v1/chat/completions -H 'content-type: application/json' \\
+       -d '{"model": "arpo_gsm8k", "messages": [{"role": "user", "content": "What is 17*23?"}]}'
+
+  from openai import OpenAI
+  client = OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="none")
+  r = client.chat.completions.create(model="arpo_gsm8k", messages=[{"role": "user", "content": "17*23?"}])
+  r.choices[0].message.content                          # the final answer turn
+  r.choices[0].message.model_extra["agent_messages"]   # the tool calls and results, OpenAI format
+
+The agent loop runs on the server with its tools; concurrent requests are decoded together. --model
+takes a run dir (its latest checkpoint; its config.yaml gives the defaults of the tool and agent
+flags), a checkpoint, a Hugging Face dir or a built-in name. The model id clients ask for is the
+run's name (GET /v1/models), or --served-model-name."""
+
 
 def register(sub) -> None:
-    p = sub.add_parser("serve", help="serve a retrieval index over HTTP",
-                       description="Serve components over HTTP so several processes share them.",
-                       epilog=EXAMPLES, formatter_class=HELP)
-    s = p.add_subparsers(dest="what", metavar="{retriever}")
+    p = sub.add_parser("serve", help="serve a retrieval index or a trained agent over HTTP",
+                       description="Serve components over HTTP: a search index that several processes share "
+                       "(retriever), or a trained agent behind an OpenAI-compatible API (agent).",
+                       epilog="examples:\n  arpo serve retriever --search-index ~/.cache/arpo/indexes/hotpotqa\n"
+                       "  arpo serve agent --model runs/arpo_gsm8k --port 8000\n\n"
+                       "`arpo serve retriever --help` and `arpo serve agent --help` say more.", formatter_class=HELP)
+    s = p.add_subparsers(dest="what", metavar="{retriever,agent}")
     r = s.add_parser("retriever", help="serve a search index: POST /search, GET /health, GET /docs",
                      description="Serve a search index built by `arpo index build`.", epilog=EXAMPLES,
                      formatter_class=HELP)
@@ -33,7 +54,50 @@ def register(sub) -> None:
     r.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn's log level")
     r.set_defaults(func=run)
+    _register_agent(s)
     p.set_defaults(func=lambda a: p.print_help() or 0)
+
+
+def _register_agent(s) -> None:
+    a = s.add_parser("agent", help="serve a trained agent: OpenAI-compatible POST /v1/chat/completions",
+                     description="Serve a trained agent behind an OpenAI-compatible Chat Completions API "
+                     "(POST /v1/chat/completions, streaming too; GET /v1/models; GET /health). The agent "
+                     "calls its tools on the server; the response carries its final answer as `content` "
+                     "and the tool calls with their results as `agent_messages`.",
+                     epilog=AGENT_EXAMPLES, formatter_class=HELP)
+    a.add_argument("--model", default="smollm2-135m-instruct",
+                   help="run dir, checkpoint, Hugging Face dir or built-in name")
+    a.add_argument("--served-model-name", default=None, help="the model id clients ask for (default: the run's name)")
+    a.add_argument("--tools", default=None, help="comma-separated tools: python, search, your own as "
+                   "module.path:function (default: the run's, else python)")
+    a.add_argument("--session", action="store_true", default=None,
+                   help="python keeps variables, imports and files across one answer's calls (default: the run's)")
+    a.add_argument("--tool-format", default=None, choices=["tags", "json"],
+                   help="tags: <python>...</python>; json: native function calling (default: the run's, else tags)")
+    a.add_argument("--template", default=None, help="prompt template: math, calc, search, both "
+                   "(default: the run's, else from --tools)")
+    a.add_argument("--max-tool-calls", type=NONNEG_INT, default=None, help="tool-call cap per answer "
+                   "(default: the run's, else 5)")
+    a.add_argument("--max-response-tokens", type=POS_INT, default=None, help="response budget, tool results "
+                   "included, of a request that sets no max_tokens (default: the run's, else 1024)")
+    a.add_argument("--temperature", type=NONNEG, default=0.6, help="sampling temperature of a request that sets none")
+    a.add_argument("--top-p", type=PROB, default=0.95, help="sampling top-p of a request that sets none")
+    a.add_argument("--top-k", type=NONNEG_INT, default=20, help="sampling top-k of a request that sets none (0 = off)")
+    a.add_argument("--engine", default="hf", choices=["hf", "vllm"], help="generation engine (vllm needs vLLM)")
+    a.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (hf engine)")
+    a.add_argument("--max-batch", type=POS_INT, default=64, help="conversations decoded together; more wait")
+    a.add_argument("--search-index", default=None, help="search tool's index dir (default: the run's, else the "
+                   "built-in HotpotQA index)")
+    a.add_argument("--search-url", default=None, help="retrieval server URL for the search tool")
+    a.add_argument("--search-top-k", type=POS_INT, default=None, help="passages per search (default: the run's, else 3)")
+    a.add_argument("--search-max-chars", type=POS_INT, default=None,
+                   help="characters per passage (default: the run's, else 300)")
+    a.add_argument("--api-key", default=None, help="require `Authorization: Bearer KEY` (default: $ARPO_API_KEY)")
+    a.add_argument("--host", default="127.0.0.1", help="interface to bind (0.0.0.0 for all)")
+    a.add_argument("--port", type=number(int, 1, 65535), default=8000, help="port")
+    a.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
+                   help="uvicorn's log level")
+    a.set_defaults(func=run_agent)
 
 
 def run(args) -> int:
@@ -41,3 +105,67 @@ def run(args) -> int:
 
     serve(args.search_index, args.host, args.port, log_level=args.log_level)
     return 0
+
+
+def run_agent(args) -> int:
+    import os
+
+    from arpo.serve.app import serve
+
+    serve(agent_config(args, run_defaults(args.model), os.environ.get("ARPO_API_KEY")))
+    return 0
+
+
+# flag -> (the run's config.yaml key, default)
+RUN_KEYS = {
+    "tools": ("tools.enabled", ["python"]), "session": ("tools.python_session", False),
+    "search_index": ("tools.search_index", None), "search_url": ("tools.search_url", None),
+    "search_top_k": ("tools.search_top_k", 3), "search_max_chars": ("tools.search_max_chars", 300),
+    "tool_format": ("agent.tool_format", "tags"), "max_tool_calls": ("agent.max_tool_calls", 5),
+    "max_response_tokens": ("agent.max_response_tokens", 1024), "template": ("data.template", None),
+}
+
+
+def agent_config(args, run: dict, env_key: str | None = None):
+    """ServeConfig from the flags; what they leave unset comes from the run's config (`run`, keyed by
+    flag: run_defaults), then the defaults in RUN_KEYS. A template only follows the run's tools."""
+    from arpo.serve.app import ServeConfig
+
+    def pick(flag):
+        given = getattr(args, flag)
+        return given if given is not None else run.get(flag, RUN_KEYS[flag][1])
+
+    tools = [t.strip() for t in args.tools.split(",") if t.strip()] if args.tools else pick("tools")
+    return ServeConfig(
+        model=args.model, served_model_name=args.served_model_name, tools=list(tools),
+        python_session=bool(pick("session")), tool_format=pick("tool_format"),
+        template=args.template or (None if args.tools else run.get("template")),
+        engine=args.engine, device=args.device, max_tool_calls=pick("max_tool_calls"),
+        max_response_tokens=pick("max_response_tokens"), temperature=args.temperature, top_p=args.top_p,
+        top_k=args.top_k, max_batch=args.max_batch, search_index=pick("search_index"), search_url=pick("search_url"),
+        search_top_k=pick("search_top_k"), search_max_chars=pick("search_max_chars"),
+        api_key=args.api_key or env_key, host=args.host, port=args.port, log_level=args.log_level,
+    )
+
+
+def run_defaults(model: str) -> dict:
+    """What a training run's RUN_DIR/config.yaml says about serving its agent, keyed by flag (RUN_KEYS;
+    keys it lacks are left out). {} for anything that is not a run dir."""
+    from pathlib import Path
+
+    import yaml
+
+    p = Path(model).expanduser() / "config.yaml"
+    if not p.is_file():
+        return {}
+    try:
+        cfg = yaml.safe_load(p.read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise ArpoError(f"{p}: cannot read the run's config: {e}") from e
+    out = {}
+    for flag, (key, _) in RUN_KEYS.items():
+        section, name = key.split(".")
+        sec = cfg.get(section) if isinstance(cfg, dict) else None
+        if isinstance(sec, dict) and sec.get(name) is not None:
+            out[flag] = sec[name]
+    return out

@@ -1,0 +1,324 @@
+"""`arpo serve agent`: a trained agent behind an OpenAI-compatible HTTP API.
+
+    POST /v1/chat/completions   the agent loop with its tools, server-side (stream=true: SSE chunks)
+    GET  /v1/models             the one model served (with its tools)
+    GET  /health                liveness and batching statistics
+
+The format (final answer in `content`, executed tool calls in `agent_messages`, errors as
+`{"error": {...}}`) is described in serve/openai_format.py; batching and cancellation in
+serve/scheduler.py. A request whose client goes away — a closed stream or a dropped connection —
+is cancelled, and its engine sequence released, within a fraction of a second.
+"""
+
+# No `from __future__ import annotations`: FastAPI reads the handler's annotations as classes.
+import asyncio
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Optional
+
+from arpo.errors import ArpoError
+from arpo.serve import openai_format as fmt
+from arpo.serve.scheduler import AgentScheduler, Busy, Done, Failed, Request, Step, Tokens
+
+DISCONNECT_POLL_S = 0.25  # how often a non-streaming request checks that its client is still there
+
+
+@dataclass
+class ServeConfig:
+    model: str = "smollm2-135m-instruct"  # HF dir, built-in name, checkpoint or run dir (its latest checkpoint)
+    served_model_name: Optional[str] = None  # the `model` clients ask for (default: from `model`)
+    tools: list[str] = field(default_factory=lambda: ["python"])  # the agent's tools (python, search)
+    template: Optional[str] = None  # system-prompt template (default: from the tools)
+    engine: str = "hf"  # hf | vllm
+    device: str = "auto"
+    max_tool_calls: int = 5  # a call beyond this many ends the conversation (finish_reason length)
+    max_new_tokens: int = 1024  # default response budget (tool results included) when a request sets none
+    temperature: float = 0.6  # defaults for requests that set none
+    top_p: float = 0.95
+    top_k: int = 20
+    max_batch: int = 64  # conversations decoded together; more wait in a queue
+    max_waiting: int = 1024  # beyond this many queued conversations, requests get HTTP 503
+    search_index: Optional[str] = None
+    search_url: Optional[str] = None
+    api_key: Optional[str] = None  # if set, requests need `Authorization: Bearer <api_key>`
+    host: str = "127.0.0.1"
+    port: int = 8000
+    log_level: str = "info"
+
+
+def create_app(scheduler: AgentScheduler, tokenizer, *, model_name: str, system: str, context_len: int,
+               max_new_tokens: int, api_key: Optional[str] = None, info: Optional[dict] = None):
+    """The FastAPI app over a running scheduler. `system`: the agent's system prompt; `context_len`:
+    the model's context in tokens; `info`: extra fields for /v1/models (tools, engine, ...)."""
+    from fastapi import FastAPI, Request as HttpRequest
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse, Response, StreamingResponse
+    from starlette.background import BackgroundTask
+    from starlette.exceptions import HTTPException
+
+    app = FastAPI(title="arpo agent", version="1", description=f"The arpo agent `{model_name}` with its tools, "
+                  "behind an OpenAI-compatible Chat Completions API")
+    created = fmt.now()
+    card = {"id": model_name, "object": "model", "created": created, "owned_by": "arpo", **(info or {})}
+
+    def error(e: fmt.ApiError) -> JSONResponse:
+        return JSONResponse(status_code=e.status, content=e.body())
+
+    @app.exception_handler(fmt.ApiError)
+    async def _api_error(request, exc: fmt.ApiError):
+        return error(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request, exc: RequestValidationError):
+        return error(_validation_error(exc.errors()))
+
+    @app.exception_handler(HTTPException)
+    async def _http(request, exc: HTTPException):
+        return error(fmt.ApiError(exc.status_code, str(exc.detail), code=None))
+
+    def check_key(request) -> None:
+        if api_key and request.headers.get("authorization", "") != f"Bearer {api_key}":
+            raise fmt.ApiError(401, "invalid or missing API key (Authorization: Bearer ...)", code="invalid_api_key")
+
+    @app.get("/health")
+    def health():
+        return {"status": "ok", "model": model_name, **scheduler.stats()}
+
+    @app.get("/v1/models")
+    def models(request: HttpRequest):
+        check_key(request)
+        return {"object": "list", "data": [card]}
+
+    @app.get("/v1/models/{name:path}")
+    def model(name: str, request: HttpRequest):
+        check_key(request)
+        if name != model_name:
+            raise fmt.ApiError(404, f"The model `{name}` does not exist; this server serves `{model_name}`",
+                               param="model", code="model_not_found")
+        return card
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: fmt.ChatRequest, request: HttpRequest):
+        check_key(request)
+        fmt.check_request(body)
+        if body.model != model_name:
+            raise fmt.ApiError(404, f"The model `{body.model}` does not exist; this server serves `{model_name}`",
+                               param="model", code="model_not_found")
+        prompt = fmt.render_messages(tokenizer, body.messages, system)
+        budget = fmt.response_budget(body, len(prompt), context_len, max_new_tokens)
+        stops = fmt.stop_strings(body)
+        top_k = None if body.top_k is None else max(0, body.top_k)
+        reqs = [Request(budget, body.temperature, body.top_p, top_k, None if body.seed is None else body.seed + i, stops)
+                for i in range(body.n)]
+        run = _Run(scheduler, f"chatcmpl-{uuid.uuid4().hex}", asyncio.get_running_loop())
+        try:
+            for r in reqs:
+                run.submit(prompt, r)
+        except Busy as e:
+            run.cancel()
+            raise fmt.ApiError(503, f"the server is busy ({e}); retry later", type="server_error",
+                               code="server_busy") from e
+        if body.stream:
+            gen = _stream(run, tokenizer, body, model_name, len(prompt), stops)
+            return StreamingResponse(gen, media_type="text/event-stream", background=BackgroundTask(run.cancel))
+        try:
+            done = await run.wait_all(request)
+        finally:
+            run.cancel()
+        if done is None:  # the client went away; nobody reads this
+            return Response(status_code=499)
+        choices = []
+        for i, ev in enumerate(done):
+            msgs, content = fmt.split_trajectory(tokenizer, ev.trajectory, run.id, i, ev.stop)
+            choices.append(fmt.choice(i, content, msgs, ev.trajectory.finish_reason))
+        return fmt.completion(run.id, model_name, run.created, choices,
+                              fmt.usage(len(prompt), [ev.trajectory for ev in done]))
+
+    return app
+
+
+class _Run:
+    """One request's conversations (one per choice) and the queue their events arrive on."""
+
+    def __init__(self, scheduler: AgentScheduler, completion_id: str, loop):
+        self.sched, self.id, self.loop = scheduler, completion_id, loop
+        self.created = fmt.now()
+        self.events: asyncio.Queue = asyncio.Queue()
+        self.cids: list[int] = []
+        self.finished: set[int] = set()
+
+    def submit(self, prompt: list[int], req: Request) -> None:
+        i = len(self.cids)
+
+        def emit(ev, i=i):
+            try:
+                self.loop.call_soon_threadsafe(self.events.put_nowait, (i, ev))
+            except RuntimeError:  # the event loop is gone (shutdown)
+                pass
+
+        self.cids.append(self.sched.submit(prompt, req, emit))
+
+    def cancel(self) -> None:
+        """Cancel every conversation of this request that has not finished (idempotent)."""
+        for i, cid in enumerate(self.cids):
+            if i not in self.finished:
+                self.sched.cancel(cid)
+                self.finished.add(i)
+
+    async def next(self):
+        i, ev = await self.events.get()
+        if isinstance(ev, (Done, Failed)):
+            self.finished.add(i)
+        return i, ev
+
+    async def wait_all(self, request) -> Optional[list[Done]]:
+        """Every choice's Done event in order; None if the client disconnected first."""
+        done: dict[int, Done] = {}
+        checked = time.monotonic()
+        while len(done) < len(self.cids):
+            try:
+                i, ev = await asyncio.wait_for(self.next(), DISCONNECT_POLL_S)
+            except asyncio.TimeoutError:
+                i, ev = None, None
+            if time.monotonic() - checked >= DISCONNECT_POLL_S:  # events may arrive faster than that
+                checked = time.monotonic()
+                if await request.is_disconnected():
+                    return None
+            if isinstance(ev, Failed):
+                raise fmt.ApiError(500, ev.message, type="server_error")
+            if isinstance(ev, Done):
+                done[i] = ev
+        return [done[i] for i in range(len(self.cids))]
+
+
+def _sse(obj) -> str:
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+async def _stream(run: _Run, tokenizer, body, model_name: str, prompt_len: int, stops):
+    """SSE `chat.completion.chunk`s: the role, then per choice its executed tool calls (delta
+    `agent_messages`) and its final text (delta `content`, see FinalTextStream), its finish reason,
+    the usage if asked for, and `data: [DONE]`."""
+    n = len(run.cids)
+    texts = [fmt.FinalTextStream(tokenizer, stops) for _ in range(n)]
+    steps = [0] * n
+    trajs = {}
+
+    def chunk(*choices, usage=None):
+        return _sse(fmt.chunk(run.id, model_name, run.created, list(choices), usage))
+
+    try:
+        yield chunk(*[fmt.delta(i, role="assistant", content="") for i in range(n)])
+        while len(trajs) < n:
+            i, ev = await run.next()
+            if isinstance(ev, Tokens):
+                text = texts[i].tokens(ev.ids)
+                if text:
+                    yield chunk(fmt.delta(i, content=text))
+            elif isinstance(ev, Step):
+                msgs = fmt.tool_messages(ev.call, texts[i].text, fmt.call_id(run.id, i, steps[i]))
+                steps[i] += 1
+                texts[i].new_turn()
+                yield chunk(fmt.delta(i, agent_messages=msgs))
+            elif isinstance(ev, Done):
+                tr = trajs[i] = ev.trajectory
+                _, content = fmt.split_trajectory(tokenizer, tr, run.id, i, ev.stop)
+                rest = texts[i].finish(content)
+                if rest:
+                    yield chunk(fmt.delta(i, content=rest))
+                yield chunk(fmt.delta(i, fmt.FINISH.get(tr.finish_reason, "stop"), tr.finish_reason))
+            elif isinstance(ev, Failed):
+                yield _sse(fmt.error_body(ev.message, "server_error"))
+                return
+        if body.stream_options is not None and body.stream_options.include_usage:
+            yield chunk(usage=fmt.usage(prompt_len, [trajs[i] for i in range(n)]))
+        yield "data: [DONE]\n\n"
+    finally:
+        run.cancel()  # the client closed the stream (or it ended): free what is still running
+
+
+def _validation_error(errors: list[dict]) -> fmt.ApiError:
+    e = errors[0]
+    loc = [str(x) for x in e.get("loc", ()) if x != "body"]
+    param = ".".join(loc) or None
+    if e.get("type") == "extra_forbidden":
+        return fmt.ApiError(400, f"Unrecognized request argument supplied: {param}", param=param,
+                            code="unrecognized_argument")
+    if e.get("type") in ("json_invalid", "model_attributes_type") or not loc:
+        return fmt.ApiError(400, f"the body must be a JSON object: {e.get('msg')}", code="invalid_json")
+    return fmt.ApiError(400, f"{param}: {e.get('msg')}", param=param, code="invalid_value")
+
+
+# ---- the command --------------------------------------------------------------------------------------
+def serve(cfg: ServeConfig) -> None:
+    """Load the model and tools, start the engine thread and serve until interrupted."""
+    import socket
+
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn
+    except ImportError as e:
+        raise ArpoError(f"arpo serve agent needs {e.name}: pip install 'arpo[search]'") from e
+
+    from arpo.data.prompts import default_template, system_prompt
+    from arpo.rollout.agent import AgentConfig
+    from arpo.tools import build_tools
+
+    system = system_prompt(cfg.template or default_template(cfg.tools), cfg.tools)  # fails early on a bad template
+    try:  # fail with a clear message before loading anything (uvicorn would only log and exit)
+        with socket.create_server((cfg.host, cfg.port)):
+            pass
+    except OSError as e:
+        raise ArpoError(f"cannot listen on {cfg.host}:{cfg.port} ({e.strerror or e}); pick another --port") from e
+    tools = build_tools(cfg.tools, search_index=cfg.search_index, search_url=cfg.search_url)
+    engine = None
+    try:
+        engine, tokenizer, context_len = _load_engine(cfg)
+        agent = AgentConfig(max_tool_calls=cfg.max_tool_calls, max_response_tokens=cfg.max_new_tokens,
+                            temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k)
+        sched = AgentScheduler(engine, tools, agent, max_batch=cfg.max_batch, max_waiting=cfg.max_waiting)
+        name = cfg.served_model_name or served_name(cfg.model)
+        app = create_app(sched, tokenizer, model_name=name, system=system, context_len=context_len,
+                         max_new_tokens=cfg.max_new_tokens, api_key=cfg.api_key,
+                         info={"tools": list(cfg.tools), "engine": cfg.engine, "context_length": context_len})
+        print(f"arpo serve agent: model {name!r} ({cfg.model}) with tools {', '.join(cfg.tools) or 'none'} on "
+              f"http://{cfg.host}:{cfg.port}/v1  (POST /v1/chat/completions, GET /v1/models, GET /health)", flush=True)
+        try:
+            uvicorn.run(app, host=cfg.host, port=cfg.port, log_level=cfg.log_level)
+        finally:
+            sched.close()
+    finally:
+        tools.close()
+        if engine is not None and hasattr(engine, "close"):
+            engine.close()
+
+
+def _load_engine(cfg: ServeConfig):
+    """(engine, tokenizer, context length in tokens)."""
+    from arpo.engine import make_engine
+    from arpo.models import load_model, resolve_model_dir
+
+    if cfg.engine == "vllm":
+        from transformers import AutoTokenizer
+
+        model_dir = resolve_model_dir(cfg.model)
+        tok = AutoTokenizer.from_pretrained(model_dir)
+        engine = make_engine("vllm", None, tok, model_dir=str(model_dir))
+        return engine, tok, engine.max_model_len
+    model, tok = load_model(cfg.model, device=cfg.device)
+    return make_engine(cfg.engine, model, tok), tok, int(model.config.max_position_embeddings)
+
+
+def served_name(model: str) -> str:
+    """The model id clients use: a built-in name as is, a directory by its name (a checkpoint's model/
+    dir by its run's name)."""
+    from pathlib import Path
+
+    p = Path(model).expanduser()
+    if not p.exists():
+        return model
+    p = p.resolve()
+    parts = [x for x in p.parts if x not in ("model", "checkpoints") and not x.startswith("step_")]
+    return parts[-1] if parts else p.name
