@@ -12,6 +12,7 @@ is cancelled, and its engine sequence released, within a fraction of a second.
 
 # No `from __future__ import annotations`: FastAPI reads the handler's annotations as classes.
 import asyncio
+import contextlib
 import json
 import time
 import uuid
@@ -60,6 +61,7 @@ def create_app(scheduler: AgentScheduler, tokenizer, *, model_name: str, system:
 
     app = FastAPI(title="arpo agent", version="1", description=f"The arpo agent `{model_name}` with its tools, "
                   "behind an OpenAI-compatible Chat Completions API")
+    app.state.model_name = model_name
     created = fmt.now()
     card = {"id": model_name, "object": "model", "created": created, "owned_by": "arpo", **(info or {})}
 
@@ -254,6 +256,18 @@ def _validation_error(errors: list[dict]) -> fmt.ApiError:
 # ---- the command --------------------------------------------------------------------------------------
 def serve(cfg: ServeConfig) -> None:
     """Load the model and tools, start the engine thread and serve until interrupted."""
+    with agent_server(cfg) as server:
+        app = server.config.app
+        print(f"arpo serve agent: model {app.state.model_name!r} ({cfg.model}) with tools "
+              f"{', '.join(cfg.tools) or 'none'} on http://{cfg.host}:{cfg.port}/v1  "
+              "(POST /v1/chat/completions, GET /v1/models, GET /health)", flush=True)
+        server.run()
+
+
+@contextlib.contextmanager
+def agent_server(cfg: ServeConfig):
+    """A uvicorn.Server for the agent (not yet running: call `.run()`, or run it in a thread and set
+    `.should_exit`); the engine thread, tools and engine are shut down when the block ends."""
     import socket
 
     try:
@@ -273,23 +287,19 @@ def serve(cfg: ServeConfig) -> None:
     except OSError as e:
         raise ArpoError(f"cannot listen on {cfg.host}:{cfg.port} ({e.strerror or e}); pick another --port") from e
     tools = build_tools(cfg.tools, search_index=cfg.search_index, search_url=cfg.search_url)
-    engine = None
+    engine = sched = None
     try:
         engine, tokenizer, context_len = _load_engine(cfg)
         agent = AgentConfig(max_tool_calls=cfg.max_tool_calls, max_response_tokens=cfg.max_new_tokens,
                             temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k)
         sched = AgentScheduler(engine, tools, agent, max_batch=cfg.max_batch, max_waiting=cfg.max_waiting)
-        name = cfg.served_model_name or served_name(cfg.model)
-        app = create_app(sched, tokenizer, model_name=name, system=system, context_len=context_len,
-                         max_new_tokens=cfg.max_new_tokens, api_key=cfg.api_key,
+        app = create_app(sched, tokenizer, model_name=cfg.served_model_name or served_name(cfg.model), system=system,
+                         context_len=context_len, max_new_tokens=cfg.max_new_tokens, api_key=cfg.api_key,
                          info={"tools": list(cfg.tools), "engine": cfg.engine, "context_length": context_len})
-        print(f"arpo serve agent: model {name!r} ({cfg.model}) with tools {', '.join(cfg.tools) or 'none'} on "
-              f"http://{cfg.host}:{cfg.port}/v1  (POST /v1/chat/completions, GET /v1/models, GET /health)", flush=True)
-        try:
-            uvicorn.run(app, host=cfg.host, port=cfg.port, log_level=cfg.log_level)
-        finally:
-            sched.close()
+        yield uvicorn.Server(uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level=cfg.log_level))
     finally:
+        if sched is not None:
+            sched.close()
         tools.close()
         if engine is not None and hasattr(engine, "close"):
             engine.close()
