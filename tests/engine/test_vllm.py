@@ -348,6 +348,67 @@ def test_arpo_rollout_with_real_python_tool_branches_on_cached_prefixes(veng, ti
     assert math.isfinite(tree.trajectories[0].initial_entropy)
 
 
+def test_serve_scheduler_batches_and_cancels_on_vllm(veng, tiny_tok, monkeypatch):
+    """arpo serve agent's engine thread (serve/scheduler.py) over vLLM: concurrent conversations share
+    vLLM steps, tool calls round-trip, and a cancelled conversation's vLLM request is aborted."""
+    import threading
+    import time
+
+    from arpo.rollout.agent import AgentConfig
+    from arpo.serve.scheduler import AgentScheduler, Done, Request, Tokens
+    from arpo.testing import hook_rollout, scripted_hook
+    from arpo.tools.base import ToolRegistry, ToolResult
+
+    class Rev:
+        name = "python"
+
+        def __call__(self, inp):
+            return ToolResult(inp[::-1])
+
+    tool = scripted_hook(tiny_tok, ["<python> abc </python>", " <answer> done </answer>"])
+    long = scripted_hook(tiny_tok, ["<answer> " + "tick " * 300])
+    sched = AgentScheduler(veng, ToolRegistry([Rev()]), AgentConfig(max_response_tokens=700))
+    hook_rollout(sched, lambda seq, logits: (long if seq.tokens[0] == ids(tiny_tok, "L")[0] else tool)(seq, logits))
+    real_step, first = veng.step, [True]
+
+    def step():  # hold the first step until all four conversations are submitted
+        if first[0]:
+            first[0] = False
+            deadline = time.time() + 10
+            while sched.stats()["submitted"] < 4 and time.time() < deadline:
+                time.sleep(0.01)
+        return real_step()
+
+    monkeypatch.setattr(veng, "step", step)
+    events = {k: [] for k in range(4)}
+    done = {k: threading.Event() for k in range(4)}
+
+    def emit(k):
+        return lambda ev: (events[k].append(ev), isinstance(ev, Done) and done[k].set())
+
+    try:
+        cids = [sched.submit(ids(tiny_tok, q), Request(600, seed=k), emit(k))
+                for k, q in enumerate(["Q one", "Q two", "Q three", "L long"])]
+        for k in range(3):
+            assert done[k].wait(120)
+            tr = events[k][-1].trajectory
+            assert tr.finish_reason == "answer" and [c.output for c in tr.tool_calls] == ["cba"]
+        deadline = time.time() + 60
+        while sum(len(e.ids) for e in events[3] if isinstance(e, Tokens)) < 20:
+            assert time.time() < deadline
+            time.sleep(0.01)
+        sched.cancel(cids[3])
+        deadline = time.time() + 10
+        while veng.seqs or veng._by_req:  # released, and its vLLM request aborted
+            assert time.time() < deadline, (list(veng.seqs), veng._by_req)
+            time.sleep(0.01)
+        assert not done[3].is_set()
+        st = sched.stats()
+        assert st["batched_steps"] > 0 and st["max_batch"] == 4 and st["cancelled"] == 1 and st["completed"] == 3
+    finally:
+        sched.close()
+
+
 @pytest.mark.skipif(os.environ.get("ARPO_TEST_VLLM_MP") != "1",
                     reason="starts a second, multiprocessing engine (20-75 s on 2 cores): set ARPO_TEST_VLLM_MP=1")
 def test_multiprocessing_engine_core(setup, tiny_tok):

@@ -161,26 +161,29 @@ class AgentScheduler:
                 self._drain_inbox()
                 if self._closing:
                     break
-                self._deliver_tools()
-                self._admit()
-                live = any(self.engine.seq(sid).status in ("waiting", "running") for sid in self._live)
-                if not live:
-                    self._wake.wait()
-                    continue
                 try:
-                    outs = self.engine.step()
+                    if not self._iteration(pool):
+                        self._wake.wait()
                 except Exception as e:  # noqa: BLE001 - a broken step fails its conversations, not the server
                     log.exception("engine step failed")
                     for conv in [c for c in self._live.values() if c.sid not in self._pending.values()]:
                         self._fail(conv, f"engine error: {type(e).__name__}: {e}")
-                    continue
-                self._on_step(outs, pool)
             self._drain_inbox()
             with self._lock:
                 self._queued -= len(self._waiting)
             for conv in list(self._live.values()) + list(self._waiting):
                 self._close(conv)
                 conv.emit(Failed("the server is shutting down"))
+
+    def _iteration(self, pool) -> bool:
+        """Hand back finished tool calls, admit waiting conversations, run one engine step. False when
+        there was nothing to step (every conversation waits for a tool, or none is in flight)."""
+        self._deliver_tools()
+        self._admit()
+        if not any(self.engine.seq(sid).status in ("waiting", "running") for sid in self._live):
+            return False
+        self._on_step(self.engine.step(), pool)
+        return True
 
     def _drain_inbox(self) -> None:
         while True:
