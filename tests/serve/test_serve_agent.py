@@ -358,3 +358,20 @@ def test_invalid_json_and_api_key(served, tiny_tok):
                                   max_new_tokens=8, api_key="sekret"))
     assert keyed.get("/v1/models").status_code == 401
     assert keyed.get("/v1/models", headers={"authorization": "Bearer sekret"}).json()["data"][0]["id"] == MODEL
+
+
+@pytest.mark.parametrize("stops", [(), ("gamma",)])
+def test_final_text_stream_is_incremental_and_exact(tiny_tok, stops):
+    text = "<think> héllo 日本 </think> <answer> ünï ✓ beta gamma delta </answer>"
+    ids = tiny_tok.encode(text, add_special_tokens=False)
+    content = fmt.final_text(fmt.decode(tiny_tok, ids), stops[0] if stops else None)
+    s = fmt.FinalTextStream(tiny_tok, stops)
+    sent = []
+    for k, t in enumerate(ids):
+        sent.append(s.tokens([t]))
+        if "<answer>" not in fmt.decode(tiny_tok, ids[: k + 1]):
+            assert not "".join(sent)  # held while the turn may still become a tool call
+        assert "\ufffd" not in sent[-1]  # never half a character
+        assert not stops or "gamma" not in "".join(sent)  # never (part of) a stop string
+    assert sum(bool(x) for x in sent) > 10  # token by token after <answer>
+    assert "".join(sent) + s.finish(content) == content

@@ -220,7 +220,7 @@ async def _stream(run: _Run, tokenizer, body, model_name: str, prompt_len: int, 
                 if text:
                     yield chunk(fmt.delta(i, content=text))
             elif isinstance(ev, Step):
-                msgs = fmt.tool_messages(ev.call, texts[i].text, fmt.call_id(run.id, i, steps[i]))
+                msgs = fmt.tool_messages(ev.call, fmt.decode(tokenizer, texts[i].ids), fmt.call_id(run.id, i, steps[i]))
                 steps[i] += 1
                 texts[i].new_turn()
                 yield chunk(fmt.delta(i, agent_messages=msgs))

@@ -345,16 +345,22 @@ class FinalTextStream:
     def new_turn(self) -> None:
         self.ids: list[int] = []
         self.text, self.sent, self.live = "", 0, False
+        self._prefix = self._read = 0  # incremental detokenization: ids[_prefix:_read] give context only
 
     def tokens(self, ids: list[int]) -> str:
         """Take newly generated tokens; returns the text to send now."""
         self.ids += ids
-        self.text = decode(self.tok, self.ids)
+        # decode only the newest tokens, with the previous ones as context (a full decode per token
+        # would cost O(n^2) per turn); wait while they end in half a UTF-8 character
+        before = decode(self.tok, self.ids[self._prefix : self._read])
+        now = decode(self.tok, self.ids[self._prefix :])
+        if len(now) > len(before) and not now.endswith("\ufffd"):
+            self.text += now[len(before) :]
+            self._prefix, self._read = self._read, len(self.ids)
         self.live = self.live or ANSWER_OPEN in self.text
         if not self.live:
             return ""
-        end = len(self.text.rstrip("\ufffd")) - self.hold  # never half a UTF-8 character
-        end = min([end] + [self.text.index(s) for s in self.stops if s in self.text])
+        end = min([len(self.text) - self.hold] + [self.text.index(s) for s in self.stops if s in self.text])
         out = self.text[self.sent : end] if end > self.sent else ""
         self.sent += len(out)
         return out
