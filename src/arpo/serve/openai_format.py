@@ -103,7 +103,7 @@ class ChatRequest(BaseModel):
     top_k: Optional[int] = Field(None, ge=-1, description="extension: sample from the k most likely tokens (0 or -1: off)")
     max_tokens: Optional[int] = Field(None, ge=1, description="response budget, tool results included")
     max_completion_tokens: Optional[int] = Field(None, ge=1, description="same as max_tokens")
-    seed: Optional[int] = None
+    seed: Optional[int] = Field(None, description="choice i samples with seed + i")
     stop: Union[str, list[str], None] = None
     n: int = Field(1, ge=1, le=MAX_N)
     stream: bool = False
