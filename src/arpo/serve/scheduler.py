@@ -33,6 +33,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
+import torch
+
 from arpo.engine.base import SamplingParams
 from arpo.rollout.agent import AgentConfig, AgentLoop, ToolCallRecord, Trajectory, TrajState
 from arpo.tools.base import ToolRegistry
@@ -118,6 +120,9 @@ class AgentScheduler:
         self._pending: dict[Future, int] = {}  # running tool call -> sid
         self._stats = _Stats()
         self._closing = False
+        # intra-op threads are per thread: the engine thread uses as many as its creator (vLLM's CPU
+        # attention checks that its metadata and its kernel agree on the count)
+        self._torch_threads = torch.get_num_threads()
         self._thread = threading.Thread(target=self._run, name="arpo-serve-engine", daemon=True)
         self._thread.start()
 
@@ -155,6 +160,7 @@ class AgentScheduler:
 
     # ---- the engine thread ----------------------------------------------------------------------
     def _run(self) -> None:
+        torch.set_num_threads(self._torch_threads)
         with ThreadPoolExecutor(max_workers=self.loop.cfg.tool_workers, thread_name_prefix="arpo-tool") as pool:
             while True:
                 self._wake.clear()  # anything that happens from here on wakes the wait below
