@@ -77,7 +77,7 @@ def test_events_of_a_conversation_in_order(make):
     assert kinds[-1] == "Done" and kinds.count("Step") == 1 and kinds.count("Done") == 1
     assert kinds.index("Step") > 0 and all(k == "Tokens" for k in kinds[: kinds.index("Step")])
     step = next(e for e in ev.items if isinstance(e, Step))
-    assert (step.call.tool, step.call.input, step.call.output) == ("python", "x", "x")
+    assert [(c.tool, c.input, c.output) for c in step.calls] == [("python", "x", "x")]
     n_tokens = sum(len(e.ids) for e in ev.items if isinstance(e, Tokens))
     assert n_tokens == ev.items[-1].trajectory.n_generated_tokens  # every generated token, once
 
@@ -128,3 +128,36 @@ def test_close_fails_what_is_in_flight_and_frees_the_engine(make):
     assert not s.engine.seqs
     with pytest.raises(RuntimeError):
         s.submit(PROMPT, Request(100), Events())
+
+
+class SessionTool:
+    """A python tool with per-conversation state, like tools.python_session: counts its calls per key."""
+
+    name = "python"
+    sessions = True
+
+    def __init__(self):
+        self.state, self.ended = {}, []
+
+    def __call__(self, inp):
+        raise AssertionError("a session call goes to run_session")
+
+    def run_session(self, key, text):
+        self.state[key] = self.state.get(key, 0) + 1
+        return ToolResult(str(self.state[key]))
+
+    def end(self, key):
+        self.ended.append(key)
+        self.state.pop(key, None)
+
+
+def test_each_conversation_has_its_own_tool_session_ended_with_it(make):
+    tool = SessionTool()
+    s = make(["<python> a </python>", "<python> b </python>", " <answer> y </answer>"], tools=[tool])
+    a, b = Events(), Events()
+    s.submit(PROMPT, Request(200), a)
+    s.submit(PROMPT, Request(200), b)
+    assert a.done.wait(30) and b.done.wait(30)
+    for ev in (a, b):  # two calls each, counted in the conversation's own session
+        assert [c.output for c in ev.items[-1].trajectory.tool_calls] == ["1", "2"]
+    assert sorted(tool.ended) == sorted(str(ev.items[-1].trajectory.sid) for ev in (a, b)) and not tool.state

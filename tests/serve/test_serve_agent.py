@@ -82,7 +82,7 @@ def served(tiny_lm, tiny_tok):
     sched = AgentScheduler(engine, ToolRegistry([Reverse(), Broken()]),
                            AgentConfig(max_tool_calls=3, max_response_tokens=200, temperature=1.0))
     hook_rollout(sched, routed_hook(tiny_tok, SCRIPTS))
-    app = create_app(sched, tiny_tok, model_name=MODEL, system=SYSTEM, context_len=2048, max_new_tokens=200)
+    app = create_app(sched, tiny_tok, model_name=MODEL, system=SYSTEM, context_len=2048, max_response_tokens=200)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=_free_port(), log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -137,7 +137,7 @@ def test_tool_calls_and_results_come_back_in_agent_messages(client):
     assert msg.model_extra["agent_messages"] == [
         {"role": "assistant", "content": TOOL_SCRIPT[0],
          "tool_calls": [{"id": call_id, "type": "function", "function": {"name": "python", "arguments": '{"input": "abc"}'}}]},
-        {"role": "tool", "tool_call_id": call_id, "content": "cba", "ok": True},
+        {"role": "tool", "tool_call_id": call_id, "name": "python", "content": "cba", "ok": True},
     ]
     # usage: generated tokens are the two scripted turns; the appended result counts apart
     assert r.usage.completion_tokens > 0 and r.usage.model_extra["tool_result_tokens"] > 0
@@ -355,7 +355,7 @@ def test_invalid_json_and_api_key(served, tiny_tok):
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
     assert http.get("/v1/nothing").json()["error"]["message"] == "Not Found"
     keyed = TestClient(create_app(served["sched"], tiny_tok, model_name=MODEL, system=SYSTEM, context_len=2048,
-                                  max_new_tokens=8, api_key="sekret"))
+                                  max_response_tokens=8, api_key="sekret"))
     assert keyed.get("/v1/models").status_code == 401
     assert keyed.get("/v1/models", headers={"authorization": "Bearer sekret"}).json()["data"][0]["id"] == MODEL
 

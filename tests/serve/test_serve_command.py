@@ -14,25 +14,39 @@ from arpo.serve.app import ServeConfig, agent_server, serve, served_name
 
 
 def _args(**kw):
-    base = dict(model="m", served_model_name=None, tools=None, template=None, max_tool_calls=None, max_new_tokens=None,
-                temperature=0.6, top_p=0.95, top_k=20, engine="hf", device="auto", max_batch=64, search_index=None,
-                search_url=None, api_key=None, host="127.0.0.1", port=8000, log_level="info")
+    base = dict(model="m", served_model_name=None, tools=None, session=None, tool_format=None, template=None,
+                max_tool_calls=None, max_response_tokens=None, temperature=0.6, top_p=0.95, top_k=20, engine="hf",
+                device="auto", max_batch=64, search_index=None, search_url=None, search_top_k=None,
+                search_max_chars=None, api_key=None, host="127.0.0.1", port=8000, log_level="info")
     return argparse.Namespace(**(base | kw))
 
 
 def test_a_run_dirs_config_gives_the_defaults_and_flags_win(tmp_path):
     (tmp_path / "config.yaml").write_text(
-        "tools: {enabled: [search], top_k: 10}\ndata: {template: search}\nagent: {max_tool_calls: 3, max_response_tokens: 256}\n")
+        "tools: {enabled: [search], python_session: true, search_top_k: 5, cache: true}\n"
+        "data: {template: search}\nagent: {max_tool_calls: 3, max_response_tokens: 256, tool_format: json}\n")
     run = run_defaults(str(tmp_path))
-    assert run == {"tools": ["search"], "template": "search", "max_tool_calls": 3, "max_new_tokens": 256}
+    assert run == {"tools": ["search"], "session": True, "search_top_k": 5, "tool_format": "json",
+                   "max_tool_calls": 3, "max_response_tokens": 256, "template": "search"}
     cfg = agent_config(_args(model=str(tmp_path)), run)
-    assert (cfg.tools, cfg.template, cfg.max_tool_calls, cfg.max_new_tokens) == (["search"], "search", 3, 256)
-    cfg = agent_config(_args(model=str(tmp_path), tools="python", max_tool_calls=1), run, env_key="k")
-    assert (cfg.tools, cfg.template, cfg.max_tool_calls, cfg.api_key) == (["python"], None, 1, "k")
+    assert (cfg.tools, cfg.template, cfg.max_tool_calls, cfg.max_response_tokens) == (["search"], "search", 3, 256)
+    assert (cfg.python_session, cfg.tool_format, cfg.search_top_k, cfg.search_max_chars) == (True, "json", 5, 300)
+    cfg = agent_config(_args(model=str(tmp_path), tools="python", max_tool_calls=1, tool_format="tags"), run,
+                       env_key="k")
+    assert (cfg.tools, cfg.template, cfg.max_tool_calls, cfg.tool_format, cfg.api_key) == (
+        ["python"], None, 1, "tags", "k")  # the run's template went with the run's tools
     assert run_defaults(str(tmp_path / "nothing")) == {}
-    assert agent_config(_args(), {}).tools == ["python"] and agent_config(_args(), {}).max_new_tokens == 1024
-    with pytest.raises(ArpoError, match="--top-p"):
-        agent_config(_args(top_p=0.0), {})
+    plain = agent_config(_args(), {})
+    assert (plain.tools, plain.max_response_tokens, plain.tool_format, plain.python_session) == (
+        ["python"], 1024, "tags", False)
+
+
+def test_bad_flags_are_argparse_errors(capsys):
+    from arpo.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["serve", "agent", "--top-p", "0"])
+    assert "--top-p" in capsys.readouterr().err
 
 
 def test_served_model_id(tmp_path):

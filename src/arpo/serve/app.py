@@ -30,19 +30,23 @@ DISCONNECT_POLL_S = 0.25  # how often a non-streaming request checks that its cl
 class ServeConfig:
     model: str = "smollm2-135m-instruct"  # HF dir, built-in name, checkpoint or run dir (its latest checkpoint)
     served_model_name: Optional[str] = None  # the `model` clients ask for (default: from `model`)
-    tools: list[str] = field(default_factory=lambda: ["python"])  # the agent's tools (python, search)
+    tools: list[str] = field(default_factory=lambda: ["python"])  # python, search, your own as module.path:function
+    python_session: bool = False  # python keeps its state across one conversation's calls
+    tool_format: str = "tags"  # tags | json (agent.tool_format)
     template: Optional[str] = None  # system-prompt template (default: from the tools)
     engine: str = "hf"  # hf | vllm
     device: str = "auto"
     max_tool_calls: int = 5  # a call beyond this many ends the conversation (finish_reason length)
-    max_new_tokens: int = 1024  # default response budget (tool results included) when a request sets none
-    temperature: float = 0.6  # defaults for requests that set none
+    max_response_tokens: int = 1024  # response budget (tool results included) of a request without max_tokens
+    temperature: float = 0.6  # sampling defaults of requests that set none
     top_p: float = 0.95
     top_k: int = 20
     max_batch: int = 64  # conversations decoded together; more wait in a queue
     max_waiting: int = 1024  # beyond this many queued conversations, requests get HTTP 503
     search_index: Optional[str] = None
     search_url: Optional[str] = None
+    search_top_k: int = 3  # passages per search
+    search_max_chars: int = 300  # characters per passage
     api_key: Optional[str] = None  # if set, requests need `Authorization: Bearer <api_key>`
     host: str = "127.0.0.1"
     port: int = 8000
@@ -50,9 +54,11 @@ class ServeConfig:
 
 
 def create_app(scheduler: AgentScheduler, tokenizer, *, model_name: str, system: str, context_len: int,
-               max_new_tokens: int, api_key: Optional[str] = None, info: Optional[dict] = None):
-    """The FastAPI app over a running scheduler. `system`: the agent's system prompt; `context_len`:
-    the model's context in tokens; `info`: extra fields for /v1/models (tools, engine, ...)."""
+               max_response_tokens: int, api_key: Optional[str] = None, info: Optional[dict] = None):
+    """The FastAPI app over a running scheduler (whose agent's tools and tool format render the
+    prompts). `system`: the agent's system prompt; `context_len`: the model's context in tokens;
+    `max_response_tokens`: the budget of a request without max_tokens; `info`: extra fields for
+    /v1/models (tools, engine, ...)."""
     from fastapi import FastAPI, Request as HttpRequest
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -62,6 +68,7 @@ def create_app(scheduler: AgentScheduler, tokenizer, *, model_name: str, system:
     app = FastAPI(title="arpo agent", version="1", description=f"The arpo agent `{model_name}` with its tools, "
                   "behind an OpenAI-compatible Chat Completions API")
     app.state.model_name = model_name
+    tool_format = scheduler.loop.cfg.tool_format
     created = fmt.now()
     card = {"id": model_name, "object": "model", "created": created, "owned_by": "arpo", **(info or {})}
 
@@ -108,8 +115,8 @@ def create_app(scheduler: AgentScheduler, tokenizer, *, model_name: str, system:
         if body.model != model_name:
             raise fmt.ApiError(404, f"The model `{body.model}` does not exist; this server serves `{model_name}`",
                                param="model", code="model_not_found")
-        prompt = fmt.render_messages(tokenizer, body.messages, system)
-        budget = fmt.response_budget(body, len(prompt), context_len, max_new_tokens)
+        prompt = fmt.render_messages(tokenizer, body.messages, system, scheduler.tools, tool_format)
+        budget = fmt.response_budget(body, len(prompt), context_len, max_response_tokens)
         stops = fmt.stop_strings(body)
         top_k = None if body.top_k is None else max(0, body.top_k)
         reqs = [Request(budget, body.temperature, body.top_p, top_k, None if body.seed is None else body.seed + i, stops)
@@ -220,8 +227,9 @@ async def _stream(run: _Run, tokenizer, body, model_name: str, prompt_len: int, 
                 if text:
                     yield chunk(fmt.delta(i, content=text))
             elif isinstance(ev, Step):
-                msgs = fmt.tool_messages(ev.call, fmt.decode(tokenizer, texts[i].ids), fmt.call_id(run.id, i, steps[i]))
-                steps[i] += 1
+                ids = [fmt.call_id(run.id, i, steps[i] + j) for j in range(len(ev.calls))]
+                msgs = fmt.tool_messages(ev.calls, fmt.decode(tokenizer, texts[i].ids), ids)
+                steps[i] += len(ev.calls)
                 texts[i].new_turn()
                 yield chunk(fmt.delta(i, agent_messages=msgs))
             elif isinstance(ev, Done):
@@ -259,7 +267,7 @@ def serve(cfg: ServeConfig) -> None:
     with agent_server(cfg) as server:
         app = server.config.app
         print(f"arpo serve agent: model {app.state.model_name!r} ({cfg.model}) with tools "
-              f"{', '.join(cfg.tools) or 'none'} on http://{cfg.host}:{cfg.port}/v1  "
+              f"{', '.join(cfg.tools) or 'none'} ({cfg.tool_format}) on http://{cfg.host}:{cfg.port}/v1  "
               "(POST /v1/chat/completions, GET /v1/models, GET /health)", flush=True)
         server.run()
 
@@ -280,22 +288,26 @@ def agent_server(cfg: ServeConfig):
     from arpo.rollout.agent import AgentConfig
     from arpo.tools import build_tools
 
-    system = system_prompt(cfg.template or default_template(cfg.tools), cfg.tools)  # fails early on a bad template
+    agent = AgentConfig(max_tool_calls=cfg.max_tool_calls, max_response_tokens=cfg.max_response_tokens,
+                        temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, tool_format=cfg.tool_format)
+    agent.validate()
     try:  # fail with a clear message before loading anything (uvicorn would only log and exit)
         with socket.create_server((cfg.host, cfg.port)):
             pass
     except OSError as e:
         raise ArpoError(f"cannot listen on {cfg.host}:{cfg.port} ({e.strerror or e}); pick another --port") from e
-    tools = build_tools(cfg.tools, search_index=cfg.search_index, search_url=cfg.search_url)
+    tools = build_tools(cfg.tools, search_index=cfg.search_index, search_url=cfg.search_url,
+                        search_top_k=cfg.search_top_k, search_max_chars=cfg.search_max_chars,
+                        python_session=cfg.python_session)
     engine = sched = None
     try:
+        system = system_prompt(cfg.template or default_template(tools), tools, tool_format=cfg.tool_format)
         engine, tokenizer, context_len = _load_engine(cfg)
-        agent = AgentConfig(max_tool_calls=cfg.max_tool_calls, max_response_tokens=cfg.max_new_tokens,
-                            temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k)
         sched = AgentScheduler(engine, tools, agent, max_batch=cfg.max_batch, max_waiting=cfg.max_waiting)
         app = create_app(sched, tokenizer, model_name=cfg.served_model_name or served_name(cfg.model), system=system,
-                         context_len=context_len, max_new_tokens=cfg.max_new_tokens, api_key=cfg.api_key,
-                         info={"tools": list(cfg.tools), "engine": cfg.engine, "context_length": context_len})
+                         context_len=context_len, max_response_tokens=cfg.max_response_tokens, api_key=cfg.api_key,
+                         info={"tools": list(tools.names), "tool_format": cfg.tool_format, "engine": cfg.engine,
+                               "context_length": context_len})
         yield uvicorn.Server(uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level=cfg.log_level))
     finally:
         if sched is not None:

@@ -7,19 +7,19 @@ What a client sees (the agent runs its tools itself, on the server):
 * `choices[i].message.content`: the agent's final turn, i.e. the text it wrote after its last tool
   result (its `<think>` and `<answer>` tags included, as the model wrote them).
 * `choices[i].message.agent_messages` (extra field; openai client: `message.model_extra["agent_messages"]`):
-  the turns before it in OpenAI chat format, one pair per executed tool call: an assistant message
-  (`content`: the text the model wrote, the call included; `tool_calls`: the call as OpenAI
-  `{id, type: "function", function: {name, arguments}}`), then a `tool` message (`tool_call_id`,
-  `content`: the result, `ok`: false for an error result). `message.tool_calls` stays empty on
-  purpose: those calls have already run, and a client must not run them again.
+  the turns before it in OpenAI chat format: per pause of the agent, an assistant message (`content`:
+  the text the model wrote, its calls included; `tool_calls`: the calls as OpenAI `{id, type:
+  "function", function: {name, arguments}}`, see openai_tool_call), then a `tool` message per call
+  (`tool_call_id`, `name`, `content`: the result, `ok`: false for an error result). `message.tool_calls`
+  stays empty on purpose: those calls have already run, and a client must not run them again.
 * `choices[i].finish_reason`: `stop` (answered, end of turn or a `stop` string) or `length` (token
   budget or tool-call cap); `choices[i].agent_finish_reason` (extra) is the agent's own reason:
   answer | eos | stop | length | tool_cap.
 * `usage`: `completion_tokens` counts what the model generated; `tool_result_tokens` (extra) the
   tool results appended to its context (both count against `max_tokens`).
 
-Sending `agent_messages` and the final message back as history reproduces exactly the text the model
-saw: assistant/tool messages are rendered into one assistant turn with `<result>` blocks.
+Sending `agent_messages` and the final message back as history reproduces the text the model saw
+(chat_turns: `<result>` blocks in the tag format, tool messages in the json format).
 """
 
 from __future__ import annotations
@@ -197,13 +197,16 @@ def _text(m: Message, i: int) -> str:
     return "".join(parts)
 
 
-def chat_turns(messages: list[Message], system: str) -> list[dict]:
-    """The conversation as chat-template turns: the agent's system prompt (the client's system and
-    developer messages appended to it), user turns, and assistant turns in which the agent's tool
-    calls and their results (assistant + tool messages) are one turn with `<result>` blocks, as the
-    model wrote and read them."""
+def chat_turns(messages: list[Message], system: str, tool_format: str = "tags",
+               template_tools: bool = False) -> list[dict]:
+    """The conversation as chat-template messages: the agent's system prompt (the client's system and
+    developer messages appended to it), then the turns as the model wrote and read them. Tag format:
+    the agent's tool calls and their results (assistant + tool messages) are one assistant turn with
+    `<result>` blocks. json format: each assistant turn ends where the model ended it, and the results
+    follow as `tool` messages (`template_tools`: the chat template renders tools) or as one user turn
+    of `<tool_response>` blocks (arpo's hermes convention otherwise; tools/formats.py)."""
     sys_parts, turns = [system], []
-    tool_open = False  # the last turn is an assistant turn that may take more tool results
+    tool_open = False  # the last turn made tool calls, so tool messages may follow
     for i, m in enumerate(messages):
         text = _text(m, i)
         if m.role in ("system", "developer"):
@@ -212,10 +215,11 @@ def chat_turns(messages: list[Message], system: str) -> list[dict]:
             turns.append({"role": "user", "content": text})
             tool_open = False
         elif m.role == "assistant":
+            written = "<tool_call>" in text if tool_format == "json" else False
             for tc in m.tool_calls or ():
-                if not text.rstrip().endswith(f"</{tc.function.name}>"):  # the content lacks the call
-                    text += call_text(tc.function.name, tc.function.arguments)
-            if tool_open:
+                if not (written or f"</{tc.function.name}>" in text):  # a client-made message: add the call
+                    text += call_text(tc.function.name, tc.function.arguments, tool_format)
+            if tool_open and tool_format == "tags":
                 turns[-1]["content"] += text
             else:
                 turns.append({"role": "assistant", "content": text})
@@ -224,16 +228,35 @@ def chat_turns(messages: list[Message], system: str) -> list[dict]:
             if not tool_open:
                 raise ApiError(400, f"messages[{i}]: a tool message must follow an assistant message with tool_calls",
                                param=f"messages[{i}]")
-            turns[-1]["content"] += format_result(text)
-    if not turns or turns[-1]["role"] != "user":
+            if tool_format == "tags":
+                turns[-1]["content"] += format_result(text)
+            elif template_tools:
+                turns.append({"role": "tool", "name": m.name or "", "content": text})
+            elif turns[-1]["role"] == "user":  # the hermes convention: one user turn of responses
+                turns[-1]["content"] += f"\n<tool_response>\n{text}\n</tool_response>"
+            else:
+                turns.append({"role": "user", "content": f"<tool_response>\n{text}\n</tool_response>"})
+    last = next((m.role for m in reversed(messages) if m.role not in ("system", "developer")), None)
+    if last != "user":
         raise ApiError(400, "the last message must be a user message (the agent answers it)", param="messages")
     return [{"role": "system", "content": "\n\n".join(p for p in sys_parts if p)}] + turns
 
 
-def render_messages(tokenizer, messages: list[Message], system: str) -> list[int]:
+def render_messages(tokenizer, messages: list[Message], system: str, tools=None, tool_format: str = "tags") -> list[int]:
     """Prompt token ids: the chat template over chat_turns(...) with the assistant header. For one user
-    message this is exactly data.prompts.render_prompt (what `arpo chat` and eval feed the model)."""
-    out = tokenizer.apply_chat_template(chat_turns(messages, system), tokenize=True, add_generation_prompt=True)
+    message this is exactly data.prompts.render_prompt (what `arpo chat` and eval feed the model): in
+    the json format the tools' schemas go to the template, or the hermes block to the system prompt."""
+    from arpo.tools.formats import hermes_system_block, template_supports_tools, tool_schema
+
+    template_tools = template_supports_tools(tokenizer)
+    turns = chat_turns(messages, system, tool_format, template_tools)
+    kw = {}
+    if tool_format == "json" and tools is not None and len(tools.names):
+        if template_tools:
+            kw["tools"] = [tool_schema(tools[n]) for n in tools.names]
+        else:
+            turns[0]["content"] += "\n\n" + hermes_system_block(tools)
+    out = tokenizer.apply_chat_template(turns, tokenize=True, add_generation_prompt=True, **kw)
     if isinstance(out, dict) or hasattr(out, "keys"):
         out = out["input_ids"]
     return list(out)
@@ -241,38 +264,51 @@ def render_messages(tokenizer, messages: list[Message], system: str) -> list[int
 
 # ---- the agent's tool calls <-> OpenAI tool_calls ---------------------------------------------------
 def openai_tool_call(call: ToolCallRecord, call_id: str) -> dict:
-    """One recorded tool call as an OpenAI `tool_calls` entry. The tag protocol's call body becomes the
-    single argument `input` (call_text is the inverse)."""
+    """One recorded tool call as an OpenAI `tool_calls` entry: its parsed arguments (json format, and
+    tools whose tag body is a JSON object), else the tag's body as the one argument `input` — the
+    schema arpo gives a tag-only tool (tools/formats.tool_schema). call_text is the inverse."""
+    args = call.arguments if call.arguments is not None else {"input": call.input}
     return {"id": call_id, "type": "function",
-            "function": {"name": call.tool, "arguments": json.dumps({"input": call.input}, ensure_ascii=False)}}
+            "function": {"name": call.tool, "arguments": json.dumps(args, ensure_ascii=False)}}
 
 
-def call_text(name: str, arguments: str) -> str:
-    """The text of a tool call in the model's protocol, from an OpenAI tool call's name and arguments."""
+def call_text(name: str, arguments: str, tool_format: str = "tags") -> str:
+    """A tool call as the model writes it, from an OpenAI tool call's name and arguments (JSON text)."""
     try:
         args = json.loads(arguments)
     except json.JSONDecodeError:
         args = arguments
-    body = args.get("input", json.dumps(args)) if isinstance(args, dict) else str(args)
+    if tool_format == "json":
+        return f"<tool_call>\n{json.dumps({'name': name, 'arguments': args}, ensure_ascii=False)}\n</tool_call>"
+    if isinstance(args, dict):
+        body = args["input"] if set(args) == {"input"} else json.dumps(args, ensure_ascii=False)
+    else:
+        body = str(args)
     return f"<{name}>{body}</{name}>"
 
 
-def tool_messages(call: ToolCallRecord, text: str, call_id: str) -> list[dict]:
-    """The assistant message that made `call` (its segment's `text`) and the tool message answering it."""
-    return [{"role": "assistant", "content": text, "tool_calls": [openai_tool_call(call, call_id)]},
-            {"role": "tool", "tool_call_id": call_id, "content": call.output, "ok": call.ok}]
+def tool_messages(calls: list[ToolCallRecord], text: str, call_ids: list[str]) -> list[dict]:
+    """The assistant message that made `calls` (one pause: its turn's `text`) and a tool message per call."""
+    out = [{"role": "assistant", "content": text,
+            "tool_calls": [openai_tool_call(c, i) for c, i in zip(calls, call_ids)]}]
+    return out + [{"role": "tool", "tool_call_id": i, "name": c.tool, "content": c.output, "ok": c.ok}
+                  for c, i in zip(calls, call_ids)]
 
 
 def split_trajectory(tokenizer, traj: Trajectory, completion_id: str, index: int, stop: str | None = None):
-    """(agent_messages, final content) of choice `index`: one message pair per tool call whose result
-    was appended, and the text after the last result (cut before `stop`, the stop string that ended it)."""
-    msgs, pos = [], 0
+    """(agent_messages, final content) of choice `index`: for each pause whose results were appended,
+    the assistant message with its calls and their tool messages; then the text after the last
+    results (cut before `stop`, the stop string that ended it). Calls whose results did not fit in the
+    budget stay in the final text."""
+    msgs, pos, turn, k = [], 0, [], 0
     for call in traj.tool_calls:
+        turn.append(call)
         a, b = call.result_span
-        if b <= a:  # its result did not fit in the budget: the call stays in the final text
+        if b <= a:  # more calls of this pause follow (json), or its results were never appended
             continue
-        msgs += tool_messages(call, decode(tokenizer, traj.response_ids[pos:a]), call_id(completion_id, index, len(msgs) // 2))
-        pos = b
+        ids = [call_id(completion_id, index, k + j) for j in range(len(turn))]
+        msgs += tool_messages(turn, decode(tokenizer, traj.response_ids[pos:a]), ids)
+        pos, turn, k = b, [], k + len(turn)
     return msgs, final_text(decode(tokenizer, traj.response_ids[pos:]), stop)
 
 

@@ -18,7 +18,7 @@ conversations in flight with a `Failed` event and the thread keeps serving.
 
 Per-conversation state lives in `Conversation` (the agent's `TrajState` included); every way a
 conversation ends — done, cancelled, failed, shutdown — goes through `_close`, the one place where
-per-conversation resources (its engine sequence; a stateful tool session later) are released.
+per-conversation resources (its engine sequence, its python session) are released.
 """
 
 from __future__ import annotations
@@ -62,7 +62,9 @@ class Tokens:
 
 @dataclass
 class Step:
-    call: ToolCallRecord  # a tool call whose result was appended to the conversation (result_span set)
+    # the tool calls of one pause (one in the tag format, one or more in a json turn) whose results
+    # were appended to the conversation; the last one holds the result_span of all their results
+    calls: list[ToolCallRecord]
 
 
 @dataclass
@@ -281,14 +283,15 @@ class AgentScheduler:
                 self._close(conv)
                 continue
             try:
-                self.loop._deliver(conv.sid, conv.state, f.result())
+                out = f.result()  # (results, the text to append), rollout/agent.py
+                self.loop._deliver(conv.sid, conv.state, out)
             except Exception as e:  # noqa: BLE001
                 log.exception("tool result delivery failed")
                 self._fail(conv, f"agent error: {type(e).__name__}: {e}")
                 continue
-            call = conv.state.calls[-1]
-            if call.result_span[1] > call.result_span[0]:
-                conv.emit(Step(dataclasses.replace(call)))
+            calls = conv.state.calls[len(conv.state.calls) - len(out[0]):]
+            if calls[-1].result_span[1] > calls[-1].result_span[0]:
+                conv.emit(Step([dataclasses.replace(c) for c in calls]))
             if conv.state.finish_reason is not None:
                 self._finish(conv)
 
@@ -304,8 +307,13 @@ class AgentScheduler:
         conv.emit(Failed(message))
 
     def _close(self, conv: Conversation) -> None:
-        """Release everything the conversation holds. Called exactly once per conversation."""
+        """Release everything the conversation holds — its engine sequence and its tool sessions (a
+        python session with `tools.python_session`, keyed by the sequence like a rollout's trajectory).
+        Called exactly once per conversation."""
         if conv.sid is not None:
             self._live.pop(conv.sid, None)
-            self.engine.release(conv.sid)
+            try:
+                self.tools.end_sessions([conv.sid])
+            finally:
+                self.engine.release(conv.sid)
             conv.sid = None
