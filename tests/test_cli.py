@@ -44,8 +44,11 @@ def test_every_help_shows_defaults_and_one_vocabulary():
                 seen.setdefault(o, []).append((name, a.help, a.default))
     # --top-k is sampling wherever it appears; passages per search have their own name and one default
     assert all("sampling" in h for _, h, _ in seen["--top-k"])
-    assert {d for _, _, d in seen["--search-top-k"]} == {SEARCH_TOP_K} == {ToolsConfig().search_top_k}
-    assert {d for _, _, d in seen["--search-max-chars"]} == {SEARCH_MAX_CHARS} == {ToolsConfig().search_max_chars}
+    # (a command that takes a run's value by default says what it falls back to)
+    for flag, default in (("--search-top-k", SEARCH_TOP_K), ("--search-max-chars", SEARCH_MAX_CHARS)):
+        assert {d for _, _, d in seen[flag] if d is not None} == {default}, flag
+        assert all(f"else {default})" in h for _, h, d in seen[flag] if d is None), flag
+    assert (SEARCH_TOP_K, SEARCH_MAX_CHARS) == (ToolsConfig().search_top_k, ToolsConfig().search_max_chars)
     for old in ("--index", "--max-calls", "--max-new-tokens", "--max-chars"):  # renamed: only hidden aliases remain
         assert all(h == argparse.SUPPRESS for _, h, _ in seen.get(old, [])), old
 
@@ -148,3 +151,31 @@ def test_chat_prints_no_special_tokens(capsys):
     assert main(["chat", "--model", "tiny-random", "--tools", "", "--max-response-tokens", "6", "--json",
                  "hello"]) == 0
     assert "<|" not in json.loads(capsys.readouterr().out)["text"]
+
+
+@pytest.mark.parametrize("session", [True, False])
+def test_chat_session_reuses_a_variable_from_an_earlier_call(capsys, monkeypatch, session):
+    """`arpo chat --session`: a second call reads the variable the first one set (the model's text is
+    scripted; the two calls run in the real sandboxed interpreter). Without --session it is gone."""
+    from arpo.rollout.agent import AgentLoop
+    from arpo.testing import scripted_hook
+
+    segments = ["<python>nums = [3, 1, 2]</python>", " <python>print(sorted(nums))</python>",
+                " <answer> \\boxed{[1, 2, 3]} </answer>"]
+    params = AgentLoop.params
+
+    def scripted(self, prompt_len, seed):
+        p = params(self, prompt_len, seed)
+        p.logits_hook = scripted_hook(self.tok, segments)
+        return p
+
+    monkeypatch.setattr(AgentLoop, "params", scripted)
+    args = ["chat", "--model", "tiny-random", "--json", "--max-response-tokens", "200", "sort 3 1 2"]
+    assert main(args[:1] + (["--session"] if session else []) + args[1:]) == 0
+    out = json.loads(capsys.readouterr().out)
+    calls = out["tool_calls"]
+    assert len(calls) == 2 and calls[0]["ok"]
+    if session:
+        assert calls[1]["ok"] and calls[1]["output"].strip() == "[1, 2, 3]"
+    else:
+        assert not calls[1]["ok"] and "NameError" in calls[1]["output"]

@@ -375,3 +375,56 @@ def test_final_text_stream_is_incremental_and_exact(tiny_tok, stops):
         assert not stops or "gamma" not in "".join(sent)  # never (part of) a stop string
     assert sum(bool(x) for x in sent) > 10  # token by token after <answer>
     assert "".join(sent) + s.finish(content) == content
+
+
+# ---- native function calling (agent.tool_format: json) -------------------------------------------------
+JSON_TURNS = [
+    '<think> two at once </think><tool_call>\n{"name": "echo", "arguments": {"text": "abc"}}\n</tool_call>'
+    '<tool_call>\n{"name": "echo", "arguments": {"text": "xy"}}\n</tool_call>',
+    "<answer> \\boxed{cba} </answer>",
+]
+
+
+def test_json_format_agent_messages_carry_several_calls_per_turn_and_round_trip(tiny_lm):
+    """A json-format agent (Qwen-style template with tools): one pause with two calls becomes one
+    assistant message with two OpenAI tool_calls (parsed arguments) and two tool messages; sending them
+    back as history renders the same tokens the model saw."""
+    import torch
+    from starlette.testclient import TestClient
+
+    from arpo.testing import echo, qwen_style_tokenizer
+    from arpo.tools.function import as_tool
+
+    tok = qwen_style_tokenizer()
+    reg = ToolRegistry([as_tool(echo)])
+    system = system_prompt("math", reg, tool_format="json")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    sched = AgentScheduler(HFEngine(tiny_lm, tok), reg, AgentConfig(max_tool_calls=3, max_response_tokens=300,
+                                                                      temperature=1.0, tool_format="json"))
+    try:
+        hook_rollout(sched, routed_hook(tok, {"Q-JSON": (JSON_TURNS, 0.0)}))
+        app = create_app(sched, tok, model_name=MODEL, system=system, context_len=2048, max_response_tokens=300)
+        http = TestClient(app)
+        q = [{"role": "user", "content": "Q-JSON"}]
+        r = http.post("/v1/chat/completions", json={"model": MODEL, "messages": q, "seed": 0}).json()
+        msg = r["choices"][0]["message"]
+        assert r["choices"][0]["agent_finish_reason"] == "answer"
+        assert msg["content"] == JSON_TURNS[1]
+        call, *tools = msg["agent_messages"]
+        assert call["role"] == "assistant" and call["content"].startswith(JSON_TURNS[0])
+        assert [json.loads(tc["function"]["arguments"]) for tc in call["tool_calls"]] == [{"text": "abc"}, {"text": "xy"}]
+        assert [(t["role"], t["name"], t["content"], t["ok"]) for t in tools] == [
+            ("tool", "echo", "cba", True), ("tool", "echo", "yx", True)]
+        assert [t["tool_call_id"] for t in tools] == [tc["id"] for tc in call["tool_calls"]]
+        # the history renders what the model saw: prompt + its turns + the template-rendered results
+        history = [fmt.Message(**x) for x in q + msg["agent_messages"]
+                   + [{"role": "user", "content": "again"}]]
+        text = tok.decode(fmt.render_messages(tok, history, system, reg, "json"))
+        seen = tok.decode(fmt.render_messages(tok, [fmt.Message(**q[0])], system, reg, "json"))
+        assert text.startswith(seen + JSON_TURNS[0])
+        assert "<tool_response>\ncba\n</tool_response>\n<tool_response>\nyx\n</tool_response>" in text
+        assert text.count("<tool_call>") == seen.count("<tool_call>") + 2  # the calls once, not added again
+    finally:
+        sched.close()
+        torch.set_num_threads(threads)
