@@ -29,3 +29,12 @@ def default_lm():
     from arpo.models import load_model
 
     return load_model("smollm2-135m-instruct")
+
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """A 3-step ARPO run of the tiny model with tool calls and branches: metrics.jsonl, rollouts/."""
+    from arpo.testing import train_scripted_run
+
+    return train_scripted_run(tmp_path_factory.mktemp("tiny_run"))
