@@ -346,6 +346,21 @@ function resultRuns(mask) {
   if (a >= 0) out.push([a, mask.length]);
   return out;
 }
+/* The tool calls answered by each result block: a pause may hold several calls (json tool format);
+   the last call of a pause carries the block's result_span. Dumps without spans: one call a block. */
+function callGroups(calls) {
+  calls = calls || [];
+  if (!calls.some(c => c.result_span)) return calls.map(c => [c]);
+  const out = [];
+  let cur = [];
+  for (const c of calls) {
+    cur.push(c);
+    if (c.result_span && c.result_span[1] > 0) { out.push(cur); cur = []; }
+  }
+  if (cur.length) out.push(cur);
+  return out;
+}
+const groupName = g => (g && g.length ? [...new Set(g.map(c => c.tool))].join(" + ") : "tool");
 const chainOf = (T, i) => { const c = []; for (let k = i; k != null; k = T[k].parent) c.unshift(k); return c; };
 function decisionAt(T, full, i, k) {
   const runs_ = resultRuns(full[i].mask);
@@ -392,12 +407,13 @@ function drawTree(tr, full, sel, onSelect) {
     hits.append(s("path", {class: "hit", d: `M${X(t.start)} ${y} L${xe} ${y}`, "data-traj": t.id,
       onclick: () => onSelect(t.id)}, title(`path #${t.id}: click to read it`)));
     // tool results in this trajectory's own tokens
+    const groups = callGroups(t.tool_calls);
     resultRuns(full[t.id].mask).forEach(([a, b], k) => {
       if (b <= t.start) return;
-      const call = (t.tool_calls || [])[k] || {};
+      const g = groups[k] || [];
       marks.append(s("rect", {class: "result", x: X(a), y: y - 5, width: Math.max(3, X(b) - X(a)), height: 10, rx: 2,
-        "data-traj": t.id, "data-result": k}, title(`${call.tool || "tool"} result ${k + 1}` +
-        (call.output != null ? `: ${String(call.output).slice(0, 160)}` : ""))));
+        "data-traj": t.id, "data-result": k}, title(`${groupName(g)} result ${k + 1}` +
+        g.map(c => (c.output != null ? `\n${String(c.output).slice(0, 160)}` : "")).join(""))));
     });
     // the ARPO branch decisions this trajectory took (one per tool result, while the group had room)
     for (const dcs of t.decisions || []) {
@@ -493,15 +509,22 @@ function pathPanel(tr, full, i, mode) {
   const results = resultRuns(f.mask);
   const forkAt = {};
   chain.slice(1).forEach(c => { forkAt[T[c].start] = c; });
-  const calls = t.tool_calls || [];
-  // tokens of each tool call: from its opening tag to the result (set apart, still shaded)
+  const groups = callGroups(t.tool_calls);
+  // tokens of each pause's tool calls: from the first call's opening tag (<python>, <search>, ... or
+  // <tool_call>) to the result: set apart, still shaded
   const callTok = new Set();
   let prev = 0;
   results.forEach(([a], k) => {
-    const tag = "<" + ((calls[k] || {}).tool || "") + ">";
-    let str = "", starts = [];
+    const g = groups[k] || [];
+    let str = "";
+    const starts = [];
     for (let p = prev; p < a; p++) { starts.push(str.length); str += f.tokens[p]; }
-    const c = calls[k] && calls[k].tool ? str.lastIndexOf(tag) : -1;
+    const opens = [];
+    for (const tag of new Set(["<tool_call>", ...g.map(c => `<${c.tool}>`)])) {
+      for (let i = str.indexOf(tag); i >= 0; i = str.indexOf(tag, i + 1)) opens.push(i);
+    }
+    opens.sort((x, y) => x - y);
+    const c = g.length && opens.length ? opens[Math.max(0, opens.length - g.length)] : -1;
     if (c >= 0) for (let p = prev; p < a; p++) if (starts[p - prev] + f.tokens[p].length > c) callTok.add(p);
     prev = results[k][1];
   });
@@ -516,10 +539,11 @@ function pathPanel(tr, full, i, mode) {
       flushCall();
       const k = results.findIndex(([a]) => a === p);
       const [a, b] = results[k];
-      const call = calls[k] || {};
+      const g = groups[k] || [];
+      const secs = g.filter(c => c.elapsed_s != null).map(c => c.elapsed_s);
       text.append(h("span", {class: "resultblock", "data-result": k},
-        h("span", {class: "lbl", text: `${call.tool || "tool"} result ${k + 1}` + (call.elapsed_s != null ? ` · ${fmt(call.elapsed_s, 2)} s` : "") +
-          (call.ok === false ? " · failed" : "")}), f.tokens.slice(a, b).join("").replace(/^\n+|\n+$/g, "")));
+        h("span", {class: "lbl", text: `${groupName(g)} result ${k + 1}` + (secs.length ? ` · ${fmt(Math.max(...secs), 2)} s` : "") +
+          (g.some(c => c.ok === false) ? " · failed" : "")}), f.tokens.slice(a, b).join("").replace(/^\n+|\n+$/g, "")));
       const d = decisionAt(T, full, i, k);
       if (b < f.mask.length || (d && d.branched != null)) {
         const here = forkAt[b] != null ? ` — this path is the branch #${forkAt[b]} that started here` : "";
