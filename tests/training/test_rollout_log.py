@@ -82,10 +82,8 @@ def test_train_writes_every_step_with_what_trained(tiny_run):
     assert all(p["tool_results"] == 2 * p["trajectories"] and p["after_tool"][0] is not None for p in prof)
 
 
-def test_every_k_steps_and_trees_per_step(tmp_path):
-    from arpo.testing import train_scripted_run
-
-    run = train_scripted_run(tmp_path, steps=2, **{"run.save_rollouts": 2, "run.rollout_trees": 1,
+def test_every_k_steps_and_trees_per_step(tmp_path, scripted_run):
+    run = scripted_run(tmp_path, steps=2, **{"run.save_rollouts": 2, "run.rollout_trees": 1,
                                                "agent.max_response_tokens": 60})
     assert [f.name for f in (run / "rollouts").glob("step_*")] == ["step_2.jsonl.gz"]
     assert len(_trees(run / "rollouts" / "step_2.jsonl.gz")) == 1

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import argparse
+from arpo.commands import HELP, number
 
 EXAMPLES = """examples:
   arpo view runs/arpo_gsm8k                          # serve http://127.0.0.1:8765/
@@ -13,17 +13,17 @@ EXAMPLES = """examples:
 Pages: Run (curves, hover for values, click a step for its trees) · Trees (a step's rollout trees;
 a tree with its branch decisions; click a path for its tokens shaded by entropy or advantage) ·
 Entropy (entropy by position after the response start vs after tool results, the paper's Fig. 1).
-`arpo train` saves the trees every run.save_rollouts steps (rollout_prompts trees per step)."""
+`arpo train` saves the trees every run.save_rollouts steps (run.rollout_trees trees per step)."""
 
 
 def register(sub) -> None:
     p = sub.add_parser("view", help="a local web page for runs: curves, rollout trees, entropy after tool results",
                        description="Serve a local web page (or --export a static one) for training runs and "
-                       "rollout files.", epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       "rollout files.", epilog=EXAMPLES, formatter_class=HELP)
     p.add_argument("sources", nargs="+", metavar="RUN_DIR|ROLLOUTS",
                    help="run directories of `arpo train` and/or rollouts .jsonl(.gz) files; LABEL=PATH names one")
-    p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0: any free port)")
-    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1, this machine only)")
+    p.add_argument("--port", type=number(int, 0, 65535), default=8765, help="port (0: any free port)")
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind (127.0.0.1: this machine only)")
     p.add_argument("--export", metavar="DIR", help="write a static site to DIR instead of serving")
     p.add_argument("--steps", help="with --export: only these saved steps, e.g. 1,10,20 (default: all)")
     p.set_defaults(func=run)
