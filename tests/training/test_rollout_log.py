@@ -26,11 +26,13 @@ def _full(trajs, i):
 
 
 def test_token_texts_concatenate_to_the_text(tiny_tok):
-    text = "<think> I need 17*23. </think> <python> print(17 * 23) </python>\n<result>\n391\n</result>\n<answer> 4 </answer>"
+    # "≈", "é" and "😀" are 2-4 byte-level tokens each here: no piece may show a half character
+    text = "<think> I need 17*23 ≈ 391, café 😀. </think> <python> print(17 * 23) </python>\n<result>\n391\n</result>"
     ids = tiny_tok.encode(text, add_special_tokens=False)
     pieces = token_texts(tiny_tok, ids)
-    assert len(pieces) == len(ids)
+    assert len(pieces) == len(ids) and len(ids) > len(tiny_tok.encode(text.replace("≈", "=")))
     assert "".join(pieces) == tiny_tok.decode(ids) == text
+    assert not any("\ufffd" in p for p in pieces)
     assert token_texts(tiny_tok, []) == []
 
 

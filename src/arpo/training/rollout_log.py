@@ -43,9 +43,10 @@ _WINDOW = 4  # tokens of left context when decoding one token's text piece
 
 
 def token_texts(tokenizer, ids: list[int]) -> list[str]:
-    """The text piece of each token, so that ''.join(pieces) == decode(ids) for ordinary text.
-    A piece is decode(window + token) minus decode(window), with a few tokens of left context (byte-level
-    BPE merges and leading spaces depend on it); two batched decodes per call."""
+    """The text piece of each token, so that ''.join(pieces) == decode(ids). A piece is decode(window +
+    token) minus decode(window), with a few tokens of left context (byte-level BPE merges and leading
+    spaces depend on it); a character whose bytes span several tokens belongs to the last of them.
+    Two batched decodes per call."""
     if not ids:
         return []
     starts = [max(0, i - _WINDOW) for i in range(len(ids))]
@@ -53,6 +54,8 @@ def token_texts(tokenizer, ids: list[int]) -> list[str]:
     without = tokenizer.batch_decode([ids[s:i] for i, s in enumerate(starts)])
     out = []
     for full, head in zip(with_tok, without):
+        # a character split over tokens decodes as U+FFFD until its last byte: its text goes with that token
+        full, head = full.rstrip("\ufffd"), head.rstrip("\ufffd")
         out.append(full[len(head):] if full.startswith(head) else full[-1:] if full else "")
     return out
 

@@ -501,7 +501,7 @@ function pathPanel(tr, full, i, mode) {
       ["entropy", "advantage", "none"].map(m => h("option", {value: m, selected: m === mode, text: m})))), legend,
   h("span", {}, "generated text (tool calls in dashed boxes) · tool results in blue · branch decisions in orange")));
   const text = h("div", {class: "text"});
-  if (!t.tokens && t.text != null && t.parent == null) {  // an old dump without token texts
+  if (!t.tokens && t.text != null) {  // a dump written before token texts were kept: its plain text
     text.append(h("span", {class: "muted", text: "(this file has no per-token texts; plain text)\n"}), t.text);
     box.append(text);
     return box;
