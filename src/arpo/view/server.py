@@ -42,6 +42,12 @@ def create_app(catalog: Catalog):
     def index():
         return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
 
+    @app.middleware("http")
+    async def revalidate(request, call_next):  # a new arpo's page is never hidden behind a cached one
+        response = await call_next(request)
+        response.headers.setdefault("Cache-Control", "no-cache")
+        return response
+
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app
 

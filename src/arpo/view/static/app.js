@@ -382,12 +382,12 @@ function drawTree(tr, full, sel, onSelect) {
   order.forEach((id, k) => { row[id] = k; });
   const maxN = Math.max(1, ...T.map(t => t.n_tokens));
   const W = 1000, rowH = 26, top = 40, H = top + order.length * rowH + 16;
-  const x0 = 110, x1 = W - 130;
+  const x0 = 150, x1 = W - 120;
   const X = p => x0 + p / maxN * (x1 - x0);
   const Y = i => top + row[i] * rowH + rowH / 2;
   const svg = s("svg", {viewBox: `0 0 ${W} ${H}`, class: "tree-svg", id: "tree-svg"});
   const rootY = roots.length ? (Y(roots[0]) + Y(roots[roots.length - 1])) / 2 : top;
-  const rootX = 34;
+  const rootX = 76;
   for (const v of niceTicks(0, maxN, 8).filter(v => v <= maxN)) {
     svg.append(s("line", {x1: X(v), x2: X(v), y1: top - 6, y2: H - 10, stroke: "#f0f2f5"}));
     svg.append(s("text", {x: X(v), y: top - 10, "text-anchor": "middle"}, fmt(v)));
@@ -446,7 +446,7 @@ function drawTree(tr, full, sel, onSelect) {
   });
   svg.append(edges, hits, marks);
   svg.append(s("circle", {class: "root", cx: rootX, cy: rootY, r: 7}, title("the prompt")));
-  svg.append(s("text", {x: rootX - 4, y: rootY - 12}, "prompt"));
+  svg.append(s("text", {x: rootX - 12, y: rootY + 4, "text-anchor": "end"}, "prompt"));
   for (const t of T) {
     const y = Y(t.id), xe = X(t.n_tokens);
     svg.append(s("circle", {class: "leaf" + (chain.includes(t.id) && t.id === sel ? " on-path" : ""), cx: xe, cy: y, r: 6,
@@ -484,8 +484,8 @@ function pathPanel(tr, full, i, mode) {
   const chain = chainOf(T, i);
   const advVals = adv ? [...new Set(adv.filter((_, p) => f.mask[p]).map(v => fmt(v, 3)))] : [];
   const advText = !adv ? "no advantage stored (not trained)" : advVals.length === 1 ?
-    `advantage ${signed(adv.find((_, p) => f.mask[p]) ?? 0)} on every generated token (${tr.attribution || "soft"} attribution)` :
-    `advantage per token from ${signed(Math.min(...adv))} to ${signed(Math.max(...adv))} (${tr.attribution || "hard"} attribution; hover a token)`;
+    `${signed(adv.find((_, p) => f.mask[p]) ?? 0)} on every generated token (${tr.attribution || "soft"} attribution)` :
+    `per token, from ${signed(Math.min(...adv))} to ${signed(Math.max(...adv))} (${tr.attribution || "hard"} attribution; hover a token)`;
   box.append(h("h3", {text: `Path #${i}` + (chain.length > 1 ? ` (${chain.map(c => "#" + c).join(" → ")})` : "")}),
     h("table", {class: "kv"}, h("tbody", {},
       h("tr", {}, h("td", {text: "reward"}), h("td", {text: `${fmt(t.reward)}${t.correct ? " · correct" : ""}` +
@@ -600,7 +600,7 @@ async function pageTree(main, q) {
   if (tr.question) main.append(h("p", {}, h("b", {text: "Question: "}), tr.question,
     tr.gold != null ? h("span", {class: "muted", text: `   gold: ${[].concat(tr.gold).join(" | ")}`}) : null));
   const nb = T.filter(t => t.parent != null).length;
-  main.append(h("p", {class: "meta", text: `${T.length} trajectories (${T.length - nb} global samples, ${nb} branches)` +
+  main.append(h("p", {class: "meta", text: `${T.length} trajectories (${T.length - nb} global samples, ${nb} branch${nb === 1 ? "" : "es"})` +
     (tr.preset ? ` · algo ${tr.preset}` : "") + (tr.attribution ? ` · ${tr.attribution} attribution` : "") +
     (tr.trained === false ? " · not trained (no advantages)" : "")}));
   if (tr.prompt) main.append(h("details", {}, h("summary", {text: "prompt"}), h("div", {class: "prompt", text: tr.prompt})));
