@@ -186,8 +186,10 @@ function lineChart({name, series, xLabel = "step", width = 460, height = 220, on
   overlay.addEventListener("mouseleave", () => { hover.setAttribute("visibility", "hidden"); hideTip(); });
   if (onPick) overlay.addEventListener("click", ev => { hideTip(); onPick(nearest(ev)); });
   svg.append(overlay);
-  const legend = h("div", {class: "legend"}, series.map(se =>
-    h("span", {}, h("i", {style: `border-top-color:${se.color};border-top-style:${se.dash ? "dashed" : "solid"}`}), se.label)));
+  const legend = h("div", {class: "legend"}, series.map(se => h("span", {},
+    s("svg", {width: 22, height: 8, style: "vertical-align:middle;margin-right:4px"},
+      s("line", {x1: 0, x2: 22, y1: 4, y2: 4, stroke: se.color, "stroke-width": 2, "stroke-dasharray": se.dash || null})),
+    se.label)));
   return h("div", {class: "panel", "data-panel": name}, h("h3", {text: name}), svg, legend,
     note ? h("div", {class: "meta", text: note}) : null);
 }
