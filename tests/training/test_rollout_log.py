@@ -84,11 +84,20 @@ def test_train_writes_every_step_with_what_trained(tiny_run):
     assert all(p["tool_results"] == 2 * p["trajectories"] and p["after_tool"][0] is not None for p in prof)
 
 
-def test_every_k_steps_and_trees_per_step(tmp_path, scripted_run):
-    run = scripted_run(tmp_path, steps=2, **{"run.save_rollouts": 2, "run.rollout_trees": 1,
-                                               "agent.max_response_tokens": 60})
+def test_every_k_steps_trees_per_step_and_hard_attribution(tmp_path, scripted_run):
+    run = scripted_run(tmp_path, steps=2, **{"run.save_rollouts": 2, "run.rollout_trees": 1, "algo.attribution": "hard"})
     assert [f.name for f in (run / "rollouts").glob("step_*")] == ["step_2.jsonl.gz"]
-    assert len(_trees(run / "rollouts" / "step_2.jsonl.gz")) == 1
+    [tree] = _trees(run / "rollouts" / "step_2.jsonl.gz")
+    assert tree["attribution"] == "hard"
+    # what trained is stored: with hard attribution a token shared by a branch and its parent has one
+    # advantage (the mean over its sharers), the branch's own tokens its own
+    trajs = tree["trajectories"]
+    leaves = [t for t in trajs if t["parent"] is not None and all(c["parent"] != t["id"] for c in trajs)]
+    assert leaves
+    for t in leaves:  # a branch nothing forked from: its own tokens are its alone
+        p, b = trajs[t["parent"]], t["start"]
+        assert t["advantage"][:b] == p["advantage"][:b]
+        assert len(set(t["advantage"][b:])) == 1 and t["advantage"][b] != t["advantage"][0]
     # profiles cover every tree of the saved step, not just the kept one
     prof = json.loads((run / "rollouts" / "entropy.jsonl").read_text())
     assert prof["step"] == 2 and prof["trajectories"] >= 2 * 2
