@@ -181,7 +181,8 @@ class RolloutLog:
         return self.enabled and step % self.every == 0
 
     def write(self, step: int, trees) -> Path | None:
-        """Save step `step`'s trees (the first max_trees of them) if it is due."""
+        """Save step `step`'s trees (the first max_trees of them) if it is due: the trees train_step
+        returns, i.e. those that trained (DAPO's dynamic sampling has dropped uniform-reward groups)."""
         if not self.due(step) or not trees:
             return None
         self.root.mkdir(parents=True, exist_ok=True)
