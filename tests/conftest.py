@@ -29,3 +29,59 @@ def default_lm():
     from arpo.models import load_model
 
     return load_model("smollm2-135m-instruct")
+
+
+# a scripted agent: two python calls, then an answer; each segment opens with free tokens sampled from
+# the model, so entropies and ARPO's branch decisions vary
+SCRIPTED_RUN = ["<python> print(17 * 23) </python>", "<python> print(2 + 2) </python>", "<answer> \\boxed{4} </answer>"]
+
+
+def train_scripted_run(root, steps: int = 3, **overrides):
+    """Really train a few ARPO steps into root/run (a tiny random model written to root/model, the real
+    python tool, the SCRIPTED_RUN agent, toy_reward): a run dir with tool calls and branches in
+    seconds. overrides: dotted config keys, e.g. {"run.save_rollouts": 2}. Returns the run dir.
+    Runs on one torch thread (tiny ops on a busy machine are many times slower with more), then
+    restores the caller's thread count."""
+    import json
+    from pathlib import Path
+
+    from arpo.config import load_config
+    from arpo.recipes import train
+    from arpo.testing import hook_rollout, save_tiny_model, scripted_hook
+
+    root = Path(root)
+    if not (root / "model" / "config.json").exists():
+        save_tiny_model(root / "model")
+    data = root / "q.jsonl"
+    data.write_text("".join(json.dumps({"question": f"What is {i} + {i}?", "answer": str(2 * i), "task": "math"}) + "\n"
+                            for i in range(6)))
+    ov = {"model.name": root / "model", "data.path": data, "tools.enabled": "[python]", "agent.max_response_tokens": 120,
+          "rollout.group_size": 4, "rollout.initial_rollouts": 2, "reward.fn": "arpo.testing:toy_reward",
+          "steps": steps, "prompts_per_step": 2, "optim.lr": 1e-3, "run.dir": root / "run", "run.save_every": 0,
+          "run.tensorboard": "false", "run.seed": 1, "run.threads": 1, **overrides}
+    init = train.ShardRollout.__init__
+
+    def scripted(self, *a, **k):
+        init(self, *a, **k)
+        hook_rollout(self, scripted_hook(self.engine.tokenizer, SCRIPTED_RUN, free_tokens=4))
+
+    threads = torch.get_num_threads()
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(train.ShardRollout, "__init__", scripted)
+            train.run(load_config(train.TrainConfig, None, [f"{k}={v}" for k, v in ov.items()]), quiet=True)
+    finally:
+        torch.set_num_threads(threads)
+    return root / "run"
+
+
+@pytest.fixture(scope="session")
+def scripted_run():
+    """train_scripted_run, for tests that need a run of their own."""
+    return train_scripted_run
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """A 3-step ARPO run of the tiny model with tool calls and branches: metrics.jsonl, rollouts/."""
+    return train_scripted_run(tmp_path_factory.mktemp("tiny_run"))

@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "arpo.commands.train",
     "arpo.commands.eval",
     "arpo.commands.plot",
+    "arpo.commands.view",
     "arpo.commands.experiment",
 ]
 

@@ -165,6 +165,7 @@ def test_rollout_dump_carries_rewards(tiny_dir, tmp_path):
     assert len(recs) == 4
     # the tiny random model never writes the protocol: the real reward gives the format penalty
     assert all(r["reward"] == -1.0 and r["format_error"] for r in recs)
+    assert all("".join(r["tokens"]) == r["text"] and len(r["tokens"]) == len(r["response_token_ids"]) for r in recs)
 
 
 def test_train_validation_and_lora_smoke(tiny_dir, tmp_path):

@@ -246,7 +246,7 @@ def run_rl(cfg: ExperimentConfig, method: str, seed: int, sft_model: str, env: d
            start_eval: dict) -> dict:
     """One RL run with recipes/train.run in segments of eval_every steps; the learning curve."""
     from arpo.recipes import train
-    from arpo.recipes.common import DataConfig, ModelConfig, OptimConfig, RunConfig
+    from arpo.recipes.common import DataConfig, ModelConfig, OptimConfig
     from arpo.rollout.arpo import RolloutConfig
     from arpo.training.logger import read_metrics
 
@@ -262,8 +262,8 @@ def run_rl(cfg: ExperimentConfig, method: str, seed: int, sft_model: str, env: d
         rollout=RolloutConfig(group_size=cfg.group_size, initial_rollouts=cfg.initial_rollouts, seed=seed),
         algo=train.AlgoConfig(preset=method, ppo_epochs=cfg.ppo_epochs),
         optim=OptimConfig(lr=cfg.lr, warmup_steps=cfg.warmup_steps),
-        run=RunConfig(dir=str(run_dir), seed=seed, save_every=cfg.eval_every, keep_checkpoints=1,
-                      tensorboard=False, threads=cfg.threads),
+        run=train.TrainRunConfig(dir=str(run_dir), seed=seed, save_every=cfg.eval_every, keep_checkpoints=1,
+                                 tensorboard=False, threads=cfg.threads),
         steps=cfg.eval_every, prompts_per_step=cfg.prompts_per_step, minibatches=cfg.minibatches,
     )
     curve = [{"step": 0, "tool_calls": 0, "executed_tool_calls": 0, **start_eval, "seconds": 0.0}]

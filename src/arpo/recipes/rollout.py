@@ -2,7 +2,8 @@
 
     arpo rollout --config configs/rollout_gsm8k.yaml --limit 4 --out rollouts.jsonl
 
-The dump is the project's main debugging and analysis artifact (format: RolloutTree.to_records).
+The dump is the project's main debugging and analysis artifact (format: RolloutTree.to_records, plus
+`tokens`: each response token's text piece); `arpo view rollouts.jsonl` shows its trees.
 Lines are flushed after every batch of prompts, so a crash loses at most the batch in flight.
 """
 
@@ -37,6 +38,7 @@ def run(cfg: RolloutJobConfig, out_path: str, quiet: bool = False) -> dict:
     from arpo.models import load_model
     from arpo.rewards import get_reward_fn, score_trees
     from arpo.rollout.arpo import ARPORollout
+    from arpo.training.rollout_log import token_texts
 
     reward_fn = get_reward_fn(cfg.reward.fn)
     examples = load_examples(cfg.data.path, cfg.data.limit, cfg.data.task)
@@ -56,6 +58,7 @@ def run(cfg: RolloutJobConfig, out_path: str, quiet: bool = False) -> dict:
             score_trees(trees, reward_fn, cfg.reward.math_scorer)
             for tree in trees:
                 for rec in tree.to_records():
+                    rec["tokens"] = token_texts(tok, rec["response_token_ids"])  # per-token text, for `arpo view`
                     f.write(json.dumps(rec, ensure_ascii=False) + "\n")
                     stats["trajectories"] += 1
                     stats["branches"] += rec["parent_id"] is not None

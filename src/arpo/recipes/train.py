@@ -94,11 +94,15 @@ class ValidationConfig:
 @dataclass
 class TrainRunConfig(RunConfig):
     distributed: str = "fsdp"  # under torchrun: fsdp (sharded, FSDP2) | ddp (a full replica per rank)
+    save_rollouts: int = 1  # keep the trees in RUN_DIR/rollouts/ every k steps for `arpo view` (0: off)
+    rollout_trees: int = 8  # trees kept per saved step (0: all); size: training/rollout_log.py
 
     def validate(self) -> None:
         super().validate()
         if self.distributed not in ("fsdp", "ddp"):
             raise ArpoError(f"run.distributed: {self.distributed!r}; choose fsdp or ddp")
+        if self.save_rollouts < 0 or self.rollout_trees < 0:
+            raise ArpoError("run.save_rollouts and run.rollout_trees must be >= 0")
 
 
 @dataclass
@@ -510,6 +514,7 @@ def policy_update(tr: Trainer, trees: list, n_trees: int, off: int, step: int, l
     from arpo.training import distributed
     from arpo.training.batch import loss_and_backward, token_logprobs
     from arpo.training.optim import clip_gradients
+    from arpo.training.rollout_log import keep_trained_values
 
     cfg, preset, multi, par, lp_kw = tr.cfg, tr.preset, tr.multi, tr.par, tr.lp_kw
     device = next(tr.model.parameters()).device  # the batch's tensors live with the policy
@@ -530,6 +535,8 @@ def policy_update(tr: Trainer, trees: list, n_trees: int, off: int, step: int, l
             batch.advantages = adv
     elif preset.entropy_aware_advantage:
         batch.advantages = entropy_aware_advantage(batch.advantages, old_ent, batch.mask, preset.entropy_aware_alpha)
+    if batch is not None:  # each trajectory keeps the values it trains with (RUN_DIR/rollouts, arpo view)
+        keep_trained_values(trees, batch)
     lap("time_old_logprobs")
     tr.model.train()
     diags, gnorms, first = [], [], True
@@ -599,6 +606,7 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
                                           load_trainer_state, save_checkpoint, save_distributed_checkpoint)
     from arpo.training.logger import MetricsLogger
     from arpo.training.progress import StepProgress
+    from arpo.training.rollout_log import RolloutLog
     from arpo.training.rundir import RunDir
     from arpo.training.signals import GracefulStop
 
@@ -639,10 +647,14 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
         rd.begin(dataclasses.asdict(cfg))
         log = MetricsLogger(run_dir, resume_step=start if ckpt is not None else None, tensorboard=cfg.run.tensorboard,
                             enabled=main, wandb_project=cfg.run.wandb, config=dataclasses.asdict(cfg))
+        rollouts = RolloutLog(run_dir, cfg.run.save_rollouts, cfg.run.rollout_trees, tr.tok,
+                              start if ckpt is not None else None, enabled=main,
+                              meta={"preset": preset.name, "attribution": preset.attribution})
         last: dict = {}
         with GracefulStop() as stop, StepProgress("train", cfg.steps, start, enabled=main and not quiet) as bar:
             for step in range(start, cfg.steps):
-                metrics, _ = train_step(tr, step)
+                metrics, trees = train_step(tr, step)
+                rollouts.write(step + 1, trees)
                 msgs = [m for part in distributed.gather(pending) for m in part] if multi else list(pending)
                 pending.clear()
                 if main and msgs:

@@ -22,8 +22,12 @@ class TreeTrajectory:
     branch_token_index: int | None  # index into the parent's response tokens where this one diverges
     initial_entropy: float | None = None  # H_initial (inherited by forks)
     step_entropies: list[float] = field(default_factory=list)  # H_t, one per tool result
-    branch_decisions: list[dict] = field(default_factory=list)  # {tool_call_index, probability, branched}
+    branch_decisions: list[dict] = field(default_factory=list)  # {tool_call_index, delta_entropy, probability, branched}
     reward: float | None = None
+    # what the policy update trained this trajectory with, per response token (views into the step's
+    # batch; set by training/rollout_log.keep_trained_values, read when RUN_DIR/rollouts is written)
+    advantages: object = None  # (T,) tensor: soft/hard attribution, AEPO's entropy scaling applied
+    old_logprobs: object = None  # (T,) tensor: the behaviour policy's log-probs
 
 
 @dataclass
