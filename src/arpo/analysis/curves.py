@@ -11,7 +11,8 @@ PANELS = {
     "accuracy": ["accuracy", "val/pass@1", "format_error_rate", "tool_format_rate", "val/tool_format_rate"],
     "tool_calls": ["tool_calls_per_traj", "tool_calls_per_traj/python", "tool_calls_per_traj/search", "tool_failures"],
     "entropy": ["initial_entropy", "post_tool_entropy", "entropy"],
-    "branches": ["branches", "trajectories"],
+    "branches": ["branches", "trajectories", "branch_decisions"],
+    "branch_rate": ["branch_rate", "delta_entropy"],
     "loss": ["loss", "pg_loss", "nll", "clip_frac", "approx_kl", "grad_norm"],
     "speed": ["tokens_per_s", "time_generation", "time_training", "step_seconds"],
 }

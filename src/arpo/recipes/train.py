@@ -201,7 +201,8 @@ def traj_stats(trees) -> list[dict]:
     of a distributed run can gather them and compute the metrics of the global batch)."""
     return [{"reward": t.reward, "correct": float(t.result.correct), "format_error": float(not t.result.format_ok),
              "calls": [(c.tool, c.ok, c.elapsed_s) for c in t.traj.tool_calls], "post": list(t.step_entropies),
-             "init": t.initial_entropy, "branch": t.parent_id is not None, "length": t.traj.n_generated_tokens}
+             "init": t.initial_entropy, "branch": t.parent_id is not None, "length": t.traj.n_generated_tokens,
+             "decisions": [(d["delta_entropy"], d["branched"]) for d in t.branch_decisions]}
             for tree in trees for t in tree.trajectories]
 
 
@@ -210,6 +211,7 @@ def metrics_of(stats: list[dict]) -> dict:
     calls = [c for s in stats for c in s["calls"]]  # (tool, ok, elapsed_s)
     post = [h for s in stats for h in s["post"]]
     init = [s["init"] for s in stats if s["init"] is not None]
+    decisions = [d for s in stats for d in s.get("decisions", ())]  # (ΔH, branched) of every branch decision
     m = {
         "reward_mean": statistics.fmean(rewards),
         "reward_std": statistics.pstdev(rewards) if len(rewards) > 1 else 0.0,
@@ -220,6 +222,11 @@ def metrics_of(stats: list[dict]) -> dict:
         "tool_calls_per_traj": len(calls) / len(stats),
         "tool_failures": sum(not ok for _, ok, _ in calls),
         "branches": sum(s["branch"] for s in stats),
+        # of the branch decisions taken (one per tool result while the group had room), the fraction
+        # that branched, and their mean ΔH = H_after_tool − H_initial (rollout/arpo.py)
+        "branch_decisions": len(decisions),
+        "branch_rate": statistics.fmean(b for _, b in decisions) if decisions else 0.0,
+        "delta_entropy": statistics.fmean(h for h, _ in decisions) if decisions else 0.0,
         "trajectories": len(stats),
         "initial_entropy": statistics.fmean(init) if init else 0.0,
         "post_tool_entropy": statistics.fmean(post) if post else 0.0,

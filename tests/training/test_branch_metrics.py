@@ -1,0 +1,31 @@
+"""Per-step branch rate and ΔH in the training metrics, and on the plots."""
+
+import json
+
+import pytest
+
+
+def stat(decisions, branch=False):
+    return {"reward": 1.0, "correct": 1.0, "format_error": 0.0, "calls": [("python", True, 0.01)], "post": [0.2],
+            "init": 0.5, "branch": branch, "length": 30, "decisions": decisions}
+
+
+def test_metrics_of_branch_rate_and_delta_entropy():
+    from arpo.recipes.train import metrics_of
+
+    m = metrics_of([stat([(-0.3, True), (-0.1, False)]), stat([(0.4, False)], branch=True), stat([])])
+    assert m["branch_decisions"] == 3 and m["branches"] == 1
+    assert m["branch_rate"] == pytest.approx(1 / 3) and m["delta_entropy"] == pytest.approx(0.0)
+    none = metrics_of([stat([])])
+    assert none["branch_rate"] == 0.0 and none["branch_decisions"] == 0
+
+
+def test_plot_has_the_branch_rate_panel(tmp_path, capsys):
+    from arpo.cli import main
+
+    (tmp_path / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": i, "reward_mean": 0.1 * i, "branch_rate": 0.5 / i, "delta_entropy": -0.1 * i}) + "\n"
+        for i in range(1, 4)))
+    assert main(["plot", str(tmp_path)]) == 0
+    assert (tmp_path / "plots" / "branch_rate.png").is_file()
+    assert "br_rate" in capsys.readouterr().out
