@@ -29,3 +29,20 @@ def test_plot_has_the_branch_rate_panel(tmp_path, capsys):
     assert main(["plot", str(tmp_path)]) == 0
     assert (tmp_path / "plots" / "branch_rate.png").is_file()
     assert "br_rate" in capsys.readouterr().out
+
+
+def test_issued_calls_count_a_branch_prefix_once():
+    from types import SimpleNamespace as NS
+
+    from arpo.recipes.train import issued_calls, metrics_of
+
+    def call(end):
+        return NS(result_span=(end - 5, end) if end else (0, 0))
+
+    parent = NS(parent_id=None, branch_token_index=None, traj=NS(tool_calls=[call(20), call(40)]))
+    # forked right after the parent's first result (token 20): call 1 is inherited, its own call at
+    # 55 and one whose result never arrived (length) are its own
+    branch = NS(parent_id=0, branch_token_index=20, traj=NS(tool_calls=[call(20), call(55), call(0)]))
+    assert issued_calls(parent) == 2 and issued_calls(branch) == 2
+    m = metrics_of([dict(stat([]), issued=2), dict(stat([], branch=True), issued=0)])
+    assert m["tool_calls_issued"] == 2 and m["tool_calls_per_traj"] == 1.0

@@ -196,13 +196,23 @@ def token_advantages(tree, adv: torch.Tensor, attribution: str) -> list[torch.Te
     return soft_attribution(adv, lengths)
 
 
+def issued_calls(t) -> int:
+    """Tool calls trajectory `t` issued itself: a branch inherits its parent's calls up to the branch
+    point (results delivered at or before branch_token_index), which ran once, for the parent."""
+    at = t.branch_token_index
+    if t.parent_id is None or at is None:
+        return len(t.traj.tool_calls)
+    return sum(not (0 < c.result_span[1] <= at) for c in t.traj.tool_calls)
+
+
 def traj_stats(trees) -> list[dict]:
     """What rollout metrics are computed from: plain numbers, one dict per trajectory (so the ranks
     of a distributed run can gather them and compute the metrics of the global batch)."""
     return [{"reward": t.reward, "correct": float(t.result.correct), "format_error": float(not t.result.format_ok),
              "calls": [(c.tool, c.ok, c.elapsed_s) for c in t.traj.tool_calls], "post": list(t.step_entropies),
              "init": t.initial_entropy, "branch": t.parent_id is not None, "length": t.traj.n_generated_tokens,
-             "decisions": [(d["delta_entropy"], d["branched"]) for d in t.branch_decisions]}
+             "decisions": [(d["delta_entropy"], d["branched"]) for d in t.branch_decisions],
+             "issued": issued_calls(t)}
             for tree in trees for t in tree.trajectories]
 
 
@@ -220,6 +230,8 @@ def metrics_of(stats: list[dict]) -> dict:
         # the protocol followed AND at least one tool used (what cold-start SFT and RL must teach)
         "tool_format_rate": statistics.fmean((not s["format_error"]) and len(s["calls"]) > 0 for s in stats),
         "tool_calls_per_traj": len(calls) / len(stats),
+        # calls the rollouts actually ran (a branch's inherited prefix calls once): ARPO's saving
+        "tool_calls_issued": sum(s.get("issued", len(s["calls"])) for s in stats),
         "tool_failures": sum(not ok for _, ok, _ in calls),
         "branches": sum(s["branch"] for s in stats),
         # of the branch decisions taken (one per tool result while the group had room), the fraction
