@@ -46,3 +46,19 @@ def test_issued_calls_count_a_branch_prefix_once():
     assert issued_calls(parent) == 2 and issued_calls(branch) == 2
     m = metrics_of([dict(stat([]), issued=2), dict(stat([], branch=True), issued=0)])
     assert m["tool_calls_issued"] == 2 and m["tool_calls_per_traj"] == 1.0
+
+
+def test_aepo_preset_switches_on_its_rollout_features():
+    from arpo.recipes.train import AlgoConfig, rollout_config
+    from arpo.rollout.arpo import RolloutConfig
+
+    ro = RolloutConfig(group_size=8, initial_rollouts=4)
+    aepo = rollout_config(ro, AlgoConfig(preset="aepo").resolve(ro))
+    assert aepo.dynamic_budget and aepo.consecutive_branch_penalty == 0.05
+    arpo = rollout_config(ro, AlgoConfig(preset="arpo").resolve(ro))
+    assert not arpo.dynamic_budget and arpo.consecutive_branch_penalty == 0.0 and arpo.initial_rollouts == 4
+    grpo = rollout_config(ro, AlgoConfig(preset="grpo").resolve(ro))
+    assert grpo.initial_rollouts == 8
+    own = rollout_config(RolloutConfig(group_size=8, initial_rollouts=4, consecutive_branch_penalty=0.1),
+                         AlgoConfig(preset="aepo").resolve(ro))
+    assert own.consecutive_branch_penalty == 0.1  # the config's own value wins
