@@ -156,7 +156,15 @@ class TrainConfig:
 # ------------------------------------------------------------------------------------------------
 
 
-<<<<<<< HEAD
+def rollout_config(rollout: RolloutConfig, preset) -> RolloutConfig:
+    """The rollout settings of a run: the config's, with the preset's N, and the preset's rollout-side
+    features switched on (AEPO: dynamic budget, consecutive-branch penalty) unless the config sets them."""
+    return dataclasses.replace(
+        rollout, initial_rollouts=preset.initial_rollouts,
+        dynamic_budget=rollout.dynamic_budget or preset.dynamic_budget,
+        consecutive_branch_penalty=rollout.consecutive_branch_penalty or preset.consecutive_branch_penalty)
+
+
 def step_advantages(trees, preset, gather=None) -> list[torch.Tensor]:
     """Trajectory advantages of a step, one (M_t,) tensor per tree (spec §3). The estimator sees the
     whole step at once, one group per tree: group estimators (GRPO, Dr.GRPO) normalize within each
@@ -179,25 +187,6 @@ def step_advantages(trees, preset, gather=None) -> list[torch.Tensor]:
         out.append(adv[at : at + len(rewards)])
         at += len(rewards)
     return out
-=======
-def rollout_config(rollout: RolloutConfig, preset) -> RolloutConfig:
-    """The rollout settings of a run: the config's, with the preset's N, and the preset's rollout-side
-    features switched on (AEPO: dynamic budget, consecutive-branch penalty) unless the config sets them."""
-    return dataclasses.replace(
-        rollout, initial_rollouts=preset.initial_rollouts,
-        dynamic_budget=rollout.dynamic_budget or preset.dynamic_budget,
-        consecutive_branch_penalty=rollout.consecutive_branch_penalty or preset.consecutive_branch_penalty)
-
-
-def score_trees(trees, reward_fn, math_scorer: str) -> None:
-    """Attach a RewardResult to every trajectory (TreeTrajectory.reward = its scalar)."""
-    for tree in trees:
-        for t in tree.trajectories:
-            calls = [{"tool": c.tool, "ok": c.ok} for c in t.traj.tool_calls]
-            res = reward_fn(t.traj.text, tree.example, tool_calls=calls, math_scorer=math_scorer)
-            t.reward = float(res.reward)
-            t.result = res
->>>>>>> 6b05fea (train: the aepo preset switches on its rollout features (dynamic budget, consecutive-branch penalty); they were ignored)
 
 
 def _my_rank() -> int:
@@ -482,7 +471,7 @@ def setup(cfg: TrainConfig, preset, examples: list, reward_fn, ckpt=None, multi:
     # hf decodes with par.rollout itself; vllm starts from the model directory and gets the policy's
     # weights pushed in after every update, before the next rollout (Trainer.engine_ready)
     engine = make_engine(cfg.engine, par.rollout, tok, model_dir=cfg.model.name, **cfg.engine_options)
-    ro = ShardRollout(engine, tools, cfg.agent, dataclasses.replace(cfg.rollout, initial_rollouts=preset.initial_rollouts))
+    ro = ShardRollout(engine, tools, cfg.agent, rollout_config(cfg.rollout, preset))
     return Trainer(cfg, preset, model, tok, par, opt, sched, engine, tools, ro, reward_fn, examples, ref_model,
                    multi, log_error)
 
@@ -643,10 +632,6 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
 
     cfg.validate()
     preset = cfg.algo.resolve(cfg.rollout)
-<<<<<<< HEAD
-=======
-    rollout_cfg = rollout_config(cfg.rollout, preset)
->>>>>>> 6b05fea (train: the aepo preset switches on its rollout features (dynamic budget, consecutive-branch penalty); they were ignored)
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
     multi = distributed.init(cfg.model.device)  # under torchrun: this process is one of W ranks
