@@ -41,7 +41,7 @@ class SvampExperimentConfig:
     threads: int = 2  # torch CPU threads
     # the SFT start: an existing model (a dir, a run dir), or SFT from sft_config on sft_data
     sft_from: str | None = None
-    sft_config: str = "configs/svamp_sft.yaml"
+    sft_config: str = "configs/sft_quickstart.yaml"
     sft_data: str = "svamp:train[0:160]"  # `arpo sft-data svamp` rows made from these problems
     sft_overrides: list[str] = field(default_factory=list)  # key=value on sft_config
     # RL: train_config with these overrides; each run sets algo.preset, run.seed, run.dir, steps
