@@ -1,27 +1,24 @@
 #!/usr/bin/env bash
-# The quick start: cold-start SFT data -> SFT -> eval (before) -> a few ARPO steps -> eval (after),
-# with the embedded SmolLM2-135M, real python and search tools, on CPU (~15 minutes on 2 cores).
-# Everything lands in runs/quickstart/; the last two commands print the before/after table and the
-# per-step training table (reward, tool-format rate, ...), and write PNG curves.
+# The quick start on SVAMP (arithmetic word problems; the python tool does the arithmetic, the model
+# has to read the problem and write the right expression), with the embedded SmolLM2-135M on CPU:
+#   SFT data (160 training problems as <python>print(expression)</python> trajectories, real python)
+#   -> SFT -> eval of the base and SFT models -> ARPO on other training problems -> eval
+#   -> accuracy with 95 % intervals and the paired wins/losses (arpo compare) -> per-step table + plots.
+# Everything lands in runs/quickstart/ (models: runs/quickstart/sft, runs/quickstart/arpo).
 set -euo pipefail
 cd "$(dirname "$0")"
 A=".venv/bin/arpo"
 Q=runs/quickstart
-SEARCH=(--search-top-k 2 --search-max-chars 200)     # short search results: the same in SFT data, RL and eval
 mkdir -p "$Q"
-$A sft-data gsm8k --data gsm8k:train --limit 64 --out $Q/sft_gsm8k.jsonl --quiet
-$A sft-data hotpotqa --data hotpotqa:train --limit 32 "${SEARCH[@]}" --out $Q/sft_hotpotqa.jsonl --quiet
+SECONDS=0
+$A sft-data svamp --data 'svamp:train[0:160]' --out $Q/sft_svamp.jsonl --quiet
 $A sft --config configs/sft_quickstart.yaml --overwrite --quiet
-# the RL task set: 2 GSM8K + 2 HotpotQA training questions that are not in the SFT data
-.venv/bin/python - <<'PY'
-import json
-from arpo.data.datasets import load_examples
-rows = load_examples("gsm8k:train[1000:1002]") + load_examples("hotpotqa:train[200:202]")
-open("runs/quickstart/rl_tasks.jsonl", "w").write("".join(json.dumps(r) + "\n" for r in rows))
-PY
-EVAL=(--data gsm8k:test hotpotqa:test --limit 8 "${SEARCH[@]}" --max-tool-calls 3 --max-response-tokens 512 --quiet)
-$A eval --model $Q/sft "${EVAL[@]}" --out $Q/eval_sft.json              # before RL: the SFT start
+# held-out: the first 200 SVAMP test problems, greedy, the same settings for all three models
+EVAL=(--data 'svamp:test[0:200]' --template calc --max-tool-calls 2 --max-response-tokens 64 --batch-size 64 --quiet)
+$A eval --model smollm2-135m-instruct "${EVAL[@]}" --out $Q/eval_base.json
+$A eval --model $Q/sft "${EVAL[@]}" --out $Q/eval_sft.json
 $A train --config configs/train_quickstart.yaml --overwrite --quiet
-$A eval --model $Q/arpo "${EVAL[@]}" --out $Q/eval_arpo.json            # after RL
-$A compare sft=$Q/eval_sft.json arpo=$Q/eval_arpo.json
+$A eval --model $Q/arpo "${EVAL[@]}" --out $Q/eval_arpo.json
+$A compare base=$Q/eval_base.json sft=$Q/eval_sft.json arpo=$Q/eval_arpo.json
 $A plot $Q/arpo
+echo "quickstart: ${SECONDS} s wall"

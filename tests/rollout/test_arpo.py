@@ -216,3 +216,24 @@ def test_branch_counts_with_branch_factor(tiny_lm, tiny_tok, z):
         assert all(n == z for n in sizes[:-1]) and 1 <= sizes[-1] <= z  # only the last event is cut by M
         fired = [d for t in tree.trajectories for d in t.branch_decisions if d["branched"]]
         assert len(fired) == len(events)
+
+
+def test_issued_calls_equal_the_tool_runs(tiny_lm, tiny_tok):
+    """train.issued_calls counts each tool run once: the calls of a tree's trajectories minus the prefix
+    calls branches inherit equal the calls the tool really received."""
+    from arpo.recipes.train import issued_calls
+
+    runs = []
+
+    class Counting(Echo):
+        def __call__(self, x):
+            runs.append(x)
+            return super().__call__(x)
+
+    cfg = RolloutConfig(group_size=8, initial_rollouts=2, entropy_weight=0.0, branch_threshold=0.0, entropy_tokens=2)
+    ro = ARPORollout(HFEngine(tiny_lm, tiny_tok), ToolRegistry([Counting()]), AgentConfig(max_response_tokens=400), cfg)
+    hook_rollout(ro, scripted_hook(tiny_tok, SCRIPT, free_tokens=4))
+    (tree,) = ro.run(prompts(tiny_tok, 1))
+    assert sum(t.parent_id is not None for t in tree.trajectories) == 6
+    assert sum(issued_calls(t) for t in tree.trajectories) == len(runs)
+    assert sum(len(t.traj.tool_calls) for t in tree.trajectories) > len(runs)  # inherited calls are not re-run

@@ -10,8 +10,10 @@ PANELS = {
     "reward": ["reward_mean", "val/reward", "val/score"],
     "accuracy": ["accuracy", "val/pass@1", "format_error_rate", "tool_format_rate", "val/tool_format_rate"],
     "tool_calls": ["tool_calls_per_traj", "tool_calls_per_traj/python", "tool_calls_per_traj/search", "tool_failures"],
+    "tool_calls_issued": ["tool_calls_issued"],
     "entropy": ["initial_entropy", "post_tool_entropy", "entropy"],
-    "branches": ["branches", "trajectories"],
+    "branches": ["branches", "trajectories", "branch_decisions"],
+    "branch_rate": ["branch_rate", "delta_entropy"],
     "loss": ["loss", "pg_loss", "nll", "clip_frac", "approx_kl", "grad_norm"],
     "speed": ["tokens_per_s", "time_generation", "time_training", "step_seconds"],
 }

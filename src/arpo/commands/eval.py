@@ -64,8 +64,12 @@ def register(sub) -> None:
     p.set_defaults(func=run)
     c = sub.add_parser("compare", help="compare `arpo eval --out` JSON files side by side (before/after)",
                        description="One table per dataset: a row per eval file, with the change against the "
-                       "first file.", epilog="example:\n  arpo compare sft=runs/q/eval_sft.json "
-                       "arpo=runs/q/eval_arpo.json", formatter_class=HELP)
+                       "first file; then each accuracy with its 95 % Wilson interval and the paired comparison of "
+                       "each file with the one before it (questions newly solved / newly failed).",
+                       epilog="example:\n  arpo compare base=runs/q/eval_base.json sft=runs/q/eval_sft.json "
+                       "arpo=runs/q/eval_arpo.json\n\nA change is larger than the paired noise when "
+                       "wins - losses > 2*sqrt(wins + losses) (src/arpo/eval/paired.py).",
+                       formatter_class=HELP)
     c.add_argument("files", nargs="+", help="eval JSON files, optionally labelled: LABEL=FILE")
     c.add_argument("--json", action="store_true", help="print the rows as JSON")
     c.add_argument("--out", default=None, help="also write the rows as JSON here")
@@ -174,14 +178,17 @@ def run_compare(args) -> int:
             raise ArpoError(f"{p}: not an `arpo eval --out` file ({type(e).__name__}: {e})") from e
         runs[label or p.stem] = data
     rows = compare(runs)
+    from arpo.eval.paired import compare_runs
+
+    stats = compare_runs(runs)
     if args.out:
         from arpo.training.checkpoint import write_text_atomic
 
-        write_text_atomic(Path(args.out), json.dumps(rows, indent=1))
+        write_text_atomic(Path(args.out), json.dumps({"rows": rows, **stats}, indent=1))
     if args.json:
-        print(json.dumps(rows))
+        print(json.dumps({"rows": rows, **stats}))
         return 0
-    con = Console()
+    con = Console(width=max(Console().width, 110))  # never wrap a row (pipes: 80 columns)
     for ds in dict.fromkeys(r["dataset"] for r in rows):
         mine = [r for r in rows if r["dataset"] == ds]
         t = Table(title=f"arpo compare · {_label(ds)}")  # a row per metric: fits a narrow terminal
@@ -195,4 +202,29 @@ def run_compare(args) -> int:
                 cells.append(("" if v is None else f"{v:.3f}") + ("" if d is None else f" ({d:+.3f})"))
             t.add_row(k, *cells)
         con.print(t)
+    print_paired(con, stats)
     return 0
+
+
+def print_paired(con, stats: dict) -> None:
+    """Accuracy with its 95 % Wilson interval per file, and the paired wins/losses of consecutive files."""
+    from rich.table import Table
+
+    for ds in dict.fromkeys(s["dataset"] for s in stats["intervals"]):
+        t = Table(title=f"accuracy with a 95 % Wilson interval · {_label(ds)}")
+        for c in ("model", "questions", "accuracy", "95 % interval"):
+            t.add_column(c, justify="right")
+        for s in (s for s in stats["intervals"] if s["dataset"] == ds):
+            t.add_row(s["label"], str(s["questions"]), f"{s['accuracy']:.3f}", f"[{s['ci_low']:.3f}, {s['ci_high']:.3f}]")
+        con.print(t)
+    if not stats["paired"]:
+        return
+    t = Table(title="paired: questions the second model newly solves / newly fails "
+              "(larger than the noise when net > 2·√(solves + fails))")
+    for c in ("dataset", "change", "common", "newly solves", "newly fails", "net", "noise", "verdict", "sign p"):
+        t.add_column(c, justify="right")
+    for p in stats["paired"]:
+        verdict = "significant" if p["significant"] else "noise"
+        t.add_row(_label(p["dataset"]), f"{p['a']} → {p['b']}", str(p["common"]), str(p["wins"]), str(p["losses"]),
+                  f"{p['net']:+d}", f"{p['noise']:.1f}", verdict, f"{p['p_sign']:.3g}")
+    con.print(t)

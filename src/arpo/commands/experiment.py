@@ -12,8 +12,14 @@ EXAMPLES = """examples:
   arpo experiment arpo-vs-grpo --quick --out /tmp/q  # smoke test: 1 seed, a few steps (not a result)
   arpo experiment arpo-vs-grpo lr=2e-4 initial_rollouts=2 --seeds 5 --steps 60
   arpo experiment arpo-vs-grpo --seeds 1 --set sft_from=runs/experiments/arpo_vs_grpo/sft/checkpoints/step_000450/model
+  arpo experiment svamp-arpo-vs-grpo                 # SVAMP, SmolLM2-135M (docs/experiment_svamp_arpo_vs_grpo.md)
+  arpo experiment svamp-arpo-vs-grpo sft_from=runs/quickstart/sft --seeds 3 --steps 30
+  arpo experiment svamp-arpo-vs-grpo --quick --out /tmp/sq   # tiny random model: plumbing only
+  arpo experiment branching models=[runs/quickstart/sft,runs/quickstart/arpo]   # branch rule settings (docs/branching.md)
 
-Any field of arpo.experiments.arpo_vs_grpo.ExperimentConfig can be set as key=value. Writes
+Any field of arpo.experiments.arpo_vs_grpo.ExperimentConfig (svamp-arpo-vs-grpo:
+arpo.experiments.svamp.SvampExperimentConfig; branching: arpo.experiments.branching.BranchingConfig)
+can be set as key=value. Writes
 OUT/results.json (settings, per-method per-seed curves, the tool-call ratio), OUT/accuracy_vs_step.png
 and OUT/accuracy_vs_tool_calls.png."""
 
@@ -22,9 +28,9 @@ def register(sub) -> None:
     p = sub.add_parser("experiment", help="controlled experiments, e.g. ARPO vs GRPO on a generated tool task",
                        description="Run a controlled experiment end to end with arpo's own pipeline.",
                        epilog=EXAMPLES, formatter_class=HELP)
-    p.add_argument("name", choices=["arpo-vs-grpo"])
+    p.add_argument("name", choices=["arpo-vs-grpo", "svamp-arpo-vs-grpo", "branching"])
     p.add_argument("--seeds", type=int, default=None, help="RL seeds per method (default 3; --quick: 1)")
-    p.add_argument("--steps", type=int, default=None, help="RL steps per run (default 40)")
+    p.add_argument("--steps", type=int, default=None, help="RL steps per run (default 40; svamp: 30)")
     p.add_argument("--out", default=None, help="output dir (default runs/experiments/arpo_vs_grpo)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default 2)")
     p.add_argument("--quick", action="store_true", help="tiny smoke-test settings (1 seed, few steps)")
@@ -36,7 +42,13 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from arpo.config import from_dict, parse_overrides
-    from arpo.experiments.arpo_vs_grpo import ExperimentConfig, run as run_experiment
+
+    if args.name == "branching":
+        return run_branching(args)
+    if args.name == "svamp-arpo-vs-grpo":
+        from arpo.experiments.svamp import SvampExperimentConfig as ExperimentConfig, run as run_experiment
+    else:
+        from arpo.experiments.arpo_vs_grpo import ExperimentConfig, run as run_experiment
 
     over = parse_overrides(list(args.overrides) + list(args.more))
     for key in ("seeds", "steps", "out", "threads"):
@@ -46,7 +58,7 @@ def run(args) -> int:
         base = ExperimentConfig.quick()
         cfg = from_dict(ExperimentConfig, {**_fields(base), **over})
         if "out" not in over:
-            cfg.out = "runs/experiments/arpo_vs_grpo_quick"
+            cfg.out = cfg.out + "_quick"
     else:
         cfg = from_dict(ExperimentConfig, over)
     res = run_experiment(cfg)
@@ -54,6 +66,7 @@ def run(args) -> int:
     print(json.dumps({"out": cfg.out, "wall_seconds": round(res["wall_seconds"], 1),
                       "start_accuracy": s["start_accuracy"], "target_accuracy": s.get("target_accuracy"),
                       "tool_call_ratio": s.get("tool_call_ratio"),
+                      **({"per_seed_ratio_spread": s["per_seed_ratio_spread"]} if "per_seed_ratio_spread" in s else {}),
                       **{m: s[m] for m in cfg.methods if m in s}}, indent=1, default=str))
     return 0
 
@@ -62,3 +75,21 @@ def _fields(cfg) -> dict:
     import dataclasses
 
     return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+
+
+def run_branching(args) -> int:
+    from arpo.config import from_dict, parse_overrides
+    from arpo.experiments.branching import BranchingConfig, run as run_study
+
+    over = parse_overrides(list(args.overrides) + list(args.more))
+    for key in ("out", "threads"):
+        if getattr(args, key) is not None:
+            over[key] = getattr(args, key)
+    cfg = from_dict(BranchingConfig, over)
+    res = run_study(cfg)
+    keys = ("branch_rate", "branches", "delta_entropy_mean", "initial_entropy_mean", "post_tool_entropy_mean",
+            "mixed_groups", "branch_share_in_mixed", "branch_outcome_differs", "corr_p_branch_outcome_var")
+    print(json.dumps({"out": cfg.out, "wall_seconds": round(res["wall_seconds"], 1),
+                      "models": {m: {n: {k: r[k] for k in keys} for n, r in rs.items()}
+                                 for m, rs in res["models"].items()}}, indent=1, default=str))
+    return 0

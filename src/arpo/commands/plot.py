@@ -59,6 +59,7 @@ def run_plot(args) -> int:
 
 TABLE_KEYS = {"reward_mean": "reward", "accuracy": "acc", "format_error_rate": "fmt_err",
               "tool_format_rate": "tool_fmt", "tool_calls_per_traj": "calls", "branches": "branch",
+              "branch_rate": "br_rate", "delta_entropy": "dH",
               "initial_entropy": "H_init", "post_tool_entropy": "H_tool", "loss": "loss"}
 
 

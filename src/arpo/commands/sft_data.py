@@ -14,7 +14,7 @@ EXAMPLES = """examples:
   arpo sft-data svamp --data "svamp:train[0:320]" --out sft_svamp.jsonl
   arpo sft-data tools --data worked.jsonl --tools mypkg.tools:lookup_order --out sft_tools.jsonl
   arpo sft-data rejection --model runs/quickstart/sft --data gsm8k:train --limit 50 --out rs.jsonl
-  arpo sft --config configs/sft_quickstart.yaml data.path=[sft_gsm8k.jsonl,sft_hotpotqa.jsonl]
+  arpo sft --config configs/sft_gsm8k_hotpotqa.yaml data.path=[sft_gsm8k.jsonl,sft_hotpotqa.jsonl]
 
 GSM8K: each solution line with <<expr=value>> annotations becomes a <python> call run in the real
 sandbox (--style stepwise, at most --max-tool-calls calls; the thought before a call says what to compute,

@@ -13,6 +13,10 @@ class ModelConfig:
     name: str = DEFAULT_MODEL  # HF causal-LM directory or built-in name
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     dtype: str = "auto"  # auto (fp32 on CPU, bf16 on GPU) | float32 | bfloat16 | float16 | float64
+    # training only (sft, train): train just the top N decoder layers and the final norm, freezing
+    # the embeddings (tied to the output head on SmolLM2) and every layer below: the backward pass
+    # stops at layer L-N, so a step costs less. 0: train every weight
+    train_layers: int = 0
 
     def validate(self) -> None:
         require(self.dtype in ("auto", "float32", "bfloat16", "float16", "float64"), "model.dtype",
@@ -20,6 +24,7 @@ class ModelConfig:
         d = self.device
         require(d in ("auto", "cpu", "cuda", "mps") or d.startswith(("cuda:", "cpu:")), "model.device",
                 f"{d!r}; choose auto, cpu, cuda or cuda:N")
+        require(self.train_layers >= 0, "model.train_layers", f"{self.train_layers}; must be >= 0")
 
 
 @dataclass

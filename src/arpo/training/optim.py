@@ -68,6 +68,34 @@ def apply_lora(model, cfg):
                                             target_modules=targets, task_type="CAUSAL_LM"))
 
 
+def decoder_layers(model):
+    """The list of decoder blocks of a transformers causal LM (model.model.layers and the like)."""
+    inner = getattr(base_model(model), "model", None)
+    for obj in (inner, getattr(inner, "decoder", None), getattr(base_model(model), "transformer", None)):
+        for name in ("layers", "h"):
+            layers = getattr(obj, name, None) if obj is not None else None
+            if isinstance(layers, torch.nn.ModuleList):
+                return layers
+    raise ArpoError("model.train_layers: cannot find the decoder layers of this model")
+
+
+def freeze_lower_layers(model, n_top: int):
+    """Train only the top `n_top` decoder blocks and the final norm: every other weight (embeddings,
+    a tied or separate output head, the lower blocks) gets requires_grad=False. 0: unchanged."""
+    if not n_top:
+        return model
+    layers = decoder_layers(model)
+    if not 1 <= n_top <= len(layers):
+        raise ArpoError(f"model.train_layers={n_top}: must be in [0, {len(layers)}] (this model's layers)")
+    keep = {id(p) for blk in layers[len(layers) - n_top:] for p in blk.parameters()}
+    norm = getattr(getattr(base_model(model), "model", None), "norm", None)
+    if norm is not None:
+        keep |= {id(p) for p in norm.parameters()}
+    for p in model.parameters():
+        p.requires_grad_(id(p) in keep)
+    return model
+
+
 def base_model(model):
     """The transformers model under a peft wrapper (for .model / get_output_embeddings)."""
     get = getattr(model, "get_base_model", None)
@@ -81,6 +109,10 @@ def load_policy(model_cfg, lora_cfg, ckpt=None):
 
     src = str(ckpt / "model") if ckpt is not None and not lora_cfg.enabled else model_cfg.name
     model, tok = load_model(src, model_cfg.device, model_cfg.dtype)
+    if getattr(model_cfg, "train_layers", 0):
+        if lora_cfg.enabled:
+            raise ArpoError("model.train_layers and lora.enabled do not combine; choose one")
+        freeze_lower_layers(model, model_cfg.train_layers)
     if lora_cfg.enabled:
         model = apply_lora(model, lora_cfg)
         if ckpt is not None:

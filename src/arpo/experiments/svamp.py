@@ -1,0 +1,259 @@
+"""ARPO vs GRPO on SVAMP with the embedded SmolLM2-135M: the same SFT start, the same rollout budget.
+
+    arpo experiment svamp-arpo-vs-grpo [--seeds 3] [--steps 30] [--out DIR] [key=value ...]
+
+The pipeline, all of it arpo's own recipes and configs:
+
+    SVAMP training problems ─► `arpo sft-data svamp` rows (real python runs) ─► SFT (sft_config)
+      ─► held-out evaluation of the SFT model (greedy, eval_data: SVAMP test problems)
+      ─► for seed in seeds, for method in methods: RL with recipes/train.run from train_config
+         (identical but for algo.preset and run.seed: same RL problems, prompts per step, group size
+         M, lr, steps; ARPO starts N < M global samples and branches after tool results, GRPO starts M)
+      ─► every `eval_every` steps the run stops (an exact resume continues it) and the checkpoint is
+         evaluated greedily on the held-out problems (its tool calls are not counted)
+      ─► results.json, accuracy_vs_step.png, accuracy_vs_tool_calls.png, branch_rate.png
+
+Tool calls are the training metric `tool_calls_issued` (recipes/train.py): every call a training
+rollout ran, a branch's inherited prefix calls counted once — the saving ARPO claims. The analysis
+(tool-call ratio at the highest accuracy both methods' seed means reach, also per seed pair) is
+experiments/arpo_vs_grpo.summarize; each run's final checkpoint is also compared with the SFT start
+question by question (eval/paired.py: newly solved vs newly failed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from arpo.experiments.arpo_vs_grpo import log, summarize
+
+
+@dataclass
+class SvampExperimentConfig:
+    out: str = "runs/experiments/svamp_arpo_vs_grpo"  # results.json, PNGs, sft/, rl/
+    methods: list[str] = field(default_factory=lambda: ["arpo", "grpo"])  # algo presets
+    seeds: int = 3  # RL seeds per method (0 .. seeds-1)
+    threads: int = 2  # torch CPU threads
+    # the SFT start: an existing model (a dir, a run dir), or SFT from sft_config on sft_data
+    sft_from: str | None = None
+    sft_config: str = "configs/sft_quickstart.yaml"
+    sft_data: str = "svamp:train[0:160]"  # `arpo sft-data svamp` rows made from these problems
+    sft_overrides: list[str] = field(default_factory=list)  # key=value on sft_config
+    # RL: train_config with these overrides; each run sets algo.preset, run.seed, run.dir, steps
+    train_config: str = "configs/svamp_rl.yaml"
+    train_overrides: list[str] = field(default_factory=list)
+    steps: int = 30
+    # held-out evaluation (greedy): SVAMP test problems, never trained on
+    eval_data: str = "svamp:test[0:300]"
+    eval_every: int = 10
+    eval_batch: int = 64
+
+    @classmethod
+    def quick(cls, **over) -> "SvampExperimentConfig":
+        """A smoke-test size on the tiny random model (plumbing, not a result)."""
+        base = dict(seeds=1, sft_data="svamp:train[0:8]", eval_data="svamp:test[0:4]", steps=2, eval_every=2,
+                    sft_overrides=["model.name=tiny-random", "max_steps=2", "batch_size=4"],
+                    train_overrides=["prompts_per_step=2", "rollout.group_size=4", "rollout.initial_rollouts=2",
+                                     "agent.max_response_tokens=24", "rollout.branch_threshold=0.0"])
+        base.update(over)
+        return cls(**base)
+
+
+def train_config(cfg: SvampExperimentConfig, sft_model: str, method: str, seed: int, run_dir: Path):
+    from arpo.config import load_config
+    from arpo.recipes import train
+
+    over = list(cfg.train_overrides) + [f"model.name={sft_model}", f"algo.preset={method}", f"run.seed={seed}",
+                                        f"rollout.seed={seed}", f"run.dir={run_dir}", f"run.threads={cfg.threads}",
+                                        "run.tensorboard=false", "validation.path=null"]
+    tc = load_config(train.TrainConfig, cfg.train_config, over)
+    tc.run.save_every = cfg.eval_every
+    tc.run.keep_checkpoints = 1
+    return tc
+
+
+def evaluate_model(model_dir: str, tc, cfg: SvampExperimentConfig, examples: list[dict]) -> tuple[dict, list]:
+    """Greedy held-out metrics and per-question records, with the RL config's agent and template."""
+    from arpo.engine.hf import HFEngine
+    from arpo.eval.evaluate import evaluate
+    from arpo.models import load_model
+    from arpo.rewards import get_reward_fn
+
+    model, tok = load_model(model_dir, device="cpu", dtype="float32")
+    tools = tc.tools.build()
+    recs: list = []
+    try:
+        m = evaluate(HFEngine(model, tok), tools, tok, examples, reward_fn=get_reward_fn(tc.reward.fn),
+                     agent=tc.agent, temperature=0.0, template=tc.data.template, tool_names=tc.tools.enabled,
+                     batch_size=cfg.eval_batch, records_out=recs)
+    finally:
+        tools.close()
+    return m, recs
+
+
+def make_sft(cfg: SvampExperimentConfig, out: Path) -> dict:
+    from arpo.config import load_config
+    from arpo.data.sft_data import build_sft_dataset
+    from arpo.recipes.sft import SFTConfig, run as sft_run
+
+    data = out / "sft_svamp.jsonl"
+    stats = build_sft_dataset("svamp", cfg.sft_data, str(data), progress=False)
+    over = list(cfg.sft_overrides) + [f"data.path=[{data}]", f"run.dir={out / 'sft'}", f"run.threads={cfg.threads}",
+                                      "run.tensorboard=false"]
+    sc = load_config(SFTConfig, cfg.sft_config, over)
+    t0 = time.perf_counter()
+    res = sft_run(sc, overwrite=True, quiet=True)
+    return {"model": res["model"], "data": stats, "steps": res["steps"], "final_loss": res["final_loss"],
+            "seconds": time.perf_counter() - t0}
+
+
+def run_rl(cfg: SvampExperimentConfig, method: str, seed: int, sft_model: str, examples, start: dict,
+           out: Path) -> dict:
+    """One RL run in segments of eval_every steps, evaluated between segments."""
+    from arpo.eval.paired import accuracy_interval, paired
+    from arpo.recipes import train
+    from arpo.training.logger import read_metrics
+
+    run_dir = out / "rl" / f"{method}_seed{seed}"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    tc = train_config(cfg, sft_model, method, seed, run_dir)
+    curve = [{"step": 0, "tool_calls": 0, **start["point"], "seconds": 0.0}]
+    t0, recs = time.perf_counter(), start["records"]
+    for end in range(cfg.eval_every, cfg.steps + 1, cfg.eval_every):
+        tc.steps = end
+        res = train.run(tc, resume=end > cfg.eval_every, quiet=True)
+        m, recs = evaluate_model(str(Path(res["checkpoint"]) / "model"), tc, cfg, examples)
+        calls = sum(r.get("tool_calls_issued", 0) for r in read_metrics(run_dir))
+        curve.append({"step": end, "tool_calls": calls, **point(m, recs), "seconds": time.perf_counter() - t0})
+        log(f"{method} seed {seed} step {end}: held-out {m['pass@1']:.3f}  cumulative tool calls {calls}  "
+            f"train reward {res['final'].get('reward_mean', float('nan')):.3f}")
+    keys = ("reward_mean", "accuracy", "format_error_rate", "tool_calls_per_traj", "tool_calls_issued", "branches",
+            "branch_decisions", "branch_rate", "delta_entropy", "trajectories", "response_length", "step_seconds",
+            "initial_entropy", "post_tool_entropy")
+    per_step = [{"step": r["step"], **{k: r[k] for k in keys if k in r}} for r in read_metrics(run_dir)]
+    return {"method": method, "seed": seed, "curve": curve, "per_step": per_step,
+            "final_vs_sft": {k: v for k, v in paired(start["records"], recs).items() if not k.endswith("_ids")},
+            "final_interval": accuracy_interval(recs),
+            "branches_total": sum(r.get("branches", 0) for r in per_step),
+            "trajectories_total": sum(r.get("trajectories", 0) for r in per_step),
+            "seconds": time.perf_counter() - t0}
+
+
+def point(metrics: dict, recs: list) -> dict:
+    from arpo.eval.paired import accuracy_interval
+
+    ci = accuracy_interval(recs)
+    return {"accuracy": metrics["pass@1"], "ci_low": ci["ci_low"], "ci_high": ci["ci_high"],
+            "format_error_rate": metrics["format_error_rate"], "tool_calls_per_answer": metrics["tool_calls"],
+            "response_tokens": metrics["response_tokens"]}
+
+
+def seed_spread(summary: dict) -> dict:
+    """Mean, sd, min and max over seed pairs of the per-pair tool-call ratio (pairs with a ratio)."""
+    rs = [p["ratio"] for p in summary.get("per_seed_ratio", []) if p.get("ratio") is not None]
+    if not rs:
+        return {"n": 0}
+    return {"n": len(rs), "mean": statistics.fmean(rs), "sd": statistics.pstdev(rs), "min": min(rs), "max": max(rs)}
+
+
+def plot(results: dict, out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colors = {"arpo": "tab:red", "grpo": "tab:blue"}
+    summ, runs = results["summary"], results["runs"]
+    paths = []
+    for xkey, fname, xlabel in (("step", "accuracy_vs_step.png", "RL step"),
+                                ("tool_calls", "accuracy_vs_tool_calls.png", "cumulative tool calls in training rollouts")):
+        fig, ax = plt.subplots(figsize=(6.8, 4.2))
+        for m, rs in runs.items():
+            c = summ["curves"][m]
+            for r in rs:
+                ax.plot([p[xkey] for p in r["curve"]], [p["accuracy"] for p in r["curve"]], color=colors.get(m),
+                        alpha=0.3, lw=1)
+            xs = c["step"] if xkey == "step" else c["tool_calls_mean"]
+            lo = [mu - sd for mu, sd in zip(c["accuracy_mean"], c["accuracy_std"])]
+            hi = [mu + sd for mu, sd in zip(c["accuracy_mean"], c["accuracy_std"])]
+            ax.plot(xs, c["accuracy_mean"], color=colors.get(m), lw=2, marker="o", ms=3,
+                    label=f"{m.upper()} (mean of {len(rs)} seeds, band ±1 sd)")
+            ax.fill_between(xs, lo, hi, color=colors.get(m), alpha=0.15)
+        ax.axhline(summ["start_accuracy"], color="gray", ls=":", lw=1, label="SFT start")
+        if xkey == "tool_calls" and summ.get("tool_call_ratio"):
+            lv = summ["ratio_levels"]["1.00"]
+            ax.axhline(lv["accuracy"], color="black", ls="--", lw=0.8)
+            ax.set_title(f"calls to reach {lv['accuracy']:.3f}: ARPO/GRPO = {summ['tool_call_ratio']:.2f}", fontsize=10)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(f"held-out SVAMP accuracy (greedy, {results['eval_questions']} questions)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="lower right")
+        fig.tight_layout()
+        paths.append(out / fname)
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for m, rs in runs.items():
+        for r in rs:
+            st = [p["step"] for p in r["per_step"]]
+            axes[0].plot(st, [p.get("accuracy", 0.0) for p in r["per_step"]], color=colors.get(m), alpha=0.5, lw=1,
+                         label=m.upper() if r is rs[0] else None)
+            if any(p.get("branch_decisions") for p in r["per_step"]):
+                axes[1].plot(st, [p.get("branch_rate", 0.0) for p in r["per_step"]], color=colors.get(m), alpha=0.6,
+                             lw=1, label=f"{m.upper()} seed {r['seed']}")
+    axes[0].set_title("training-rollout accuracy per step (T = train temperature)", fontsize=9)
+    axes[1].set_title("branch rate per step (branched / branch decisions)", fontsize=9)
+    for ax in axes:
+        ax.set_xlabel("RL step")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    paths.append(out / "training_and_branch_rate.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+    return paths
+
+
+def run(cfg: SvampExperimentConfig) -> dict:
+    import os
+
+    import torch
+
+    from arpo.data.datasets import load_examples
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    torch.set_num_threads(cfg.threads)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    if cfg.sft_from:
+        sft = {"model": cfg.sft_from, "reused": True}
+    else:
+        sft = make_sft(cfg, out)
+        log(f"SFT: {sft['data']['written']} rows, {sft['steps']} steps, loss {sft['final_loss']:.3f} "
+            f"({sft['seconds']:.0f} s) -> {sft['model']}")
+    examples = load_examples(cfg.eval_data)
+    tc0 = train_config(cfg, sft["model"], cfg.methods[0], 0, out / "rl" / "_")
+    m, recs = evaluate_model(sft["model"], tc0, cfg, examples)
+    start = {"point": point(m, recs), "records": recs}
+    log(f"SFT start: held-out {m['pass@1']:.3f} on {len(examples)} questions")
+    runs: dict[str, list[dict]] = {mt: [] for mt in cfg.methods}
+    for seed in range(cfg.seeds):  # interleaved: a cut-short run still has both methods
+        for mt in cfg.methods:
+            runs[mt].append(run_rl(cfg, mt, seed, sft["model"], examples, start, out))
+    results = {"settings": dataclasses.asdict(cfg), "train_config": json.loads(json.dumps(
+               dataclasses.asdict(tc0), default=str)), "sft": sft, "eval_questions": len(examples),
+               "start": start["point"], "runs": runs}
+    results["summary"] = summarize(runs, start["point"]["accuracy"])
+    results["summary"]["per_seed_ratio_spread"] = seed_spread(results["summary"])
+    results["wall_seconds"] = time.perf_counter() - t0
+    results["load_average_at_end"] = os.getloadavg()
+    results["plots"] = [str(p) for p in plot(results, out)]
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    return results

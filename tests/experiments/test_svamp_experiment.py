@@ -1,0 +1,33 @@
+"""The SVAMP ARPO-vs-GRPO experiment's plumbing, end to end with the tiny random model."""
+
+import json
+
+import pytest
+
+from arpo.experiments import svamp as X
+
+
+def test_seed_spread():
+    s = {"per_seed_ratio": [{"ratio": 0.5}, {"ratio": None}, {"ratio": 1.0}]}
+    assert X.seed_spread(s) == {"n": 2, "mean": 0.75, "sd": pytest.approx(0.25), "min": 0.5, "max": 1.0}
+    assert X.seed_spread({"per_seed_ratio": []}) == {"n": 0}
+
+
+def test_quick_svamp_experiment_end_to_end(tmp_path):
+    cfg = X.SvampExperimentConfig.quick(out=str(tmp_path / "q"), threads=2)
+    res = X.run(cfg)
+    data = json.loads((tmp_path / "q" / "results.json").read_text())
+    assert data["sft"]["data"]["written"] == 8 and data["eval_questions"] == 4
+    for m in cfg.methods:
+        (r,) = data["runs"][m]
+        assert [p["step"] for p in r["curve"]] == [0, 2]
+        assert [p["tool_calls"] for p in r["curve"]] == sorted(p["tool_calls"] for p in r["curve"])  # cumulative
+        assert all(0 <= p["ci_low"] <= p["accuracy"] <= p["ci_high"] <= 1 for p in r["curve"])
+        # same budget: M trajectories per prompt for both methods, every step
+        assert [s["trajectories"] for s in r["per_step"]] == [8, 8]
+        assert r["final_vs_sft"]["common"] == 4
+    assert data["runs"]["grpo"][0]["branches_total"] == 0
+    assert data["train_config"]["model"]["name"] == data["sft"]["model"]
+    for png in ("accuracy_vs_step.png", "accuracy_vs_tool_calls.png", "training_and_branch_rate.png"):
+        assert (tmp_path / "q" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert res["summary"]["start_accuracy"] == data["start"]["accuracy"]

@@ -1,0 +1,64 @@
+"""Per-step branch rate and ΔH in the training metrics, and on the plots."""
+
+import json
+
+import pytest
+
+
+def stat(decisions, branch=False):
+    return {"reward": 1.0, "correct": 1.0, "format_error": 0.0, "calls": [("python", True, 0.01)], "post": [0.2],
+            "init": 0.5, "branch": branch, "length": 30, "decisions": decisions}
+
+
+def test_metrics_of_branch_rate_and_delta_entropy():
+    from arpo.recipes.train import metrics_of
+
+    m = metrics_of([stat([(-0.3, True), (-0.1, False)]), stat([(0.4, False)], branch=True), stat([])])
+    assert m["branch_decisions"] == 3 and m["branches"] == 1
+    assert m["branch_rate"] == pytest.approx(1 / 3) and m["delta_entropy"] == pytest.approx(0.0)
+    none = metrics_of([stat([])])
+    assert none["branch_rate"] == 0.0 and none["branch_decisions"] == 0
+
+
+def test_plot_has_the_branch_rate_panel(tmp_path, capsys):
+    from arpo.cli import main
+
+    (tmp_path / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": i, "reward_mean": 0.1 * i, "branch_rate": 0.5 / i, "delta_entropy": -0.1 * i}) + "\n"
+        for i in range(1, 4)))
+    assert main(["plot", str(tmp_path)]) == 0
+    assert (tmp_path / "plots" / "branch_rate.png").is_file()
+    assert "br_rate" in capsys.readouterr().out
+
+
+def test_issued_calls_count_a_branch_prefix_once():
+    from types import SimpleNamespace as NS
+
+    from arpo.recipes.train import issued_calls, metrics_of
+
+    def call(end):
+        return NS(result_span=(end - 5, end) if end else (0, 0))
+
+    parent = NS(parent_id=None, branch_token_index=None, traj=NS(tool_calls=[call(20), call(40)]))
+    # forked right after the parent's first result (token 20): call 1 is inherited, its own call at
+    # 55 and one whose result never arrived (length) are its own
+    branch = NS(parent_id=0, branch_token_index=20, traj=NS(tool_calls=[call(20), call(55), call(0)]))
+    assert issued_calls(parent) == 2 and issued_calls(branch) == 2
+    m = metrics_of([dict(stat([]), issued=2), dict(stat([], branch=True), issued=0)])
+    assert m["tool_calls_issued"] == 2 and m["tool_calls_per_traj"] == 1.0
+
+
+def test_aepo_preset_switches_on_its_rollout_features():
+    from arpo.recipes.train import AlgoConfig, rollout_config
+    from arpo.rollout.arpo import RolloutConfig
+
+    ro = RolloutConfig(group_size=8, initial_rollouts=4)
+    aepo = rollout_config(ro, AlgoConfig(preset="aepo").resolve(ro))
+    assert aepo.dynamic_budget and aepo.consecutive_branch_penalty == 0.05
+    arpo = rollout_config(ro, AlgoConfig(preset="arpo").resolve(ro))
+    assert not arpo.dynamic_budget and arpo.consecutive_branch_penalty == 0.0 and arpo.initial_rollouts == 4
+    grpo = rollout_config(ro, AlgoConfig(preset="grpo").resolve(ro))
+    assert grpo.initial_rollouts == 8
+    own = rollout_config(RolloutConfig(group_size=8, initial_rollouts=4, consecutive_branch_penalty=0.1),
+                         AlgoConfig(preset="aepo").resolve(ro))
+    assert own.consecutive_branch_penalty == 0.1  # the config's own value wins
