@@ -53,3 +53,37 @@ def test_the_example_pipeline_runs_with_a_tiny_model(tmp_path, monkeypatch, caps
                  "--json"]) == 0
     res = json.loads((tmp_path / "e.json").read_text())
     assert res["results"]["examples/sql/heldout.jsonl"]["tools"] == ["sql"]
+
+
+def test_a_right_answer_with_the_plug_in_tool_scores_1(tiny_lm, tiny_tok, monkeypatch):
+    """A plug-in tool's tag is a call for the reward's format gate: a correct `<sql>` answer through
+    eval is pass@1 1 (it was a format error, reward -1, so RL on examples/ could never learn)."""
+    from arpo.data.datasets import load_examples
+    from arpo.engine.hf import HFEngine
+    from arpo.eval.evaluate import evaluate
+    from arpo.rewards import arpo_reward
+    from arpo.rollout.agent import AgentConfig, AgentLoop
+    from arpo.testing import scripted_hook
+    from arpo.tools import build_tools
+
+    monkeypatch.chdir(ROOT)
+    ex = load_examples("examples/sql/heldout.jsonl")[0]
+    reg = build_tools([TOOL])
+    gold = ex["answers"][0]
+    query = reg["sql"].call({"query": "SELECT 1"})  # the tool works
+    assert query.ok
+    script = ["<think> look it up </think>\n<sql>SELECT '" + gold.replace("'", "''") + "'</sql>",
+              f"\n<think> found </think>\n<answer> \\boxed{{{gold}}} </answer>"]
+    params = AgentLoop.params
+    monkeypatch.setattr(AgentLoop, "params", lambda self, n, seed: (lambda p: (
+        setattr(p, "logits_hook", scripted_hook(self.tok, script)), p)[1])(params(self, n, seed)))
+    try:
+        m = evaluate(HFEngine(tiny_lm, tiny_tok), reg, tiny_tok, [ex], reward_fn=arpo_reward,
+                     agent=AgentConfig(max_response_tokens=200), template="math")
+    finally:
+        reg.close()
+    assert (m["pass@1"], m["format_error_rate"], m["tool_calls"]) == (1.0, 0.0, 1.0)
+    # the same text without the tool's tag among the available ones breaks the protocol
+    text = script[0] + f"\n<result>\n{gold}\n</result>\n" + script[1]
+    assert arpo_reward(text, ex, tools=["sql"]).reward == 1.0
+    assert arpo_reward(text, ex).format_error == "<result> that does not follow a tool call"

@@ -67,7 +67,7 @@ def evaluate(engine, tools, tok, examples: list[dict], *, reward_fn, agent: Agen
         trajs = loop.run(prompts, seeds=[seed * 1_000_003 + b + i for i in range(len(chunk))])
         for (ex, s), tr in zip(chunk, trajs):
             calls = [{"tool": c.tool, "ok": c.ok} for c in tr.tool_calls]
-            res = reward_fn(tr.text, ex, tool_calls=calls, math_scorer=math_scorer)
+            res = reward_fn(tr.text, ex, tool_calls=calls, math_scorer=math_scorer, tools=tools.names)
             counts: dict[str, int] = {}
             for c in tr.tool_calls:
                 counts[c.tool] = counts.get(c.tool, 0) + 1

@@ -150,7 +150,7 @@ def measure(model_dir: str, cfg: BranchingConfig, examples: list[dict]) -> dict:
                 for tr, ex in zip(got, chunk):
                     tr.example = ex
                 trees += got
-            score_trees(trees, get_reward_fn(reward.fn), reward.math_scorer)
+            score_trees(trees, get_reward_fn(reward.fn), reward.math_scorer, tools.names)
             res[name] = {**summarize_trees(trees), "overrides": over, "seconds": time.perf_counter() - t0}
             s = res[name]
             log(f"{Path(model_dir).name} · {name}: branch rate {s['branch_rate']:.3f} ({s['branches']} branches), "

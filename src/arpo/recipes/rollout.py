@@ -55,7 +55,7 @@ def run(cfg: RolloutJobConfig, out_path: str, quiet: bool = False) -> dict:
             trees = ro.run(prompts, prompt_ids=[ex["id"] for ex in batch], seed=cfg.rollout.seed + b)
             for tree, ex in zip(trees, batch):
                 tree.example = ex
-            score_trees(trees, reward_fn, cfg.reward.math_scorer)
+            score_trees(trees, reward_fn, cfg.reward.math_scorer, tools.names)
             for tree in trees:
                 for rec in tree.to_records():
                     rec["tokens"] = token_texts(tok, rec["response_token_ids"])  # per-token text, for `arpo view`

@@ -513,7 +513,7 @@ def train_step(tr: Trainer, step: int) -> tuple[dict, list]:
     n_rolled = distributed.total(len(trees))
     if not n_rolled:
         return {"skipped": 1, "reason": "every rollout failed"}, trees
-    score_trees(trees, tr.reward_fn, cfg.reward.math_scorer)
+    score_trees(trees, tr.reward_fn, cfg.reward.math_scorer, tr.tools.names)
     stats = traj_stats(trees)
     metrics = metrics_of([s for part in distributed.gather(stats) for s in part] if multi else stats)
     if preset.dynamic_sampling:  # DAPO: groups whose rewards are all equal carry no signal

@@ -6,9 +6,10 @@
            = 0                     otherwise
 score = math equivalence (0/1) for math, max token F1 over the gold answers for QA (answer.py).
 
-A reward function is `fn(response, example, *, tool_calls=None, **options) -> RewardResult`, with
-`example = {"answers": [str, ...], "task": "math" | "qa", ...}`; `get_reward_fn("module.path:function")`
-loads your own.
+A reward function is `fn(response, example, *, tool_calls=None, tools=None, **options) -> RewardResult`,
+with `example = {"answers": [str, ...], "task": "math" | "qa", ...}`, `tool_calls` the rollout's call
+records and `tools` the tags of the tools the agent had (a plug-in tool's `<sql>` is a call, not stray
+text; default: search and python); `get_reward_fn("module.path:function")` loads your own.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any, Callable, Iterable
 
 from arpo.errors import ArpoError
 from arpo.rewards.answer import exact_match, extract_answer_block, extract_boxed, f1_score, math_equal, max_over_golds
-from arpo.rewards.format import check_format, tool_calls_in
+from arpo.rewards.format import TOOL_TAGS, check_format, tool_calls_in
 
 __all__ = ["RewardResult", "arpo_reward", "f1_reward", "em_reward", "get_reward_fn", "score_answer",
            "check_format", "extract_boxed", "f1_score", "exact_match", "math_equal", "max_over_golds"]
@@ -77,13 +78,18 @@ def score_answer(answer: str | None, example: dict, math_scorer: str = "math_equ
     return max_over_golds(f1_score, answer, golds)
 
 
+def _tags(tools: Iterable[str] | None) -> tuple[str, ...]:
+    return TOOL_TAGS if tools is None else tuple(tools)
+
+
 def arpo_reward(response: str, example: dict, *, tool_calls: Iterable[Any] | None = None, task: str | None = None,
                 math_scorer: str = "math_equal", format_penalty: float = -1.0, multi_tool_bonus: float = 0.1,
-                **_: Any) -> RewardResult:
+                tools: Iterable[str] | None = None, **_: Any) -> RewardResult:
     """The hierarchical reward of spec §5: format gate, correctness score, multi-tool bonus.
-    `task` overrides `example["task"]`; `tool_calls` (the rollout's records) wins over counting tags."""
+    `task` overrides `example["task"]`; `tool_calls` (the rollout's records) wins over counting tags;
+    `tools`: the tags of the agent's tools (default search, python)."""
     ex = dict(example, task=task) if task else example
-    err = check_format(response)
+    err = check_format(response, _tags(tools))
     ans = _answer(response)
     if err is not None:
         return RewardResult(format_penalty, 0.0, False, err, ans, False)
@@ -92,19 +98,19 @@ def arpo_reward(response: str, example: dict, *, tool_calls: Iterable[Any] | Non
     return RewardResult(score + bonus, score, True, None, ans, score >= 1.0 - 1e-9)
 
 
-def f1_reward(response: str, example: dict, **_: Any) -> RewardResult:
+def f1_reward(response: str, example: dict, *, tools: Iterable[str] | None = None, **_: Any) -> RewardResult:
     """Max token F1 of the last \\boxed{} over the golds, with no format gate and no bonus."""
     ans = _answer(response)
     s = max_over_golds(f1_score, ans, _golds(example)) if ans is not None else 0.0
-    err = check_format(response)
+    err = check_format(response, _tags(tools))
     return RewardResult(s, s, err is None, err, ans, s >= 1.0 - 1e-9)
 
 
-def em_reward(response: str, example: dict, **_: Any) -> RewardResult:
+def em_reward(response: str, example: dict, *, tools: Iterable[str] | None = None, **_: Any) -> RewardResult:
     """Exact match (SQuAD-normalized) of the last \\boxed{}, no format gate and no bonus."""
     ans = _answer(response)
     s = max_over_golds(exact_match, ans, _golds(example)) if ans is not None else 0.0
-    err = check_format(response)
+    err = check_format(response, _tags(tools))
     return RewardResult(s, s, err is None, err, ans, s == 1.0)
 
 
@@ -127,11 +133,13 @@ def get_reward_fn(name: str) -> RewardFn:
     return obj
 
 
-def score_trees(trees, reward_fn, math_scorer: str) -> None:
-    """Attach a RewardResult to every trajectory of rollout trees (TreeTrajectory.reward = its scalar)."""
+def score_trees(trees, reward_fn, math_scorer: str, tools: Iterable[str] | None = None) -> None:
+    """Attach a RewardResult to every trajectory of rollout trees (TreeTrajectory.reward = its scalar).
+    `tools`: the tags of the agent's tools (a ToolRegistry works: its names)."""
+    tags = None if tools is None else tuple(tools)
     for tree in trees:
         for t in tree.trajectories:
             calls = [{"tool": c.tool, "ok": c.ok} for c in t.traj.tool_calls]
-            res = reward_fn(t.traj.text, tree.example, tool_calls=calls, math_scorer=math_scorer)
+            res = reward_fn(t.traj.text, tree.example, tool_calls=calls, math_scorer=math_scorer, tools=tags)
             t.reward = float(res.reward)
             t.result = res
