@@ -1,5 +1,5 @@
 """Screenshot of a rollout tree of a run in `arpo view` (the README's figure): the first tree with a
-branch (else the first tree) of the run's last saved step, with the branch's path opened.
+branch in a tree whose rewards differ (else any branch, else the first tree) of the run's last saved step, with the branch's path opened.
 
     .venv/bin/python scripts/screenshot_view.py runs/quickstart/arpo docs/figures/arpo_view_tree.png
 
@@ -20,21 +20,31 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--disable-dev-shm-usage", "--hide-scrollbars", "--window-size=1400,1000"]
 
 
+def _step(f: Path) -> int:
+    return int(f.name.split("_")[1].split(".")[0])
+
+
 def pick(run: Path) -> tuple[int, int, int]:
-    """(step, tree index, trajectory id): a branch of the latest step that has one, else a tree's first path."""
-    files = sorted((run / "rollouts").glob("step_*.jsonl.gz"), reverse=True)
+    """(step, tree index, trajectory id), latest step first: a branch in a tree whose rewards differ
+    (something to learn from), else any branch, else a tree's first path."""
+    files = sorted((run / "rollouts").glob("step_*.jsonl.gz"), key=_step, reverse=True)
     if not files:
         sys.exit(f"{run}: no saved rollouts (run.save_rollouts)")
+    any_branch = None
     for f in files:
-        step = int(f.name.split("_")[1].split(".")[0])
         with gzip.open(f, "rt") as fh:
             for tree in map(json.loads, fh):
+                mixed = len({t["reward"] for t in tree["trajectories"]}) > 1
                 for t in tree["trajectories"]:
                     if t["parent"] is not None:
-                        return step, tree["index"], t["id"]
+                        if mixed:
+                            return _step(f), tree["index"], t["id"]
+                        any_branch = any_branch or (_step(f), tree["index"], t["id"])
+    if any_branch:
+        return any_branch
     with gzip.open(files[0], "rt") as fh:
         tree = json.loads(fh.readline())
-    return int(files[0].name.split("_")[1].split(".")[0]), tree["index"], tree["trajectories"][0]["id"]
+    return _step(files[0]), tree["index"], tree["trajectories"][0]["id"]
 
 
 def main(run: str, out: str) -> None:
