@@ -22,3 +22,4 @@ $A eval --model $Q/arpo "${EVAL[@]}" --out $Q/eval_arpo.json
 $A compare base=$Q/eval_base.json sft=$Q/eval_sft.json arpo=$Q/eval_arpo.json
 $A plot $Q/arpo
 echo "quickstart: ${SECONDS} s wall"
+echo "A held-out RL gain: measured, these 8 RL steps gave none; bash examples/svamp/rl.sh (20 steps, ~21 min) did (README)"
