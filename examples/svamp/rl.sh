@@ -3,7 +3,7 @@
 # quick start's SFT model, then the SFT and ARPO models evaluated greedily on svamp:test[0:200] with
 # the same 96-token budget, and the paired comparison. Run ./quickstart.sh first (it makes
 # runs/quickstart/sft). Measured 2026-12-04 on 2 cores: training 17.6 min, each eval ~1.5 min;
-# 0.190 -> 0.275, paired +22 / -5 (significant). Pass algo.preset=grpo to train the GRPO baseline.
+# 0.190 -> 0.275, paired +22 / -5 (significant; seed 1: 0.235, +18 / -9, noise). Pass algo.preset=grpo to train the GRPO baseline.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 A=".venv/bin/arpo"
