@@ -31,3 +31,29 @@ def test_quick_svamp_experiment_end_to_end(tmp_path):
     for png in ("accuracy_vs_step.png", "accuracy_vs_tool_calls.png", "training_and_branch_rate.png"):
         assert (tmp_path / "q" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert res["summary"]["start_accuracy"] == data["start"]["accuracy"]
+
+
+def test_a_rerun_reuses_finished_checkpoints_and_cached_evaluations(tmp_path, monkeypatch):
+    """An interrupted or extended experiment does not train or evaluate twice; a changed config does."""
+    from arpo.recipes import train
+
+    cfg = X.SvampExperimentConfig.quick(out=str(tmp_path / "q"), threads=2, methods=["arpo"], steps=2, eval_every=1)
+    first = X.run(cfg)["runs"]["arpo"][0]
+    assert [p["step"] for p in first["curve"]] == [0, 1, 2] and first["reused_steps"] == []
+    evals = []
+    real_eval = X.evaluate_model
+    monkeypatch.setattr(X, "evaluate_model", lambda *a, **k: evals.append(a[0]) or real_eval(*a, **k))
+
+    def no_training(*a, **k):
+        raise AssertionError("trained again")
+
+    monkeypatch.setattr(train, "run", no_training)
+    again = dict(cfg.__dict__, sft_from=json.loads((tmp_path / "q" / "results.json").read_text())["sft"]["model"])
+    second = X.run(X.SvampExperimentConfig(**again))["runs"]["arpo"][0]
+    assert second["reused_steps"] == [1, 2] and evals == []
+    assert second["curve"][1:] == [dict(p, seconds=q["seconds"]) for p, q in zip(first["curve"][1:], second["curve"][1:])]
+    assert second["per_step"] == first["per_step"]
+    # a change that alters training (the learning rate) is not reused: the run is trained again
+    changed = X.SvampExperimentConfig(**dict(again, train_overrides=cfg.train_overrides + ["optim.lr=1e-3"]))
+    with pytest.raises(AssertionError, match="trained again"):
+        X.run(changed)

@@ -112,31 +112,91 @@ def make_sft(cfg: SvampExperimentConfig, out: Path) -> dict:
             "seconds": time.perf_counter() - t0}
 
 
-def run_rl(cfg: SvampExperimentConfig, method: str, seed: int, sft_model: str, examples, start: dict,
-           out: Path) -> dict:
-    """One RL run in segments of eval_every steps, evaluated between segments."""
-    from arpo.eval.paired import accuracy_interval, paired
-    from arpo.recipes import train
+def reusable_steps(run_dir: Path, tc, eval_steps: list[int]) -> list[int]:
+    """Eval steps whose checkpoint (or its cached evaluation) an earlier run of the same training config
+    left in run_dir.
+
+    A run dir is reused only when its config.yaml differs from `tc` in keys that do not change what is
+    trained (training/rundir.SAFE_ON_RESUME, plus run.dir): an interrupted experiment, or runs made
+    before with `arpo train` on the same config and seed, are evaluated instead of trained again."""
+    import dataclasses
+
+    import yaml
+
+    from arpo.training.rundir import unsafe_changes
+
+    saved = run_dir / "config.yaml"
+    if not saved.is_file():
+        return []
+    old = yaml.safe_load(saved.read_text()) or {}
+    if [c for c in unsafe_changes(old, dataclasses.asdict(tc)) if c[0] != "run.dir"]:
+        return []
+    have = []
+    for s in eval_steps:
+        model = run_dir / "checkpoints" / f"step_{s:06d}" / "model"
+        cache = run_dir / f"heldout_step_{s:06d}.json"  # evaluated before (its checkpoint may be rotated away)
+        if model.is_dir() or (cache.is_file() and json.loads(cache.read_text()).get("model") == str(model)):
+            have.append(s)
+    return have
+
+
+def cached_eval(run_dir: Path, step: int, model_dir: str, tc, cfg: SvampExperimentConfig, examples) -> tuple:
+    """evaluate_model, kept as run_dir/heldout_step_N.json so a rerun does not evaluate twice."""
+    from arpo.training.checkpoint import write_text_atomic
+
+    path = run_dir / f"heldout_step_{step:06d}.json"
+    if path.is_file():
+        d = json.loads(path.read_text())
+        if d.get("eval_data") == cfg.eval_data and d.get("model") == model_dir:
+            return d["metrics"], d["records"]
+    m, recs = evaluate_model(model_dir, tc, cfg, examples)
+    write_text_atomic(path, json.dumps({"eval_data": cfg.eval_data, "model": model_dir, "metrics": m, "records": recs}, default=str))
+    return m, recs
+
+
+def step_rows(run_dir: Path) -> list[dict]:
+    """metrics.jsonl's training-step rows, the last one of each step (a resumed run may repeat steps)."""
     from arpo.training.logger import read_metrics
 
+    rows = {r["step"]: r for r in read_metrics(run_dir) if "step" in r and "reward_mean" in r}
+    return [rows[k] for k in sorted(rows)]
+
+
+def run_rl(cfg: SvampExperimentConfig, method: str, seed: int, sft_model: str, examples, start: dict,
+           out: Path) -> dict:
+    """One RL run in segments of eval_every steps, evaluated between segments. Checkpoints an earlier
+    run of the same config left in the run dir are evaluated, not trained again (reusable_steps)."""
+    from arpo.eval.paired import accuracy_interval, paired
+    from arpo.recipes import train
+
     run_dir = out / "rl" / f"{method}_seed{seed}"
-    shutil.rmtree(run_dir, ignore_errors=True)
     tc = train_config(cfg, sft_model, method, seed, run_dir)
+    ends = list(range(cfg.eval_every, cfg.steps + 1, cfg.eval_every))
+    have = reusable_steps(run_dir, tc, ends)
+    if not have:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    else:
+        log(f"{method} seed {seed}: reusing the checkpoints of steps {have} in {run_dir}")
     curve = [{"step": 0, "tool_calls": 0, **start["point"], "seconds": 0.0}]
     t0, recs = time.perf_counter(), start["records"]
-    for end in range(cfg.eval_every, cfg.steps + 1, cfg.eval_every):
-        tc.steps = end
-        res = train.run(tc, resume=end > cfg.eval_every, quiet=True)
-        m, recs = evaluate_model(str(Path(res["checkpoint"]) / "model"), tc, cfg, examples)
-        calls = sum(r.get("tool_calls_issued", 0) for r in read_metrics(run_dir))
+    for end in ends:
+        ckpt = run_dir / "checkpoints" / f"step_{end:06d}"
+        if end not in have:
+            tc.steps = end
+            res = train.run(tc, resume=(run_dir / "checkpoints").is_dir(), quiet=True)
+            ckpt = Path(res["checkpoint"])
+        m, recs = cached_eval(run_dir, end, str(ckpt / "model"), tc, cfg, examples)
+        rows = [r for r in step_rows(run_dir) if r["step"] <= end]
+        calls = sum(r.get("tool_calls_issued", 0) for r in rows)
         curve.append({"step": end, "tool_calls": calls, **point(m, recs), "seconds": time.perf_counter() - t0})
         log(f"{method} seed {seed} step {end}: held-out {m['pass@1']:.3f}  cumulative tool calls {calls}  "
-            f"train reward {res['final'].get('reward_mean', float('nan')):.3f}")
+            f"train reward {rows[-1].get('reward_mean', float('nan')) if rows else float('nan'):.3f}")
     keys = ("reward_mean", "accuracy", "format_error_rate", "tool_calls_per_traj", "tool_calls_issued", "branches",
             "branch_decisions", "branch_rate", "delta_entropy", "trajectories", "response_length", "step_seconds",
             "initial_entropy", "post_tool_entropy")
-    per_step = [{"step": r["step"], **{k: r[k] for k in keys if k in r}} for r in read_metrics(run_dir)]
-    return {"method": method, "seed": seed, "curve": curve, "per_step": per_step,
+    per_step = [{"step": r["step"], **{k: r[k] for k in keys if k in r}} for r in step_rows(run_dir)
+                if r["step"] <= cfg.steps]
+    return {"method": method, "seed": seed, "curve": curve, "per_step": per_step, "reused_steps": have,
             "final_vs_sft": {k: v for k, v in paired(start["records"], recs).items() if not k.endswith("_ids")},
             "final_interval": accuracy_interval(recs),
             "branches_total": sum(r.get("branches", 0) for r in per_step),
@@ -240,7 +300,7 @@ def run(cfg: SvampExperimentConfig) -> dict:
             f"({sft['seconds']:.0f} s) -> {sft['model']}")
     examples = load_examples(cfg.eval_data)
     tc0 = train_config(cfg, sft["model"], cfg.methods[0], 0, out / "rl" / "_")
-    m, recs = evaluate_model(sft["model"], tc0, cfg, examples)
+    m, recs = cached_eval(out, 0, sft["model"], tc0, cfg, examples)  # out/heldout_step_000000.json
     start = {"point": point(m, recs), "records": recs}
     log(f"SFT start: held-out {m['pass@1']:.3f} on {len(examples)} questions")
     runs: dict[str, list[dict]] = {mt: [] for mt in cfg.methods}
