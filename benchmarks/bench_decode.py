@@ -2,7 +2,10 @@
 
 1. Decode throughput: B sequences, same prompt length and number of new tokens, sampling at T=1,
    no early stop. Prefill is timed separately (generate with one new token) and subtracted, so the
-   number is decode tokens/s for both.
+   number is decode tokens/s for both. The engine runs three ways, side by side: its default (arpo's
+   own forward, engine/static.py, eager), `compile=True` (the decode step as one torch.compile graph;
+   the compilation happens in a warm-up run, excluded and reported as compile_s) and `static=False`
+   (the transformers module's forward, the engine before issue 21). --batch takes a list (16,64).
 2. Multi-turn: B conversations, each a 3-turn tool conversation (think + python call, result, ...,
    answer), the model's tokens forced by the same script in both, real python tool. arpo's engine
    keeps every conversation's KV cache and prefills only the tool results; the naive loop calls
@@ -41,7 +44,7 @@ def _median_time(fn, repeats):
     return statistics.median(ts)
 
 
-def bench_decode(model, tok, batch, prompt_len, new, repeats):
+def bench_decode(model, tok, batch, prompt_len, new, repeats, variants=("static", "compiled", "hf_forward")):
     from arpo.engine.base import SamplingParams
     from arpo.engine.hf import HFEngine
 
@@ -54,8 +57,12 @@ def bench_decode(model, tok, batch, prompt_len, new, repeats):
             model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
                            do_sample=True, top_k=0, top_p=1.0, temperature=1.0, pad_token_id=tok.eos_token_id)
 
-    def engine_run():
-        eng = HFEngine(model, tok, eos_token_ids=[-1])
+    opts = {"static": {}, "compiled": {"compile": True}, "hf_forward": {"static": False}}
+    info = {}
+
+    def engine_run(kw):
+        eng = HFEngine(model, tok, eos_token_ids=[-1], **kw)
+        info["engine"] = eng
         for s in range(batch):
             eng.add(prompt, SamplingParams(max_len=prompt_len + new, seed=s))
         t = time.perf_counter()
@@ -68,19 +75,27 @@ def bench_decode(model, tok, batch, prompt_len, new, repeats):
     gen(2)  # warm up
     t_gen1 = _median_time(lambda: gen(1), repeats)
     t_gen = _median_time(lambda: gen(new), repeats)
-    ts, tps = [], []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        tp = engine_run()
-        ts.append(time.perf_counter() - t)
-        tps.append(tp)
-    t_eng, t_eng1 = statistics.median(ts), statistics.median(tps)
     gen_tps = batch * (new - 1) / (t_gen - t_gen1)
-    eng_tps = batch * (new - 1) / (t_eng - t_eng1)
-    return {
-        "decode_tok_s_engine": eng_tps, "decode_tok_s_generate": gen_tps, "decode_ratio_vs_generate": eng_tps / gen_tps,
-        "total_s_engine": t_eng, "total_s_generate": t_gen,
-    }
+    out = {"decode_tok_s_generate": gen_tps, "total_s_generate": t_gen}
+    for v in variants:
+        t = time.perf_counter()
+        engine_run(opts[v])  # warm-up (compiles, for "compiled")
+        warm = time.perf_counter() - t
+        if v == "compiled":
+            out["compile_s"] = info["engine"].static.compile_seconds
+            out["compiled_first_run_s"] = warm
+        ts, tps = [], []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            tp = engine_run(opts[v])
+            ts.append(time.perf_counter() - t)
+            tps.append(tp)
+        t_eng, t_eng1 = statistics.median(ts), statistics.median(tps)
+        tok_s = batch * (new - 1) / (t_eng - t_eng1)
+        key = "engine" if v == "static" else v
+        out[f"decode_tok_s_{key}"], out[f"total_s_{key}"] = tok_s, t_eng
+        out[f"decode_ratio_{key}_vs_generate" if key != "engine" else "decode_ratio_vs_generate"] = tok_s / gen_tps
+    return out
 
 
 class _Force:
@@ -157,7 +172,7 @@ def bench_multiturn(model, tok, batch, repeats):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m-instruct")
-    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--batch", default="16,64", help="decode batch sizes, comma-separated (the first is the headline)")
     ap.add_argument("--prompt", type=int, default=64)
     ap.add_argument("--new", type=int, default=64)
     ap.add_argument("--multiturn-batch", type=int, default=4)
@@ -169,9 +184,12 @@ def main(argv=None):
     from arpo.models import load_model
 
     model, tok = load_model(a.model)
-    res = {"model": a.model, "batch": a.batch, "prompt_tokens": a.prompt, "new_tokens": a.new, "repeats": a.repeats,
+    batches = [int(b) for b in str(a.batch).split(",")]
+    res = {"model": a.model, "batch": batches[0], "prompt_tokens": a.prompt, "new_tokens": a.new, "repeats": a.repeats,
            "threads": a.threads, "machine": f"{platform.machine()} {os.cpu_count()} cpus, torch {torch.__version__}"}
-    res |= bench_decode(model, tok, a.batch, a.prompt, a.new, a.repeats)
+    res |= bench_decode(model, tok, batches[0], a.prompt, a.new, a.repeats)
+    for b in batches[1:]:
+        res[f"batch_{b}"] = bench_decode(model, tok, b, a.prompt, a.new, a.repeats, variants=("static", "compiled"))
     res |= bench_multiturn(model, tok, a.multiturn_batch, a.repeats)
     if a.json:
         print(json.dumps(res, indent=2))
@@ -182,8 +200,13 @@ def main(argv=None):
     t = Table(title=f"arpo engine vs transformers generate ({res['machine']}, {a.threads} threads, median of {a.repeats})")
     for c in ("what", "arpo engine", "HF generate / naive loop", "ratio"):
         t.add_column(c)
-    t.add_row(f"decode tok/s, batch {a.batch}, {a.prompt}+{a.new} tokens", f"{res['decode_tok_s_engine']:.1f}",
-              f"{res['decode_tok_s_generate']:.1f}", f"{res['decode_ratio_vs_generate']:.2f}x")
+    for b in batches:
+        r = res if b == batches[0] else res[f"batch_{b}"]
+        for key, name in (("engine", "arpo forward"), ("compiled", "compiled step"), ("hf_forward", "transformers forward")):
+            if f"decode_tok_s_{key}" in r:
+                ratio = r["decode_ratio_vs_generate"] if key == "engine" else r[f"decode_ratio_{key}_vs_generate"]
+                t.add_row(f"decode tok/s, batch {b}, {a.prompt}+{a.new} tokens, {name}", f"{r[f'decode_tok_s_{key}']:.1f}",
+                          f"{r['decode_tok_s_generate']:.1f}", f"{ratio:.2f}x")
     t.add_row(f"3-turn python conversation x{a.multiturn_batch}, wall s", f"{res['multiturn_s_engine']:.2f}",
               f"{res['multiturn_s_naive']:.2f}", f"{res['multiturn_ratio_vs_naive']:.2f}")
     Console().print(t)

@@ -39,12 +39,22 @@ def rows(res: dict) -> list[tuple]:
                     f"naive generate-per-turn {n['seconds']:.1f} s / {n['generated_tokens']} tok",
                     f"{ro['per_token_ratio']:.2f} (wall {ro['wall_ratio']:.2f})", "<= 0.4"))
     if "decode_tok_s_engine" in d:
-        out.append(("decode tok/s, batch %d, %d+%d tokens" % (d["batch"], d["prompt_tokens"], d["new_tokens"]),
-                    "bench_decode.py", f"{d['decode_tok_s_engine']:.1f}", f"HF generate {d['decode_tok_s_generate']:.1f}",
-                    f"{d['decode_ratio_vs_generate']:.2f}x", ">= 1.5x"))
+        batches = [(d["batch"], d)] + [(int(k[6:]), v) for k, v in d.items() if k.startswith("batch_")]
+        for b, r in batches:
+            what = "decode tok/s, batch %d, %d+%d tokens" % (b, d["prompt_tokens"], d["new_tokens"])
+            base = f"HF generate {r['decode_tok_s_generate']:.1f}"
+            out.append((what + ", arpo's forward (default)", "bench_decode.py", f"{r['decode_tok_s_engine']:.1f}", base,
+                        f"{r['decode_ratio_vs_generate']:.2f}x", ">= 2.0x"))
+            if "decode_tok_s_compiled" in r:
+                out.append((what + f", compiled step (torch.compile, compiled once in {r['compile_s']:.0f} s)",
+                            "bench_decode.py", f"{r['decode_tok_s_compiled']:.1f}", base,
+                            f"{r['decode_ratio_compiled_vs_generate']:.2f}x", ">= 2.0x"))
+            if "decode_tok_s_hf_forward" in r:
+                out.append((what + ", the engine on the transformers forward (before)", "bench_decode.py",
+                            f"{r['decode_tok_s_hf_forward']:.1f}", base, f"{r['decode_ratio_hf_forward_vs_generate']:.2f}x", ""))
         out.append((f"3-turn python conversation x{d['multiturn_conversations']}, wall s", "bench_decode.py",
                     f"{d['multiturn_s_engine']:.2f}", f"naive generate-per-turn {d['multiturn_s_naive']:.2f}",
-                    f"{d['multiturn_ratio_vs_naive']:.2f}", "<= 0.4"))
+                    f"{d['multiturn_ratio_vs_naive']:.2f}", "<= 0.5"))
     if "python_pool_p50_ms" in t:
         out.append(("python tool p50 ms", "bench_tools.py", f"{t['python_pool_p50_ms']:.1f} ({t['isolation']})",
                     f"cold `python -c` {t['cold_subprocess_p50_ms']:.1f}", f"{t['python_ratio']:.2f}", "<= 0.3"))
@@ -63,9 +73,14 @@ def rows(res: dict) -> list[tuple]:
                     f"chunked {tr['chunked_peak_gb']:.2f}", f"naive {tr['naive_peak_gb']:.2f}",
                     f"{tr['chunked_over_naive_peak']:.2f}", "<= 0.5"))
     if "arpo_peak_gb" in tr:
-        out.append((f"peak RSS GB, {tr['memory_batch']}: arpo's step (chunked + 1024-token micro-batches)",
-                    "bench_training.py", f"arpo {tr['arpo_peak_gb']:.2f}", f"naive {tr['naive_peak_gb']:.2f}",
-                    f"{tr['arpo_over_naive_peak']:.2f}", "<= 0.5"))
+        runs = tr.get("arpo_over_naive_peak_runs", [tr["arpo_over_naive_peak"]])
+        arpo_runs = tr.get("arpo_peak_gb_runs", [tr["arpo_peak_gb"]])
+        naive_runs = tr.get("naive_peak_gb_runs", [tr["naive_peak_gb"]])
+        out.append((f"peak RSS GB, {tr['memory_batch']}: arpo's step (chunked + 1024-token micro-batches), "
+                    f"{len(runs)} fresh-process runs", "bench_training.py",
+                    "arpo " + " / ".join(f"{x:.2f}" for x in arpo_runs),
+                    "naive " + " / ".join(f"{x:.2f}" for x in naive_runs),
+                    f"max {max(runs):.2f} (" + " / ".join(f"{x:.2f}" for x in runs) + ")", "<= 0.5 every run"))
     rl = res.get("trl", {})
     what = "one full RL step (rollout, rewards, advantages, log-probs, loss/backward, AdamW)"
     if "ratio" in rl:

@@ -31,6 +31,8 @@ def test_quick_svamp_experiment_end_to_end(tmp_path):
     for png in ("accuracy_vs_step.png", "accuracy_vs_tool_calls.png", "training_and_branch_rate.png"):
         assert (tmp_path / "q" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert res["summary"]["start_accuracy"] == data["start"]["accuracy"]
+    rep = (tmp_path / "q" / "report.md").read_text()
+    assert "| ARPO | 0 |" in rep and "| GRPO | 0 |" in rep and "Tool calls to reach" in rep
 
 
 def test_a_rerun_reuses_finished_checkpoints_and_cached_evaluations(tmp_path, monkeypatch):

@@ -58,6 +58,9 @@ def register(sub) -> None:
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     p.add_argument("--engine", default="hf", choices=["hf", "vllm"],
                    help="generation engine: hf (transformers, default) or vllm (needs vLLM installed)")
+    p.add_argument("--compile", action="store_true",
+                   help="hf engine: run each decode step as one torch.compile graph (compiled once per process: "
+                        "minutes on a 2-core CPU, so it pays on long evaluations only; BENCHMARKS.md)")
     p.add_argument("--out", default=None, help="write the metrics (and per-sample records) as JSON here")
     p.add_argument("--json", action="store_true", help="print the metrics as JSON instead of a table")
     p.add_argument("--quiet", action="store_true", help="no progress output")
@@ -96,7 +99,9 @@ def run(args) -> int:
 
         prepare_output(args.out)  # before the long part: a bad --out must not lose the results
     model, tok = load_model(args.model, device=args.device)
-    engine = make_engine(args.engine, model, tok, model_dir=args.model)
+    if args.compile and args.engine != "hf":
+        raise ArpoError("--compile: only for --engine hf (vLLM compiles its own graphs)")
+    engine = make_engine(args.engine, model, tok, model_dir=args.model, **({"compile": True} if args.compile else {}))
     agent = AgentConfig(max_tool_calls=args.max_tool_calls, max_response_tokens=args.max_response_tokens,
                         top_p=args.top_p, top_k=args.top_k, tool_format=args.tool_format)
     results, all_records = {}, {}

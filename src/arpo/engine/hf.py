@@ -5,6 +5,10 @@ Many sequences decode together in one batched forward per step over a slot-based
 forks — are prefilled first, only on their new tokens, against their own cached prefix. A fork copies
 no computation: it references the parent's K/V for the shared tokens and recomputes at most the one
 last shared token (whose K/V was not yet cached when the parent sampled past it).
+
+For Llama-family models (Llama, Qwen2, Mistral) the forward is arpo's own (engine/static.py: fused,
+prepacked matmuls; `static=False` uses the transformers module), and `compile=True` runs each decode
+step — forward, sampling, log-prob and entropies — as one torch.compile graph.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import torch
 
 from arpo.engine.base import SamplingParams, Sequence, StepOutput, stop_match
 from arpo.engine.kv import KVBatch, SlotCache
-from arpo.engine.sampling import sample, token_stats, topk_entropy, truncate
+from arpo.engine.sampling import sample, sample_stats, token_stats, topk_entropy, truncate
 
 _ATTN = "arpo_sdpa_gqa"
 
@@ -50,7 +54,7 @@ class _State:
 
 class HFEngine:
     def __init__(self, model, tokenizer, max_prefill_tokens: int = 4096, eos_token_ids=None, topk_entropy: int = 10,
-                 share_prompts: bool = True):
+                 share_prompts: bool = True, static: bool = True, compile: bool = False):
         _register_attention()
         self.share_prompts = share_prompts  # identical joining prompts share one prefill
         self.model, self.tokenizer = model.eval(), tokenizer
@@ -71,6 +75,19 @@ class HFEngine:
         self._st: dict[int, _State] = {}
         self._slot: dict[int, int] = {}  # sid -> slot while in the batch
         self._next_sid = 0
+        # static: arpo's own forward (engine/static.py) when the architecture is known, else transformers'
+        self.static, self.static_off = None, "off (static=False)"
+        if static:
+            from arpo.engine.static import StaticForward, unsupported
+
+            self.static_off = unsupported(model)
+            if self.static_off is None:
+                self.static = StaticForward(model, compile=compile)
+        if compile and self.static is None:
+            from arpo.errors import ArpoError
+
+            raise ArpoError(f"engine option compile: needs arpo's own forward (Llama, Qwen2, Mistral), which is off "
+                            f"for this model: {self.static_off}")
         self.stats = {"prefill_tokens": 0, "decode_tokens": 0, "forwards": 0, "compactions": 0,
                       "shared_prefill_tokens": 0}  # prompt tokens not prefilled again: identical prompts
 
@@ -286,6 +303,8 @@ class HFEngine:
         return self._sample(sids, logits)
 
     def _decode(self) -> list[StepOutput]:
+        if self.static is not None:
+            return self._decode_static()
         kv = self.kv
         self._remap(kv.ensure(0, 1))  # one column for this step's tokens
         ptr = kv.ptr
@@ -308,8 +327,49 @@ class HFEngine:
         self.stats["decode_tokens"] += len(live)
         return self._sample([sid for sid, _ in live], logits[live_rows])
 
+    def _decode_static(self) -> list[StepOutput]:
+        """The decode step through engine/static.decode_step: the step computes the new K/V (written
+        here at the step's column) and, unless a sequence truncates or hooks its logits, samples too."""
+        kv = self.kv
+        self._remap(kv.ensure(0, 1))
+        ptr, n = kv.ptr, kv.n_slots
+        live = [(sid, slot) for sid, slot in self._slot.items() if self.seqs[sid].status == "running"]
+        seqs = [self.seqs[sid] for sid, _ in live]
+        ids = torch.zeros(n, dtype=torch.long)
+        temp = torch.ones(n, dtype=torch.float32)
+        u = torch.full((n,), 0.5)
+        for (sid, slot), s in zip(live, seqs):
+            ids[slot] = self._st[sid].pending[0]
+            temp[slot] = s.params.temperature
+            u[slot] = torch.rand(1, generator=self._st[sid].gen)
+        eager_sample = any(s.params.logits_hook is not None or s.params.top_k > 0 or s.params.top_p < 1.0 for s in seqs)
+        bias = torch.zeros(n, ptr, dtype=kv.dtype, device=self.device).masked_fill_(~kv.valid[:, :ptr], float("-inf"))
+        d = self.device
+        self.stats["forwards"] += 1
+        out = self.static.decode(ids.to(d), kv.npos.to(d), bias, kv.buf, ptr, temp.to(d), u.to(d), self.topk_entropy,
+                                 not eager_sample)
+        logits, nk, nv = out[:3]
+        kv.buf[:, 0, :, :, ptr] = nk
+        kv.buf[:, 1, :, :, ptr] = nv
+        live_rows = torch.tensor([slot for _, slot in live])
+        kv.valid[live_rows, ptr] = True
+        kv.ptr = ptr + 1
+        kv.npos[live_rows] += 1
+        for sid, _ in live:
+            self._st[sid].pending = []
+        self.stats["decode_tokens"] += len(live)
+        sids = [sid for sid, _ in live]
+        if eager_sample:
+            return self._sample(sids, logits[live_rows], u[live_rows])
+        toks, chosen, ent, topk = (t[live_rows.to(d)].cpu() for t in out[3:])
+        return self._record(seqs, toks, chosen, ent, topk if self.topk_entropy else None)
+
     def _forward(self, ids, pos, mask, cache) -> torch.Tensor:
         self.stats["forwards"] += 1
+        if self.static is not None:  # a prefill (decode steps take _decode_static)
+            d = self.device
+            rows = cache.rows if cache.rows is not None else torch.arange(self.kv.n_slots, device=d)
+            return self.static.prefill(ids.to(d), pos.to(d), mask.to(d), self.kv.buf, cache.col, rows)
         cfg = self.model.config
         saved = cfg._attn_implementation
         if saved in ("sdpa", _ATTN):  # eager / flash-attention users keep their kernel
@@ -323,31 +383,41 @@ class HFEngine:
             cfg._attn_implementation = saved
         return out.logits[:, -1, :]  # (B, V)
 
-    def _sample(self, sids: list[int], logits: torch.Tensor) -> list[StepOutput]:
+    def _sample(self, sids: list[int], logits: torch.Tensor, uniforms: torch.Tensor | None = None) -> list[StepOutput]:
+        """Sample one token per sequence from its logits (after its logits hook, with its top-k/top-p)."""
         seqs = [self.seqs[s] for s in sids]
         for i, s in enumerate(seqs):
             if s.params.logits_hook is not None:
                 logits[i] = s.params.logits_hook(s, logits[i])
         temp = torch.tensor([s.params.temperature for s in seqs], dtype=torch.float32)
-        logp, ent = token_stats(logits.cpu(), temp)
+        u = uniforms if uniforms is not None else torch.cat([torch.rand(1, generator=self._st[s.sid].gen) for s in seqs])
+        logits = logits.cpu()
+        if not any(s.params.top_k > 0 or s.params.top_p < 1.0 for s in seqs):
+            toks, chosen, ent, topk = sample_stats(logits, temp, u, self.topk_entropy)
+            return self._record(seqs, toks, chosen, ent, topk if self.topk_entropy else None)
+        logp, ent = token_stats(logits, temp)
         trunc = truncate(
             logp,
             torch.tensor([s.params.top_k for s in seqs]),
             torch.tensor([s.params.top_p for s in seqs], dtype=torch.float32),
         )
-        u = torch.cat([torch.rand(1, generator=self._st[s.sid].gen) for s in seqs])
         toks = sample(trunc, temp, u)
         chosen = logp.gather(-1, toks[:, None]).squeeze(-1)
-        if self.topk_entropy:
-            topk_ent = topk_entropy(logp, self.topk_entropy).tolist()
+        topk = topk_entropy(logp, self.topk_entropy) if self.topk_entropy else None
+        return self._record(seqs, toks, chosen, ent, topk)
+
+    def _record(self, seqs: list[Sequence], toks, chosen, ent, topk) -> list[StepOutput]:
+        """Append each sequence's sampled token and its statistics; pause or finish those that stop."""
+        toks, chosen, ent = toks.tolist(), chosen.tolist(), ent.tolist()
+        topk_ent = topk.tolist() if topk is not None else None
         outs = []
         for i, s in enumerate(seqs):
-            t = int(toks[i])
+            t = toks[i]
             s.tokens.append(t)
             s.gen_mask.append(1)
-            s.logprobs.append(float(chosen[i]))
-            s.entropies.append(float(ent[i]))
-            if self.topk_entropy:
+            s.logprobs.append(chosen[i])
+            s.entropies.append(ent[i])
+            if topk_ent is not None:
                 s.topk_entropies.append(topk_ent[i])
             self._st[s.sid].pending = [t]
             reason = self._finish_reason(s)
@@ -355,7 +425,7 @@ class HFEngine:
                 s.finish_reason = reason
                 s.status = "paused" if reason == "stop" else "finished"
                 self._leave(s.sid)
-            outs.append(StepOutput(s.sid, t, float(chosen[i]), float(ent[i]), reason))
+            outs.append(StepOutput(s.sid, t, chosen[i], ent[i], reason))
         return outs
 
     def _finish_reason(self, s: Sequence) -> str | None:

@@ -280,6 +280,44 @@ def plot(results: dict, out: Path) -> list[Path]:
     return paths
 
 
+def report(results: dict) -> str:
+    """results.json as markdown tables (report.md next to it; docs/ quotes it)."""
+    summ, runs = results["summary"], results["runs"]
+    n = results["eval_questions"]
+    lines = [f"Held-out accuracy (greedy, {n} questions of `{results['settings']['eval_data']}`) and cumulative "
+             f"training tool calls; SFT start {summ['start_accuracy']:.3f}.", "",
+             "| method | seed | " + " | ".join(f"step {p['step']}" for p in next(iter(runs.values()))[0]["curve"])
+             + " | paired vs SFT (solves / fails) | branches / trajectories | reused steps |",
+             "|---|---|" + "---|" * (len(next(iter(runs.values()))[0]["curve"]) + 3)]
+    for m, rs in runs.items():
+        for r in rs:
+            cells = [f"{p['accuracy']:.3f} ({p['tool_calls']})" for p in r["curve"]]
+            fv = r["final_vs_sft"]
+            lines.append(f"| {m.upper()} | {r['seed']} | " + " | ".join(cells)
+                         + f" | +{fv['wins']} / −{fv['losses']}" + (" (significant)" if fv["significant"] else "")
+                         + f" | {r['branches_total']} / {r['trajectories_total']} | {r.get('reused_steps', [])} |")
+    lines += ["", "| method | final accuracy mean ± sd | best mean | tool calls (mean, all steps) |", "|---|---|---|---|"]
+    for m in runs:
+        sm = summ.get(m, {})
+        if sm:
+            lines.append(f"| {m.upper()} | {sm['final_accuracy_mean']:.3f} ± {sm['final_accuracy_std']:.3f} | "
+                         f"{sm['best_accuracy_mean']:.3f} | {sm['total_tool_calls_mean']:.0f} |")
+    if "ratio_levels" in summ:
+        lines += ["", "Tool calls to reach an accuracy (seed means, linear interpolation between evaluations):", "",
+                  "| accuracy | ARPO calls | GRPO calls | ratio |", "|---|---|---|---|"]
+        for lv in summ["ratio_levels"].values():
+            f = (lambda v: "never" if v is None else f"{v:.0f}")
+            lines.append(f"| {lv['accuracy']:.3f} | {f(lv.get('calls_arpo'))} | {f(lv.get('calls_grpo'))} | "
+                         + ("n/a" if lv.get("ratio") is None else f"{lv['ratio']:.2f}") + " |")
+        sp = summ.get("per_seed_ratio_spread", {})
+        lines += ["", "Per seed pair (each pair's own highest common accuracy): "
+                  + ", ".join(f"seed {p['seed']}: " + ("n/a" if p["ratio"] is None else f"{p['ratio']:.2f}")
+                              + f" at {p['target_accuracy']:.3f}" for p in summ.get("per_seed_ratio", []))
+                  + (f"; mean {sp['mean']:.2f}, sd {sp['sd']:.2f}, range {sp['min']:.2f}–{sp['max']:.2f}" if sp.get("n") else "")
+                  + "."]
+    return "\n".join(lines) + "\n"
+
+
 def run(cfg: SvampExperimentConfig) -> dict:
     import os
 
@@ -316,4 +354,5 @@ def run(cfg: SvampExperimentConfig) -> dict:
     results["load_average_at_end"] = os.getloadavg()
     results["plots"] = [str(p) for p in plot(results, out)]
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    (out / "report.md").write_text(report(results))
     return results
