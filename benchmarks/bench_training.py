@@ -75,11 +75,6 @@ def bench_packing(a) -> dict:
 def _memory_child(variant: str, b: int, t: int, model_name: str) -> None:
     from arpo.models import load_model
 
-    if variant == "arpo":  # what arpo train / arpo sft do at start (training/memory.py)
-        from arpo.training.memory import stable_malloc
-
-        stable_malloc()
-
     model, tok = load_model(model_name)
     model.train()
     ids = torch.randint(100, len(tok), (b, t), generator=torch.Generator().manual_seed(0))

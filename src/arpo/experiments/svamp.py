@@ -294,7 +294,7 @@ def report(results: dict) -> str:
             cells = [f"{p['accuracy']:.3f} ({p['tool_calls']})" for p in r["curve"]]
             fv = r["final_vs_sft"]
             lines.append(f"| {m.upper()} | {r['seed']} | " + " | ".join(cells)
-                         + f" | +{fv['wins']} / −{fv['losses']}" + (" (significant)" if fv["significant"] else "")
+                         + f" | +{fv['wins']} / −{fv['losses']}" + ((" (significant)" if fv["net"] > 0 else " (significant drop)") if fv["significant"] else "")
                          + f" | {r['branches_total']} / {r['trajectories_total']} | {r.get('reused_steps', [])} |")
     lines += ["", "| method | final accuracy mean ± sd | best mean | tool calls (mean, all steps) |", "|---|---|---|---|"]
     for m in runs:

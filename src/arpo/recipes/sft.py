@@ -24,7 +24,6 @@ import torch
 from arpo.errors import ArpoError
 from arpo.jsonl import iter_jsonl
 from arpo.recipes.common import LoraConfig, ModelConfig, OptimConfig, RunConfig
-from arpo.training.memory import stable_malloc
 
 
 @dataclass
@@ -154,7 +153,6 @@ def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False, overwrite: bo
     from arpo.training.signals import GracefulStop
 
     cfg.validate()
-    stable_malloc()  # the step's peak memory, not malloc's timing (training/memory.py)
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
     rows = read_sft_rows(cfg.data.path, cfg.data.limit)  # bad data fails here, before the run dir is touched

@@ -38,7 +38,6 @@ from arpo.errors import ArpoError
 from arpo.recipes.common import DataConfig, LoraConfig, ModelConfig, OptimConfig, RewardConfig, RunConfig, ToolsConfig
 from arpo.rollout.agent import AgentConfig
 from arpo.rollout.arpo import ARPORollout, RolloutConfig
-from arpo.training.memory import stable_malloc
 
 
 @dataclass
@@ -641,7 +640,6 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
 
     cfg.validate()
     preset = cfg.algo.resolve(cfg.rollout)
-    stable_malloc()  # the step's peak memory, not malloc's timing (training/memory.py)
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
     multi = distributed.init(cfg.model.device)  # under torchrun: this process is one of W ranks
