@@ -110,6 +110,8 @@ def _publish(tmp: Path, final: Path, run_dir, keep: int) -> None:
     write_text_atomic(root / "latest", final.name + "\n")
     for old in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
+    for stale in root.glob(".latest.tmp-*"):  # a pointer write cut short by a killed process
+        stale.unlink(missing_ok=True)
 
 
 def list_checkpoints(run_dir: str | Path) -> list[Path]:
