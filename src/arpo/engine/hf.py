@@ -346,7 +346,7 @@ class HFEngine:
         bias = torch.zeros(n, ptr, dtype=kv.dtype, device=self.device).masked_fill_(~kv.valid[:, :ptr], float("-inf"))
         d = self.device
         self.stats["forwards"] += 1
-        out = self.static.decode(ids.to(d), kv.npos.to(d), bias, kv.buf, ptr, temp.to(d), u.to(d), self.topk_entropy,
+        out = self.static.decode(ids.to(d), kv.npos.to(d), bias, kv.buf, temp.to(d), u.to(d), self.topk_entropy,
                                  not eager_sample)
         logits, nk, nv = out[:3]
         kv.buf[:, 0, :, :, ptr] = nk

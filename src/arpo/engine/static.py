@@ -12,16 +12,17 @@ can do less (measured on SmolLM2-135M, benchmarks/profile_decode.py):
   policy's current weights;
 - no module hooks, kwargs parsing, mask building or cache objects: one loop over plain tensors.
 
-**The decode step** (`decode_step`) is a pure function: tokens and positions in; logits, the new
-tokens' K/V (returned, written into the slot cache by the caller) and — when no sequence needs top-k /
-top-p truncation or a logits hook — the sampled token, its log-prob and the entropies out. Attention
-over the cached columns takes an additive mask; the new token attends to itself separately, so
-nothing inside the step writes to the cache. That makes it one `torch.compile` graph (engine option
-`compile`): inductor on CPU fuses the norms, rotary, attention glue, SiLU and the whole sampling
-(log-softmax, entropy, inverse-CDF sample) into a few loops, with the prepacked matmuls called as an
-opaque op (`arpo::linear`). Shapes are dynamic (slots, cache width), so one compilation serves every
-batch size and length (inductor's on-disk cache makes later processes cheaper); `compile=False` runs
-the same function eagerly, and the tests check that both give the same tokens.
+**The decode step** (`decode_step`) is a pure function: tokens and their rotary factors in; logits,
+the new tokens' K/V (returned, written into the slot cache by the caller) and — when no sequence needs
+top-k / top-p truncation or a logits hook — the sampled token, its log-prob and the entropies out.
+Attention over the cached columns takes an additive mask; the new token attends to itself separately,
+so nothing inside the step writes to the cache. That makes it one `torch.compile` graph (engine option
+`compile`): inductor on CPU fuses the norms, rotary, attention (one loop over the cache per layer,
+not two small batched matmuls), SiLU and the whole sampling (log-softmax, entropy, inverse-CDF
+sample) into a few loops, with the prepacked matmuls called as an opaque op (`arpo::linear`). Only
+the slot count and the cache width are dynamic (every model size stays a constant, so loops vectorise
+without tails), so one compilation serves every batch size and length; inductor's on-disk cache makes
+later processes cheaper. `compile=False` runs the same function eagerly; the tests check both agree.
 
 Prefill (`prefill`) runs eagerly with SDPA over the slot cache (its cost is the matmuls, which are
 already prepacked). Models whose architecture this does not know run the transformers forward.
@@ -201,24 +202,47 @@ class Arch:
         return (self.n_layers, self.n_heads, self.n_kv, self.head_dim)
 
 
-def decode_step(arch: Arch, small: list, inv_freq, rope_scale: float, eps: float, ids, pos, bias, buf, col: int,
-                temperature, uniforms, k_entropy: int, with_sample: bool, fused: bool = False):
+def attend(qh, kh, vh, keys, values, bias, scale: float, fused: bool) -> torch.Tensor:
+    """Attention of one new token per slot over its cached keys/values plus itself.
+
+    qh (S, kv, g, hd) the queries grouped by kv head; kh, vh (S, kv, hd) the new token's key/value;
+    keys, values (S, kv, col, hd) the cache; bias (S, 1, 1, col) additive (0 / -inf). The softmax runs
+    over [cached columns, new token] without concatenating them: the max and the normaliser are
+    combined from both parts. fused (the compiled step): the two products written as multiply-and-sum,
+    which inductor turns into one loop over the cache instead of 2 small batched matmuls per layer.
+    (The concatenate-then-slice softmax form, fused, with the rotary computed inside the graph and every
+    size dynamic, miscompiled in inductor of torch 2.13 — attention outputs off by 1e30, log-probs by
+    0.02 in the engine test; tests/engine/test_static.py checks the compiled step against the eager one.)"""
+    if fused:
+        s_old = (qh[:, :, :, None, :] * keys[:, :, None]).sum(-1)
+    else:
+        s_old = torch.matmul(qh, keys.transpose(-1, -2))
+    s_old = s_old * scale + bias  # (S, kv, g, col)
+    s_new = (qh * kh[:, :, None, :]).sum(-1, keepdim=True) * scale  # (S, kv, g, 1)
+    m = torch.maximum(s_old.amax(-1, keepdim=True), s_new)
+    e_old, e_new = torch.exp(s_old - m), torch.exp(s_new - m)
+    z = e_old.sum(-1, keepdim=True) + e_new
+    if fused:
+        att = (e_old[..., None] * values[:, :, None]).sum(-2)
+    else:
+        att = torch.matmul(e_old, values)
+    return (att + e_new * vh[:, :, None, :]) / z
+
+
+def decode_step(arch: Arch, small: list, eps: float, ids, cos, sin, bias, buf, temperature, uniforms, k_entropy: int, with_sample: bool, fused: bool = False):
     """One decode step of S slots, pure (writes nothing).
 
-    ids, pos (S,) this step's token and its position per slot; bias (S, col) additive mask (0 or -inf)
+    ids (S,) this step's token per slot, cos, sin (S, 1, hd) the rotary factors of its position (computed
+    outside: inside a compiled graph inductor would recompute them in every loop that reads q); bias (S, col) additive mask (0 or -inf)
     over the cached columns [0, col) of buf (layers, 2, S, kv_heads, cap, head_dim); temperature,
     uniforms (S,). Returns (logits (S, V), new_k, new_v (layers, S, kv_heads, head_dim), and when
     with_sample: token ids, their log-probs, full entropy, top-k entropy (S,) — sampling.sample_stats).
-    fused (the compiled step): matmuls through the `arpo::linear` op. (Attention written as
-    multiply-and-sum, which inductor fuses into one loop, was faster but gave log-probs 0.02 off the
-    eager step after a cold compile; it is not used until that is understood.)"""
+    fused (the compiled step): matmuls through the `arpo::linear` op, attention as multiply-and-sum."""
     from arpo.engine.sampling import sample_stats
 
     nh, nkv, hd = arch.n_heads, arch.n_kv, arch.head_dim
-    S, g = ids.shape[0], nh // nkv
+    S, g, col = ids.shape[0], nh // nkv, bias.shape[1]
     x = F.embedding(ids, small[0])  # (S, D)
-    cos, sin = rotary(pos[:, None], inv_freq, rope_scale, x.dtype)
-    cos, sin = cos[:, 0], sin[:, 0]  # (S, 1, hd)
     b = bias[:, None, None, :]  # (S, 1, 1, col)
     mm = torch.ops.arpo.linear if fused else packed_linear
     new_k, new_v = [], []
@@ -228,12 +252,7 @@ def decode_step(arch: Arch, small: list, inv_freq, rope_scale: float, eps: float
         kh = rotate(qkv[:, nh * hd : (nh + nkv) * hd].view(S, nkv, hd), cos, sin)
         vh = qkv[:, (nh + nkv) * hd :].view(S, nkv, hd)
         keys, values = buf[li, 0, :, :, :col], buf[li, 1, :, :, :col]  # (S, kv, col, hd)
-        s_old = torch.matmul(qh, keys.transpose(-1, -2))
-        s_old = s_old * arch.scale + b  # (S, kv, g, col)
-        s_new = (qh * kh[:, :, None, :]).sum(-1, keepdim=True) * arch.scale  # (S, kv, g, 1)
-        p = torch.softmax(torch.cat([s_old, s_new], dim=-1), dim=-1)
-        att = torch.matmul(p[..., :col], values)
-        att = att + p[..., col:] * vh[:, :, None, :]  # (S, kv, g, hd)
+        att = attend(qh, kh, vh, keys, values, b, arch.scale, fused)  # (S, kv, g, hd)
         x = x + mm(att.reshape(S, nh * hd), 2 + 4 * li)
         gu = mm(rms_norm(x, small[3 + 2 * li], eps), 3 + 4 * li)
         gate, up = gu.chunk(2, dim=-1)
@@ -253,8 +272,20 @@ _COMPILED: dict = {}  # one torch.compile'd decode_step per process (graphs are 
 def compiled_decode_step():
     fn = _COMPILED.get("decode")
     if fn is None:
-        fn = _COMPILED["decode"] = torch.compile(decode_step, dynamic=True, fullgraph=True)
+        fn = _COMPILED["decode"] = torch.compile(decode_step, dynamic=False, fullgraph=True)
     return fn
+
+
+def _mark_dynamic(ids, cos, sin, bias, buf, temperature, uniforms) -> None:
+    """Only the slot count and the cache width vary between steps; every other size (heads, head dim,
+    hidden size, vocabulary) stays a constant in the compiled code, which keeps its loops vectorised
+    without tails and its rotary tables static. (maybe_: a size of 1 is specialised, not an error.)"""
+    for t in (ids, cos, sin, temperature, uniforms):
+        torch._dynamo.maybe_mark_dynamic(t, 0)
+    torch._dynamo.maybe_mark_dynamic(bias, 0)
+    torch._dynamo.maybe_mark_dynamic(bias, 1)
+    torch._dynamo.maybe_mark_dynamic(buf, 2)
+    torch._dynamo.maybe_mark_dynamic(buf, 4)
 
 
 class StaticForward:
@@ -270,17 +301,21 @@ class StaticForward:
         self._known_graphs: set = set()
 
     @torch.no_grad()
-    def decode(self, ids, pos, bias, buf, col: int, temperature, uniforms, k_entropy: int, with_sample: bool):
+    def decode(self, ids, pos, bias, buf, temperature, uniforms, k_entropy: int, with_sample: bool):
+        """One decode step of every slot (see decode_step); bias (S, col) covers the cached columns."""
         self.w.refresh()
         w = self.w
-        args = (self.arch, w.small, w.inv_freq, w.rope_scale, w.eps, ids, pos, bias, buf, col, temperature, uniforms,
+        cos, sin = rotary(pos[:, None], w.inv_freq, w.rope_scale, self.dtype)
+        args = (self.arch, w.small, w.eps, ids, cos[:, 0], sin[:, 0], bias, buf, temperature, uniforms,
                 int(k_entropy), bool(with_sample), self.compile)
         _ACTIVE.weights = w
         try:
             if not self.compile:
                 return decode_step(*args)
-            # dynamic shapes: one graph per (arch, dtype, with_sample, k_entropy, first-seen 0/1 sizes)
-            graph = (self.arch.key(), self.dtype, bool(with_sample), int(k_entropy), col <= 1, ids.shape[0] <= 1)
+            _mark_dynamic(ids, args[4], args[5], bias, buf, temperature, uniforms)
+            # one graph per (arch, dtype, with_sample, k_entropy, sizes seen as 1)
+            graph = (self.arch.key(), self.dtype, bool(with_sample), int(k_entropy), bias.shape[1] <= 1,
+                     ids.shape[0] <= 1)
             t0 = time.perf_counter()
             out = compiled_decode_step()(*args)
             if graph not in self._known_graphs:
