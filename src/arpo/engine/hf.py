@@ -303,55 +303,24 @@ class HFEngine:
         return self._sample(sids, logits)
 
     def _decode(self) -> list[StepOutput]:
-        if self.static is not None:
-            return self._decode_static()
+        """One new token for every running sequence: a column of the slot cache, one forward (arpo's
+        static step, or the transformers module), then sampling."""
         kv = self.kv
         self._remap(kv.ensure(0, 1))  # one column for this step's tokens
         ptr = kv.ptr
-        ids = torch.zeros(kv.n_slots, 1, dtype=torch.long)
-        live = []
-        for sid, slot in self._slot.items():
-            if self.seqs[sid].status == "running":
-                ids[slot, 0] = self._st[sid].pending[0]
-                live.append((sid, slot))
-        pos = kv.npos.clone()[:, None]
-        live_rows = torch.tensor([slot for _, slot in live])
-        kv.valid[live_rows, ptr] = True
-        mask = kv.valid[:, : ptr + 1].clone()
-        mask[:, ptr] = True  # free slots attend to themselves (finite garbage, never read)
-        logits = self._forward(ids, pos, mask[:, None, None, :], SlotCache(kv, ptr))
-        kv.ptr = ptr + 1
-        kv.npos[live_rows] += 1
-        for sid, _ in live:
-            self._st[sid].pending = []
-        self.stats["decode_tokens"] += len(live)
-        return self._sample([sid for sid, _ in live], logits[live_rows])
-
-    def _decode_static(self) -> list[StepOutput]:
-        """The decode step through engine/static.decode_step: the step computes the new K/V (written
-        here at the step's column) and, unless a sequence truncates or hooks its logits, samples too."""
-        kv = self.kv
-        self._remap(kv.ensure(0, 1))
-        ptr, n = kv.ptr, kv.n_slots
         live = [(sid, slot) for sid, slot in self._slot.items() if self.seqs[sid].status == "running"]
-        seqs = [self.seqs[sid] for sid, _ in live]
-        ids = torch.zeros(n, dtype=torch.long)
-        temp = torch.ones(n, dtype=torch.float32)
-        u = torch.full((n,), 0.5)
-        for (sid, slot), s in zip(live, seqs):
+        ids = torch.zeros(kv.n_slots, dtype=torch.long)
+        for sid, slot in live:
             ids[slot] = self._st[sid].pending[0]
-            temp[slot] = s.params.temperature
-            u[slot] = torch.rand(1, generator=self._st[sid].gen)
-        eager_sample = any(s.params.logits_hook is not None or s.params.top_k > 0 or s.params.top_p < 1.0 for s in seqs)
-        bias = torch.zeros(n, ptr, dtype=kv.dtype, device=self.device).masked_fill_(~kv.valid[:, :ptr], float("-inf"))
-        d = self.device
-        self.stats["forwards"] += 1
-        out = self.static.decode(ids.to(d), kv.npos.to(d), bias, kv.buf, temp.to(d), u.to(d), self.topk_entropy,
-                                 not eager_sample)
-        logits, nk, nv = out[:3]
-        kv.buf[:, 0, :, :, ptr] = nk
-        kv.buf[:, 1, :, :, ptr] = nv
         live_rows = torch.tensor([slot for _, slot in live])
+        if self.static is not None:
+            sampled, logits, u = self._forward_static(ids, live, ptr)
+        else:
+            kv.valid[live_rows, ptr] = True
+            mask = kv.valid[:, : ptr + 1].clone()
+            mask[:, ptr] = True  # free slots attend to themselves (finite garbage, never read)
+            logits = self._forward(ids[:, None], kv.npos.clone()[:, None], mask[:, None, None, :], SlotCache(kv, ptr))
+            sampled, u = None, None
         kv.valid[live_rows, ptr] = True
         kv.ptr = ptr + 1
         kv.npos[live_rows] += 1
@@ -359,14 +328,35 @@ class HFEngine:
             self._st[sid].pending = []
         self.stats["decode_tokens"] += len(live)
         sids = [sid for sid, _ in live]
-        if eager_sample:
-            return self._sample(sids, logits[live_rows], u[live_rows])
-        toks, chosen, ent, topk = (t[live_rows.to(d)].cpu() for t in out[3:])
-        return self._record(seqs, toks, chosen, ent, topk if self.topk_entropy else None)
+        if sampled is None:
+            return self._sample(sids, logits[live_rows], None if u is None else u[live_rows])
+        toks, chosen, ent, topk = (t[live_rows.to(self.device)].cpu() for t in sampled)
+        return self._record([self.seqs[s] for s in sids], toks, chosen, ent, topk if self.topk_entropy else None)
+
+    def _forward_static(self, ids, live, ptr):
+        """The decode step through engine/static.decode_step, which returns the new K/V (written here at
+        column ptr) and, unless a sequence truncates or hooks its logits, the sampled tokens with their
+        statistics. Returns (sampled or None, logits, the uniforms each slot's sample uses)."""
+        kv, n, d = self.kv, self.kv.n_slots, self.device
+        seqs = [self.seqs[sid] for sid, _ in live]
+        temp = torch.ones(n, dtype=torch.float32)
+        u = torch.full((n,), 0.5)
+        for (sid, slot), s in zip(live, seqs):
+            temp[slot] = s.params.temperature
+            u[slot] = torch.rand(1, generator=self._st[sid].gen)
+        eager_sample = any(s.params.logits_hook is not None or s.params.top_k > 0 or s.params.top_p < 1.0 for s in seqs)
+        bias = torch.zeros(n, ptr, dtype=kv.dtype, device=d).masked_fill_(~kv.valid[:, :ptr], float("-inf"))
+        self.stats["forwards"] += 1
+        out = self.static.decode(ids.to(d), kv.npos.to(d), bias, kv.buf, temp.to(d), u.to(d), self.topk_entropy,
+                                 not eager_sample)
+        logits, nk, nv = out[:3]
+        kv.buf[:, 0, :, :, ptr] = nk
+        kv.buf[:, 1, :, :, ptr] = nv
+        return (None if eager_sample else out[3:]), logits, u
 
     def _forward(self, ids, pos, mask, cache) -> torch.Tensor:
         self.stats["forwards"] += 1
-        if self.static is not None:  # a prefill (decode steps take _decode_static)
+        if self.static is not None:  # a prefill (decode steps take _forward_static)
             d = self.device
             rows = cache.rows if cache.rows is not None else torch.arange(self.kv.n_slots, device=d)
             return self.static.prefill(ids.to(d), pos.to(d), mask.to(d), self.kv.buf, cache.col, rows)

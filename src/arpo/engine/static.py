@@ -202,6 +202,23 @@ class Arch:
         return (self.n_layers, self.n_heads, self.n_kv, self.head_dim)
 
 
+def qkv_heads(x, li: int, small: list, eps: float, cos, sin, arch: "Arch", mm):
+    """Layer li's attention input: norm, the fused q/k/v matmul, split into heads, rotary on q and k.
+    x (..., D) -> q (..., heads, hd), k and v (..., kv_heads, hd)."""
+    nh, nkv, hd = arch.n_heads, arch.n_kv, arch.head_dim
+    qkv = mm(rms_norm(x, small[2 + 2 * li], eps), 1 + 4 * li)
+    lead = qkv.shape[:-1]
+    q = rotate(qkv[..., : nh * hd].view(*lead, nh, hd), cos, sin)
+    k = rotate(qkv[..., nh * hd : (nh + nkv) * hd].view(*lead, nkv, hd), cos, sin)
+    return q, k, qkv[..., (nh + nkv) * hd :].view(*lead, nkv, hd)
+
+
+def mlp_block(x, li: int, small: list, eps: float, mm):
+    """Layer li's MLP with its residual: x + down(silu(gate(n)) * up(n)), n = norm(x), gate/up fused."""
+    gate, up = mm(rms_norm(x, small[3 + 2 * li], eps), 3 + 4 * li).chunk(2, dim=-1)
+    return x + mm(F.silu(gate) * up, 4 + 4 * li)
+
+
 def attend(qh, kh, vh, keys, values, bias, scale: float, fused: bool) -> torch.Tensor:
     """Attention of one new token per slot over its cached keys/values plus itself.
 
@@ -229,12 +246,13 @@ def attend(qh, kh, vh, keys, values, bias, scale: float, fused: bool) -> torch.T
     return (att + e_new * vh[:, :, None, :]) / z
 
 
-def decode_step(arch: Arch, small: list, eps: float, ids, cos, sin, bias, buf, temperature, uniforms, k_entropy: int, with_sample: bool, fused: bool = False):
+def decode_step(arch: Arch, small: list, eps: float, ids, cos, sin, bias, buf, temperature, uniforms,
+                k_entropy: int, with_sample: bool, fused: bool = False):
     """One decode step of S slots, pure (writes nothing).
 
-    ids (S,) this step's token per slot, cos, sin (S, 1, hd) the rotary factors of its position (computed
-    outside: inside a compiled graph inductor would recompute them in every loop that reads q); bias (S, col) additive mask (0 or -inf)
-    over the cached columns [0, col) of buf (layers, 2, S, kv_heads, cap, head_dim); temperature,
+    ids (S,) this step's token per slot; cos, sin (S, 1, hd) the rotary factors of its position
+    (computed outside: inside a compiled graph inductor would recompute them in every loop that reads
+    q); bias (S, col) additive mask (0 or -inf) over the cached columns [0, col) of buf (layers, 2, S, kv_heads, cap, head_dim); temperature,
     uniforms (S,). Returns (logits (S, V), new_k, new_v (layers, S, kv_heads, head_dim), and when
     with_sample: token ids, their log-probs, full entropy, top-k entropy (S,) — sampling.sample_stats).
     fused (the compiled step): matmuls through the `arpo::linear` op, attention as multiply-and-sum."""
@@ -247,16 +265,11 @@ def decode_step(arch: Arch, small: list, eps: float, ids, cos, sin, bias, buf, t
     mm = torch.ops.arpo.linear if fused else packed_linear
     new_k, new_v = [], []
     for li in range(arch.n_layers):
-        qkv = mm(rms_norm(x, small[2 + 2 * li], eps), 1 + 4 * li)
-        qh = rotate(qkv[:, : nh * hd].view(S, nh, hd), cos, sin).view(S, nkv, g, hd)
-        kh = rotate(qkv[:, nh * hd : (nh + nkv) * hd].view(S, nkv, hd), cos, sin)
-        vh = qkv[:, (nh + nkv) * hd :].view(S, nkv, hd)
+        qh, kh, vh = qkv_heads(x, li, small, eps, cos, sin, arch, mm)  # (S, heads, hd)
         keys, values = buf[li, 0, :, :, :col], buf[li, 1, :, :, :col]  # (S, kv, col, hd)
-        att = attend(qh, kh, vh, keys, values, b, arch.scale, fused)  # (S, kv, g, hd)
+        att = attend(qh.view(S, nkv, g, hd), kh, vh, keys, values, b, arch.scale, fused)  # (S, kv, g, hd)
         x = x + mm(att.reshape(S, nh * hd), 2 + 4 * li)
-        gu = mm(rms_norm(x, small[3 + 2 * li], eps), 3 + 4 * li)
-        gate, up = gu.chunk(2, dim=-1)
-        x = x + mm(F.silu(gate) * up, 4 + 4 * li)
+        x = mlp_block(x, li, small, eps, mm)
         new_k.append(kh)
         new_v.append(vh)
     logits = mm(rms_norm(x, small[1], eps), 0)  # (S, V)
@@ -288,6 +301,12 @@ def _mark_dynamic(ids, cos, sin, bias, buf, temperature, uniforms) -> None:
     torch._dynamo.maybe_mark_dynamic(buf, 4)
 
 
+def _dynamo_graphs() -> int:
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
+
+
 class StaticForward:
     """The engine's forward: `decode(...)` for a step of every slot, `prefill(...)` for joining rows."""
 
@@ -298,7 +317,6 @@ class StaticForward:
         self.compile = bool(compile)
         self.compile_seconds = 0.0  # wall time of steps that compiled (first step of each new graph)
         self.compiled_steps = 0
-        self._known_graphs: set = set()
 
     @torch.no_grad()
     def decode(self, ids, pos, bias, buf, temperature, uniforms, k_entropy: int, with_sample: bool):
@@ -313,13 +331,10 @@ class StaticForward:
             if not self.compile:
                 return decode_step(*args)
             _mark_dynamic(ids, args[4], args[5], bias, buf, temperature, uniforms)
-            # one graph per (arch, dtype, with_sample, k_entropy, sizes seen as 1)
-            graph = (self.arch.key(), self.dtype, bool(with_sample), int(k_entropy), bias.shape[1] <= 1,
-                     ids.shape[0] <= 1)
+            graphs = _dynamo_graphs()
             t0 = time.perf_counter()
             out = compiled_decode_step()(*args)
-            if graph not in self._known_graphs:
-                self._known_graphs.add(graph)
+            if _dynamo_graphs() > graphs:  # this call compiled a new graph (dynamo's own count)
                 self.compile_seconds += time.perf_counter() - t0
             self.compiled_steps += 1
             return out
@@ -340,19 +355,14 @@ class StaticForward:
             nh, nkv, hd = a.n_heads, a.n_kv, a.head_dim
             end = col + q
             for li in range(a.n_layers):
-                qkv = packed_linear(rms_norm(x, w.small[2 + 2 * li], w.eps), 1 + 4 * li)
-                qh = rotate(qkv[..., : nh * hd].view(B, q, nh, hd), cos, sin)
-                kh = rotate(qkv[..., nh * hd : (nh + nkv) * hd].view(B, q, nkv, hd), cos, sin)
-                vh = qkv[..., (nh + nkv) * hd :].view(B, q, nkv, hd)
+                qh, kh, vh = qkv_heads(x, li, w.small, w.eps, cos, sin, a, packed_linear)  # (B, q, heads, hd)
                 k_cache, v_cache = buf[li, 0], buf[li, 1]  # (S, kv, cap, hd)
                 k_cache[rows, :, col:end] = kh.transpose(1, 2)
                 v_cache[rows, :, col:end] = vh.transpose(1, 2)
                 att = F.scaled_dot_product_attention(qh.transpose(1, 2), k_cache[rows, :, :end], v_cache[rows, :, :end],
                                                      attn_mask=mask, scale=a.scale, enable_gqa=nkv != nh)
                 x = x + packed_linear(att.transpose(1, 2).reshape(B, q, nh * hd), 2 + 4 * li)
-                gu = packed_linear(rms_norm(x, w.small[3 + 2 * li], w.eps), 3 + 4 * li)
-                gate, up = gu.chunk(2, dim=-1)
-                x = x + packed_linear(F.silu(gate) * up, 4 + 4 * li)
+                x = mlp_block(x, li, w.small, w.eps, packed_linear)
             return packed_linear(rms_norm(x[:, -1], w.small[1], w.eps), 0)  # (B, V)
         finally:
             _ACTIVE.weights = None
