@@ -3,8 +3,8 @@
 One training-step shaped computation, forward + backward of  loss = -(logp * adv).mean()
 (optionally  - coef * entropy.mean()),  on random fp32 hidden states (N, D) and an output matrix
 (V, D) sized like SmolLM2-135M (D=576, V=49152). Each variant runs in its own subprocess and its
-peak resident memory is that process's resource.getrusage(RUSAGE_SELF).ru_maxrss (tracemalloc
-does not see torch's allocations). The "setup" column is the peak before the computation (python,
+peak resident memory is that process's VmHWM (/proc/self/status; not ru_maxrss, which a child
+inherits from its parent; tracemalloc does not see torch's allocations). The "setup" column is the peak before the computation (python,
 torch, the inputs), "extra" the peak minus setup.
 
     python benchmarks/bench_memory.py [--tokens 4096] [--dim 576] [--vocab 49152] [--chunk-size 1024]
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -27,7 +26,11 @@ GOAL = 0.5
 
 
 def _rss_gb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9  # Linux: kilobytes
+    """This process's own peak RSS in GB (VmHWM, kB)."""
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024 / 1e9
+    raise RuntimeError("no VmHWM in /proc/self/status (not Linux?)")
 
 
 def child(args) -> dict:

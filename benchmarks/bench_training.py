@@ -4,7 +4,7 @@
    `--prompt`-token prompt, N global samples of `--resp` tokens and N branches that fork halfway
    through their parent (the shape ARPO's branching produces; token ids random). Same loss
    (token-mean clipped surrogate), same micro-batch size; gradients are equal (tests/training).
-2. Peak memory (max RSS, one fresh process per variant) of one full fine-tuning step on
+2. Peak memory (the process's own peak RSS, VmHWM; one fresh process per variant) of one full fine-tuning step on
    B x T tokens: naive (model(...).logits -> log_softmax, one forward/backward), chunked
    log-probs alone (same single forward), and arpo's training path (chunked log-probs, loss
    back-propagated through dL/dlogp in micro-batches of 1024 tokens; same batch, same gradient).
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import statistics
 import subprocess
 import sys
@@ -72,6 +71,16 @@ def bench_packing(a) -> dict:
     return res
 
 
+def peak_rss_gb() -> float:
+    """This process's own peak resident memory (GiB): VmHWM of /proc/self/status. Not ru_maxrss: Linux
+    carries the parent's RSS at fork into a child's ru_maxrss across exec, so a child spawned by a
+    5.5 GB parent reports at least 5.5 GB whatever it does (this made the ratio jump between runs)."""
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 2**20  # kB
+    raise RuntimeError("no VmHWM in /proc/self/status (not Linux?)")
+
+
 def _memory_child(variant: str, b: int, t: int, model_name: str) -> None:
     from arpo.models import load_model
 
@@ -79,7 +88,7 @@ def _memory_child(variant: str, b: int, t: int, model_name: str) -> None:
     model.train()
     ids = torch.randint(100, len(tok), (b, t), generator=torch.Generator().manual_seed(0))
     adv = torch.randn(b, t - 1)
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    base = peak_rss_gb()
     t0 = time.perf_counter()
     if variant == "naive":
         logits = model(ids).logits[:, :-1]
@@ -99,8 +108,8 @@ def _memory_child(variant: str, b: int, t: int, model_name: str) -> None:
     if lp is not None:
         (-(lp * adv).mean()).backward()
     dt = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"peak_gb": peak / 2**20, "model_loaded_gb": base / 2**20, "seconds": dt}))
+    peak = peak_rss_gb()
+    print(json.dumps({"peak_gb": peak, "model_loaded_gb": base, "seconds": dt}))
 
 
 def _child(a, v) -> dict:
