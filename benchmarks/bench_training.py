@@ -10,7 +10,7 @@
    back-propagated through dL/dlogp in micro-batches of 1024 tokens; same batch, same gradient).
 
     python benchmarks/bench_training.py [--json] [--only packing|memory]
-Goals: packed/flat time <= 0.6; chunked/naive peak memory <= 0.5.
+Goals: packed/flat time <= 0.6; arpo/naive peak memory <= 0.5 in every run.
 """
 
 from __future__ import annotations
