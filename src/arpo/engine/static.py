@@ -198,9 +198,6 @@ class Arch:
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.scale = self.head_dim ** -0.5
 
-    def key(self) -> tuple:
-        return (self.n_layers, self.n_heads, self.n_kv, self.head_dim)
-
 
 def qkv_heads(x, li: int, small: list, eps: float, cos, sin, arch: "Arch", mm):
     """Layer li's attention input: norm, the fused q/k/v matmul, split into heads, rotary on q and k.
@@ -252,7 +249,8 @@ def decode_step(arch: Arch, small: list, eps: float, ids, cos, sin, bias, buf, t
 
     ids (S,) this step's token per slot; cos, sin (S, 1, hd) the rotary factors of its position
     (computed outside: inside a compiled graph inductor would recompute them in every loop that reads
-    q); bias (S, col) additive mask (0 or -inf) over the cached columns [0, col) of buf (layers, 2, S, kv_heads, cap, head_dim); temperature,
+    q); bias (S, col) additive mask (0 or -inf) over the cached columns [0, col) of buf
+    (layers, 2, S, kv_heads, cap, head_dim); temperature,
     uniforms (S,). Returns (logits (S, V), new_k, new_v (layers, S, kv_heads, head_dim), and when
     with_sample: token ids, their log-probs, full entropy, top-k entropy (S,) — sampling.sample_stats).
     fused (the compiled step): matmuls through the `arpo::linear` op, attention as multiply-and-sum."""
@@ -292,7 +290,7 @@ def compiled_decode_step():
 def _mark_dynamic(ids, cos, sin, bias, buf, temperature, uniforms) -> None:
     """Only the slot count and the cache width vary between steps; every other size (heads, head dim,
     hidden size, vocabulary) stays a constant in the compiled code, which keeps its loops vectorised
-    without tails and its rotary tables static. (maybe_: a size of 1 is specialised, not an error.)"""
+    without tails. (maybe_: a size of 1 is specialised, not an error.)"""
     for t in (ids, cos, sin, temperature, uniforms):
         torch._dynamo.maybe_mark_dynamic(t, 0)
     torch._dynamo.maybe_mark_dynamic(bias, 0)
