@@ -3,9 +3,9 @@
 One training-step shaped computation, forward + backward of  loss = -(logp * adv).mean()
 (optionally  - coef * entropy.mean()),  on random fp32 hidden states (N, D) and an output matrix
 (V, D) sized like SmolLM2-135M (D=576, V=49152). Each variant runs in its own subprocess and its
-peak resident memory is that process's VmHWM (/proc/self/status; not ru_maxrss, which a child
-inherits from its parent; tracemalloc does not see torch's allocations). The "setup" column is the peak before the computation (python,
-torch, the inputs), "extra" the peak minus setup.
+peak resident memory is that process's VmHWM (bench_training.peak_rss_gb: not ru_maxrss, which a
+child inherits from its parent; tracemalloc does not see torch's allocations). The "setup" column is
+the peak before the computation (python, torch, the inputs), "extra" the peak minus setup.
 
     python benchmarks/bench_memory.py [--tokens 4096] [--dim 576] [--vocab 49152] [--chunk-size 1024]
                                       [--entropy] [--threads N] [--json]
@@ -26,11 +26,10 @@ GOAL = 0.5
 
 
 def _rss_gb() -> float:
-    """This process's own peak RSS in GB (VmHWM, kB)."""
-    for line in open("/proc/self/status"):
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024 / 1e9
-    raise RuntimeError("no VmHWM in /proc/self/status (not Linux?)")
+    """This process's own peak RSS in GB (called in the child, which imports torch anyway)."""
+    from bench_training import peak_rss_gb  # benchmarks/ is on sys.path: this script's directory
+
+    return peak_rss_gb() * 2**30 / 1e9
 
 
 def child(args) -> dict:

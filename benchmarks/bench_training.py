@@ -4,8 +4,8 @@
    `--prompt`-token prompt, N global samples of `--resp` tokens and N branches that fork halfway
    through their parent (the shape ARPO's branching produces; token ids random). Same loss
    (token-mean clipped surrogate), same micro-batch size; gradients are equal (tests/training).
-2. Peak memory (the process's own peak RSS, VmHWM; one fresh process per variant) of one full fine-tuning step on
-   B x T tokens: naive (model(...).logits -> log_softmax, one forward/backward), chunked
+2. Peak memory (the process's own peak RSS, VmHWM; one fresh process per variant) of one full
+   fine-tuning step on B x T tokens: naive (model(...).logits -> log_softmax, one forward/backward), chunked
    log-probs alone (same single forward), and arpo's training path (chunked log-probs, loss
    back-propagated through dL/dlogp in micro-batches of 1024 tokens; same batch, same gradient).
 

@@ -2,8 +2,8 @@
 
 Linux carries a process's RSS at fork into the child's ru_maxrss across exec, so a child spawned by
 a parent holding gigabytes reports at least that much. bench_training's children were spawned by a
-parent that had just run the packing benchmark (≈ 5.5 GB), which is why arpo's peak read 5.5 GB in
-one run_all and 3.8 GB in a run that measured memory alone."""
+parent that had just run the packing benchmark (≈ 5.5 GB), which is why arpo's step read 5.5 GB, the
+same in every run, while its own peak is 3.8-4.1 GB."""
 
 import subprocess
 import sys

@@ -313,15 +313,14 @@ class HFEngine:
         for sid, slot in live:
             ids[slot] = self._st[sid].pending[0]
         live_rows = torch.tensor([slot for _, slot in live])
+        kv.valid[live_rows, ptr] = True  # the static step's mask covers columns < ptr only
         if self.static is not None:
             sampled, logits, u = self._forward_static(ids, live, ptr)
         else:
-            kv.valid[live_rows, ptr] = True
             mask = kv.valid[:, : ptr + 1].clone()
             mask[:, ptr] = True  # free slots attend to themselves (finite garbage, never read)
             logits = self._forward(ids[:, None], kv.npos.clone()[:, None], mask[:, None, None, :], SlotCache(kv, ptr))
             sampled, u = None, None
-        kv.valid[live_rows, ptr] = True
         kv.ptr = ptr + 1
         kv.npos[live_rows] += 1
         for sid, _ in live:
