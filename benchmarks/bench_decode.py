@@ -119,7 +119,8 @@ def bench_multiturn(model, tok, batch, repeats):
     from arpo.engine.hf import HFEngine
     from arpo.rollout.agent import AgentConfig, AgentLoop, TrajState
     from arpo.testing import scripted_hook
-    from arpo.tools.base import ToolRegistry, format_result
+    from arpo.tools.base import format_result
+    from arpo.tools.registry import ToolRegistry
     from arpo.tools.python import PythonTool
 
     system = system_prompt("math", ["python"])

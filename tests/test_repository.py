@@ -154,3 +154,79 @@ def test_parts_never_import_recipes():
             bad += [f"{rel}:{node.lineno} imports {n}" for n in names if n == "arpo.recipes" or
                     n.startswith("arpo.recipes.")]
     assert not bad, "\n".join(bad)
+
+
+def _import_edges(level: int) -> dict[str, dict[str, str]]:
+    """{importer: {imported: 'file:line'}} over src/arpo, every `import` statement counted, those inside
+    functions too; names are cut to `level` dotted parts (2: packages like arpo.tools; 0: modules).
+    `from arpo.x import y` counts as an edge to arpo.x.y when that is a module, else to arpo.x."""
+    import ast
+
+    src = ROOT / "src" / "arpo"
+    modules = {".".join(("arpo",) + p.relative_to(src).with_suffix("").parts).removesuffix(".__init__"): p
+               for p in src.rglob("*.py")}
+
+    def cut(name: str) -> str:
+        return ".".join(name.split(".")[:level]) if level else name
+
+    edges: dict[str, dict[str, str]] = {}
+    for mod, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                           for a in node.names]
+            else:
+                continue
+            for t in targets:
+                if t.startswith("arpo") and cut(t) != cut(mod):
+                    edges.setdefault(cut(mod), {}).setdefault(cut(t), f"{path.relative_to(ROOT)}:{node.lineno}")
+    return edges
+
+
+def _cycles(edges: dict[str, dict[str, str]]) -> list[list[str]]:
+    """Strongly connected components with more than one member (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in edges.get(v, {}):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in list(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b": ""}, "b": {"c": ""}, "c": {"a": ""}, "d": {"a": ""}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b": ""}, "b": {}}) == []
+
+
+@pytest.mark.parametrize("level", [2, 0], ids=["packages", "modules"])
+def test_no_import_cycles(level):
+    """Data flows one way: no cycle between arpo's packages (arpo.data, arpo.tools, ...) nor between
+    its modules, counting the imports inside functions (they hide cycles, they do not remove them)."""
+    edges = _import_edges(level)
+    found = _cycles(edges)
+    detail = ["  " + " -> ".join((a, b, edges[a][b])) for c in found for a in c for b in c if b in edges.get(a, {})]
+    assert not found, "import cycles:\n" + "\n".join(detail)

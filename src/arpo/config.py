@@ -155,10 +155,6 @@ def load_config(cls, path: str | None = None, overrides: list[str] | None = None
     return from_dict(cls, data, where=where)
 
 
-def save_config(obj, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(to_dict(obj), sort_keys=False))
-
-
 # ---- the config explained (`--print-config`) ------------------------------------------------------
 def field_docs(cls) -> dict[str, str]:
     """{field: its documentation}: the trailing `# comment` of the field's line in the dataclass

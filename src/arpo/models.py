@@ -43,7 +43,7 @@ def resolve_model_dir(name_or_path: str) -> Path:
     """A directory loadable with `from_pretrained`, converting a built-in GGUF model on first use."""
     p = Path(name_or_path).expanduser()
     if p.is_dir() and not (p / "config.json").exists() and not (p / "adapter_config.json").exists():
-        from arpo.training.checkpoint import latest_checkpoint
+        from arpo.runs import latest_checkpoint
 
         # a training run dir (its latest checkpoint) or a checkpoint dir
         ck = p if (p / "state.json").exists() else latest_checkpoint(p)

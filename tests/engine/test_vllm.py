@@ -301,7 +301,7 @@ def _rollout(engine, tools, tok, cfg, agent, script, free_tokens=4):
 def test_arpo_rollout_trees_satisfy_invariants(veng, tiny_tok):
     from arpo.rollout.agent import AgentConfig
     from arpo.rollout.arpo import RolloutConfig
-    from arpo.tools.base import ToolRegistry
+    from arpo.tools.registry import ToolRegistry
 
     t = _tree_checks()
     cfg = RolloutConfig(group_size=4, initial_rollouts=2, branch_factor=2, entropy_tokens=3, entropy_weight=0.5,
@@ -320,7 +320,7 @@ def test_arpo_rollout_trees_satisfy_invariants(veng, tiny_tok):
 def test_arpo_rollout_with_real_python_tool_branches_on_cached_prefixes(veng, tiny_tok):
     from arpo.rollout.agent import AgentConfig
     from arpo.rollout.arpo import RolloutConfig
-    from arpo.tools.base import ToolRegistry
+    from arpo.tools.registry import ToolRegistry
     from arpo.tools.python import PythonTool
 
     t = _tree_checks()
@@ -357,7 +357,8 @@ def test_serve_scheduler_batches_and_cancels_on_vllm(veng, tiny_tok, monkeypatch
     from arpo.rollout.agent import AgentConfig
     from arpo.serve.scheduler import AgentScheduler, Done, Request, Tokens
     from arpo.testing import hook_rollout, scripted_hook
-    from arpo.tools.base import ToolRegistry, ToolResult
+    from arpo.tools.base import ToolResult
+    from arpo.tools.registry import ToolRegistry
 
     class Rev:
         name = "python"

@@ -9,7 +9,8 @@ from arpo.engine.hf import HFEngine
 from arpo.rollout.agent import AgentConfig
 from arpo.rollout.arpo import ARPORollout, RolloutConfig, branch_probability, dynamic_initial_rollouts, segment_entropy
 from arpo.testing import hook_rollout, scripted_hook
-from arpo.tools.base import ToolRegistry, ToolResult
+from arpo.tools.base import ToolResult
+from arpo.tools.registry import ToolRegistry
 
 
 class Echo:

@@ -10,7 +10,8 @@ from arpo.engine.hf import HFEngine
 from arpo.rollout.agent import AgentConfig
 from arpo.serve.scheduler import AgentScheduler, Busy, Done, Failed, Request, Step, Tokens
 from arpo.testing import hook_rollout, scripted_hook
-from arpo.tools.base import ToolRegistry, ToolResult
+from arpo.tools.base import ToolResult
+from arpo.tools.registry import ToolRegistry
 
 
 class Gate:

@@ -19,7 +19,8 @@ from arpo.serve import openai_format as fmt  # noqa: E402
 from arpo.serve.app import create_app  # noqa: E402
 from arpo.serve.scheduler import AgentScheduler  # noqa: E402
 from arpo.testing import hook_rollout, scripted_hook  # noqa: E402
-from arpo.tools.base import ToolRegistry, ToolResult  # noqa: E402
+from arpo.tools.base import ToolResult  # noqa: E402
+from arpo.tools.registry import ToolRegistry  # noqa: E402
 
 MODEL = "tiny-agent"
 SYSTEM = system_prompt("math", ["python", "search"])
@@ -285,7 +286,7 @@ def test_closing_a_stream_cancels_it_without_disturbing_others(client, served, t
     assert other["r"].choices[0].message.content == " <answer> \\boxed{cba} </answer>"
     assert _wait(lambda: not engine.seqs and sched.stats()["live"] == 0, 5)  # nothing left behind
     assert sched.stats()["completed"] == before["completed"] + 1  # the cancelled one never completed
-    assert released_s < 2.0
+    assert released_s < 1.0  # README: "within a fraction of a second"
 
 
 def test_a_client_that_times_out_cancels_its_request(served):

@@ -244,4 +244,4 @@ def test_a_large_run_opens_each_page_in_under_2s(big_run):
     assert get("runs/0/entropy")["steps"] == 1000
     assert get("runs/0/steps/999/entropy")["step"] == 999
     print("\nlarge run, seconds per request: " + ", ".join(f"{p} {s:.3f}" for p, s in took.items()))
-    assert max(took.values()) < 2.0, took
+    assert max(took.values()) < 0.8, took  # README: under 0.4 s; 2x headroom for a busy CI machine

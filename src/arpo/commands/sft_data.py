@@ -59,10 +59,10 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from arpo.data.sft_data import build_rejection_dataset, build_sft_dataset
+    from arpo.recipes.sft_data import build_rejection_dataset, build_sft_dataset
 
     if args.source == "tools":
-        from arpo.data.sft_data import build_tool_sft
+        from arpo.recipes.sft_data import build_tool_sft
         from arpo.errors import ArpoError
 
         if not args.tools:

@@ -4,6 +4,7 @@ chat template. The prompt is tokenized once; everything after it is built in tok
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path
 
 import yaml
@@ -50,8 +51,6 @@ def describe_tool(name: str, tool=None, data: dict | None = None) -> str:
         return data["tool_descriptions"][name]
     if tool is None:
         return f"<{name}> input </{name}>"
-    from arpo.tools.formats import tool_schema
-
     fn = tool_schema(tool)["function"]
     desc = " ".join((fn.get("description") or "").strip().split("\n\n")[0].split())
     props = fn.get("parameters", {}).get("properties", {})
@@ -81,8 +80,6 @@ def render_prompt(tokenizer, question: str, system: str, tools=None, tool_format
     messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
     kw = {}
     if tool_format == "json" and tools is not None and len(_names(tools)):
-        from arpo.tools.formats import hermes_system_block, template_supports_tools, tool_schema
-
         if template_supports_tools(tokenizer):
             kw["tools"] = [tool_schema(tools[n]) for n in _names(tools)]
         else:
@@ -122,3 +119,34 @@ class _Subset:
 
     def __getitem__(self, n):
         return self.reg[n]
+
+
+# ---- how tools are described to the model (the tools layer renders its formats with these) -------
+HERMES_TOOLS = (
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{tools}\n</tools>\n\n"
+    "For each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n{{\"name\": <function-name>, \"arguments\": "
+    "<args-json-object>}}\n</tool_call>"
+)
+
+
+def tool_schema(tool) -> dict:
+    """A tool's function schema; a tag-only tool (no `schema`) takes one string, `input`."""
+    s = getattr(tool, "schema", None)
+    if isinstance(s, dict):
+        return s
+    return {"type": "function", "function": {"name": tool.name, "description": getattr(tool, "description", "") or "",
+                                             "parameters": {"type": "object", "required": ["input"],
+                                                            "properties": {"input": {"type": "string"}}}}}
+
+
+def template_supports_tools(tokenizer) -> bool:
+    t = getattr(tokenizer, "chat_template", None) or ""
+    return isinstance(t, str) and "tools" in t
+
+
+def hermes_system_block(tools) -> str:
+    """The hermes tools block for a chat template without tool support: every tool's schema as JSON."""
+    return HERMES_TOOLS.format(tools="\n".join(json.dumps(tool_schema(tools[n]), ensure_ascii=False)
+                                               for n in tools.names))

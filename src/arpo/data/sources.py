@@ -19,7 +19,6 @@ from __future__ import annotations
 import glob
 import gzip
 import itertools
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -217,15 +216,3 @@ def count_rows(path: Path) -> int:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", encoding="utf-8") as f:
         return sum(1 for line in f if line.strip())
-
-
-def first_rows(path: Path, n: int) -> list[dict]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    out = []
-    with opener(path, "rt", encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                out.append(json.loads(line))
-            if len(out) >= n:
-                break
-    return out

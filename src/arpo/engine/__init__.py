@@ -47,6 +47,4 @@ def make_engine(kind: str = "hf", model=None, tokenizer=None, model_dir=None, **
 def sync_weights(engine, model) -> None:
     """Make the engine generate with the policy's current weights: vLLM gets them pushed
     (VLLMEngine.load_weights); engines that run the policy module itself (hf) need nothing."""
-    load = getattr(engine, "load_weights", None)
-    if load is not None:
-        load(model)
+    engine.load_weights(model)

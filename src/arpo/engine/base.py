@@ -100,6 +100,17 @@ class Engine(Protocol):
 
     def has_unfinished(self) -> bool: ...
 
+    # lifecycle between rollouts; engines that run the policy module itself (hf) implement them as no-ops
+    stats: dict
+
+    def load_weights(self, model) -> int: ...  # push the policy's current weights; returns tensors sent
+
+    def sleep(self, level: int = 1) -> bool: ...  # free accelerator memory while training; False if unsupported
+
+    def wake_up(self) -> bool: ...  # undo sleep(); False if it was awake or sleep is unsupported
+
+    def close(self) -> None: ...
+
 
 STOP_TAIL = 16  # tokens decoded to look for a stop string that the newest token completed
 

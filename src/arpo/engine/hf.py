@@ -172,6 +172,22 @@ class HFEngine:
         return [self.seqs[s] for s in sids]
 
     # ---- internals ------------------------------------------------------------------------------
+    # ---- lifecycle (the Engine protocol): this engine runs the policy module itself ---------------
+    def load_weights(self, model) -> int:
+        """Nothing to push: generation reads the policy's own parameters. Returns 0 tensors sent."""
+        return 0
+
+    def sleep(self, level: int = 1) -> bool:
+        """No separate accelerator memory to free; returns False (unsupported), as vLLM on CPU does."""
+        return False
+
+    def wake_up(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        for sid in list(self.seqs):
+            self.release(sid)
+
     def _new_sid(self) -> int:
         self._next_sid += 1
         return self._next_sid - 1

@@ -46,7 +46,7 @@ from pathlib import Path
 
 from arpo.experiments import kbenv
 from arpo.recipes.common import ToolsConfig
-from arpo.tools.base import ToolRegistry
+from arpo.tools.registry import ToolRegistry
 
 
 @dataclass

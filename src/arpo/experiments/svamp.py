@@ -98,7 +98,7 @@ def evaluate_model(model_dir: str, tc, cfg: SvampExperimentConfig, examples: lis
 
 def make_sft(cfg: SvampExperimentConfig, out: Path) -> dict:
     from arpo.config import load_config
-    from arpo.data.sft_data import build_sft_dataset
+    from arpo.recipes.sft_data import build_sft_dataset
     from arpo.recipes.sft import SFTConfig, run as sft_run
 
     data = out / "sft_svamp.jsonl"

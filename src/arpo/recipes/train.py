@@ -440,16 +440,14 @@ class Trainer:
 
         self.model.eval()
         self.par.sync_rollout()
-        if hasattr(self.engine, "wake_up"):
-            self.engine.wake_up()
+        self.engine.wake_up()
         if self.stale:
             sync_weights(self.engine, self.par.rollout)
             self.stale = False
 
     def close(self) -> None:
         self.tools.close()
-        if hasattr(self.engine, "close"):
-            self.engine.close()
+        self.engine.close()
 
 
 def setup(cfg: TrainConfig, preset, examples: list, reward_fn, ckpt=None, multi: bool = False,
@@ -507,8 +505,7 @@ def train_step(tr: Trainer, step: int) -> tuple[dict, list]:
     prompts = prompts_for(batch_ex, tr.tok, tr.tools, cfg.data.template, cfg.agent.tool_format)
     tr.engine_ready()
     trees = rollout_step(tr.ro, prompts, batch_ex, cfg.run.seed * 100_003 + step, tr.log_error, offset=mine.start)
-    if hasattr(tr.engine, "sleep"):  # vllm on GPU with enable_sleep_mode: free its memory for training
-        tr.engine.sleep(level=1)
+    tr.engine.sleep(level=1)  # vllm on GPU with enable_sleep_mode frees its memory for training; else a no-op
     lap("time_generation")
     n_rolled = distributed.total(len(trees))
     if not n_rolled:

@@ -20,7 +20,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from arpo.engine.base import Engine, SamplingParams
-from arpo.tools.base import STOP_REGEX, ToolRegistry, ToolResult
+from arpo.tools.base import STOP_REGEX, ToolResult
+from arpo.tools.registry import ToolRegistry
 from arpo.tools.formats import get_format
 
 

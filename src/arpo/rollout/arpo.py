@@ -37,7 +37,7 @@ from arpo.engine.base import Engine
 from arpo.errors import ArpoError
 from arpo.rollout.agent import AgentConfig, AgentLoop, TrajState
 from arpo.rollout.tree import RolloutTree, TreeTrajectory
-from arpo.tools.base import ToolRegistry
+from arpo.tools.registry import ToolRegistry
 
 
 @dataclass

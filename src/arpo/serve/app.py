@@ -313,7 +313,7 @@ def agent_server(cfg: ServeConfig):
         if sched is not None:
             sched.close()
         tools.close()
-        if engine is not None and hasattr(engine, "close"):
+        if engine is not None:
             engine.close()
 
 

@@ -37,7 +37,7 @@ import torch
 
 from arpo.engine.base import SamplingParams
 from arpo.rollout.agent import AgentConfig, AgentLoop, ToolCallRecord, Trajectory, TrajState
-from arpo.tools.base import ToolRegistry
+from arpo.tools.registry import ToolRegistry
 
 log = logging.getLogger("arpo.serve")
 

@@ -5,7 +5,8 @@ for the protocol and tools/formats.py for the two call formats (tags, json)."""
 from __future__ import annotations
 
 from arpo.errors import ArpoError
-from arpo.tools.base import Tool, ToolRegistry, ToolResult  # noqa: F401
+from arpo.tools.base import Tool, ToolResult  # noqa: F401
+from arpo.tools.registry import ToolRegistry  # noqa: F401
 
 KNOWN_TOOLS = ("python", "search")
 

@@ -10,9 +10,8 @@ tools/formats.py). Tools never raise into the rollout: failures come back as
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
-from typing import Iterable, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 RESULT_OPEN, RESULT_CLOSE = "<result>", "</result>"
 ANSWER_TAG = "answer"
@@ -50,112 +49,3 @@ class ToolCall:
     error: str | None = None  # set when the call is malformed; then the error is the result
     arguments: dict | None = None  # json format: the parsed arguments
     session: str | None = None  # the trajectory's key, for tools with sessions (python with session: true)
-
-
-class ToolRegistry:
-    """Maps tags to tools; provides the stop strings and parses the model's last call."""
-
-    def __init__(self, tools: Iterable[Tool] = ()):
-        self._tools: dict[str, Tool] = {}
-        for t in tools:
-            self.register(t)
-
-    def register(self, tool) -> None:
-        """Add a tool: a Tool, or any function / class (tools/function.py builds its schema)."""
-        from arpo.tools.function import as_tool
-
-        tool = as_tool(tool)
-        self._add(tool)
-
-    def _add(self, tool: Tool) -> None:
-        if not re.fullmatch(r"[a-z_][a-z0-9_]*", tool.name):
-            raise ValueError(f"tool tag {tool.name!r} must be lowercase [a-z0-9_]")
-        if tool.name in (ANSWER_TAG, "result", "think"):
-            raise ValueError(f"tag <{tool.name}> is reserved by the protocol")
-        self._tools[tool.name] = tool
-
-    def __contains__(self, tag: str) -> bool:
-        return tag in self._tools
-
-    def __getitem__(self, tag: str) -> Tool:
-        return self._tools[tag]
-
-    def __len__(self) -> int:
-        return len(self._tools)
-
-    @property
-    def names(self) -> list[str]:
-        return list(self._tools)
-
-    def stop_strings(self) -> list[str]:
-        """Generation pauses at any tool's closing tag and ends at `</answer>`."""
-        return [f"</{t}>" for t in self._tools] + [f"</{ANSWER_TAG}>"]
-
-    def parse_last_call(self, segment: str) -> ToolCall | None:
-        """Parse the tool call that ends `segment` (the text generated since the last result).
-
-        Returns None when the segment ends with `</answer>` or no closing tag at all (a plain finish).
-        Unknown tags, unclosed tags and empty bodies become a ToolCall with `error` set: the agent
-        receives the error as its result and the trajectory goes on (issue #2, item 3).
-        """
-        m = re.search(r"</([A-Za-z_][A-Za-z0-9_]*)>\s*$", segment.rstrip()) or re.search(
-            r"</([A-Za-z_][A-Za-z0-9_]*)>", segment[-40:]
-        )
-        if m is None:
-            return None
-        tag = m.group(1)
-        if tag in NON_CALL_TAGS:
-            return None
-        close_at = segment.rfind(f"</{tag}>")
-        head = segment[:close_at]
-        open_at = head.rfind(f"<{tag}>")
-        if tag not in self._tools:
-            known = ", ".join(f"<{t}>" for t in self._tools) or "none"
-            return ToolCall(tag, "", error=f"Error: unknown tool <{tag}>. Available tools: {known}.")
-        if open_at < 0:
-            return ToolCall(tag, "", error=f"Error: found </{tag}> without an opening <{tag}> tag.")
-        body = head[open_at + len(tag) + 2 :].strip()
-        if not body:
-            return ToolCall(tag, "", error=f"Error: empty <{tag}> call; put the input between the tags.")
-        return ToolCall(tag, body)
-
-    # -- tools with per-trajectory sessions (tools/python_session.py) --------------------------------
-    def fork_sessions(self, parent, child, calls) -> None:
-        """The rollout forked trajectory `parent` into `child`, which inherits `calls` (the parent's call
-        records up to the branch point): each session tool forks its state as of its last such call."""
-        for name, tool in self._tools.items():
-            if getattr(tool, "sessions", False):
-                tool.fork(str(parent), str(child), sum(1 for c in calls if c.tool == name))
-
-    def end_sessions(self, keys) -> None:
-        for tool in self._tools.values():
-            if getattr(tool, "sessions", False):
-                for k in keys:
-                    tool.end(str(k))
-
-    def close(self) -> None:
-        """Release tool resources (worker pools, connections) of tools that hold any."""
-        for t in self._tools.values():
-            close = getattr(t, "close", None)
-            if close is not None:
-                close()
-
-    def run(self, call: ToolCall) -> ToolResult:
-        """Run a parsed call; errors (malformed call or a tool that raised) become error results."""
-        if call.error is not None:
-            return ToolResult(call.error, ok=False)
-        try:
-            tool = self._tools[call.tag]
-            if getattr(tool, "sessions", False) and call.session is not None:  # state per trajectory
-                text = call.input if call.arguments is None else str(next(iter(call.arguments.values()), ""))
-                return tool.run_session(call.session, text)
-            if call.arguments is not None:  # json format
-                if hasattr(tool, "call"):
-                    return tool.call(call.arguments)
-                (value,) = call.arguments.values() if len(call.arguments) == 1 else (None,)
-                if not isinstance(value, str):
-                    return ToolResult(f"Error: tool {call.tag} takes one string argument", ok=False)
-                return tool(value)
-            return tool(call.input)
-        except Exception as e:  # a tool must never crash the rollout
-            return ToolResult(f"Error: tool <{call.tag}> failed: {type(e).__name__}: {e}", ok=False)

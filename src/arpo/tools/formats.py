@@ -24,32 +24,16 @@ import json
 import re
 from dataclasses import dataclass
 
-from arpo.tools.base import ToolCall, ToolRegistry, format_result
+# how tools are described to the model lives with the prompts (data layer); re-exported here
+from arpo.data.prompts import HERMES_TOOLS as HERMES_TOOLS
+from arpo.data.prompts import hermes_system_block as hermes_system_block
+from arpo.data.prompts import template_supports_tools as template_supports_tools
+from arpo.data.prompts import tool_schema as tool_schema
+from arpo.tools.base import ToolCall, format_result
+from arpo.tools.registry import ToolRegistry
 
 FORMATS = ("tags", "json")
 TOOL_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
-HERMES_TOOLS = (
-    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{tools}\n</tools>\n\n"
-    "For each function call, return a json object with function name and arguments within "
-    "<tool_call></tool_call> XML tags:\n<tool_call>\n{{\"name\": <function-name>, \"arguments\": "
-    "<args-json-object>}}\n</tool_call>"
-)
-
-
-def tool_schema(tool) -> dict:
-    """A tool's function schema; a tag-only tool (no `schema`) takes one string, `input`."""
-    s = getattr(tool, "schema", None)
-    if isinstance(s, dict):
-        return s
-    return {"type": "function", "function": {"name": tool.name, "description": getattr(tool, "description", "") or "",
-                                             "parameters": {"type": "object", "required": ["input"],
-                                                            "properties": {"input": {"type": "string"}}}}}
-
-
-def template_supports_tools(tokenizer) -> bool:
-    t = getattr(tokenizer, "chat_template", None) or ""
-    return isinstance(t, str) and "tools" in t
 
 
 @dataclass
@@ -186,8 +170,3 @@ def get_format(name: str):
     from arpo.errors import ArpoError
 
     raise ArpoError(f"agent.tool_format: {name!r}; choose tags or json")
-
-
-def hermes_system_block(tools: ToolRegistry) -> str:
-    return HERMES_TOOLS.format(tools="\n".join(json.dumps(tool_schema(tools[n]), ensure_ascii=False)
-                                               for n in tools.names))

@@ -32,7 +32,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from arpo.errors import ArpoError
+from arpo.runs import latest_checkpoint as latest_checkpoint  # re-exported: the readers of this layout
+from arpo.runs import list_checkpoints
+
 
 
 def _fsync_dir(path: Path) -> None:
@@ -114,38 +116,6 @@ def _publish(tmp: Path, final: Path, run_dir, keep: int) -> None:
         stale.unlink(missing_ok=True)
 
 
-def list_checkpoints(run_dir: str | Path) -> list[Path]:
-    """Complete checkpoints (those with state.json), oldest first."""
-    root = Path(run_dir) / "checkpoints"
-    if not root.is_dir():
-        return []
-    done = [p for p in root.glob("step_*") if p.is_dir() and (p / "state.json").is_file()]
-    return sorted(done, key=lambda p: int(p.name.split("_")[1]))
-
-
-def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    """The newest complete checkpoint of a run, or None."""
-    root = Path(run_dir) / "checkpoints"
-    pointer = root / "latest"
-    if pointer.is_file():
-        cand = root / pointer.read_text().strip()
-        if (cand / "state.json").is_file():
-            return cand
-    done = list_checkpoints(run_dir)
-    return done[-1] if done else None
-
-
-def resolve_checkpoint(path: str | Path) -> Path:
-    """A checkpoint dir, or a run dir (its latest checkpoint)."""
-    p = Path(path)
-    if (p / "state.json").is_file():
-        return p
-    ck = latest_checkpoint(p)
-    if ck is None:
-        raise ArpoError(f"{path}: no complete checkpoint here (expected RUN_DIR/checkpoints/step_*/state.json)")
-    return ck
-
-
 def load_trainer_state(ckpt: str | Path, optimizer=None, scheduler=None, restore_rng: bool = True) -> dict:
     """Restore optimizer / scheduler / RNG from a checkpoint; returns its state.json dict."""
     ckpt = Path(ckpt)
@@ -158,30 +128,6 @@ def load_trainer_state(ckpt: str | Path, optimizer=None, scheduler=None, restore
     if restore_rng:
         set_rng_state(blob["rng"])
     return state
-
-
-def resume_from(run_dir: str | Path, resume: bool, overwrite: bool = False) -> Path | None:
-    """The checkpoint `--resume` continues from (None without --resume); an error if there is none.
-    A fresh run (no --resume) into a run dir that already holds checkpoints is an error, since its
-    stale checkpoints would mix with the new ones, unless `overwrite` (`--overwrite`), which deletes
-    them and the old metrics first (rank 0 of a distributed run does the deleting)."""
-    if not resume:
-        old = latest_checkpoint(run_dir)
-        if old is not None and not overwrite:
-            raise ArpoError(f"run.dir {run_dir} already holds checkpoints (latest: {Path(old).name}): pass --resume "
-                            "to continue that run, --overwrite to start over, or choose another run.dir")
-        from arpo.training.distributed import is_main
-
-        if old is not None and is_main():
-            shutil.rmtree(Path(run_dir) / "checkpoints", ignore_errors=True)
-            for name in ("metrics.jsonl", "errors.log", "tensorboard", "wandb_id"):
-                path = Path(run_dir) / name
-                shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
-        return None
-    ck = latest_checkpoint(run_dir)
-    if ck is None:
-        raise ArpoError(f"--resume: no checkpoint in {run_dir}/checkpoints")
-    return ck
 
 
 # ---- distributed (DCP) checkpoints ---------------------------------------------------------------

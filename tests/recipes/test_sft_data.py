@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from arpo.data.datasets import load_examples
-from arpo.data.sft_data import gsm8k_to_sft, hotpotqa_to_sft, result_spans
+from arpo.recipes.sft_data import gsm8k_to_sft, hotpotqa_to_sft, result_spans
 from arpo.rewards import arpo_reward
 from arpo.rewards.format import check_format
 
@@ -80,7 +80,7 @@ def test_cli_writes_rows(tmp_path):
 
 
 def test_rejection_rows_keep_rewarded_samples_only():
-    from arpo.data.sft_data import rejection_rows
+    from arpo.recipes.sft_data import rejection_rows
 
     good = ("<think> a </think>\n<python>\nprint(2)\n</python>\n<result>\n2\n</result>\n"
             "<answer> \\boxed{2} </answer><|im_end|>")

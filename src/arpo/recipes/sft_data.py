@@ -22,7 +22,6 @@ import json
 import math
 import re
 from collections import Counter
-from pathlib import Path
 
 from arpo.jsonl import write_jsonl
 from arpo.tools.base import RESULT_CLOSE, RESULT_OPEN, format_result
