@@ -100,31 +100,32 @@ class RssPeak:
 
 
 class ArpoStep:
-    """`arpo train algo.preset=grpo` on these prompts: recipes/train.py's own setup + train_step."""
+    """`arpo train algo.preset=grpo` on these prompts: training/trainer.py's own setup + train_step."""
 
     def __init__(self, model, tok, examples, prompts, a, total_steps: int):
-        from arpo.recipes import train as T
-        from arpo.recipes.common import OptimConfig, ToolsConfig
+        from arpo.settings import OptimConfig, ToolsConfig
+        from arpo.training import trainer
+        from arpo.training.config import AlgoConfig, TrainConfig
         from arpo.rewards import get_reward_fn
         from arpo.rollout.agent import AgentConfig
         from arpo.rollout.arpo import RolloutConfig
 
-        cfg = T.TrainConfig(
+        cfg = TrainConfig(
             tools=ToolsConfig(enabled=[]),  # no tools (see the module docstring)
             agent=AgentConfig(max_response_tokens=a.max_len, temperature=a.temperature, top_p=1.0, top_k=0),
-            rollout=RolloutConfig(group_size=a.g, initial_rollouts=a.g), algo=T.AlgoConfig(preset="grpo"),
+            rollout=RolloutConfig(group_size=a.g, initial_rollouts=a.g), algo=AlgoConfig(preset="grpo"),
             optim=OptimConfig(lr=a.lr), steps=total_steps, prompts_per_step=len(examples),
             old_logprobs="recompute" if getattr(a, "recompute_old_logprobs", False) else "auto",
         )
         cfg.run.seed = a.seed
         cfg.validate()
         self.errors: list = []
-        self.T = T
-        self.tr = T.setup(cfg, cfg.algo.resolve(cfg.rollout), examples, get_reward_fn("arpo"),
-                          log_error=self.errors.append, model_and_tok=(model, tok))
+        self.trainer = trainer
+        self.tr = trainer.setup(cfg, cfg.algo.resolve(cfg.rollout), examples, get_reward_fn("arpo"),
+                                log_error=self.errors.append, model_and_tok=(model, tok))
 
     def step(self, step: int) -> dict:
-        m, trees = self.T.train_step(self.tr, step)
+        m, trees = self.trainer.train_step(self.tr, step)
         if self.errors or "skipped" in m:
             raise RuntimeError("arpo rollout failed: " + "\n".join(self.errors))
         t = {"generation": m["time_generation"], "rewards": m["time_rewards"], "advantages_batch": m["time_batch"],

@@ -13,7 +13,7 @@ Per model:
 
 a. decode tokens/s of arpo's HFEngine vs `model.generate`: same batch, prompt and new-token
    counts, sampling at T=1, EOS suppressed in both; prefill timed separately and subtracted.
-b. ARPO RL steps composed from recipes/train.py's pieces exactly as its `run()` does on one process
+b. ARPO RL steps composed from training/trainer.py's pieces exactly as `arpo train` runs them on one process
    (rollout_step -> score_trees -> rollout_metrics -> build_batch -> token_logprobs ->
    loss_and_backward -> clip -> AdamW), with the real python tool. Random weights never call tools,
    so `arpo.testing.scripted_hook(free_tokens=n)` makes every segment n freely sampled tokens
@@ -314,10 +314,10 @@ def bench_decode(model, tok, sz: Sizes, dev: Device) -> dict:
 
 # ---- (b) RL steps ---------------------------------------------------------------------------------
 def bench_rl(model, tok, sz: Sizes, dev: Device, errors: list) -> tuple[dict, object]:
-    """ARPO steps through recipes/train.py's own `setup` + `train_step` on one process, with timing
+    """ARPO steps through training/trainer.py's own `setup` + `train_step` on one process, with timing
     hooks: each phase ends with a device sync and its peak memory (Trainer.on_lap)."""
-    from arpo.recipes import train as T
-    from arpo.recipes.common import ToolsConfig
+    from arpo.training import trainer as T
+    from arpo.settings import ToolsConfig
     from arpo.rollout.agent import AgentConfig
     from arpo.rollout.arpo import RolloutConfig
     from arpo.testing import hook_rollout, toy_reward
@@ -411,7 +411,7 @@ def bench_rl(model, tok, sz: Sizes, dev: Device, errors: list) -> tuple[dict, ob
 
 # ---- (c) tree-packed vs flat ------------------------------------------------------------------------
 def bench_packing(model, trees, preset, lp_kw: dict, sz: Sizes, dev: Device) -> dict:
-    from arpo.recipes import train as T
+    from arpo.training import trainer as T
     from arpo.training.batch import loss_and_backward, token_logprobs
 
     model.train()
@@ -478,7 +478,7 @@ def vllm_child(a) -> dict:
 
     from arpo.engine.base import SamplingParams
     from arpo.engine.vllm import VLLMEngine
-    from arpo.recipes import train as T
+    from arpo.training import trainer as T
     from arpo.data.prompts import prompts_for
     from arpo.rollout.agent import AgentConfig
     from arpo.rollout.arpo import ARPORollout, RolloutConfig

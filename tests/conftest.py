@@ -59,7 +59,9 @@ def train_scripted_run(root, steps: int = 3, **overrides):
           "rollout.group_size": 4, "rollout.initial_rollouts": 2, "reward.fn": "arpo.testing:toy_reward",
           "steps": steps, "prompts_per_step": 2, "optim.lr": 1e-3, "run.dir": root / "run", "run.save_every": 0,
           "run.tensorboard": "false", "run.seed": 1, "run.threads": 1, **overrides}
-    init = train.ShardRollout.__init__
+    from arpo.rollout.arpo import ARPORollout
+
+    init = ARPORollout.__init__
 
     def scripted(self, *a, **k):
         init(self, *a, **k)
@@ -68,7 +70,7 @@ def train_scripted_run(root, steps: int = 3, **overrides):
     threads = torch.get_num_threads()
     try:
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(train.ShardRollout, "__init__", scripted)
+            mp.setattr(ARPORollout, "__init__", scripted)
             train.run(load_config(train.TrainConfig, None, [f"{k}={v}" for k, v in ov.items()]), quiet=True)
     finally:
         torch.set_num_threads(threads)

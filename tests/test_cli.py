@@ -28,7 +28,7 @@ def test_version(capsys):
 
 
 def test_every_help_shows_defaults_and_one_vocabulary():
-    from arpo.recipes.common import ToolsConfig
+    from arpo.settings import ToolsConfig
     from arpo.tools import SEARCH_MAX_CHARS, SEARCH_TOP_K
 
     seen = {}

@@ -12,7 +12,7 @@ CONFIGS = sorted((ROOT / "configs").rglob("*.yaml"))
 def _cls(path: Path):
     from arpo.recipes.rollout import RolloutJobConfig
     from arpo.recipes.sft import SFTConfig
-    from arpo.recipes.train import TrainConfig
+    from arpo.training.config import TrainConfig
 
     name = path.name
     return RolloutJobConfig if name.startswith("rollout") else SFTConfig if name.startswith("sft") else TrainConfig

@@ -222,7 +222,7 @@ def test_branch_counts_with_branch_factor(tiny_lm, tiny_tok, z):
 def test_issued_calls_equal_the_tool_runs(tiny_lm, tiny_tok):
     """train.issued_calls counts each tool run once: the calls of a tree's trajectories minus the prefix
     calls branches inherit equal the calls the tool really received."""
-    from arpo.recipes.train import issued_calls
+    from arpo.training.rollout_metrics import issued_calls
 
     runs = []
 

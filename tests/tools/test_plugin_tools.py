@@ -258,19 +258,20 @@ def test_json_rollout_ids_are_sampled_plus_rendered_results(tiny_lm, template):
 
 
 def _json_train_step(tiny_tok_name, tool_format, segments, tmp_path):
-    """One ARPO step (recipes/train.py's setup + train_step) with a scripted model."""
-    from arpo.recipes import train as T
-    from arpo.recipes.common import ToolsConfig
+    """One ARPO step (training/trainer.py's setup + train_step) with a scripted model."""
+    from arpo.training import trainer as T
+    from arpo.training.config import TrainConfig
+    from arpo.settings import ToolsConfig
     from arpo.rollout.agent import AgentConfig
     from arpo.rollout.arpo import RolloutConfig
     from arpo.testing import hook_rollout, qwen_style_tokenizer, scripted_hook, tiny_model, toy_reward
 
     tok = qwen_style_tokenizer()
     model = tiny_model(tok)
-    cfg = T.TrainConfig(tools=ToolsConfig(enabled=["arpo.testing:echo"]),
-                        agent=AgentConfig(max_response_tokens=300, tool_format=tool_format),
-                        rollout=RolloutConfig(group_size=6, initial_rollouts=2, branch_threshold=0.0, entropy_tokens=2),
-                        steps=1, prompts_per_step=2)
+    cfg = TrainConfig(tools=ToolsConfig(enabled=["arpo.testing:echo"]),
+                      agent=AgentConfig(max_response_tokens=300, tool_format=tool_format),
+                      rollout=RolloutConfig(group_size=6, initial_rollouts=2, branch_threshold=0.0, entropy_tokens=2),
+                      steps=1, prompts_per_step=2)
     cfg.validate()
     preset = cfg.algo.resolve(cfg.rollout)
     exs = [{"id": f"q{i}", "question": f"reverse {i}", "answers": ["x"], "task": "math"} for i in range(2)]

@@ -11,7 +11,7 @@ def stat(decisions, branch=False):
 
 
 def test_metrics_of_branch_rate_and_delta_entropy():
-    from arpo.recipes.train import metrics_of
+    from arpo.training.rollout_metrics import metrics_of
 
     m = metrics_of([stat([(-0.3, True), (-0.1, False)]), stat([(0.4, False)], branch=True), stat([])])
     assert m["branch_decisions"] == 3 and m["branches"] == 1
@@ -34,7 +34,7 @@ def test_plot_has_the_branch_rate_panel(tmp_path, capsys):
 def test_issued_calls_count_a_branch_prefix_once():
     from types import SimpleNamespace as NS
 
-    from arpo.recipes.train import issued_calls, metrics_of
+    from arpo.training.rollout_metrics import issued_calls, metrics_of
 
     def call(end):
         return NS(result_span=(end - 5, end) if end else (0, 0))
@@ -49,7 +49,8 @@ def test_issued_calls_count_a_branch_prefix_once():
 
 
 def test_aepo_preset_switches_on_its_rollout_features():
-    from arpo.recipes.train import AlgoConfig, rollout_config
+    from arpo.training.config import AlgoConfig
+    from arpo.training.trainer import rollout_config
     from arpo.rollout.arpo import RolloutConfig
 
     ro = RolloutConfig(group_size=8, initial_rollouts=4)

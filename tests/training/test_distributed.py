@@ -157,25 +157,24 @@ def test_ddp_two_ranks_match_one_process(tiny_dir, reference):
 
 
 def test_shard_rollout_seeds_by_global_prompt_index(tiny_lm, tiny_tok):
-    """Rolling out prompts[2:] with offset 2 gives the trees the whole list gives for them."""
+    """Rolling out prompts[2:] with group_offset 2 gives the trees the whole list gives for them."""
     from arpo.engine.hf import HFEngine
-    from arpo.recipes.train import ShardRollout
     from arpo.rollout.agent import AgentConfig
-    from arpo.rollout.arpo import RolloutConfig
+    from arpo.rollout.arpo import ARPORollout, RolloutConfig
     from arpo.tools import build_tools
 
-    ro = ShardRollout(HFEngine(tiny_lm, tiny_tok), build_tools([]), AgentConfig(max_response_tokens=6),
-                      RolloutConfig(group_size=2, initial_rollouts=2))
+    ro = ARPORollout(HFEngine(tiny_lm, tiny_tok), build_tools([]), AgentConfig(max_response_tokens=6),
+                     RolloutConfig(group_size=2, initial_rollouts=2))
     prompts = [tiny_tok.encode(f"question {i}") for i in range(4)]
     whole = ro.run(prompts, seed=5)
-    part = ro.run(prompts[2:], seed=5, offset=2)
+    part = ro.run(prompts[2:], seed=5, group_offset=2)
     ids = [[t.traj.response_ids for t in tr.trajectories] for tr in whole[2:]]
     assert [[t.traj.response_ids for t in tr.trajectories] for tr in part] == ids
     assert [[t.traj.response_ids for t in tr.trajectories] for tr in ro.run(prompts[2:], seed=5)] != ids
 
 
 def test_shards_and_global_diagnostics():
-    from arpo.recipes.train import global_diagnostics
+    from arpo.training.sharded import global_diagnostics
     from arpo.training import distributed
 
     assert distributed.shard(5) == range(5)  # one process: everything

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from arpo.experiments import kbenv
-from arpo.recipes.common import ToolsConfig
+from arpo.settings import ToolsConfig
 from arpo.tools.registry import ToolRegistry
 
 
@@ -205,7 +205,7 @@ def train_sft(cfg: ExperimentConfig, env: dict, out: Path) -> dict:
     """Tokenizer + random Llama, then arpo's SFT recipe in segments until dev accuracy >= target."""
     import torch
 
-    from arpo.recipes.common import ModelConfig, OptimConfig, RunConfig
+    from arpo.settings import ModelConfig, OptimConfig, RunConfig
     from arpo.recipes.sft import SFTConfig, SFTDataConfig, run as sft_run
 
     tok = kbenv.build_tokenizer(kbenv.tokenizer_corpus(env["kb"], env["sft_rows"], env["train"]), cfg.vocab_size)
@@ -246,7 +246,7 @@ def run_rl(cfg: ExperimentConfig, method: str, seed: int, sft_model: str, env: d
            start_eval: dict) -> dict:
     """One RL run with recipes/train.run in segments of eval_every steps; the learning curve."""
     from arpo.recipes import train
-    from arpo.recipes.common import DataConfig, ModelConfig, OptimConfig
+    from arpo.settings import DataConfig, ModelConfig, OptimConfig
     from arpo.rollout.arpo import RolloutConfig
     from arpo.training.logger import read_metrics
 

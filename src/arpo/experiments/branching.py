@@ -75,7 +75,7 @@ def _corr(xs: list[float], ys: list[float]) -> float | None:
 
 def summarize_trees(trees) -> dict:
     """The numbers of the module docstring from scored rollout trees."""
-    from arpo.recipes.train import issued_calls
+    from arpo.training.rollout_metrics import issued_calls
 
     decisions, branches, p_right, p_wrong, p_var = [], [], [], [], []
     mixed = 0
@@ -126,7 +126,7 @@ def measure(model_dir: str, cfg: BranchingConfig, examples: list[dict]) -> dict:
     from arpo.data.prompts import prompts_for
     from arpo.engine.hf import HFEngine
     from arpo.models import load_model
-    from arpo.recipes.common import RewardConfig, ToolsConfig
+    from arpo.settings import RewardConfig, ToolsConfig
     from arpo.rewards import get_reward_fn, score_trees
     from arpo.rollout.agent import AgentConfig
     from arpo.rollout.arpo import ARPORollout, RolloutConfig

@@ -181,7 +181,7 @@ def build_index(kb: KB, out_dir: str | Path):
 def tools_config(index_dir: str | Path, top_k: int = 2, cls=None):
     """The ToolsConfig of this environment (python + search over the KB index): used for the
     expert traces, RL and evaluation alike. `cls` may be a ToolsConfig subclass."""
-    from arpo.recipes.common import ToolsConfig
+    from arpo.settings import ToolsConfig
 
     return (cls or ToolsConfig)(enabled=["python", "search"], search_index=str(index_dir), search_top_k=top_k,
                                 search_max_chars=200, python_timeout_s=5.0, max_output_chars=200)

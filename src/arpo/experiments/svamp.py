@@ -13,7 +13,7 @@ The pipeline, all of it arpo's own recipes and configs:
          evaluated greedily on the held-out problems (its tool calls are not counted)
       ─► results.json, accuracy_vs_step.png, accuracy_vs_tool_calls.png, branch_rate.png
 
-Tool calls are the training metric `tool_calls_issued` (recipes/train.py): every call a training
+Tool calls are the training metric `tool_calls_issued` (training/rollout_metrics.py): every call a training
 rollout ran, a branch's inherited prefix calls counted once — the saving ARPO claims. The analysis
 (tool-call ratio at the highest accuracy both methods' seed means reach, also per seed pair) is
 experiments/arpo_vs_grpo.summarize; each run's final checkpoint is also compared with the SFT start

@@ -13,7 +13,7 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from arpo.recipes.common import DataConfig, ModelConfig, RewardConfig, ToolsConfig
+from arpo.settings import DataConfig, ModelConfig, RewardConfig, ToolsConfig
 from arpo.rollout.agent import AgentConfig
 from arpo.rollout.arpo import RolloutConfig
 

@@ -21,9 +21,10 @@ from pathlib import Path
 
 import torch
 
+from arpo.data.order import batch_indices
 from arpo.errors import ArpoError
 from arpo.jsonl import iter_jsonl
-from arpo.recipes.common import LoraConfig, ModelConfig, OptimConfig, RunConfig
+from arpo.settings import LoraConfig, ModelConfig, OptimConfig, RunConfig
 
 
 @dataclass
@@ -117,18 +118,6 @@ def tokenize_row(tok, row: dict) -> tuple[list[int], list[int], list[int]]:
     ids.append(tok.eos_token_id)
     mask.append(1)
     return prompt, ids, mask
-
-
-def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
-    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-    return torch.randperm(n, generator=g).tolist()
-
-
-def batch_indices(n: int, batch_size: int, seed: int, step: int) -> list[int]:
-    """Rows of optimizer step `step` (a pure function: resuming needs only the step)."""
-    per_epoch = max(1, (n + batch_size - 1) // batch_size)
-    epoch, k = divmod(step, per_epoch)
-    return epoch_order(n, seed, epoch)[k * batch_size : (k + 1) * batch_size]
 
 
 def nll_loss(mask: torch.Tensor):

@@ -151,10 +151,14 @@ class ARPORollout:
         self.engine = engine
         self.vocab = len(engine.tokenizer)
 
-    def run(self, prompts: list[list[int]], prompt_ids: list[str] | None = None, seed: int | None = None) -> list[RolloutTree]:
+    def run(self, prompts: list[list[int]], prompt_ids: list[str] | None = None, seed: int | None = None,
+            group_offset: int = 0) -> list[RolloutTree]:
+        """One tree per prompt. Group i draws its randomness from "{seed}:{group_offset + i}", so a
+        rank that rolls out prompts[k:] of a step's list with group_offset=k gets the trees the whole
+        list gives for them (a distributed step does not depend on the number of ranks)."""
         c = self.cfg
         base = c.seed if seed is None else seed
-        groups = [_Group(p, random.Random(f"{base}:{i}")) for i, p in enumerate(prompts)]
+        groups = [_Group(p, random.Random(f"{base}:{group_offset + i}")) for i, p in enumerate(prompts)]
         states: dict[int, _Traj] = {}
         for gi, g in enumerate(groups):
             g.target_globals = 1 if c.dynamic_budget else c.initial_rollouts

@@ -1,4 +1,5 @@
-"""Config sections shared by the recipes (rollout, train, eval), each documented once."""
+"""Config sections shared by the commands and recipes (model, tools, data, optim, lora, run, reward),
+each field documented once; training/config.py composes them into the RL run's TrainConfig."""
 
 from __future__ import annotations
 

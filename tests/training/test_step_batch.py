@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from arpo.algos.presets import get_preset
-from arpo.recipes.train import build_batch, step_advantages
+from arpo.training.step_batch import build_batch, step_advantages
 
 
 def _fake_tree(rewards, length=3):
@@ -26,18 +26,11 @@ def test_reinforce_pp_normalizes_over_the_whole_step_not_per_tree():
 
 def test_step_advantages_with_ranks_equal_one_process():
     """Two 'ranks' holding one tree each see the batch statistics of both (gather in rank order)."""
-    import arpo.recipes.train as T
-
     trees = [_fake_tree([1, 0, 0, 0]), _fake_tree([1, 1, 1, 0])]
     whole = torch.cat(step_advantages(trees, get_preset("reinforce_pp")))
     parts = [[[t.reward for t in trees[0].trajectories]], [[t.reward for t in trees[1].trajectories]]]
     for rank in (0, 1):
-        orig = T._my_rank
-        T._my_rank = lambda r=rank: r
-        try:
-            (mine,) = step_advantages([trees[rank]], get_preset("reinforce_pp"), gather=lambda _: parts)
-        finally:
-            T._my_rank = orig
+        (mine,) = step_advantages([trees[rank]], get_preset("reinforce_pp"), gather=lambda _: parts, rank=rank)
         assert mine.tolist() == pytest.approx(whole[4 * rank: 4 * rank + 4].tolist())
 
 

@@ -1,0 +1,128 @@
+"""The RL run's config (`arpo train --config ...`): the shared sections (settings.py) plus the
+algorithm, validation and run sections and the step's own knobs. YAML → these dataclasses → dotted
+overrides (config.py); every field documented once, on its line."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from arpo.errors import ArpoError
+from arpo.rollout.agent import AgentConfig
+from arpo.rollout.arpo import RolloutConfig
+from arpo.settings import DataConfig, LoraConfig, ModelConfig, OptimConfig, RewardConfig, RunConfig, ToolsConfig
+
+
+@dataclass
+class AlgoConfig:
+    """An algorithm preset (algos/presets.py) and optional overrides of its loss/advantage fields."""
+
+    preset: str = "arpo"  # arpo | grpo | dapo | reinforce_pp | dr_grpo | gspo | aepo
+    advantage_estimator: str | None = None
+    attribution: str | None = None  # soft | hard
+    loss_type: str | None = None
+    loss_agg: str | None = None
+    clip_low: float | None = None
+    clip_high: float | None = None
+    dual_clip: float | None = None  # 0 disables
+    kl_coef: float | None = None
+    kl_type: str | None = None  # k1 | k2 | k3 (unclamped; verl's "k3" is low_var_kl) | low_var_kl
+    entropy_coef: float | None = None
+    ppo_epochs: int | None = None
+
+    def resolve(self, rollout: RolloutConfig):
+        from arpo.algos.presets import get_preset
+
+        p = get_preset(self.preset)
+        over = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name != "preset" and getattr(self, f.name) is not None}
+        if over.get("dual_clip") == 0:
+            over["dual_clip"] = None
+        over.update(group_size=rollout.group_size, initial_rollouts=rollout.initial_rollouts)
+        if not p.branching:
+            over["initial_rollouts"] = rollout.group_size
+        try:
+            return dataclasses.replace(p, **over)
+        except ArpoError as e:
+            raise ArpoError(f"algo: {e}") from e
+
+
+@dataclass
+class ValidationConfig:
+    path: str | None = None  # held-out data spec (e.g. svamp:test, a file); None disables validation
+    limit: int = 16
+    every: int = 10  # steps
+    samples: int = 1
+    temperature: float = 0.0  # 0: greedy
+
+    def validate(self) -> None:
+        from arpo.errors import require
+
+        require(self.limit >= 1, "validation.limit", f"must be >= 1, got {self.limit}")
+        require(self.every >= 0, "validation.every", f"must be >= 0 (0: never), got {self.every}")
+        require(self.samples >= 1, "validation.samples", f"must be >= 1, got {self.samples}")
+        require(self.temperature >= 0, "validation.temperature", f"must be >= 0, got {self.temperature}")
+
+
+@dataclass
+class TrainRunConfig(RunConfig):
+    distributed: str = "fsdp"  # under torchrun: fsdp (sharded, FSDP2) | ddp (a full replica per rank)
+    save_rollouts: int = 1  # keep the trees in RUN_DIR/rollouts/ every k steps for `arpo view` (0: off)
+    rollout_trees: int = 8  # trees kept per saved step (0: all); size: training/rollout_log.py
+
+    def validate(self) -> None:
+        super().validate()
+        if self.distributed not in ("fsdp", "ddp"):
+            raise ArpoError(f"run.distributed: {self.distributed!r}; choose fsdp or ddp")
+        if self.save_rollouts < 0 or self.rollout_trees < 0:
+            raise ArpoError("run.save_rollouts and run.rollout_trees must be >= 0")
+
+
+@dataclass
+class TrainConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    run: TrainRunConfig = field(default_factory=lambda: TrainRunConfig(dir="runs/train"))
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
+    steps: int = 10
+    prompts_per_step: int = 4
+    minibatches: int = 1  # optimizer steps per PPO epoch (trees split evenly)
+    packed: bool = True  # tree-packed log-probs/backward (False: flat per-trajectory)
+    micro_tokens: int = 4096  # model tokens per forward/backward micro-batch
+    # the behaviour policy's log-probs (old_logp): rollout = the values the engine recorded while
+    # sampling (saves a forward pass); recompute = a no-grad forward over the batch; auto = rollout
+    # where they are exact (hf engine, float32, no top-k/top-p truncation), else recompute
+    old_logprobs: str = "auto"
+    engine: str = "hf"  # rollout engine: hf (transformers; decodes with the policy itself) | vllm (arpo[vllm])
+    # keyword options of the engine, e.g. vllm: {max_model_len: 4096, kv_cache_gib: 20, enable_sleep_mode: true}
+    engine_options: dict = field(default_factory=dict)
+
+    def validate(self) -> None:
+        self.optim.validate()
+        self.tools.validate()
+        self.rollout.validate()
+        if self.steps < 1 or self.prompts_per_step < 1:
+            raise ArpoError("steps and prompts_per_step must be >= 1")
+        if not 1 <= self.minibatches <= self.prompts_per_step:
+            raise ArpoError(f"minibatches must be in [1, prompts_per_step={self.prompts_per_step}]")
+        from arpo.errors import require
+
+        require(self.agent.temperature > 0, "agent.temperature",
+                f"must be > 0 for training, got {self.agent.temperature}: greedy rollouts give identical samples, "
+                "zero advantages and no gradient (spec §2 trains at 1.0)")
+        require(self.micro_tokens >= 1, "micro_tokens", f"must be >= 1, got {self.micro_tokens}")
+        for sec in (self.model, self.data, self.agent, self.lora, self.run, self.validation):
+            sec.validate()
+        if self.old_logprobs not in ("auto", "rollout", "recompute"):
+            raise ArpoError(f"old_logprobs: {self.old_logprobs!r}; choose auto, rollout or recompute")
+        from arpo.engine import ENGINES
+
+        if self.engine not in ENGINES:
+            raise ArpoError(f"engine: {self.engine!r}; choose one of {', '.join(ENGINES)}")

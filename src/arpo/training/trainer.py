@@ -1,0 +1,257 @@
+"""The ARPO trainer: `setup` builds everything a step needs once, `train_step` runs one step.
+
+One step (data flows one way; each line is one call below):
+
+    prompts ─► ARPO rollout trees (engine + tools, entropy branching, spec §2)      rollout_step
+            ─► rewards per trajectory (spec §5) and rollout metrics                 score_trees, metrics_of
+            ─► group-normalized advantages, soft or hard attribution (spec §3)    step_batch.build_batch
+            ─► old log-probs (tree-packed: shared prefixes computed once)          token_logprobs
+            ─► PPO epochs over mini-batches of trees: clipped surrogate (spec §4) → AdamW
+
+The step is written for one process. On W torchrun ranks the same code runs with a ShardedComm
+(training/sharded.py) that slices the prompts, gathers metrics and advantages, and scales each
+rank's loss, so a step on W ranks computes the one-process step; with LocalComm those calls are
+the identity.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+import traceback
+from dataclasses import dataclass
+
+import torch
+
+from arpo.data.order import batch_indices
+from arpo.data.prompts import prompts_for
+from arpo.engine import make_engine, sync_weights
+from arpo.eval.evaluate import evaluate
+from arpo.models import load_model
+from arpo.rewards import score_trees
+from arpo.rollout.arpo import ARPORollout, RolloutConfig
+from arpo.training import distributed
+from arpo.training.batch import loss_and_backward, token_logprobs
+from arpo.training.config import TrainConfig
+from arpo.training.optim import build_optimizer, build_scheduler, clip_gradients, load_policy
+from arpo.training.rollout_log import keep_trained_values
+from arpo.training.rollout_metrics import metrics_of, traj_stats
+from arpo.training.sharded import LocalComm, step_comm
+from arpo.training.step_batch import (build_batch, make_loss_fn, minibatch_order, old_logprobs_from_rollout,
+                                      step_advantages, use_rollout_logprobs)
+
+
+@dataclass
+class Trainer:
+    """Everything a step needs, built once by `setup` (one job per field; no per-step state)."""
+
+    cfg: TrainConfig
+    preset: object  # algos.presets.AlgoPreset
+    model: object  # the policy (what is trained and checkpointed)
+    tok: object
+    par: object  # training.distributed.ParallelModel: rollout / train views of the policy
+    opt: object
+    sched: object
+    engine: object
+    tools: object
+    ro: ARPORollout
+    reward_fn: object
+    examples: list
+    ref_model: object = None
+    comm: LocalComm = dataclasses.field(default_factory=LocalComm)  # ShardedComm under torchrun
+    log_error: object = print  # (message) -> None: errors.log
+    stale: bool = False  # the policy changed since the engine last received its weights
+    on_lap: object = None  # (phase name) -> None, called as each phase of a step ends (benchmarks: sync, memory)
+
+    @property
+    def lp_kw(self) -> dict:
+        cfg, pad = self.cfg, self.tok.pad_token_id if self.tok.pad_token_id is not None else 0
+        temp = cfg.agent.temperature if cfg.agent.temperature > 0 else 1.0
+        return dict(packed=cfg.packed, max_tokens=cfg.micro_tokens, temperature=temp, pad_id=pad)
+
+    def engine_ready(self) -> None:
+        """Before a rollout: eval mode, the generation replica in sync, vLLM awake with fresh weights."""
+        self.model.eval()
+        self.par.sync_rollout()
+        self.engine.wake_up()
+        if self.stale:
+            sync_weights(self.engine, self.par.rollout)
+            self.stale = False
+
+    def close(self) -> None:
+        self.tools.close()
+        self.engine.close()
+
+
+def rollout_config(rollout: RolloutConfig, preset) -> RolloutConfig:
+    """The rollout settings of a run: the config's, with the preset's N, and the preset's rollout-side
+    features switched on (AEPO: dynamic budget, consecutive-branch penalty) unless the config sets them."""
+    return dataclasses.replace(
+        rollout, initial_rollouts=preset.initial_rollouts,
+        dynamic_budget=rollout.dynamic_budget or preset.dynamic_budget,
+        consecutive_branch_penalty=rollout.consecutive_branch_penalty or preset.consecutive_branch_penalty)
+
+
+def setup(cfg: TrainConfig, preset, examples: list, reward_fn, ckpt=None, multi: bool = False,
+          log_error=print, model_and_tok=None) -> Trainer:
+    """Policy (from `ckpt` on resume), π_ref, optimizer, scheduler, tools, engine and rollout.
+    `model_and_tok`: use this (model, tokenizer) instead of loading cfg.model (benchmarks)."""
+    model_cfg = dataclasses.replace(cfg.model, device=distributed.local_device(cfg.model.device))
+    torch.manual_seed(cfg.run.seed)
+    model, tok = model_and_tok or load_policy(model_cfg, cfg.lora, ckpt)
+    # π_ref is the starting policy (also on resume, where `model` holds the checkpoint's weights)
+    ref_model = load_model(cfg.model.name, model_cfg.device, cfg.model.dtype)[0].eval() if preset.kl_coef else None
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    # one process: `par` hands `model` through; torchrun: FSDP2-sharded or DDP-replicated (run.distributed)
+    par = distributed.ParallelModel(model, cfg.run.distributed if multi else None, pad)
+    opt = build_optimizer(model, cfg.optim)
+    sched = build_scheduler(opt, cfg.optim, cfg.steps * cfg.minibatches * preset.ppo_epochs)
+    tools = cfg.tools.build()
+    # hf decodes with par.rollout itself; vllm starts from the model directory and gets the policy's
+    # weights pushed in after every update, before the next rollout (Trainer.engine_ready)
+    engine = make_engine(cfg.engine, par.rollout, tok, model_dir=cfg.model.name, **cfg.engine_options)
+    ro = ARPORollout(engine, tools, cfg.agent, rollout_config(cfg.rollout, preset))
+    return Trainer(cfg, preset, model, tok, par, opt, sched, engine, tools, ro, reward_fn, examples, ref_model,
+                   step_comm(multi), log_error)
+
+
+def rollout_step(ro, prompts, examples, seed: int, log_error, offset: int = 0) -> list:
+    """Roll out all prompts together; if that raises, retry one prompt at a time and drop (and log)
+    the groups that still fail, so one bad rollout never kills the run. `offset`: the global index
+    of prompts[0] in the step's prompt list (a rank's slice)."""
+    ids = [ex["id"] for ex in examples]
+    try:
+        trees = ro.run(prompts, prompt_ids=ids, seed=seed, group_offset=offset)
+    except Exception:
+        trees = []
+        for k, (p, ex) in enumerate(zip(prompts, examples)):
+            try:
+                trees += ro.run([p], prompt_ids=[ex["id"]], seed=seed + 7919 * (offset + k + 1))
+            except Exception as e:  # contained: logged, group dropped
+                log_error(f"rollout of prompt {ex['id']} failed, group dropped: {type(e).__name__}: {e}\n"
+                          + traceback.format_exc())
+    by_id = {ex["id"]: ex for ex in examples}
+    for tr in trees:
+        tr.example = by_id.get(tr.prompt_id)
+    return trees
+
+
+class _Laps:
+    """Wall time per phase of a step: lap(name) adds the time since the previous lap to `name`."""
+
+    def __init__(self, on_lap=None):
+        self.on_lap, self.times, self.t0 = on_lap, {}, time.perf_counter()
+        self._last = self.t0
+
+    def __call__(self, name: str) -> None:
+        if self.on_lap is not None:
+            self.on_lap(name)
+        now = time.perf_counter()
+        self.times[name] = self.times.get(name, 0.0) + now - self._last
+        self._last = now
+
+
+def train_step(tr: Trainer, step: int) -> tuple[dict, list]:
+    """One ARPO step (the module docstring's diagram): returns (metrics, this rank's trees).
+    Metrics include the time split: time_generation, time_rewards, time_batch, time_old_logprobs,
+    time_backward, time_optimizer, time_training (everything after generation) and step_seconds."""
+    cfg, preset, comm = tr.cfg, tr.preset, tr.comm
+    lap = _Laps(tr.on_lap)
+    # 1. this step's prompts (a pure function of seed and step) and their rollout trees
+    picked = batch_indices(len(tr.examples), cfg.prompts_per_step, cfg.run.seed, step)
+    mine = comm.shard(len(picked))  # one process: all of them
+    batch_ex = [tr.examples[picked[k]] for k in mine]
+    prompts = prompts_for(batch_ex, tr.tok, tr.tools, cfg.data.template, cfg.agent.tool_format)
+    tr.engine_ready()
+    trees = rollout_step(tr.ro, prompts, batch_ex, cfg.run.seed * 100_003 + step, tr.log_error, offset=mine.start)
+    tr.engine.sleep(level=1)  # vllm on GPU with enable_sleep_mode frees its memory for training; else a no-op
+    lap("time_generation")
+    n_rolled = comm.total(len(trees))
+    if not n_rolled:
+        return {"skipped": 1, "reason": "every rollout failed"}, trees
+    # 2. rewards and the rollout metrics
+    score_trees(trees, tr.reward_fn, cfg.reward.math_scorer, tr.tools.names)
+    metrics = metrics_of(comm.all_stats(traj_stats(trees)))
+    if preset.dynamic_sampling:  # DAPO: groups whose rewards are all equal carry no signal
+        trees = [t for t in trees if len({x.reward for x in t.trajectories}) > 1]
+    n_trees, off = comm.kept(len(trees))
+    if preset.dynamic_sampling:
+        metrics["groups_dropped"] = n_rolled - n_trees
+    lap("time_rewards")
+    # 3. advantages, old log-probs, PPO epochs
+    if n_trees:
+        metrics.update(policy_update(tr, trees, n_trees, off, step, lap))
+    gen_tokens = comm.total(sum(t.traj.n_generated_tokens for x in trees for t in x.trajectories))
+    times = lap.times
+    times["step_seconds"] = time.perf_counter() - lap.t0
+    times["time_training"] = times["step_seconds"] - times["time_generation"]
+    metrics.update(comm.slowest(times))  # distributed: the slowest rank's times
+    metrics.update({"lr": tr.sched.get_last_lr()[0],
+                    "tokens_per_s": gen_tokens / max(metrics["time_generation"], 1e-9)})
+    return metrics, trees
+
+
+def policy_update(tr: Trainer, trees: list, n_trees: int, off: int, step: int, lap) -> dict:
+    """Advantages → old log-probs → PPO epochs over mini-batches of (global) trees (spec §3, §4).
+    `off`: the global index of this rank's first tree; `lap(name)`: adds elapsed time to a phase."""
+    cfg, preset, comm, par, lp_kw = tr.cfg, tr.preset, tr.comm, tr.par, tr.lp_kw
+    device = next(tr.model.parameters()).device  # the batch's tensors live with the policy
+    advs = step_advantages(trees, preset, comm.gather, comm.rank)
+    batch, old_ent = (build_batch(trees, preset, advs).to(device), None) if trees else (None, None)
+    lap("time_batch")
+    if batch is not None:
+        if use_rollout_logprobs(cfg, tr.model):  # what the engine recorded while sampling: no extra forward
+            batch.old_logp, old_ent = old_logprobs_from_rollout(trees, batch)
+        else:
+            batch.old_logp, old_ent = token_logprobs(par.rollout, batch, with_entropy=True, **lp_kw)
+        if tr.ref_model is not None:
+            batch.ref_logp, _ = token_logprobs(tr.ref_model, batch, **lp_kw)
+    if preset.entropy_aware_advantage:  # AEPO: advantages scaled by the tokens' entropy
+        comm.entropy_aware(batch, old_ent, preset.entropy_aware_alpha)
+    if batch is not None:  # each trajectory keeps the values it trains with (RUN_DIR/rollouts, arpo view)
+        keep_trained_values(trees, batch)
+    lap("time_old_logprobs")
+    tr.model.train()
+    diags, gnorms, first = [], [], True
+    for epoch in range(preset.ppo_epochs):
+        for mb in minibatch_order(n_trees, cfg.minibatches, cfg.run.seed, step, epoch):
+            local = [t - off for t in mb if off <= t < off + len(trees)]  # this rank's trees (one process: all)
+            sub = batch.subset(local) if local else None  # None: none of mb is on this rank
+            cur = None
+            if first and sub is not None:  # weights unchanged since old_logp: reuse it (on-policy)
+                rows = [batch.rows[(t, i)] for t in local for i in range(len(batch.trees[t]["responses"]))]
+                cur = (batch.old_logp[rows][:, : sub.width], old_ent[rows][:, : sub.width])
+            elif not first:  # par.run: FSDP ranks run equally many forwards (dummies for None)
+                cur = par.run(sub, lambda: token_logprobs(par.train, sub, with_entropy=True, **lp_kw),
+                              grad=False, **lp_kw)
+            first = False
+            scale, norm, share = comm.loss_share(sub, preset)  # one process: 1, the preset's normalizer
+            out = par.run(sub, lambda: loss_and_backward(
+                par.train, sub, make_loss_fn(sub, preset, norm), need_entropy=True, current=cur,
+                scale=scale, **lp_kw), grad=True, **lp_kw)
+            par.reduce_grads()
+            lap("time_backward")
+            gnorms.append(clip_gradients(tr.model, cfg.optim.grad_clip))
+            tr.opt.step()
+            tr.sched.step()
+            tr.opt.zero_grad(set_to_none=True)
+            tr.stale = True
+            lap("time_optimizer")
+            diags.append(comm.diagnostics(share, {k: float(v) for k, v in out[1].items()} if out else None))
+    m = {k: statistics.fmean(d[k] for d in diags) for k in diags[0]}
+    m["grad_norm"] = statistics.fmean(gnorms)
+    m["trained_tokens"] = comm.total(batch.n_tokens(cfg.packed) if batch else 0)
+    return m
+
+
+def validate(tr: Trainer, val_examples: list) -> dict:
+    """Held-out metrics (rank 0 evaluates alone; the others wait at the next collective)."""
+    tr.engine_ready()
+    if not tr.comm.is_main:
+        return {}
+    cfg = tr.cfg
+    vm = evaluate(tr.engine, tr.tools, tr.tok, val_examples, reward_fn=tr.reward_fn, agent=cfg.agent,
+                  samples=cfg.validation.samples, temperature=cfg.validation.temperature,
+                  template=cfg.data.template, seed=cfg.run.seed)
+    return {f"val/{k}": v for k, v in vm.items() if isinstance(v, (int, float))}
