@@ -8,6 +8,7 @@ and cgroups the tests skip.
 from __future__ import annotations
 
 import errno
+from pathlib import Path
 
 import pytest
 from arpo.tools.python import PythonTool
@@ -102,3 +103,17 @@ def test_watches_on_the_shared_venv_are_denied(tool, call):
                    "w = l.inotify_add_watch(fd, sys.prefix.encode(), 0xfff) if fd >= 0 else -1\n"
                    "print(fd, ctypes.get_errno())")
     assert last_line(res) == f"-1 {errno.EPERM}", res.output[-300:]
+
+
+# ---- item 11: what a call sees of the tool's own processes ----------------------------------------
+def test_proc_1_shows_no_config_or_host_paths(tool):
+    """/proc/1/cmdline (the call's init, a fork of the zygote) carried the tool's whole JSON config
+    and the host path of the sandbox's source."""
+    import arpo
+
+    res = tool.run("import os\nfor p in ('/proc/1/cmdline', '/proc/self/cmdline', '/proc/self/environ', '/proc/1/environ'):\n"
+                   "    try:\n        print(p, open(p, 'rb').read())\n    except OSError as e:\n        print(p, e.errno)\n")
+    assert res.ok, res.output
+    project = str(Path(arpo.__file__).resolve().parents[1])
+    for needle in ('"memory_mb"', "uid_base", "preimport", project, "python.py"):
+        assert needle not in res.output, (needle, res.output)

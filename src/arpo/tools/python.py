@@ -1237,10 +1237,8 @@ def _probe_seccomp(deny: tuple[str, ...]) -> bool:
     return st == 0
 
 
-def _zygote_main(argv: list[str]) -> None:
-    """Entry point of the zygote process (see the module docstring)."""
-    cfg = json.loads(argv[1])
-    sock = socket.socket(fileno=int(argv[2]))
+def _zygote_main(cfg: dict, sock: socket.socket) -> None:
+    """Entry point of the zygote process (see the module docstring and _ZYGOTE_BOOT)."""
     preloaded = []
     for name in cfg["preimport"]:
         try:
@@ -1336,13 +1334,19 @@ def _zygote_main(argv: list[str]) -> None:
 # =============================================================================================
 
 _warned_modes: set[str] = set()
+SANDBOX_SOURCE_NAME = "<arpo-sandbox>"  # this file's name in the zygote's code objects (tracebacks, faults)
+# The zygote's command line is what every call sees as /proc/1/cmdline (init is a fork of the
+# zygote): it carries no configuration and no host path. Both arrive as the first message on the
+# socket; the source is compiled under SANDBOX_SOURCE_NAME, so frames do not show its host path.
 _ZYGOTE_BOOT = (
-    "import importlib.util, sys\n"
-    "spec = importlib.util.spec_from_file_location('_arpo_python_sandbox', sys.argv[3])\n"
-    "mod = importlib.util.module_from_spec(spec)\n"
-    "sys.modules['_arpo_python_sandbox'] = mod\n"
-    "spec.loader.exec_module(mod)\n"
-    "mod._zygote_main(sys.argv)\n"
+    "import json, socket, sys, types\n"
+    "sock = socket.socket(fileno=int(sys.argv[1]))\n"
+    "setup = json.loads(sock.recv(1 << 20))\n"
+    "mod = types.ModuleType('_arpo_python_sandbox')\n"
+    "sys.modules[mod.__name__] = mod\n"
+    "with open(setup['path'], encoding='utf-8') as f:\n"
+    "    exec(compile(f.read(), setup['name'], 'exec'), mod.__dict__)\n"
+    "mod._zygote_main(setup['cfg'], sock)\n"
 )
 
 
@@ -1357,12 +1361,13 @@ class _Zygote:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-B", "-c", _ZYGOTE_BOOT, json.dumps(cfg), str(child.fileno()), __file__],
+                [sys.executable, "-I", "-B", "-c", _ZYGOTE_BOOT, str(child.fileno())],
                 pass_fds=(child.fileno(),), env=dict(_SANDBOX_ENV), cwd="/",
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             )
         finally:
             child.close()
+        parent.sendall(json.dumps({"cfg": cfg, "path": os.path.abspath(__file__), "name": SANDBOX_SOURCE_NAME}).encode())
         self.sock = parent
         self.cfg = cfg
         self.lock = threading.Lock()
@@ -1529,7 +1534,7 @@ def _clean_fault_report(text: str) -> str:
         return text
     out, skipping = [], False
     for line in text.split("\n"):
-        if line.startswith('  File "') and (skipping or f'File "{__file__}"' in line):
+        if line.startswith('  File "') and (skipping or f'File "{SANDBOX_SOURCE_NAME}"' in line):
             skipping = True
             continue
         skipping = False
