@@ -530,7 +530,7 @@ class _CallCgroups:
                 _write(parent, "cgroup.subtree_control", " ".join(f"+{c}" for c, p in self.parents.items() if p == parent))
         try:
             self._limit(self.parents, int(cfg["tool_memory_mb"]), int(cfg["max_calls"]) * SOCKET_MEM_MB,
-                        int(cfg["tool_pids"]), float(cfg["cpus"]), None)
+                        int(cfg["tool_pids"]), float(cfg["cpus"]), max(1, min(10_000, int(100 * float(cfg["cpus"])))))
         except OSError as e:
             self.why = f"cannot set the tool-wide memory limit under {self.parents['memory']} ({e.strerror})"
             self.parents = {}
@@ -568,8 +568,11 @@ class _CallCgroups:
                 except OSError:
                     pass
 
-    def _limit(self, dirs: dict[str, str], mb: int, socket_mb: int, pids: int, cpus: float, weight: int | None) -> None:
-        """Write limits into `dirs` ({controller: directory}); only the memory limit must succeed."""
+    def _limit(self, dirs: dict[str, str], mb: int, socket_mb: int, pids: int, cpus: float, weight: int) -> None:
+        """Write limits into `dirs` ({controller: directory}); only the memory limit must succeed.
+        `weight` (v2 cpu.weight, 100 = one nice-0 task; v1 cpu.shares scaled): the calls of a tool
+        share it equally (100 each); the tool competes with the host as `cpus` busy tasks would,
+        not as one (a cgroup is one entity to the scheduler, however many processes it holds)."""
         if "memory" in dirs:
             d = dirs["memory"]
             if self.v1:
@@ -586,12 +589,10 @@ class _CallCgroups:
             d, quota = dirs["cpu"], max(1000, int(cpus * CPU_PERIOD_US))
             if self.v1:
                 ok = _write(d, "cpu.cfs_period_us", CPU_PERIOD_US) and _write(d, "cpu.cfs_quota_us", quota)
-                if weight:
-                    _write(d, "cpu.shares", weight * 1024 // 100)
+                _write(d, "cpu.shares", max(2, weight * 1024 // 100))
             else:
                 ok = _write(d, "cpu.max", f"{quota} {CPU_PERIOD_US}")
-                if weight:
-                    _write(d, "cpu.weight", weight)
+                _write(d, "cpu.weight", weight)
             if not ok:
                 self.cpu_why = f"cannot set a cpu quota under {d}"
 
