@@ -316,7 +316,8 @@ def test_the_tool_wide_process_cap_holds_across_calls():
     from concurrent.futures import ThreadPoolExecutor
 
     code = ("import os, time\nn = 0\nfor _ in range(50):\n    try:\n        pid = os.fork()\n    except OSError:\n"
-            "        break\n    if pid == 0:\n        time.sleep(3); os._exit(0)\n    n += 1\nprint(n)")
+            "        break\n    if pid == 0:\n        time.sleep(60); os._exit(0)\n    n += 1\n"
+            "time.sleep(3)\nprint(n)")  # the sleepers live until the call ends, 3 s after the last fork
     with PythonTool(timeout_s=10, memory_mb=256, pool_size=2, max_calls=2, tool_pids=80) as t:
         if not t.protections.get("pids_cgroup"):
             pytest.skip("no pids cgroup here")
