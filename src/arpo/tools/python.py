@@ -1678,9 +1678,11 @@ def _truncate(text: str, limit: int, keep_tail: bool) -> tuple[str, bool]:
 
 
 def default_tool_cpus() -> float:
-    """CPUs all calls of one tool may use together by default: the machine's, less one left to the
-    trainer (at least one)."""
-    return float(max(1, (os.cpu_count() or 2) - 1))
+    """CPUs all calls of one tool may use together by default: the machine's. The tool's cgroup
+    weighs as many busy tasks (see _CallCgroups._limit), so under contention the trainer's own
+    threads keep their share; each call is capped by `cpus_per_call`. (Leaving a CPU out of the
+    quota cost a 2-core machine 15-20 % of its call throughput under load: measured in BENCHMARKS.md.)"""
+    return float(os.cpu_count() or 1)
 
 
 def allocate_uid_block() -> int:
@@ -1719,7 +1721,7 @@ class PythonTool:
 
     Tool-wide caps (cgroups; docs/sandbox.md): at most `max_calls` calls run at once (more wait
     up to `start_timeout_s` for a slot, then come back as an error result); all calls together
-    use at most `cpus` CPUs (default: all but one of the machine's) and each at most
+    use at most `cpus` CPUs (default: the machine's; the tool weighs as that many tasks) and each at most
     `cpus_per_call`, sharing the tool's quota with equal weights; the tool's calls and ready
     workers together hold at most `tool_memory_mb` (default: `max_calls` calls at their bound)
     and `tool_pids` processes (default: `max_calls + pool_size` calls at `max_processes`).
