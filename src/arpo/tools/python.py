@@ -525,9 +525,14 @@ class _CallCgroups:
             self.parents = {}
             return
         self.v1 = os.path.exists(os.path.join(self.parents["memory"], "memory.limit_in_bytes"))
-        for parent in set(self.parents.values()):  # v2: let the children use the controllers
-            if not self.v1:
-                _write(parent, "cgroup.subtree_control", " ".join(f"+{c}" for c, p in self.parents.items() if p == parent))
+        if not self.v1:  # v2: the calls' cgroups (children of the parent) get the controllers, one by one
+            for c in [c for c, p in self.parents.items() if p == self.parents["memory"]]:
+                if not _write(self.parents[c], "cgroup.subtree_control", f"+{c}"):
+                    if c == "memory":
+                        self.why = f"cannot delegate the memory controller under {self.parents[c]}"
+                        self.parents = {}
+                        return
+                    del self.parents[c]
         try:
             self._limit(self.parents, int(cfg["tool_memory_mb"]), int(cfg["max_calls"]) * SOCKET_MEM_MB,
                         int(cfg["tool_pids"]), float(cfg["cpus"]), max(1, min(10_000, int(100 * float(cfg["cpus"])))))
@@ -587,7 +592,7 @@ class _CallCgroups:
             _write(dirs["pids"], "pids.max", pids)
         if "cpu" in dirs and cpus > 0:
             d, quota = dirs["cpu"], max(1000, int(cpus * CPU_PERIOD_US))
-            if self.v1:
+            if os.path.exists(os.path.join(d, "cpu.cfs_quota_us")):  # v1 (the cpu hierarchy may differ from memory's)
                 ok = _write(d, "cpu.cfs_period_us", CPU_PERIOD_US) and _write(d, "cpu.cfs_quota_us", quota)
                 _write(d, "cpu.shares", max(2, weight * 1024 // 100))
             else:
