@@ -339,21 +339,31 @@ def _setup_namespaces_fs(lib, cfg: dict, foreign_uid: bool) -> str:
 
 # ---- seccomp: kernel surfaces model code has no use for ------------------------------------------
 # keyrings (state and secrets that outlive a call: keys belong to a uid, not to a namespace),
-# other processes' memory, kernel attack surface (bpf, perf, io_uring, userfaultfd), and the
+# other processes' memory, kernel attack surface (bpf, perf, io_uring, userfaultfd), the
 # syscalls that make or enter namespaces or mounts (the runner has no capabilities, but an
-# unprivileged user namespace would give it some).
+# unprivileged user namespace would give it some), machine-wide pools outside any cgroup (the
+# AIO context pool: one io_setup(65536) took all of fs.aio-max-nr from the host), and what reaches
+# host files through the read-only binds (flock on the venv's files blocked host processes and let
+# calls signal each other; inotify/fanotify watches on the shared venv showed what others open).
 SECCOMP_DENY = (
     "add_key", "request_key", "keyctl",
     "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
     "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
+    "io_setup", "io_submit", "io_getevents", "io_pgetevents", "io_cancel", "io_destroy",
+    "flock", "inotify_init", "inotify_init1", "inotify_add_watch", "fanotify_init", "fanotify_mark",
     "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen",
     "fsmount", "fsconfig", "fspick", "mount_setattr",
-    "open_by_handle_at", "name_to_handle_at", "fanotify_init", "lookup_dcookie", "quotactl", "quotactl_fd",
+    "open_by_handle_at", "name_to_handle_at", "lookup_dcookie", "quotactl", "quotactl_fd",
     "acct", "syslog", "vhangup", "kexec_load", "kexec_file_load", "init_module", "finit_module",
     "delete_module", "reboot", "swapon", "swapoff", "personality",
 )
 SECCOMP_DENY_NO_MEMCG = ("memfd_create", "memfd_secret", "shmget")  # unbounded memory without a cgroup
 _CLONE_NS_FLAGS = 0x7E020000  # CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET
+# socket()/socketpair() families a call may use: local pipes (AF_UNIX: asyncio, multiprocessing) and
+# loopback IP in its own network namespace. Every other family fails with EAFNOSUPPORT: netlink
+# (unread messages queued 0.5 GB of kernel memory outside the call's cgroup), vsock (the VM's
+# host-facing ports are not per network namespace), packet, bluetooth, alg, xdp...
+SOCKET_FAMILIES = (socket.AF_UNIX, socket.AF_INET, socket.AF_INET6)
 
 
 class _ScmpArgCmp(ctypes.Structure):
@@ -376,7 +386,8 @@ def _seccomp_lib():
 
 def _load_seccomp(deny: tuple[str, ...]) -> bool:
     """Install a filter: `deny` fail with EPERM, clone3 with ENOSYS (libc falls back to clone,
-    whose flags a filter can see), clone with namespace flags with EPERM. Needs no_new_privs.
+    whose flags a filter can see), clone with namespace flags with EPERM, socket families outside
+    SOCKET_FAMILIES with EAFNOSUPPORT. Needs no_new_privs.
     False where libseccomp is missing (then nothing is filtered)."""
     import errno
 
@@ -401,22 +412,22 @@ def _load_seccomp(deny: tuple[str, ...]) -> bool:
     sc.seccomp_attr_set(ctx, 7, 1)
     sc.seccomp_attr_set(ctx, 8, 2)  # SCMP_FLTATR_CTL_OPTIMIZE: a binary tree instead of a linear scan
     try:
-        rules = [(name, err(errno.EPERM), None) for name in deny] + [("clone3", err(errno.ENOSYS), None)]
-        rules.append(("clone", err(errno.EPERM), _ScmpArgCmp(0, 7, _CLONE_NS_FLAGS, 0)))  # masked: any ns flag...
-        for name, action, cmp in rules:
+        rules = [(name, err(errno.EPERM), []) for name in deny] + [("clone3", err(errno.ENOSYS), [])]
+        # SCMP_CMP_MASKED_EQ compares (arg & mask) == datum: one rule per namespace flag
+        rules += [("clone", err(errno.EPERM), [_ScmpArgCmp(0, 7, 1 << b, 1 << b)])
+                  for b in range(32) if _CLONE_NS_FLAGS & (1 << b)]
+        # families outside SOCKET_FAMILIES (compared as 64 bits: stray high bits are denied too)
+        top = max(SOCKET_FAMILIES)
+        for name in ("socket", "socketpair"):
+            rules.append((name, err(errno.EAFNOSUPPORT), [_ScmpArgCmp(0, 6, top, 0)]))  # SCMP_CMP_GT
+            rules += [(name, err(errno.EAFNOSUPPORT), [_ScmpArgCmp(0, 4, f, 0)])  # SCMP_CMP_EQ
+                      for f in range(top) if f not in SOCKET_FAMILIES]
+        for name, action, cmps in rules:
             nr = sc.seccomp_syscall_resolve_name(name.encode())
             if nr < 0:
                 continue  # not a syscall on this architecture / kernel headers
-            if cmp is None:
-                rc = sc.seccomp_rule_add_array(ctx, action, nr, 0, None)
-            else:  # SCMP_CMP_MASKED_EQ compares (arg & mask) == datum: one rule per namespace flag
-                rc = 0
-                for bit in range(32):
-                    flag = 1 << bit
-                    if _CLONE_NS_FLAGS & flag:
-                        one = _ScmpArgCmp(0, 7, flag, flag)
-                        rc |= sc.seccomp_rule_add_array(ctx, action, nr, 1, ctypes.byref(one))
-            if rc != 0:
+            arr = (_ScmpArgCmp * len(cmps))(*cmps) if cmps else None
+            if sc.seccomp_rule_add_array(ctx, action, nr, len(cmps), arr) != 0:
                 return False
         return sc.seccomp_load(ctx) == 0
     finally:
@@ -425,11 +436,24 @@ def _load_seccomp(deny: tuple[str, ...]) -> bool:
 
 # ---- cgroups: a memory (and pids) bound per call -------------------------------------------------
 MEMCG_MARGIN_MB = 64  # on top of memory_mb: the interpreter's copy-on-write pages, kernel objects
+# Socket buffers (loopback TCP/UDP queues) are charged to a cgroup v2 memory cgroup with
+# everything else; cgroup v1 keeps them outside memory.limit_in_bytes and charges them only once
+# memory.kmem.tcp.limit_in_bytes is set (then for TCP and UDP alike): a v1 call gets this much.
+SOCKET_MEM_MB = 64
+CGROUP_TEARDOWN_S = 60.0  # closing a tool waits this long at most for its calls' processes to be gone
+# per-socket caps inside the call's network namespace (bytes: min, default, max), so one socket
+# cannot take the whole budget: net.ipv4.tcp_rmem / tcp_wmem are per namespace (rmem_max is not)
+_NETNS_SYSCTLS = (("ipv4/tcp_rmem", "4096 131072 1048576"), ("ipv4/tcp_wmem", "4096 16384 1048576"),
+                  ("core/somaxconn", "128"))
+
+
+_CONTROLLERS = ("memory", "pids", "cpu")
+CPU_PERIOD_US = 100_000  # the cgroup cpu quota's period: a call over its quota waits at most this long
 
 
 def _cgroup_dirs() -> dict[str, str]:
-    """{'memory'|'pids': this process's cgroup directory} where that controller is mounted (v1
-    hierarchies, or v2's unified one when it offers the controller)."""
+    """{'memory'|'pids'|'cpu': this process's cgroup directory} where that controller is mounted
+    (v1 hierarchies, or v2's unified one when it offers the controller)."""
     mounts: dict[str, str] = {}
     with open("/proc/self/mountinfo") as f:
         for line in f:
@@ -437,7 +461,7 @@ def _cgroup_dirs() -> dict[str, str]:
             fstype, _src, opts = (right.split() + ["", "", ""])[:3]
             point = left.split()[4].encode().decode("unicode_escape")
             if fstype == "cgroup":
-                for c in ("memory", "pids"):
+                for c in _CONTROLLERS:
                     if c in opts.split(","):
                         mounts.setdefault(c, point)
             elif fstype == "cgroup2":
@@ -446,7 +470,7 @@ def _cgroup_dirs() -> dict[str, str]:
     with open("/proc/self/cgroup") as f:
         for line in f:
             _hid, ctrls, path = line.rstrip("\n").split(":", 2)
-            for c in ("memory", "pids"):
+            for c in _CONTROLLERS:
                 if c in ctrls.split(",") and c in mounts:
                     out[c] = mounts[c] + path
             if ctrls == "" and "unified" in mounts:
@@ -456,18 +480,34 @@ def _cgroup_dirs() -> dict[str, str]:
                         enabled = sf.read().split()
                 except OSError:
                     enabled = []
-                for c in ("memory", "pids"):
+                for c in _CONTROLLERS:
                     if c in enabled:
                         out.setdefault(c, d)
     return out
 
 
+def _write(d: str, name: str, value, required: bool = False) -> bool:
+    try:
+        with open(os.path.join(d, name), "w") as f:
+            f.write(str(value))
+        return True
+    except OSError as e:
+        if required:
+            raise
+        log.debug("sandbox: %s/%s: %s", d, name, e)
+        return False
+
+
 class _CallCgroups:
-    """The zygote's cgroups: one parent per zygote under this process's memory (and pids) cgroup,
-    one child per worker with the call's limits. Empty children are removed as the zygote goes."""
+    """The zygote's cgroups: one parent per zygote (the tool) under this process's memory, pids and
+    cpu cgroups, one child per worker (the call). Parent: the tool-wide caps (cfg tool_memory_mb,
+    tool_pids, cpus), sized by the trainer to the tool's concurrency. Child: the call's own limits
+    (memory_mb + margin, max_processes, cpus_per_call) and an equal cpu weight, so the calls of one
+    tool share its CPU quota fairly. Empty children are removed as the zygote goes."""
 
     def __init__(self, cfg: dict):
-        self.cfg, self.parents, self.live, self.why = cfg, {}, [], ""
+        self.cfg, self.parents, self.live, self.why, self.v1 = cfg, {}, [], "", False
+        self.cpu_why = ""
         dirs = _cgroup_dirs()
         if "memory" not in dirs:
             self.why = "no memory cgroup controller mounted"
@@ -483,10 +523,34 @@ class _CallCgroups:
                     self.why = f"cannot create a memory cgroup under {d} ({e.strerror})"
         if "memory" not in self.parents:
             self.parents = {}
+            return
+        self.v1 = os.path.exists(os.path.join(self.parents["memory"], "memory.limit_in_bytes"))
+        if not self.v1:  # v2: the calls' cgroups (children of the parent) get the controllers, one by one
+            for c in [c for c, p in self.parents.items() if p == self.parents["memory"]]:
+                if not _write(self.parents[c], "cgroup.subtree_control", f"+{c}"):
+                    if c == "memory":
+                        self.why = f"cannot delegate the memory controller under {self.parents[c]}"
+                        self.parents = {}
+                        return
+                    del self.parents[c]
+        try:
+            self._limit(self.parents, int(cfg["tool_memory_mb"]), int(cfg["max_calls"]) * SOCKET_MEM_MB,
+                        int(cfg["tool_pids"]), float(cfg["cpus"]), max(1, min(10_000, int(100 * float(cfg["cpus"])))))
+        except OSError as e:
+            self.why = f"cannot set the tool-wide memory limit under {self.parents['memory']} ({e.strerror})"
+            self.parents = {}
 
     @property
     def memory(self) -> bool:
         return "memory" in self.parents
+
+    @property
+    def cpu(self) -> bool:
+        return "cpu" in self.parents and not self.cpu_why
+
+    def bound_mb(self) -> int:
+        """The most memory one call can hold: its cgroup's limit, plus v1's separate socket counter."""
+        return int(self.cfg["memory_mb"]) + MEMCG_MARGIN_MB + (SOCKET_MEM_MB if self.v1 else 0)
 
     @staticmethod
     def _sweep_dead(d: str) -> None:
@@ -509,34 +573,56 @@ class _CallCgroups:
                 except OSError:
                     pass
 
+    def _limit(self, dirs: dict[str, str], mb: int, socket_mb: int, pids: int, cpus: float, weight: int) -> None:
+        """Write limits into `dirs` ({controller: directory}); only the memory limit must succeed.
+        `weight` (v2 cpu.weight, 100 = one nice-0 task; v1 cpu.shares scaled): the calls of a tool
+        share it equally (100 each); the tool competes with the host as `cpus` busy tasks would,
+        not as one (a cgroup is one entity to the scheduler, however many processes it holds)."""
+        if "memory" in dirs:
+            d = dirs["memory"]
+            if self.v1:
+                _write(d, "memory.limit_in_bytes", mb << 20, required=True)
+                _write(d, "memory.memsw.limit_in_bytes", mb << 20)
+                _write(d, "memory.swappiness", 0)
+                _write(d, "memory.kmem.tcp.limit_in_bytes", socket_mb << 20)
+            else:
+                _write(d, "memory.max", mb << 20, required=True)
+                _write(d, "memory.swap.max", 0)
+        if "pids" in dirs:
+            _write(dirs["pids"], "pids.max", pids)
+        if "cpu" in dirs and cpus > 0:
+            d, quota = dirs["cpu"], max(1000, int(cpus * CPU_PERIOD_US))
+            if os.path.exists(os.path.join(d, "cpu.cfs_quota_us")):  # v1 (the cpu hierarchy may differ from memory's)
+                ok = _write(d, "cpu.cfs_period_us", CPU_PERIOD_US) and _write(d, "cpu.cfs_quota_us", quota)
+                _write(d, "cpu.shares", max(2, weight * 1024 // 100))
+            else:
+                ok = _write(d, "cpu.max", f"{quota} {CPU_PERIOD_US}")
+                _write(d, "cpu.weight", weight)
+            if not ok:
+                self.cpu_why = f"cannot set a cpu quota under {d}"
+
     def create(self, n: int) -> list[str]:
         """Directories of worker n's cgroups, limits written (the worker joins them itself)."""
-        mb, out = int(self.cfg["memory_mb"]) + MEMCG_MARGIN_MB, []
-        for c, parent in self.parents.items():
-            d = os.path.join(parent, f"w{n}")
-            try:
-                os.mkdir(d)
-                if c == "memory":
-                    v1 = os.path.exists(os.path.join(d, "memory.limit_in_bytes"))
-                    for name, value in ((("memory.limit_in_bytes", mb << 20), ("memory.memsw.limit_in_bytes", mb << 20),
-                                         ("memory.swappiness", 0)) if v1 else
-                                        (("memory.max", mb << 20), ("memory.swap.max", 0))):
-                        try:
-                            with open(os.path.join(d, name), "w") as f:
-                                f.write(str(value))
-                        except OSError:
-                            if name in ("memory.limit_in_bytes", "memory.max"):
-                                raise
-                else:
-                    with open(os.path.join(d, "pids.max"), "w") as f:
-                        f.write(str(int(self.cfg["max_processes"]) + 4))
-                out.append(d)
-            except OSError as e:
-                log.debug("sandbox: cgroup %s: %s", d, e)
-                if c == "memory":
-                    raise
-        self.live.append((time.monotonic(), out))
-        return out
+        dirs: dict[str, str] = {}
+        made: list[str] = []
+        try:
+            for c, parent in self.parents.items():
+                d = os.path.join(parent, f"w{n}")
+                if d not in made:  # v2: one directory holds every controller
+                    try:
+                        os.mkdir(d)
+                        made.append(d)
+                    except OSError as e:
+                        log.debug("sandbox: cgroup %s: %s", d, e)
+                        if c == "memory":
+                            raise
+                        continue
+                dirs[c] = d
+            self._limit(dirs, int(self.cfg["memory_mb"]) + MEMCG_MARGIN_MB, SOCKET_MEM_MB,
+                        int(self.cfg["max_processes"]) + 4, float(self.cfg["cpus_per_call"]), 100)
+        finally:
+            self.live.append((time.monotonic(), made))
+        return made
 
     def sweep(self, min_age_s: float = 5.0, everything: bool = False) -> None:
         keep, now = [], time.monotonic()
@@ -554,19 +640,50 @@ class _CallCgroups:
                 keep.append((born, left))
         self.live = keep
 
-    def close(self) -> None:
-        self.sweep(everything=True)
-        for p in self.parents.values():
+    def close(self, timeout_s: float = CGROUP_TEARDOWN_S) -> None:
+        """Remove every call's cgroup, then the parents. A killed call's last process can take
+        seconds to exit (the kernel frees what it made: 400k files took longer than the half
+        second teardown used to allow, and left the directories behind), so this retries, killing
+        whatever is still in them and reaping, until they are empty or `timeout_s` has passed."""
+        end, delay = time.monotonic() + timeout_s, 0.005
+        while True:
+            self.sweep(everything=True)
+            if not self.live:
+                break
+            if time.monotonic() >= end:
+                log.warning("sandbox: cgroups still busy after %.0f s, left behind: %s", timeout_s,
+                            [d for _, dirs in self.live for d in dirs])
+                break
+            for _, dirs in self.live:
+                for d in dirs:
+                    _kill_cgroup_members(d)
+            _reap(None)
+            time.sleep(delay)
+            delay = min(0.1, delay * 2)
+        for p in set(self.parents.values()):  # v2: one directory for every controller
             try:
                 os.rmdir(p)
-            except OSError:
-                pass
+            except OSError as e:
+                log.warning("sandbox: could not remove %s: %s", p, e)
+
+
+def _kill_cgroup_members(d: str) -> None:
+    try:
+        with open(os.path.join(d, "cgroup.procs")) as f:
+            pids = [int(x) for x in f.read().split()]
+    except (OSError, ValueError):
+        return
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def _join_cgroups(dirs: list[str]) -> int | None:
     """Move this process into `dirs`; returns an fd on the memory cgroup's OOM report (or None)."""
     fd = None
-    for d in dirs:
+    for d in dict.fromkeys(dirs):
         with open(os.path.join(d, "cgroup.procs"), "w") as f:
             f.write(str(os.getpid()))
         for name in ("memory.oom_control", "memory.events"):
@@ -598,6 +715,16 @@ def _loopback_up() -> None:
         req = struct.pack("16sh14x", b"lo", 0)
         flags = struct.unpack("16sh14x", fcntl.ioctl(s.fileno(), SIOCGIFFLAGS, req))[1]
         fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack("16sh14x", b"lo", flags | IFF_UP))
+
+
+def _limit_netns() -> None:
+    """Per-socket buffer caps of this (private) network namespace (see _NETNS_SYSCTLS)."""
+    for name, value in _NETNS_SYSCTLS:
+        try:
+            with open(f"/proc/sys/net/{name}", "w") as f:
+                f.write(value)
+        except OSError as e:
+            log.debug("sandbox: net.%s: %s", name.replace("/", "."), e)
 
 
 def _drop_capabilities(lib) -> None:
@@ -883,6 +1010,7 @@ def _init_main(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket, p
         if mode != "none":
             _setup_namespaces_fs(lib, cfg, foreign_uid=uid is not None)
             if not cfg["network"]:
+                _limit_netns()
                 try:
                     _loopback_up()
                 except OSError:
@@ -1160,8 +1288,11 @@ def _spawn_worker(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket
         pidfd = os.pidfd_open(init)  # race-free: init is our own child and not yet reaped
         socket.send_fds(ctl, [f"P {init}\n".encode()], [pidfd])
     except BaseException as e:  # noqa: BLE001
+        why = f"{type(e).__name__}: {e}"
+        if isinstance(e, BlockingIOError):  # fork: EAGAIN is the pids cgroup saying no
+            why += f" (the tool-wide process limit, tool_pids={cfg.get('tool_pids')}, is reached)"
         try:
-            ctl.sendall(f"E sandbox spawn failed: {type(e).__name__}: {e}\n".encode())
+            ctl.sendall(f"E sandbox spawn failed: {why}\n".encode())
         except OSError:
             pass
     os._exit(0)
@@ -1226,10 +1357,8 @@ def _probe_seccomp(deny: tuple[str, ...]) -> bool:
     return st == 0
 
 
-def _zygote_main(argv: list[str]) -> None:
-    """Entry point of the zygote process (see the module docstring)."""
-    cfg = json.loads(argv[1])
-    sock = socket.socket(fileno=int(argv[2]))
+def _zygote_main(cfg: dict, sock: socket.socket) -> None:
+    """Entry point of the zygote process (see the module docstring and _ZYGOTE_BOOT)."""
     preloaded = []
     for name in cfg["preimport"]:
         try:
@@ -1265,8 +1394,16 @@ def _zygote_main(argv: list[str]) -> None:
     protections = {
         "namespaces": mode != "none", "fs_view": cfg.get("_fs_view", "unknown"), "uid_switch": switch_uid,
         "memory_cgroup": cfg["_memcg"], "memory_cgroup_why": memcg_why,
-        "memory_bound_mb": int(cfg["memory_mb"]) + MEMCG_MARGIN_MB if cfg["_memcg"] else None,
+        "memory_bound_mb": cgs.bound_mb() if cfg["_memcg"] else None,
+        "socket_memory": ("not bounded" if not cfg["_memcg"] else f"own limit of {SOCKET_MEM_MB} MB (cgroup v1)"
+                          if cgs.v1 else "in the memory limit (cgroup v2)"),
         "pids_cgroup": bool(cgs and "pids" in cgs.parents), "seccomp": seccomp,
+        "cpu_cgroup": bool(cgs and cgs.cpu), "cpu_cgroup_why": (cgs.cpu_why or "no cpu cgroup controller mounted"
+                                                               if cgs and not cgs.cpu else ""),
+        "cpus": float(cfg["cpus"]) if cgs and cgs.cpu else None,
+        "cpus_per_call": float(cfg["cpus_per_call"]) if cgs and cgs.cpu else None,
+        "max_calls": int(cfg["max_calls"]), "tool_memory_mb": int(cfg["tool_memory_mb"]) if cfg["_memcg"] else None,
+        "tool_pids": int(cfg["tool_pids"]) if cgs and "pids" in cgs.parents else None,
         "seccomp_denied": list(SECCOMP_DENY + (() if cfg["_memcg"] else SECCOMP_DENY_NO_MEMCG)) if seccomp else [],
         "max_ptys": int(cfg.get("max_ptys", 8)) if mode != "none" else None, "network": bool(cfg["network"]),
     }
@@ -1315,8 +1452,7 @@ def _zygote_main(argv: list[str]) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     _kill_descendants()
     if cgs is not None:
-        time.sleep(0.05)  # the kernel empties a cgroup a moment after its last process is reaped
-        cgs.close()
+        cgs.close()  # waits until the kernel has emptied them (bounded by CGROUP_TEARDOWN_S)
     os._exit(0)
 
 
@@ -1325,13 +1461,19 @@ def _zygote_main(argv: list[str]) -> None:
 # =============================================================================================
 
 _warned_modes: set[str] = set()
+SANDBOX_SOURCE_NAME = "<arpo-sandbox>"  # this file's name in the zygote's code objects (tracebacks, faults)
+# The zygote's command line is what every call sees as /proc/1/cmdline (init is a fork of the
+# zygote): it carries no configuration and no host path. Both arrive as the first message on the
+# socket; the source is compiled under SANDBOX_SOURCE_NAME, so frames do not show its host path.
 _ZYGOTE_BOOT = (
-    "import importlib.util, sys\n"
-    "spec = importlib.util.spec_from_file_location('_arpo_python_sandbox', sys.argv[3])\n"
-    "mod = importlib.util.module_from_spec(spec)\n"
-    "sys.modules['_arpo_python_sandbox'] = mod\n"
-    "spec.loader.exec_module(mod)\n"
-    "mod._zygote_main(sys.argv)\n"
+    "import json, socket, sys, types\n"
+    "sock = socket.socket(fileno=int(sys.argv[1]))\n"
+    "setup = json.loads(sock.recv(1 << 20))\n"
+    "mod = types.ModuleType('_arpo_python_sandbox')\n"
+    "sys.modules[mod.__name__] = mod\n"
+    "with open(setup['path'], encoding='utf-8') as f:\n"
+    "    exec(compile(f.read(), setup['name'], 'exec'), mod.__dict__)\n"
+    "mod._zygote_main(setup['cfg'], sock)\n"
 )
 
 
@@ -1346,12 +1488,13 @@ class _Zygote:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-B", "-c", _ZYGOTE_BOOT, json.dumps(cfg), str(child.fileno()), __file__],
+                [sys.executable, "-I", "-B", "-c", _ZYGOTE_BOOT, str(child.fileno())],
                 pass_fds=(child.fileno(),), env=dict(_SANDBOX_ENV), cwd="/",
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             )
         finally:
             child.close()
+        parent.sendall(json.dumps({"cfg": cfg, "path": os.path.abspath(__file__), "name": SANDBOX_SOURCE_NAME}).encode())
         self.sock = parent
         self.cfg = cfg
         self.lock = threading.Lock()
@@ -1395,8 +1538,8 @@ class _Zygote:
             self.sock.close()
         except OSError:
             pass
-        try:
-            self.proc.wait(timeout=2)
+        try:  # the zygote kills its calls and removes their cgroups (CGROUP_TEARDOWN_S), then exits
+            self.proc.wait(timeout=CGROUP_TEARDOWN_S + 5)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
@@ -1518,7 +1661,7 @@ def _clean_fault_report(text: str) -> str:
         return text
     out, skipping = [], False
     for line in text.split("\n"):
-        if line.startswith('  File "') and (skipping or f'File "{__file__}"' in line):
+        if line.startswith('  File "') and (skipping or f'File "{SANDBOX_SOURCE_NAME}"' in line):
             skipping = True
             continue
         skipping = False
@@ -1537,6 +1680,14 @@ def _truncate(text: str, limit: int, keep_tail: bool) -> tuple[str, bool]:
         dropped = len(text) - head - tail
         return f"{text[:head]}\n... [output truncated: {dropped} more characters] ...\n{text[len(text) - tail:]}", True
     return f"{text[:limit]}\n... [output truncated: {len(text) - limit} more characters]", True
+
+
+def default_tool_cpus() -> float:
+    """CPUs all calls of one tool may use together by default: the machine's. The tool's cgroup
+    weighs as many busy tasks (see _CallCgroups._limit), so under contention the trainer's own
+    threads keep their share; each call is capped by `cpus_per_call`. (Leaving a CPU out of the
+    quota cost a 2-core machine 15-20 % of its call throughput under load: measured in BENCHMARKS.md.)"""
+    return float(os.cpu_count() or 1)
 
 
 def allocate_uid_block() -> int:
@@ -1572,6 +1723,13 @@ class PythonTool:
     lowers the code's CPU priority below the trainer's, `uid` forces one sandbox uid (default:
     a fresh uid per worker from `uid_base`), `max_read_bytes` is where a flood of output is
     stopped (the program is killed; the model sees the head and a marker).
+
+    Tool-wide caps (cgroups; docs/sandbox.md): at most `max_calls` calls run at once (more wait
+    up to `start_timeout_s` for a slot, then come back as an error result); all calls together
+    use at most `cpus` CPUs (default: the machine's; the tool weighs as that many tasks) and each at most
+    `cpus_per_call`, sharing the tool's quota with equal weights; the tool's calls and ready
+    workers together hold at most `tool_memory_mb` (default: `max_calls` calls at their bound)
+    and `tool_pids` processes (default: `max_calls + pool_size` calls at `max_processes`).
     """
 
     name = "python"
@@ -1602,9 +1760,16 @@ class PythonTool:
         memory_cgroup: bool = True,
         seccomp: bool = True,
         fs_view: str = "minimal",
+        max_calls: int = 16,
+        cpus: float | None = None,
+        cpus_per_call: float = 1.0,
+        tool_memory_mb: int | None = None,
+        tool_pids: int | None = None,
     ):
         if timeout_s <= 0 or max_output_chars <= 0 or memory_mb <= 0:
             raise ValueError("timeout_s, max_output_chars and memory_mb must be positive")
+        if max_calls < 1 or cpus_per_call <= 0 or (cpus is not None and cpus <= 0):
+            raise ValueError("max_calls must be >= 1, cpus and cpus_per_call positive")
         self.timeout_s = float(timeout_s)
         self.max_output_chars = int(max_output_chars)
         self.pool_size = max(1, int(pool_size))
@@ -1618,8 +1783,15 @@ class PythonTool:
             "max_open_files": int(max_open_files), "nice": int(nice), "uid": uid,
             "uid_base": int(uid_base) if uid_base is not None else allocate_uid_block(),
             "max_ptys": int(max_ptys), "memory_cgroup": bool(memory_cgroup), "seccomp": bool(seccomp),
-            "fs_view": fs_view,
+            "fs_view": fs_view, "max_calls": int(max_calls),
+            "cpus": float(cpus) if cpus is not None else default_tool_cpus(), "cpus_per_call": float(cpus_per_call),
+            "tool_memory_mb": int(tool_memory_mb) if tool_memory_mb is not None else
+            int(max_calls) * (int(memory_mb) + MEMCG_MARGIN_MB) + self.pool_size * MEMCG_MARGIN_MB,
+            "tool_pids": int(tool_pids) if tool_pids is not None else
+            (int(max_calls) + self.pool_size) * (int(max_processes) + 4),
         }
+        self.max_calls = int(max_calls)
+        self._slots = threading.BoundedSemaphore(self.max_calls)
         self._state = _PoolState()
         self._finalizer = weakref.finalize(self, self._state.shutdown)
         self._thread = threading.Thread(target=self._state.refill_loop, args=(self._cfg, self.pool_size, self.start_timeout_s),
@@ -1654,17 +1826,26 @@ class PythonTool:
         """Run one program; never raises (errors come back as ok=False results)."""
         t0 = time.monotonic()
         timeout = self.timeout_s if timeout_s is None else float(timeout_s)
+        if not self._slots.acquire(timeout=self.start_timeout_s):
+            return ToolResult(f"Error: the python tool is busy: {self.max_calls} calls are already running (its "
+                              f"max_calls), and none finished within {_fmt_seconds(self.start_timeout_s)} s; "
+                              "this call did not run", ok=False, elapsed_s=time.monotonic() - t0)
         try:
-            worker = self._state.acquire(t0 + self.start_timeout_s)
-        except Exception as e:  # noqa: BLE001
-            return ToolResult(f"Error: the python sandbox is unavailable: {e}", ok=False, elapsed_s=time.monotonic() - t0)
-        try:
-            return self._execute(worker, code, timeout, t0)
-        except Exception as e:  # noqa: BLE001 - a tool must never raise into the rollout
-            log.exception("python tool failed")
-            return ToolResult(f"Error: python tool failed: {type(e).__name__}: {e}", ok=False, elapsed_s=time.monotonic() - t0)
+            try:
+                worker = self._state.acquire(t0 + self.start_timeout_s)
+            except Exception as e:  # noqa: BLE001
+                return ToolResult(f"Error: the python sandbox is unavailable: {e}", ok=False,
+                                  elapsed_s=time.monotonic() - t0)
+            try:
+                return self._execute(worker, code, timeout, t0)
+            except Exception as e:  # noqa: BLE001 - a tool must never raise into the rollout
+                log.exception("python tool failed")
+                return ToolResult(f"Error: python tool failed: {type(e).__name__}: {e}", ok=False,
+                                  elapsed_s=time.monotonic() - t0)
+            finally:
+                worker.close()
         finally:
-            worker.close()
+            self._slots.release()
 
     def warm_up(self, timeout_s: float | None = None) -> bool:
         """Block until the pool is full of ready workers (e.g. before a rollout starts or a

@@ -65,7 +65,8 @@ class PythonSessionTool:
                  max_sessions: int = 64, pool_size: int = 2, start_timeout_s: float = 60.0,
                  queue_timeout_s: float = 30.0, **sandbox):
         self._inner = PythonTool(timeout_s=timeout_s, max_output_chars=max_output_chars, memory_mb=memory_mb,
-                                 pool_size=1, start_timeout_s=start_timeout_s, **sandbox)
+                                 pool_size=1, start_timeout_s=start_timeout_s,
+                                 **{"max_calls": max_sessions, **sandbox})  # tool-wide caps: one family per session
         self._inner._state.shutdown()  # only its configuration and result formatting are used
         self.timeout_s, self.max_output_chars, self.max_sessions = timeout_s, max_output_chars, max_sessions
         self._cfg = dict(self._inner._cfg, session=True)
