@@ -15,6 +15,8 @@ EXAMPLES = """examples:
   arpo eval --data gsm8k:test --limit 50                     # greedy, default model
   arpo eval --model runs/train --data hotpotqa:dev --tools search --limit 50
   arpo eval --model runs/sft --data a.jsonl b.jsonl --samples 5 --temperature 0.6 --out eval.json
+  arpo eval --data bamboogle:test --out ev.json --judge --judge-url http://127.0.0.1:8001/v1 \
+            --judge-model Qwen2.5-72B-Instruct          # LLM-as-judge (key: $OPENAI_API_KEY)
 
 --model takes a Hugging Face dir, a built-in name, a checkpoint dir or a run dir (its latest
 checkpoint). Greedy (--temperature 0, the default) with --samples 1 gives deterministic numbers.
@@ -62,6 +64,23 @@ def register(sub) -> None:
                    help="hf engine: run each decode step as one torch.compile graph (compiled once per process: "
                         "minutes on a 2-core CPU, so it pays on long evaluations only; BENCHMARKS.md)")
     p.add_argument("--out", default=None, help="write the metrics (and per-sample records) as JSON here")
+    j = p.add_argument_group("LLM-as-judge (the paper's equivalence prompt; src/arpo/eval/judge.py)")
+    j.add_argument("--judge", action="store_true",
+                   help="also judge every answer with an LLM behind an OpenAI-compatible API: judge_pass@1/@k, "
+                   "judge_failures (a failed judgment falls back to the rule-based check, never fatal)")
+    j.add_argument("--judge-url", default=None, help="the judge's API root, e.g. http://127.0.0.1:8001/v1 "
+                   "(default: $ARPO_JUDGE_URL)")
+    j.add_argument("--judge-model", default=None, help="the judge model's name at that API (default: $ARPO_JUDGE_MODEL)")
+    j.add_argument("--judge-api-key-env", default="OPENAI_API_KEY",
+                   help="environment variable that holds the judge API's key (unset: none sent)")
+    j.add_argument("--judge-cache", default=None,
+                   help="JSONL of judgments reused on re-runs (default: next to --out, OUT.judge.jsonl)")
+    j.add_argument("--judge-workers", type=POS_INT, default=8, help="judgments in flight at once")
+    j.add_argument("--judge-retries", type=POS_INT, default=3, help="attempts per judgment")
+    j.add_argument("--judge-timeout", type=POS_INT, default=120, help="seconds per judge request")
+    j.add_argument("--judge-max-tokens", type=POS_INT, default=None, help="reply budget (default: the server's)")
+    j.add_argument("--judge-temperature", type=NONNEG, default=0.0, help="the judge's sampling temperature")
+    j.add_argument("--judge-seed", type=int, default=None, help="the judge's sampling seed (sent only when set)")
     p.add_argument("--json", action="store_true", help="print the metrics as JSON instead of a table")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=run)
@@ -93,6 +112,7 @@ def run(args) -> int:
     if args.samples > 1 and args.temperature == 0:
         raise ArpoError("--samples > 1 with --temperature 0 gives identical samples; set --temperature > 0")
     reward_fn = get_reward_fn(args.reward)
+    judge = _make_judge(args)  # a bad judge flag fails before the model loads
     datasets = {d: load_examples(d, args.limit) for d in args.data}
     if args.out:
         from arpo.jsonl import prepare_output
@@ -126,7 +146,13 @@ def run(args) -> int:
             finally:
                 tools.close()
             results[path]["tools"] = list(tools.names)
+            if judge is not None:
+                results[path].update(judge.judge_records(recs, {ex["id"]: ex["question"] for ex in examples},
+                                                         args.samples))
+                _report_judge_failures(_label(path), results[path])
             all_records[path] = recs
+    if judge is not None:
+        judge.close()
     if args.out:
         from arpo.training.checkpoint import write_text_atomic
 
@@ -137,6 +163,33 @@ def run(args) -> int:
     else:
         print_table(results, args.model)
     return 0
+
+
+def _make_judge(args):
+    """The judge of --judge (None without it), with its cache next to --out."""
+    import os
+
+    if not args.judge:
+        for flag in ("judge_url", "judge_model", "judge_cache"):
+            if getattr(args, flag):
+                raise ArpoError(f"--{flag.replace('_', '-')} needs --judge")
+        return None
+    from arpo.eval.judge import Judge, JudgeCache, JudgeConfig, default_cache_path
+
+    cfg = JudgeConfig(base_url=args.judge_url or os.environ.get("ARPO_JUDGE_URL", ""),
+                      model=args.judge_model or os.environ.get("ARPO_JUDGE_MODEL", ""),
+                      api_key_env=args.judge_api_key_env, timeout_s=float(args.judge_timeout),
+                      retries=args.judge_retries, workers=args.judge_workers, max_tokens=args.judge_max_tokens,
+                      temperature=args.judge_temperature, seed=args.judge_seed)
+    return Judge(cfg, JudgeCache(args.judge_cache or default_cache_path(args.out)))
+
+
+def _report_judge_failures(label: str, r: dict) -> None:
+    import sys
+
+    if r.get("judge_failures"):
+        print(f"arpo eval: {label}: {r['judge_failures']} of {r['judged'] + r['judge_failures']} judgments failed "
+              f"({r.get('judge_first_error')}); those samples count by the rule-based check", file=sys.stderr)
 
 
 def _label(spec: str) -> str:
@@ -153,7 +206,9 @@ def print_table(results: dict, model: str) -> None:
     from rich.table import Table
 
     keys = ["questions", "samples"] + sorted({k for r in results.values() for k in r if k.startswith("pass@")}) + [
-        "score", "reward", "format_error_rate", "tool_format_rate", "tool_calls", "response_tokens"]
+        "score", "reward", "format_error_rate", "tool_format_rate", "tool_calls", "response_tokens"] + sorted(
+        {k for r in results.values() for k in r if k.startswith("judge_pass@")}) + ["judged", "judge_cached",
+                                                                                   "judge_failures"]
     t = Table(title=f"arpo eval · {model}")
     t.add_column("metric")
     for path in results:
