@@ -150,6 +150,7 @@ def run(args) -> int:
                 results[path].update(judge.judge_records(recs, {ex["id"]: ex["question"] for ex in examples},
                                                          args.samples))
                 _report_judge_failures(_label(path), results[path])
+            _paper_metric(path, results[path], judged=judge is not None)
             all_records[path] = recs
     if judge is not None:
         judge.close()
@@ -184,6 +185,26 @@ def _make_judge(args):
     return Judge(cfg, JudgeCache(args.judge_cache or default_cache_path(args.out)))
 
 
+def _paper_metric(spec: str, r: dict, judged: bool) -> None:
+    """For the paper's benchmarks (bench:NAME): the metric the paper reports and its value here
+    (f1: the score; llm-judge: judge_pass@1, which needs --judge)."""
+    import sys
+
+    from arpo.data.benchmarks import metric_of
+
+    m = metric_of(spec)
+    if m is None:
+        return
+    r["paper_metric"] = m
+    if m == "f1":
+        r["paper_score"] = r["score"]
+    elif judged:
+        r["paper_score"] = r["judge_pass@1"]
+    else:
+        print(f"arpo eval: {spec}: the paper reports LLM-as-judge accuracy here; add --judge --judge-url URL "
+              "--judge-model NAME for it", file=sys.stderr)
+
+
 def _report_judge_failures(label: str, r: dict) -> None:
     import sys
 
@@ -208,7 +229,7 @@ def print_table(results: dict, model: str) -> None:
     keys = ["questions", "samples"] + sorted({k for r in results.values() for k in r if k.startswith("pass@")}) + [
         "score", "reward", "format_error_rate", "tool_format_rate", "tool_calls", "response_tokens"] + sorted(
         {k for r in results.values() for k in r if k.startswith("judge_pass@")}) + ["judged", "judge_cached",
-                                                                                   "judge_failures"]
+                                                                                   "judge_failures", "paper_score"]
     t = Table(title=f"arpo eval · {model}")
     t.add_column("metric")
     for path in results:
