@@ -8,7 +8,7 @@ from pathlib import Path
 
 from arpo.errors import ArpoError
 
-from arpo.commands import HELP, NONNEG, NONNEG_INT, POS_INT, PROB, deprecated
+from arpo.commands import HELP, NONNEG, NONNEG_INT, POS_INT, PROB, deprecated, number, resolve_agent_flags
 from arpo.tools import SEARCH_MAX_CHARS, SEARCH_TOP_K
 
 EXAMPLES = """examples:
@@ -18,8 +18,12 @@ EXAMPLES = """examples:
   arpo eval --data bamboogle:test --out ev.json --judge --judge-url http://127.0.0.1:8001/v1 \
             --judge-model Qwen2.5-72B-Instruct          # LLM-as-judge (key: $OPENAI_API_KEY)
 
+  arpo eval --model ./Qwen3-8B-ARPO-DeepSearch --template arpo-deepsearch --data bench:bamboogle:dev
+
 --model takes a Hugging Face dir, a built-in name, a checkpoint dir or a run dir (its latest
-checkpoint). Greedy (--temperature 0, the default) with --samples 1 gives deterministic numbers.
+checkpoint). A released ARPO checkpoint's template (arpo-reasoning, arpo-deepsearch, ...) also sets
+the tools, result format, tool-call cap, response budget and sampling its authors used, unless a
+flag says otherwise. Greedy (--temperature 0, the default) with --samples 1 gives deterministic numbers.
 pass@k uses the unbiased estimator 1 - C(n-c,k)/C(n,k) over the n = --samples samples."""
 
 
@@ -35,19 +39,26 @@ def register(sub) -> None:
                    "hf:NAME:SPLIT, JSONL/parquet files or globs")
     p.add_argument("--limit", type=POS_INT, default=None, help="questions per dataset (default: all)")
     p.add_argument("--samples", type=POS_INT, default=1, help="samples per question, k of pass@k")
-    p.add_argument("--temperature", type=NONNEG, default=0.0, help="sampling temperature; 0 = greedy")
-    p.add_argument("--top-p", type=PROB, default=1.0, help="sampling: nucleus probability mass")
-    p.add_argument("--top-k", type=NONNEG_INT, default=0, help="sampling: the k most likely tokens (0 = all)")
+    p.add_argument("--temperature", type=NONNEG, default=None,
+                   help="sampling temperature; 0 = greedy (default: 0, or the template's)")
+    p.add_argument("--top-p", type=PROB, default=None, help="sampling: nucleus probability mass (default: 1, or the "
+                   "template's)")
+    p.add_argument("--top-k", type=NONNEG_INT, default=None,
+                   help="sampling: the k most likely tokens, 0 = all (default: 0, or the template's)")
+    p.add_argument("--repetition-penalty", type=number(float, 0, lo_open=True), default=None,
+                   help="> 1 discourages repeating tokens, 1 = off (default: 1, or the template's)")
     p.add_argument("--tools", default=None, help="comma-separated tools: python, search, module.path:function "
-                   "(default: python for math, search for QA)")
+                   "(default: the template's, else python for math, search for QA)")
     p.add_argument("--session", action="store_true",
                    help="python keeps variables, imports and files across each trajectory's calls")
     p.add_argument("--tool-format", default="tags", choices=["tags", "json"],
                    help="tags: <python>...</python> (the paper's); json: the model's native function calling")
-    p.add_argument("--template", default=None, help="prompt template (default: from the tools)")
-    p.add_argument("--max-tool-calls", type=NONNEG_INT, default=5, help="tool calls per answer")
-    p.add_argument("--max-response-tokens", type=POS_INT, default=512,
-                   help="response budget in tokens, tool results included")
+    p.add_argument("--template", default=None, help="prompt template: math, calc, search, both, or a released "
+                   "ARPO checkpoint's: arpo-reasoning, arpo-deepsearch, ... (default: from the tools)")
+    p.add_argument("--max-tool-calls", type=NONNEG_INT, default=None,
+                   help="tool calls per answer (default: 5, or the template's)")
+    p.add_argument("--max-response-tokens", type=POS_INT, default=None,
+                   help="response budget in tokens, tool results included (default: 512, or the template's)")
     deprecated(p, "--max-new-tokens", "--max-response-tokens", dest="max_response_tokens", type=POS_INT)
     p.add_argument("--reward", default="arpo", help="reward/scorer: arpo, f1, em or module:function")
     p.add_argument("--math-scorer", default="math_equal", choices=["math_equal", "f1"], help="how math answers are compared")
@@ -109,6 +120,8 @@ def run(args) -> int:
     from arpo.rollout.agent import AgentConfig
     from arpo.tools import build_tools
 
+    resolve_agent_flags(args, {"tools": None, "max_tool_calls": 5, "max_response_tokens": 512, "temperature": 0.0,
+                               "top_p": 1.0, "top_k": 0, "repetition_penalty": 1.0})
     if args.samples > 1 and args.temperature == 0:
         raise ArpoError("--samples > 1 with --temperature 0 gives identical samples; set --temperature > 0")
     reward_fn = get_reward_fn(args.reward)
@@ -123,11 +136,13 @@ def run(args) -> int:
         raise ArpoError("--compile: only for --engine hf (vLLM compiles its own graphs)")
     engine = make_engine(args.engine, model, tok, model_dir=args.model, **({"compile": True} if args.compile else {}))
     agent = AgentConfig(max_tool_calls=args.max_tool_calls, max_response_tokens=args.max_response_tokens,
-                        top_p=args.top_p, top_k=args.top_k, tool_format=args.tool_format)
+                        top_p=args.top_p, top_k=args.top_k, tool_format=args.tool_format,
+                        result_template=args.result_template, repetition_penalty=args.repetition_penalty)
+    agent.validate()
     results, all_records = {}, {}
     with Progress(disable=args.quiet or args.json) as bar:
         for path, examples in datasets.items():
-            if args.tools:
+            if args.tools is not None:
                 names = [t.strip() for t in args.tools.split(",") if t.strip()]
             else:
                 names = ["python"] if all(ex["task"] == "math" for ex in examples) else ["search"]
@@ -158,12 +173,18 @@ def run(args) -> int:
         from arpo.training.checkpoint import write_text_atomic
 
         write_text_atomic(Path(args.out), json.dumps({"model": args.model, "temperature": args.temperature,
+                                                      "settings": _settings(args),
                                                       "results": results, "records": all_records}, indent=1))
     if args.json:
         print(json.dumps({"model": args.model, "results": results}))
     else:
         print_table(results, args.model)
     return 0
+
+
+def _settings(args) -> dict:
+    return {k: getattr(args, k) for k in ("template", "tools", "max_tool_calls", "max_response_tokens", "temperature",
+                                          "top_p", "top_k", "repetition_penalty", "result_template", "tool_format")}
 
 
 def _make_judge(args):
