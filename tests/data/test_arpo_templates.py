@@ -47,7 +47,8 @@ def test_the_checkpoints_and_their_settings():
 
 def test_a_bad_template_mapping_names_the_key(tmp_path):
     p = tmp_path / "t.yaml"
-    p.write_text("tool_descriptions: {}\ntemplates:\n  x: {system: hi, temprature: 1}\n  y: {system: hi, result: '<r>'}\n")
+    p.write_text("tool_descriptions: {}\ntemplates:\n  x: {system: hi, temprature: 1}\n"
+                 "  y: {system: hi, result: '<r>'}\n")
     with pytest.raises(ArpoError, match=r"templates.x.temprature: unknown key"):
         template_spec("x", str(p))
     with pytest.raises(ArpoError, match=r"templates.y.result: must contain \{output\}"):

@@ -97,8 +97,8 @@ def test_hle_and_xbench_local_copies(tmp_path):
                                             {"id": "h2", "question": "q2", "answer": "a2", "image": "data:image/png"}])
     assert [e["id"] for e in load_examples(f"bench:hle@{p}")] == ["h1"]
     canary = "BENCHMARK DATA SHOULD NEVER APPEAR AS PLAIN TEXT ONLINE. canary GUID xbench-test"
-    enc = {"id": 1, "prompt": xor_encrypt("截至2024年，问题？", canary), "answer": xor_encrypt("161.27元", canary),
-           "canary": canary}
+    enc = {"id": 1, "prompt": xor_encrypt("截至2024年，问题？", canary),
+           "answer": xor_encrypt("161.27元", canary), "canary": canary}
     assert xor_decrypt(enc["answer"], canary) == "161.27元"
     p = _jsonl(tmp_path / "xbench.jsonl", [enc])
     ex = load_examples(f"bench:xbench@{p}")[0]

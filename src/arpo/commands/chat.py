@@ -49,7 +49,8 @@ def register(sub) -> None:
                    help="tags: <python>...</python> (the paper's); json: the model's native function calling")
     p.add_argument("--template", default=None, help="prompt template: math, calc, search, both, or a released "
                    "ARPO checkpoint's: arpo-reasoning, arpo-deepsearch, ... (default: from --tools)")
-    p.add_argument("--max-tool-calls", type=NONNEG_INT, default=None, help="tool-call cap (default: 5, or the template's)")
+    p.add_argument("--max-tool-calls", type=NONNEG_INT, default=None,
+                   help="tool-call cap (default: 5, or the template's)")
     p.add_argument("--max-response-tokens", type=POS_INT, default=None,
                    help="response budget in tokens, tool results included (default: 512, or the template's)")
     deprecated(p, "--max-new-tokens", "--max-response-tokens", dest="max_response_tokens", type=POS_INT)
@@ -101,9 +102,10 @@ def run(args) -> int:
         tools.close()
     t_run = time.perf_counter() - t1
     if args.json:
-        settings = {"template": args.template, "tools": names, **{k: getattr(args, k) for k in FALLBACKS if k != "tools"},
-                    "result_template": args.result_template}
-        out = traj.to_dict() | {"model": args.model, "seed": args.seed, "settings": settings, "load_s": round(t_load, 2),
+        settings = {"template": args.template, "tools": names, "result_template": args.result_template,
+                    **{k: getattr(args, k) for k in FALLBACKS if k != "tools"}}
+        out = traj.to_dict() | {"model": args.model, "seed": args.seed, "settings": settings,
+                                "load_s": round(t_load, 2),
                                 "generate_s": round(t_run, 2),
                                 "text": tok.decode(traj.response_ids, skip_special_tokens=True)}  # no <|im_end|>
         print(json.dumps(out, ensure_ascii=False))

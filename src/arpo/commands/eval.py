@@ -81,7 +81,8 @@ def register(sub) -> None:
                    "judge_failures (a failed judgment falls back to the rule-based check, never fatal)")
     j.add_argument("--judge-url", default=None, help="the judge's API root, e.g. http://127.0.0.1:8001/v1 "
                    "(default: $ARPO_JUDGE_URL)")
-    j.add_argument("--judge-model", default=None, help="the judge model's name at that API (default: $ARPO_JUDGE_MODEL)")
+    j.add_argument("--judge-model", default=None,
+                   help="the judge model's name at that API (default: $ARPO_JUDGE_MODEL)")
     j.add_argument("--judge-api-key-env", default="OPENAI_API_KEY",
                    help="environment variable that holds the judge API's key (unset: none sent)")
     j.add_argument("--judge-cache", default=None,
