@@ -239,3 +239,15 @@ def test_arpo_eval_judge_against_arpo_serve_agent(tmp_path, capsys):
             thread.join(10)
             torch.set_num_threads(threads)
     assert "judge_pass@1" in capsys.readouterr().out
+
+
+def test_compare_shows_the_judged_accuracy_when_there_is_one():
+    from arpo.eval.evaluate import compare
+
+    base = {"pass@1": 0.1, "score": 0.2, "reward": 0.0, "format_error_rate": 0.0, "tool_format_rate": 1.0,
+            "tool_calls": 1.0, "response_tokens": 9.0}
+    rows = compare({"a": {"results": {"d": base | {"judge_pass@1": 0.25}}},
+                    "b": {"results": {"d": base | {"judge_pass@1": 0.5}}},
+                    "c": {"results": {"d": base}}})
+    assert rows[1]["delta"]["judge_pass@1"] == pytest.approx(0.25)
+    assert rows[2]["judge_pass@1"] is None and "judge_pass@1" not in rows[2]["delta"]

@@ -299,6 +299,8 @@ def run_compare(args) -> int:
         for r in mine:
             t.add_column(r["label"], justify="right")
         for k in COMPARE_KEYS:
+            if all(r[k] is None for r in mine):
+                continue  # e.g. judge_pass@1 when no file was judged
             cells = []
             for r in mine:
                 v, d = r[k], r.get("delta", {}).get(k)
