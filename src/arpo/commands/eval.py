@@ -91,7 +91,7 @@ def register(sub) -> None:
     j.add_argument("--judge-retries", type=POS_INT, default=3, help="attempts per judgment")
     j.add_argument("--judge-timeout", type=POS_INT, default=120, help="seconds per judge request")
     j.add_argument("--judge-max-tokens", type=POS_INT, default=None, help="reply budget (default: the server's)")
-    j.add_argument("--judge-temperature", type=NONNEG, default=0.0, help="the judge's sampling temperature")
+    j.add_argument("--judge-temperature", type=NONNEG, default=0.0, help="the judge's sampling temperature (default: 0)")
     j.add_argument("--judge-seed", type=int, default=None, help="the judge's sampling seed (sent only when set)")
     p.add_argument("--json", action="store_true", help="print the metrics as JSON instead of a table")
     p.add_argument("--quiet", action="store_true", help="no progress output")
