@@ -151,3 +151,15 @@ def test_arpo_chat_and_eval_with_a_checkpoint_dir_and_its_template(arch, tmp_pat
     data = json.loads(ev.read_text())
     assert data["settings"]["temperature"] == 0 and data["settings"]["top_k"] == 20
     assert data["results"]["bench:bamboogle:dev"]["tools"] == ["python", "search"]
+
+
+def test_a_released_checkpoints_name_gets_a_hint(capsys):
+    from arpo.commands import resolve_agent_flags
+    from arpo.data.prompts import checkpoint_template_for
+
+    assert checkpoint_template_for("dongguanting/Qwen3-14B-ARPO-DeepSearch") == "arpo-deepsearch"
+    assert checkpoint_template_for("/models/qwen2.5-7b-arpo/") == "arpo-reasoning"
+    assert checkpoint_template_for("smollm2-135m-instruct") is None
+    resolve_agent_flags(argparse.Namespace(template=None, model="./Llama3.1-8B-ARPO", temperature=None),
+                        {"temperature": 0.0})
+    assert "--template arpo-reasoning" in capsys.readouterr().err

@@ -71,8 +71,15 @@ def resolve_agent_flags(args, fallbacks: dict) -> dict:
     template carries its tools, budgets and sampling: data/templates/prompts.yaml), else from
     `fallbacks`; set `args.result_template`. Flags given on the command line always win. Returns the
     template's settings."""
-    from arpo.data.prompts import template_defaults
+    import sys
 
+    from arpo.data.prompts import checkpoint_template_for, template_defaults
+
+    if getattr(args, "template", None) is None and getattr(args, "model", None):
+        known = checkpoint_template_for(args.model)
+        if known:
+            print(f"arpo: {args.model} looks like a released ARPO checkpoint; add --template {known} to run it with "
+                  "its authors' prompt, tools and sampling", file=sys.stderr)
     tmpl = template_defaults(getattr(args, "template", None))
     for key, value in fallbacks.items():
         if getattr(args, key, None) is None:

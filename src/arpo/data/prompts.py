@@ -89,6 +89,16 @@ def checkpoint_templates(path: str | None = None) -> dict:
     return dict(load_templates(path).get("checkpoints") or {})
 
 
+def checkpoint_template_for(model: str, path: str | None = None) -> str | None:
+    """The template of a released ARPO checkpoint named by `model` (its Hub id, or a directory with the
+    checkpoint's name, e.g. ./Qwen2.5-7B-ARPO), None for any other model."""
+    name = str(model).rstrip("/").rsplit("/", 1)[-1].lower()
+    for hf_id, template in checkpoint_templates(path).items():
+        if name == hf_id.rsplit("/", 1)[-1].lower():
+            return template
+    return None
+
+
 def default_template(tools) -> str:
     """The task family that matches the enabled tools."""
     s = set(_names(tools))
