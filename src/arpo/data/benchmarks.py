@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,6 +131,7 @@ def parse(spec: str) -> tuple[str, Benchmark, str | None, str | None]:
     return name, b, part or None, local or None
 
 
+# data/sources.py imports this module (lazily, for bench: specs); this module never imports it back.
 # ---- rows: filters and transforms (pure) ----------------------------------------------------------------
 def xor_decrypt(b64: str, key: str) -> str:
     """xbench's published scheme: base64-decode, XOR with the row's canary string (repeated), UTF-8."""
@@ -288,7 +290,10 @@ def _load_hub(spec: str, b: Benchmark):
 
 def listing() -> list[dict]:
     """One row per benchmark for `arpo data list`."""
-    from arpo.data.sources import count_rows
+    from arpo.jsonl import iter_jsonl
+
+    def count_rows(path):
+        return sum(1 for _ in iter_jsonl(path, "dev slice"))
 
     out = []
     for n, b in BENCHMARKS.items():
@@ -306,6 +311,4 @@ def metric_of(spec) -> str | None:
     """The paper's metric for a bench: spec (f1 | llm-judge), None for any other spec."""
     if not is_bench(str(spec)):
         return None
-    from arpo.data.sources import split_slice
-
-    return parse(str(split_slice(str(spec))[0]))[1].metric
+    return parse(re.sub(r"\[\d*:\d*\]$", "", str(spec)))[1].metric  # without a row slice
