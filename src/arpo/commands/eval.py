@@ -84,7 +84,7 @@ def register(sub) -> None:
     j.add_argument("--judge-model", default=None,
                    help="the judge model's name at that API (default: $ARPO_JUDGE_MODEL)")
     j.add_argument("--judge-api-key-env", default="OPENAI_API_KEY",
-                   help="environment variable that holds the judge API's key (unset: none sent)")
+                   help="environment variable that holds the judge API's key (unset: the key EMPTY, as theirs)")
     j.add_argument("--judge-cache", default=None,
                    help="JSONL of judgments reused on re-runs (default: next to --out, OUT.judge.jsonl)")
     j.add_argument("--judge-workers", type=POS_INT, default=8, help="judgments in flight at once")
