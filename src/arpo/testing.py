@@ -179,3 +179,90 @@ def echo(text: str) -> str:
         text: what to reverse
     """
     return text[::-1]
+
+
+# ---- the released ARPO checkpoints' architectures, tiny and random (tests of their templates) ----------
+# Chat templates shaped like the real ones for the prompts arpo renders (system + user + generation
+# prompt): Qwen2.5's ChatML with its default system prompt, Qwen3's ChatML (thinking on by default:
+# the generation prompt is the bare assistant header), Llama 3.1's header blocks with the date lines.
+QWEN25_TEMPLATE = (
+    "{% if messages[0].role != 'system' %}<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. "
+    "You are a helpful assistant.<|im_end|>\n{% endif %}"
+    "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+QWEN3_TEMPLATE = (
+    "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}{% endif %}"
+)
+LLAMA31_TEMPLATE = (
+    "<|begin_of_text|>{% if messages[0].role == 'system' %}{% set sys = messages[0].content %}"
+    "{% set rest = messages[1:] %}{% else %}{% set sys = '' %}{% set rest = messages %}{% endif %}"
+    "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n"
+    "{{ sys }}<|eot_id|>{% for m in rest %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n{{ m.content }}"
+    "<|eot_id|>{% endfor %}{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+)
+ARCHS = ("qwen2", "qwen3", "llama")  # Qwen2.5-3B/7B-ARPO, Qwen3-8B/14B-ARPO-DeepSearch, Llama3.1-8B-ARPO
+
+
+@functools.lru_cache(maxsize=4)
+def arch_tokenizer(arch: str, vocab_size: int = 512):
+    """A tiny byte-level BPE tokenizer with the special tokens and chat-template shape of `arch`."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    if arch not in ARCHS:
+        raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
+    llama = arch == "llama"
+    specials = (["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+                if llama else ["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(_CORPUS * 20, trainer=trainer)
+    if llama:
+        fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|begin_of_text|>", eos_token="<|eot_id|>",
+                                       pad_token="<|end_of_text|>")
+        fast.chat_template = LLAMA31_TEMPLATE
+    else:
+        fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+        fast.chat_template = QWEN25_TEMPLATE if arch == "qwen2" else QWEN3_TEMPLATE
+    return fast
+
+
+def arch_model(arch: str, tokenizer=None, hidden: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2,
+               seed: int = 0):
+    """A random-weight Qwen2ForCausalLM (Qwen2.5), Qwen3ForCausalLM (q/k norms) or LlamaForCausalLM with
+    Llama 3.1's rope scaling, sized for unit tests."""
+    import torch
+    from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
+                              Qwen3ForCausalLM)
+
+    tok = tokenizer or arch_tokenizer(arch)
+    common = dict(vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
+                  num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=4096,
+                  eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    if arch == "qwen2":
+        cfg, cls = Qwen2Config(tie_word_embeddings=True, **common), Qwen2ForCausalLM
+    elif arch == "qwen3":
+        cfg, cls = Qwen3Config(head_dim=hidden // heads, tie_word_embeddings=True, **common), Qwen3ForCausalLM
+    elif arch == "llama":
+        rope = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 1024}
+        cfg, cls = LlamaConfig(rope_parameters=rope, tie_word_embeddings=False, **common), LlamaForCausalLM
+    else:
+        raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(seed)
+    return cls(cfg).eval()
+
+
+def save_arch_model(path, arch: str, **kwargs) -> str:
+    """Write a tiny random model of `arch` + its tokenizer as a Hugging Face directory (usable as --model)."""
+    tok = arch_tokenizer(arch)
+    arch_model(arch, tok, **kwargs).save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)

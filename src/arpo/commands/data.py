@@ -8,14 +8,17 @@ import json
 from arpo.commands import HELP
 
 EXAMPLES = """examples:
-  arpo data list                                  # name, split, rows, license, source
+  arpo data list                                  # name, split, rows, license, source; the paper's benchmarks
+  arpo data show bench:bamboogle:dev --limit 2    # a benchmark's slice shipped in arpo
+  arpo data show bench:gaia --limit 1             # a benchmark from the Hugging Face Hub (network, arpo[hf])
+  arpo data show bench:aime25@./aime25.parquet    # ... or from a local copy (parquet, jsonl, csv, save_to_disk)
   arpo data show svamp:test --limit 3             # the first rows as arpo reads them (question, answers, task)
   arpo data show gsm8k:train --limit 1 --raw      # the stored rows themselves
   arpo data show hf:openai/gsm8k:main:test --limit 2   # a Hugging Face dataset (pip install 'arpo[hf]')
 
 A data spec works wherever a data file does (--data, data.path, validation.path, arpo sft-data,
 arpo index build): a built-in name NAME:SPLIT, hf:NAME[:CONFIG]:SPLIT[?question=F&answer=F],
-a JSONL / JSONL.gz / parquet file, or a glob."""
+bench:NAME[:dev|@LOCAL_COPY] (the paper's benchmarks), a JSONL / JSONL.gz / parquet file, or a glob."""
 
 
 def register(sub) -> None:
@@ -40,11 +43,15 @@ def register(sub) -> None:
 def list_cmd(args) -> int:
     from arpo.data.sources import BUILTIN, builtin_path, count_rows
 
+    from arpo.data.benchmarks import listing
+
     rows = [{"name": f"{n}:{s}", "split": s, "rows": count_rows(builtin_path(n, s)), "task": b.task,
              "license": b.license, "source": b.source, "file": str(builtin_path(n, s))}
             for n, b in BUILTIN.items() for s in b.splits]
+    bench = listing()
     if args.json:
-        print("\n".join(json.dumps(r) for r in rows))
+        print("\n".join([json.dumps({"kind": "builtin", **r}) for r in rows] +
+                        [json.dumps({"kind": "benchmark", **r}) for r in bench]))
         return 0
     from rich.console import Console
     from rich.table import Table
@@ -54,7 +61,20 @@ def list_cmd(args) -> int:
         t.add_column(c, justify="right" if c == "rows" else "left", overflow="fold")
     for r in rows:
         t.add_row(r["name"], r["split"], f"{r['rows']:,}", r["task"], r["license"], r["source"])
-    Console(width=max(120, Console().width)).print(t)
+    con = Console(width=max(160, Console().width))
+    con.print(t)
+    t = Table(title="the paper's benchmarks (bench:NAME from the Hugging Face Hub, bench:NAME:dev shipped in arpo, "
+              "bench:NAME@LOCAL_COPY)")
+    for c in ("name", "domain", "hugging face id", "config:split", "fields", "license", "paper metric", "dev"):
+        t.add_column(c, overflow="fold")
+    for r in bench:
+        fields = ", ".join(f"{k}←{v}" for k, v in r["fields"].items())
+        fields += "".join(f"; {x}" for x in (r["filter"], r["transform"]) if x)
+        name = r["name"] + "".join(f" ({a})" for a in r["aliases"])
+        t.add_row(name, r["domain"], r["hf_id"], f"{r['config'] or '-'}:{r['split']}", fields,
+                  r["license"], r["metric"], f"{r['dev_rows']} ({r['dev_license']})" if r["dev"] else "-")
+    con.print(t)
+    print("paper metric: f1 = token F1 (arpo eval's score); llm-judge = arpo eval --judge (judge_pass@1)")
     return 0
 
 

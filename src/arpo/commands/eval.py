@@ -8,16 +8,22 @@ from pathlib import Path
 
 from arpo.errors import ArpoError
 
-from arpo.commands import HELP, NONNEG, NONNEG_INT, POS_INT, PROB, deprecated
+from arpo.commands import HELP, NONNEG, NONNEG_INT, POS_INT, PROB, deprecated, number, resolve_agent_flags
 from arpo.tools import SEARCH_MAX_CHARS, SEARCH_TOP_K
 
 EXAMPLES = """examples:
   arpo eval --data gsm8k:test --limit 50                     # greedy, default model
   arpo eval --model runs/train --data hotpotqa:dev --tools search --limit 50
   arpo eval --model runs/sft --data a.jsonl b.jsonl --samples 5 --temperature 0.6 --out eval.json
+  arpo eval --data bamboogle:test --out ev.json --judge --judge-url http://127.0.0.1:8001/v1 \
+            --judge-model Qwen2.5-72B-Instruct          # LLM-as-judge (key: $OPENAI_API_KEY)
+
+  arpo eval --model ./Qwen3-8B-ARPO-DeepSearch --template arpo-deepsearch --data bench:bamboogle:dev
 
 --model takes a Hugging Face dir, a built-in name, a checkpoint dir or a run dir (its latest
-checkpoint). Greedy (--temperature 0, the default) with --samples 1 gives deterministic numbers.
+checkpoint). A released ARPO checkpoint's template (arpo-reasoning, arpo-deepsearch, ...) also sets
+the tools, result format, tool-call cap, response budget and sampling its authors used, unless a
+flag says otherwise. Greedy (--temperature 0, the default) with --samples 1 gives deterministic numbers.
 pass@k uses the unbiased estimator 1 - C(n-c,k)/C(n,k) over the n = --samples samples."""
 
 
@@ -33,19 +39,26 @@ def register(sub) -> None:
                    "hf:NAME:SPLIT, JSONL/parquet files or globs")
     p.add_argument("--limit", type=POS_INT, default=None, help="questions per dataset (default: all)")
     p.add_argument("--samples", type=POS_INT, default=1, help="samples per question, k of pass@k")
-    p.add_argument("--temperature", type=NONNEG, default=0.0, help="sampling temperature; 0 = greedy")
-    p.add_argument("--top-p", type=PROB, default=1.0, help="sampling: nucleus probability mass")
-    p.add_argument("--top-k", type=NONNEG_INT, default=0, help="sampling: the k most likely tokens (0 = all)")
+    p.add_argument("--temperature", type=NONNEG, default=None,
+                   help="sampling temperature; 0 = greedy (default: 0, or the template's)")
+    p.add_argument("--top-p", type=PROB, default=None, help="sampling: nucleus probability mass (default: 1, or the "
+                   "template's)")
+    p.add_argument("--top-k", type=NONNEG_INT, default=None,
+                   help="sampling: the k most likely tokens, 0 = all (default: 0, or the template's)")
+    p.add_argument("--repetition-penalty", type=number(float, 0, lo_open=True), default=None,
+                   help="> 1 discourages repeating tokens, 1 = off (default: 1, or the template's)")
     p.add_argument("--tools", default=None, help="comma-separated tools: python, search, module.path:function "
-                   "(default: python for math, search for QA)")
+                   "(default: the template's, else python for math, search for QA)")
     p.add_argument("--session", action="store_true",
                    help="python keeps variables, imports and files across each trajectory's calls")
     p.add_argument("--tool-format", default="tags", choices=["tags", "json"],
                    help="tags: <python>...</python> (the paper's); json: the model's native function calling")
-    p.add_argument("--template", default=None, help="prompt template (default: from the tools)")
-    p.add_argument("--max-tool-calls", type=NONNEG_INT, default=5, help="tool calls per answer")
-    p.add_argument("--max-response-tokens", type=POS_INT, default=512,
-                   help="response budget in tokens, tool results included")
+    p.add_argument("--template", default=None, help="prompt template: math, calc, search, both, or a released "
+                   "ARPO checkpoint's: arpo-reasoning, arpo-deepsearch, ... (default: from the tools)")
+    p.add_argument("--max-tool-calls", type=NONNEG_INT, default=None,
+                   help="tool calls per answer (default: 5, or the template's)")
+    p.add_argument("--max-response-tokens", type=POS_INT, default=None,
+                   help="response budget in tokens, tool results included (default: 512, or the template's)")
     deprecated(p, "--max-new-tokens", "--max-response-tokens", dest="max_response_tokens", type=POS_INT)
     p.add_argument("--reward", default="arpo", help="reward/scorer: arpo, f1, em or module:function")
     p.add_argument("--math-scorer", default="math_equal", choices=["math_equal", "f1"], help="how math answers are compared")
@@ -62,6 +75,24 @@ def register(sub) -> None:
                    help="hf engine: run each decode step as one torch.compile graph (compiled once per process: "
                         "minutes on a 2-core CPU, so it pays on long evaluations only; BENCHMARKS.md)")
     p.add_argument("--out", default=None, help="write the metrics (and per-sample records) as JSON here")
+    j = p.add_argument_group("LLM-as-judge (the paper's equivalence prompt; src/arpo/eval/judge.py)")
+    j.add_argument("--judge", action="store_true",
+                   help="also judge every answer with an LLM behind an OpenAI-compatible API: judge_pass@1/@k, "
+                   "judge_failures (a failed judgment falls back to the rule-based check, never fatal)")
+    j.add_argument("--judge-url", default=None, help="the judge's API root, e.g. http://127.0.0.1:8001/v1 "
+                   "(default: $ARPO_JUDGE_URL)")
+    j.add_argument("--judge-model", default=None,
+                   help="the judge model's name at that API (default: $ARPO_JUDGE_MODEL)")
+    j.add_argument("--judge-api-key-env", default="OPENAI_API_KEY",
+                   help="environment variable that holds the judge API's key (unset: the key EMPTY, as theirs)")
+    j.add_argument("--judge-cache", default=None,
+                   help="JSONL of judgments reused on re-runs (default: next to --out, OUT.judge.jsonl)")
+    j.add_argument("--judge-workers", type=POS_INT, default=8, help="judgments in flight at once")
+    j.add_argument("--judge-retries", type=POS_INT, default=3, help="attempts per judgment")
+    j.add_argument("--judge-timeout", type=POS_INT, default=120, help="seconds per judge request")
+    j.add_argument("--judge-max-tokens", type=POS_INT, default=None, help="reply budget (default: the server's)")
+    j.add_argument("--judge-temperature", type=NONNEG, default=0.0, help="the judge's sampling temperature (default: 0)")
+    j.add_argument("--judge-seed", type=int, default=None, help="the judge's sampling seed (sent only when set)")
     p.add_argument("--json", action="store_true", help="print the metrics as JSON instead of a table")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=run)
@@ -90,9 +121,12 @@ def run(args) -> int:
     from arpo.rollout.agent import AgentConfig
     from arpo.tools import build_tools
 
+    resolve_agent_flags(args, {"tools": None, "max_tool_calls": 5, "max_response_tokens": 512, "temperature": 0.0,
+                               "top_p": 1.0, "top_k": 0, "repetition_penalty": 1.0})
     if args.samples > 1 and args.temperature == 0:
         raise ArpoError("--samples > 1 with --temperature 0 gives identical samples; set --temperature > 0")
     reward_fn = get_reward_fn(args.reward)
+    judge = _make_judge(args)  # a bad judge flag fails before the model loads
     datasets = {d: load_examples(d, args.limit) for d in args.data}
     if args.out:
         from arpo.jsonl import prepare_output
@@ -103,11 +137,13 @@ def run(args) -> int:
         raise ArpoError("--compile: only for --engine hf (vLLM compiles its own graphs)")
     engine = make_engine(args.engine, model, tok, model_dir=args.model, **({"compile": True} if args.compile else {}))
     agent = AgentConfig(max_tool_calls=args.max_tool_calls, max_response_tokens=args.max_response_tokens,
-                        top_p=args.top_p, top_k=args.top_k, tool_format=args.tool_format)
+                        top_p=args.top_p, top_k=args.top_k, tool_format=args.tool_format,
+                        result_template=args.result_template, repetition_penalty=args.repetition_penalty)
+    agent.validate()
     results, all_records = {}, {}
     with Progress(disable=args.quiet or args.json) as bar:
         for path, examples in datasets.items():
-            if args.tools:
+            if args.tools is not None:
                 names = [t.strip() for t in args.tools.split(",") if t.strip()]
             else:
                 names = ["python"] if all(ex["task"] == "math" for ex in examples) else ["search"]
@@ -126,17 +162,77 @@ def run(args) -> int:
             finally:
                 tools.close()
             results[path]["tools"] = list(tools.names)
+            if judge is not None:
+                results[path].update(judge.judge_records(recs, {ex["id"]: ex["question"] for ex in examples},
+                                                         args.samples))
+                _report_judge_failures(_label(path), results[path])
+            _paper_metric(path, results[path], judged=judge is not None)
             all_records[path] = recs
+    if judge is not None:
+        judge.close()
     if args.out:
         from arpo.training.checkpoint import write_text_atomic
 
         write_text_atomic(Path(args.out), json.dumps({"model": args.model, "temperature": args.temperature,
+                                                      "settings": _settings(args),
                                                       "results": results, "records": all_records}, indent=1))
     if args.json:
         print(json.dumps({"model": args.model, "results": results}))
     else:
         print_table(results, args.model)
     return 0
+
+
+def _settings(args) -> dict:
+    return {k: getattr(args, k) for k in ("template", "tools", "max_tool_calls", "max_response_tokens", "temperature",
+                                          "top_p", "top_k", "repetition_penalty", "result_template", "tool_format")}
+
+
+def _make_judge(args):
+    """The judge of --judge (None without it), with its cache next to --out."""
+    import os
+
+    if not args.judge:
+        for flag in ("judge_url", "judge_model", "judge_cache"):
+            if getattr(args, flag):
+                raise ArpoError(f"--{flag.replace('_', '-')} needs --judge")
+        return None
+    from arpo.eval.judge import Judge, JudgeCache, JudgeConfig, default_cache_path
+
+    cfg = JudgeConfig(base_url=args.judge_url or os.environ.get("ARPO_JUDGE_URL", ""),
+                      model=args.judge_model or os.environ.get("ARPO_JUDGE_MODEL", ""),
+                      api_key_env=args.judge_api_key_env, timeout_s=float(args.judge_timeout),
+                      retries=args.judge_retries, workers=args.judge_workers, max_tokens=args.judge_max_tokens,
+                      temperature=args.judge_temperature, seed=args.judge_seed)
+    return Judge(cfg, JudgeCache(args.judge_cache or default_cache_path(args.out)))
+
+
+def _paper_metric(spec: str, r: dict, judged: bool) -> None:
+    """For the paper's benchmarks (bench:NAME): the metric the paper reports and its value here
+    (f1: the score; llm-judge: judge_pass@1, which needs --judge)."""
+    import sys
+
+    from arpo.data.benchmarks import metric_of
+
+    m = metric_of(spec)
+    if m is None:
+        return
+    r["paper_metric"] = m
+    if m == "f1":
+        r["paper_score"] = r["score"]
+    elif judged:
+        r["paper_score"] = r["judge_pass@1"]
+    else:
+        print(f"arpo eval: {spec}: the paper reports LLM-as-judge accuracy here; add --judge --judge-url URL "
+              "--judge-model NAME for it", file=sys.stderr)
+
+
+def _report_judge_failures(label: str, r: dict) -> None:
+    import sys
+
+    if r.get("judge_failures"):
+        print(f"arpo eval: {label}: {r['judge_failures']} of {r['judged'] + r['judge_failures']} judgments failed "
+              f"({r.get('judge_first_error')}); those samples count by the rule-based check", file=sys.stderr)
 
 
 def _label(spec: str) -> str:
@@ -153,7 +249,9 @@ def print_table(results: dict, model: str) -> None:
     from rich.table import Table
 
     keys = ["questions", "samples"] + sorted({k for r in results.values() for k in r if k.startswith("pass@")}) + [
-        "score", "reward", "format_error_rate", "tool_format_rate", "tool_calls", "response_tokens"]
+        "score", "reward", "format_error_rate", "tool_format_rate", "tool_calls", "response_tokens"] + sorted(
+        {k for r in results.values() for k in r if k.startswith("judge_pass@")}) + ["judged", "judge_cached",
+                                                                                   "judge_failures", "paper_score"]
     t = Table(title=f"arpo eval · {model}")
     t.add_column("metric")
     for path in results:
@@ -201,6 +299,8 @@ def run_compare(args) -> int:
         for r in mine:
             t.add_column(r["label"], justify="right")
         for k in COMPARE_KEYS:
+            if all(r[k] is None for r in mine):
+                continue  # e.g. judge_pass@1 when no file was judged
             cells = []
             for r in mine:
                 v, d = r[k], r.get("delta", {}).get(k)

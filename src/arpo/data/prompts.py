@@ -1,10 +1,18 @@
 """Prompt rendering: system-prompt templates (data, in templates/prompts.yaml) + the tokenizer's own
-chat template. The prompt is tokenized once; everything after it is built in token space."""
+chat template. The prompt is tokenized once; everything after it is built in token space.
+
+A template is a system prompt (a string, `{tools}` replaced by the tools' descriptions), or a
+mapping that also carries the protocol a model was trained with — the released ARPO checkpoints'
+templates (`arpo-reasoning`, `arpo-deepsearch`, ...): `system`, and optionally `tools`, `result`
+(how a tool result is appended, `{output}` the result), `max_tool_calls`, `max_response_tokens`,
+`temperature`, `top_p`, `top_k`, `repetition_penalty` — the defaults `arpo chat/eval --template NAME`
+runs with unless a flag says otherwise (`template_spec`, `template_defaults`)."""
 
 from __future__ import annotations
 
 import functools
 import json
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import yaml
@@ -26,6 +34,70 @@ def load_templates(path: str | None = None) -> dict:
         if not isinstance(data, dict) or not isinstance(data.get(key), dict):
             raise ArpoError(f"{p}: expected a mapping under '{key}'")
     return data
+
+
+@dataclass(frozen=True)
+class TemplateSpec:
+    system: str
+    tools: tuple[str, ...] | None = None
+    result: str | None = None  # e.g. "<result>{output}</result>"; None: arpo's "\n<result>\n{output}\n</result>\n"
+    max_tool_calls: int | None = None
+    max_response_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    repetition_penalty: float | None = None
+
+
+AGENT_KEYS = ("tools", "max_tool_calls", "max_response_tokens", "temperature", "top_p", "top_k", "repetition_penalty")
+
+
+def template_spec(name: str, path: str | None = None) -> TemplateSpec:
+    """A template by name; a mapping's keys are checked (an unknown one is an error naming it)."""
+    data = load_templates(path)
+    if name not in data["templates"]:
+        raise ArpoError(f"unknown prompt template {name!r}; choose one of {sorted(data['templates'])}")
+    t = data["templates"][name]
+    where = f"{path or DEFAULT_TEMPLATES}: templates.{name}"
+    if isinstance(t, str):
+        return TemplateSpec(system=t)
+    if not isinstance(t, dict) or not isinstance(t.get("system"), str):
+        raise ArpoError(f"{where}: a template is a string or a mapping with a 'system' string")
+    known = {f.name for f in fields(TemplateSpec)}
+    bad = sorted(set(t) - known)
+    if bad:
+        raise ArpoError(f"{where}.{bad[0]}: unknown key; a template may set {', '.join(sorted(known))}")
+    if t.get("result") is not None and "{output}" not in str(t["result"]):
+        raise ArpoError(f"{where}.result: must contain {{output}} (where the tool result goes)")
+    if t.get("tools") is not None and not isinstance(t["tools"], list):
+        raise ArpoError(f"{where}.tools: expected a list of tool names")
+    return TemplateSpec(**{**t, "tools": tuple(t["tools"]) if t.get("tools") is not None else None})
+
+
+def template_defaults(name: str | None, path: str | None = None) -> dict:
+    """The agent settings a template carries ({} for a plain system prompt or no template)."""
+    if not name:
+        return {}
+    spec = template_spec(name, path)
+    out = {k: getattr(spec, k) for k in AGENT_KEYS if getattr(spec, k) is not None}
+    if spec.result is not None:
+        out["result_template"] = spec.result
+    return out
+
+
+def checkpoint_templates(path: str | None = None) -> dict:
+    """The released ARPO checkpoints (Hugging Face ids) -> the template each runs with."""
+    return dict(load_templates(path).get("checkpoints") or {})
+
+
+def checkpoint_template_for(model: str, path: str | None = None) -> str | None:
+    """The template of a released ARPO checkpoint named by `model` (its Hub id, or a directory with the
+    checkpoint's name, e.g. ./Qwen2.5-7B-ARPO), None for any other model."""
+    name = str(model).rstrip("/").rsplit("/", 1)[-1].lower()
+    for hf_id, template in checkpoint_templates(path).items():
+        if name == hf_id.rsplit("/", 1)[-1].lower():
+            return template
+    return None
 
 
 def default_template(tools) -> str:
@@ -67,10 +139,14 @@ def system_prompt(template: str, tools, path: str | None = None, tool_format: st
     data = load_templates(path)
     if tool_format == "json":
         template = "json" if template in (None, "math", "search", "both", "calc") else template
-    if template not in data["templates"]:
-        raise ArpoError(f"unknown prompt template {template!r}; choose one of {sorted(data['templates'])}")
+    spec = template_spec(template, path)
+    if tool_format == "json" and spec.result is not None:
+        raise ArpoError(f"template {template!r} is the tag protocol its model was trained with (<python>, "
+                        "<search>, <result>); use --tool-format tags with it")
+    if "{tools}" not in spec.system:
+        return spec.system
     desc = "\n".join(describe_tool(n, tools[n] if hasattr(tools, "names") else None, data) for n in _names(tools))
-    return data["templates"][template].replace("{tools}", desc)
+    return spec.system.replace("{tools}", desc)
 
 
 def render_prompt(tokenizer, question: str, system: str, tools=None, tool_format: str = "tags") -> list[int]:

@@ -3,6 +3,8 @@
 
     gsm8k:test                       a built-in dataset shipped inside arpo (`arpo data list`)
     hotpotqa                         a built-in dataset's every split (corpus files for the index)
+    bench:gaia  bench:bamboogle:dev  one of the paper's 13 benchmarks (data/benchmarks.py): its
+                                     Hugging Face split, the slice shipped in arpo, or @LOCAL_COPY
     hf:openai/gsm8k:main:test        a Hugging Face dataset: hf:NAME[:CONFIG]:SPLIT (extra `hf`)
     hf:./my_saved_ds:train?question=problem&answer=solution
                                      ... a local `save_to_disk` / parquet folder, with the fields
@@ -81,7 +83,7 @@ def data_files(spec: str | Path) -> list[Path]:
     """Local files of a spec: a built-in name, a glob or a path (which must exist)."""
     if isinstance(spec, Path):
         spec = str(spec)
-    if spec.startswith("hf:"):
+    if spec.startswith(("hf:", "bench:")):
         raise ArpoError(f"{spec}: a Hugging Face dataset is not a local file here; use a JSONL/parquet file "
                         "or a built-in name")
     files = _builtin(spec)
@@ -105,7 +107,7 @@ def data_files(spec: str | Path) -> list[Path]:
 def describe(spec: str | Path) -> str:
     """A short label for tables: the built-in name, or the file name."""
     s = str(spec)
-    return s if is_builtin(s) or s.startswith("hf:") else Path(s).name
+    return s if is_builtin(s) or s.startswith(("hf:", "bench:")) else Path(s).name
 
 
 def _file_rows(path: Path) -> Iterator[tuple[str, dict]]:
@@ -141,6 +143,10 @@ def iter_rows(spec: str | Path) -> Iterator[tuple[str, dict]]:
     base, start, stop = split_slice(spec)
     if isinstance(base, str) and base.startswith("hf:"):
         rows = _hf_rows(base)
+    elif isinstance(base, str) and base.startswith("bench:"):
+        from arpo.data.benchmarks import iter_rows as bench_rows
+
+        rows = bench_rows(base)
     else:
         rows = (r for f in data_files(base) for r in _file_rows(f))
     yield from itertools.islice(rows, start, stop)
@@ -153,6 +159,8 @@ def example_id_prefix(spec: str | Path, path_where: str) -> str:
         return str(spec)
     if str(spec).startswith("hf:"):
         return str(spec).split("?", 1)[0][3:]
+    if str(spec).startswith("bench:"):
+        return str(spec).split("@", 1)[0]
     return Path(path_where.rsplit(":", 1)[0]).name.removesuffix(".gz").removesuffix(".jsonl").removesuffix(
         ".parquet")
 

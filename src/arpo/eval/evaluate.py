@@ -84,7 +84,8 @@ def evaluate(engine, tools, tok, examples: list[dict], *, reward_fn, agent: Agen
     return summarize(records, samples)
 
 
-COMPARE_KEYS = ("pass@1", "score", "reward", "format_error_rate", "tool_format_rate", "tool_calls", "response_tokens")
+COMPARE_KEYS = ("pass@1", "score", "reward", "format_error_rate", "tool_format_rate", "tool_calls", "response_tokens",
+                "judge_pass@1", "paper_score")  # the last two: only in files of `arpo eval --judge` / bench: data
 
 
 def compare(runs: dict[str, dict]) -> list[dict]:

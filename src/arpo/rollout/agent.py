@@ -15,6 +15,7 @@ forks (rollout/arpo.py) copy it with the sequence.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -34,6 +35,8 @@ class AgentConfig:
     top_k: int = 0  # sampling: keep the k most likely tokens (0 = off)
     tool_workers: int = 8  # tool calls that may run at once
     tool_format: str = "tags"  # tags (<name>input</name>, the paper's) | json (native function calling, hermes)
+    result_template: str | None = None  # tags: how a result is appended, "{output}" the result (None: spec §1's)
+    repetition_penalty: float = 1.0  # > 1 discourages tokens already in the sequence (vLLM's rule); 1 = off
 
     def validate(self) -> None:
         from arpo.errors import require
@@ -46,6 +49,29 @@ class AgentConfig:
         require(self.top_k >= 0, "agent.top_k", f"must be >= 0 (0 = off), got {self.top_k}")
         require(self.tool_workers >= 1, "agent.tool_workers", f"must be >= 1, got {self.tool_workers}")
         require(self.tool_format in ("tags", "json"), "agent.tool_format", f"{self.tool_format!r}; choose tags or json")
+        require(self.result_template is None or "{output}" in self.result_template, "agent.result_template",
+                f"must contain {{output}}, got {self.result_template!r}")
+        require(self.repetition_penalty > 0, "agent.repetition_penalty", f"must be > 0 (1 = off), got "
+                f"{self.repetition_penalty}")
+
+
+class RepetitionPenalty:
+    """A logits hook: every token id already in the sequence (prompt and response) has its logit
+    divided by `penalty` if positive, multiplied if negative (vLLM's / CTRL's repetition penalty,
+    the reference evaluation's 1.1)."""
+
+    def __init__(self, penalty: float):
+        self.penalty = float(penalty)
+
+    def __call__(self, seq, logits):
+        import torch
+
+        ids = torch.as_tensor(sorted(set(seq.tokens)), dtype=torch.long, device=logits.device)
+        ids = ids[ids < logits.shape[-1]]
+        out = logits.clone()
+        sel = out[ids]
+        out[ids] = torch.where(sel > 0, sel / self.penalty, sel * self.penalty)
+        return out
 
 
 @dataclass
@@ -103,6 +129,10 @@ class AgentLoop:
         self.engine, self.tools, self.cfg = engine, tools, cfg or AgentConfig()
         self.tok = engine.tokenizer
         self.format = get_format(self.cfg.tool_format)
+        if self.cfg.result_template is not None:
+            if self.format.name != "tags":
+                raise ValueError("agent.result_template applies to the tags tool format only")
+            self.format = dataclasses.replace(self.format, result_template=self.cfg.result_template)
         self._pause = self.format.pause_token_ids(self.tok)
 
     def params(self, prompt_len: int, seed: int | None) -> SamplingParams:
@@ -111,6 +141,7 @@ class AgentLoop:
             temperature=c.temperature, top_p=c.top_p, top_k=c.top_k, max_len=prompt_len + c.max_response_tokens,
             stop=tuple(self.format.stop_strings(self.tools)), stop_regex=STOP_REGEX if self.format.name == "tags" else None,
             seed=seed, pause_token_ids=self._pause,
+            logits_hook=None if c.repetition_penalty == 1.0 else RepetitionPenalty(c.repetition_penalty),
         )
 
     def run(self, prompts: list[list[int]], seeds: list[int] | None = None, on_step=None) -> list[Trajectory]:

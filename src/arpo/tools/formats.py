@@ -39,6 +39,7 @@ TOOL_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 @dataclass
 class TagFormat:
     name: str = "tags"
+    result_template: str | None = None  # "{output}" the result; None: format_result's (spec §1)
 
     def stop_strings(self, tools: ToolRegistry) -> list[str]:
         return tools.stop_strings()
@@ -51,6 +52,8 @@ class TagFormat:
         return None if call is None else [call]
 
     def render_results(self, tokenizer, turn_text: str, calls: list[ToolCall], outputs: list[str]) -> str:
+        if self.result_template is not None:
+            return "".join(self.result_template.replace("{output}", o) for o in outputs)
         return "".join(format_result(o) for o in outputs)
 
 

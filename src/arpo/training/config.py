@@ -117,6 +117,9 @@ class TrainConfig:
         require(self.agent.temperature > 0, "agent.temperature",
                 f"must be > 0 for training, got {self.agent.temperature}: greedy rollouts give identical samples, "
                 "zero advantages and no gradient (spec §2 trains at 1.0)")
+        require(self.agent.repetition_penalty == 1.0, "agent.repetition_penalty",
+                f"must be 1 for training, got {self.agent.repetition_penalty}: the policy's log-probs are those of "
+                "the model's own distribution (use it in arpo chat / eval)")
         require(self.micro_tokens >= 1, "micro_tokens", f"must be >= 1, got {self.micro_tokens}")
         for sec in (self.model, self.data, self.agent, self.lora, self.run, self.validation):
             sec.validate()

@@ -1,0 +1,252 @@
+"""LLM-as-judge: ask a model behind any OpenAI-compatible endpoint whether a predicted answer means
+the gold answer, with the equivalence prompt of the paper's evaluation, and cache the judgments.
+
+The prompt and the verdict rule are the reference implementation's (RUC-NLPIR/ARPO, commit
+a95cd08, `evaluation/src/llm_evaluator_sds.py`: `EVALUATION_PROMPT` and `LLMEvaluator.evaluate`,
+which `evaluation/evaluate.sh` runs with Qwen2.5-72B-Instruct as the judge):
+
+* the prediction is the `\\boxed{}` answer, else the last 5 lines of the response (their
+  `Evaluator.evaluate_sample` fallback); an empty prediction is incorrect without a call;
+* the judge's reply (the text inside `<judgment>...</judgment>` when present) means *correct* when
+  it contains "correct" and none of "incorrect", "wrong", "not correct";
+* a sample is judged correct when the judge says so **or** the rule-based check already found the
+  answer equal (theirs: `is_equiv(pred, gold) or verdict`);
+* a judgment that fails after the retries (connection refused, HTTP error, timeout, empty reply) is
+  counted in `judge_failures` and falls back to the rule-based check — never fatal (theirs: the
+  same fallback, `is_equiv`; an empty reply is a failure here, where theirs read it as "incorrect",
+  so that a broken judge shows in the counts instead of in the accuracy).
+* sampling: temperature 0 by default (theirs left it to the server); `max_tokens` and `seed` are
+  sent only when set.
+
+Several gold answers go into the prompt as the Python list the reference's data files hold
+(`['New York', 'NYC']`: "Golden Answer may have multiple options"); one gold answer as itself.
+
+Cache: one JSON line per judgment `{key, model, question, gold, prediction, verdict, response}`,
+`key = sha256(judge model, question, gold, prediction)`; a re-run with the same file asks only
+for what is not in it. Failed judgments are not cached (a re-run retries them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from arpo.errors import ArpoError
+
+PROMPT_SOURCE = "RUC-NLPIR/ARPO@a95cd08 evaluation/src/llm_evaluator_sds.py (EVALUATION_PROMPT)"
+
+# verbatim from the reference (see the module docstring), trailing newline included
+EQUIVALENCE_PROMPT = """Given a Question and its Golden Answer, verify whether the Predicted Answer is correct. \
+The prediction is correct if it fully aligns with the meaning and key information of the Golden Answer. \
+Respond with "Correct" if the prediction is correct and "Incorrect" otherwise.
+Golden Answer may have multiple options, and matching any one of them is considered correct.
+
+Question: {question}
+Golden Answer: {labeled_answer}
+Predicted Answer: {pred_answer}
+"""
+
+
+@dataclass
+class JudgeConfig:
+    base_url: str  # the OpenAI-compatible API root, e.g. http://localhost:8001/v1
+    model: str  # the judge model's name at that endpoint
+    api_key_env: str = "OPENAI_API_KEY"  # the environment variable holding the key (unset: "EMPTY", as theirs)
+    timeout_s: float = 120.0  # per request
+    retries: int = 3  # attempts per judgment (theirs: retry_limit 3)
+    backoff_s: float = 1.0  # wait backoff_s * attempt between attempts (theirs: 1 s * attempt)
+    workers: int = 8  # judgments in flight at once
+    temperature: float | None = 0.0  # None: the server's default (theirs sent none)
+    max_tokens: int | None = None  # None: the server's default (theirs sent none)
+    seed: int | None = None  # sent only when set (OpenAI's `seed`)
+
+    def validate(self) -> None:
+        if not self.base_url or not self.base_url.startswith(("http://", "https://")):
+            raise ArpoError(f"--judge-url: {self.base_url!r} is not an http(s) URL of an OpenAI-compatible API "
+                            "(e.g. http://127.0.0.1:8001/v1)")
+        if not self.model:
+            raise ArpoError("--judge-model: name the judge model (the `model` its endpoint serves)")
+        if self.retries < 1 or self.workers < 1 or self.timeout_s <= 0:
+            raise ArpoError("--judge-retries and --judge-workers must be >= 1 and --judge-timeout > 0")
+
+
+def gold_text(golds: list[str]) -> str:
+    """The Golden Answer line: one answer as itself, several as the Python list the reference's data holds."""
+    return str(golds[0]) if len(golds) == 1 else str(list(golds))
+
+
+def prediction_text(answer: str | None, response: str) -> str:
+    """What the judge compares: the extracted answer, else the last 5 non-empty-collapsed lines of the
+    response (the reference's fallback: output.replace("\\n\\n", "\\n").strip().split("\\n")[-5:])."""
+    if answer is not None and str(answer).strip():
+        return str(answer).strip()
+    return "\n".join(response.replace("\n\n", "\n").strip().split("\n")[-5:]).strip()
+
+
+def judge_prompt(question: str, golds: list[str], prediction: str) -> str:
+    return EQUIVALENCE_PROMPT.format(question=question, labeled_answer=gold_text(golds), pred_answer=prediction)
+
+
+def parse_verdict(reply: str) -> bool:
+    """The reference's rule: the text inside <judgment></judgment> (else the whole reply) says
+    "correct" and none of "incorrect", "wrong", "not correct" (case-insensitive)."""
+    text = reply.strip()
+    start, end = text.find("<judgment>"), text.find("</judgment>")
+    if start != -1 and end != -1 and end > start:
+        text = text[start + len("<judgment>"): end].strip()
+    low = text.lower()
+    return "correct" in low and not any(w in low for w in ("incorrect", "wrong", "not correct"))
+
+
+def judge_key(model: str, question: str, gold: str, prediction: str) -> str:
+    return hashlib.sha256(json.dumps([model, question, gold, prediction], ensure_ascii=False).encode()).hexdigest()
+
+
+class JudgeCache:
+    """Judgments as JSON lines, loaded once and appended as they arrive (a broken line is skipped)."""
+
+    def __init__(self, path: str | Path | None):
+        self.path = Path(path) if path else None
+        self.rows: dict[str, dict] = {}
+        self._lock = threading.Lock()
+        if self.path and self.path.exists():
+            for line in self.path.read_text(encoding="utf-8").splitlines():
+                try:
+                    row = json.loads(line)
+                    self.rows[row["key"]] = row
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    continue
+
+    def get(self, key: str) -> dict | None:
+        return self.rows.get(key)
+
+    def put(self, row: dict) -> None:
+        with self._lock:
+            self.rows[row["key"]] = row
+            if self.path:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                with self.path.open("a", encoding="utf-8") as f:
+                    f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+@dataclass
+class Judgment:
+    verdict: bool | None  # None: the judge could not be asked (see error)
+    response: str
+    cached: bool = False
+    error: str | None = None
+
+
+class Judge:
+    """Asks the judge model one question at a time (thread-safe; `judge_records` runs `workers` at once)."""
+
+    def __init__(self, cfg: JudgeConfig, cache: JudgeCache | None = None):
+        cfg.validate()
+        try:
+            import httpx
+        except ImportError as e:
+            raise ArpoError("the LLM judge needs httpx: pip install 'arpo[search]'") from e
+        self.cfg, self.cache = cfg, cache or JudgeCache(None)
+        key = os.environ.get(cfg.api_key_env) or "EMPTY"
+        self._client = httpx.Client(base_url=cfg.base_url.rstrip("/") + "/", timeout=cfg.timeout_s,
+                                    headers={"Authorization": f"Bearer {key}"})
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _ask(self, prompt: str) -> str:
+        body: dict = {"model": self.cfg.model, "messages": [{"role": "user", "content": prompt}]}
+        if self.cfg.temperature is not None:
+            body["temperature"] = self.cfg.temperature
+        if self.cfg.max_tokens is not None:
+            body["max_tokens"] = self.cfg.max_tokens
+        if self.cfg.seed is not None:
+            body["seed"] = self.cfg.seed
+        r = self._client.post("chat/completions", json=body)
+        if r.status_code != 200:
+            hint = f" (is ${self.cfg.api_key_env} set?)" if r.status_code in (401, 403) else ""
+            raise RuntimeError(f"HTTP {r.status_code}{hint}: {r.text[:200]}")
+        content = r.json()["choices"][0]["message"].get("content")
+        if not isinstance(content, str) or not content.strip():
+            raise RuntimeError("the judge's reply is empty")
+        return content.strip()
+
+    def judge(self, question: str, golds: list[str], prediction: str) -> Judgment:
+        gold = gold_text(golds)
+        key = judge_key(self.cfg.model, question, gold, prediction)
+        hit = self.cache.get(key)
+        if hit is not None:
+            return Judgment(bool(hit["verdict"]), hit.get("response", ""), cached=True)
+        prompt = judge_prompt(question, golds, prediction)
+        err = None
+        for attempt in range(1, self.cfg.retries + 1):
+            try:
+                reply = self._ask(prompt)
+            except Exception as e:  # noqa: BLE001 — any failure is counted, never fatal
+                err = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                if attempt < self.cfg.retries and "HTTP 40" not in err:
+                    time.sleep(self.cfg.backoff_s * attempt)
+                    continue
+                break
+            verdict = parse_verdict(reply)
+            self.cache.put({"key": key, "model": self.cfg.model, "question": question, "gold": gold,
+                            "prediction": prediction, "verdict": verdict, "response": reply})
+            return Judgment(verdict, reply)
+        return Judgment(None, "", error=err)
+
+    def judge_records(self, records: list[dict], questions: dict[str, str], samples: int) -> dict:
+        """Judge every eval record (`arpo eval` per-sample records: example_id, answer, gold, text,
+        correct) in place — each gets `judge: {correct, verdict, cached, error}` — and return the
+        dataset's judged metrics: judge_pass@1 (and @k), judged (answered by the judge, cached ones
+        included), judge_cached, judge_failures, judge_empty (no prediction: incorrect, not asked)."""
+        def one(rec: dict) -> None:
+            pred = prediction_text(rec.get("answer"), rec.get("text", ""))
+            if not pred:
+                rec["judge"] = {"correct": bool(rec["correct"]), "verdict": False, "cached": False, "error": None,
+                                "prediction": pred, "empty": True}
+                return
+            j = self.judge(questions[rec["example_id"]], list(rec["gold"]), pred)
+            correct = bool(rec["correct"]) or bool(j.verdict)  # theirs: is_equiv(pred, gold) or verdict
+            rec["judge"] = {"correct": correct, "verdict": j.verdict, "cached": j.cached, "error": j.error,
+                            "prediction": pred}
+
+        with ThreadPoolExecutor(max_workers=self.cfg.workers) as ex:
+            list(ex.map(one, records))
+        return judged_summary(records, samples)
+
+
+def judged_summary(records: list[dict], samples: int) -> dict:
+    """judge_pass@1 / judge_pass@k over records carrying `judge.correct`, and the judgment counts."""
+    import statistics
+
+    from arpo.eval.evaluate import pass_at_k
+
+    by_ex: dict[str, list[dict]] = {}
+    for r in records:
+        by_ex.setdefault(r["example_id"], []).append(r)
+    out: dict = {}
+    for k in sorted({1, samples}):
+        out[f"judge_pass@{k}"] = statistics.fmean(
+            pass_at_k(len(rs), sum(r["judge"]["correct"] for r in rs), k) for rs in by_ex.values())
+    out["judged"] = sum(r["judge"]["verdict"] is not None and not r["judge"].get("empty") for r in records)
+    out["judge_cached"] = sum(bool(r["judge"]["cached"]) for r in records)
+    out["judge_failures"] = sum(r["judge"]["error"] is not None for r in records)
+    out["judge_empty"] = sum(bool(r["judge"].get("empty")) for r in records)
+    errors = [r["judge"]["error"] for r in records if r["judge"]["error"]]
+    if errors:
+        out["judge_first_error"] = errors[0]
+    return out
+
+
+def default_cache_path(out: str | Path | None) -> Path | None:
+    """Next to the eval output: eval.json -> eval.judge.jsonl; no --out: no file."""
+    if not out:
+        return None
+    p = Path(out)
+    return p.with_name(p.stem + ".judge.jsonl")
