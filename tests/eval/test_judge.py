@@ -72,7 +72,7 @@ def judge_server(tiny_lm, tiny_tok):
     from arpo.serve.app import create_app
     from arpo.serve.scheduler import AgentScheduler
     from arpo.testing import hook_rollout, scripted_hook
-    from arpo.tools.base import ToolRegistry
+    from arpo.tools.registry import ToolRegistry
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
