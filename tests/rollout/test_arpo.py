@@ -237,3 +237,27 @@ def test_issued_calls_equal_the_tool_runs(tiny_lm, tiny_tok):
     assert sum(t.parent_id is not None for t in tree.trajectories) == 6
     assert sum(issued_calls(t) for t in tree.trajectories) == len(runs)
     assert sum(len(t.traj.tool_calls) for t in tree.trajectories) > len(runs)  # inherited calls are not re-run
+
+
+def test_reference_mode_fork_starts_with_zero_delta_entropy(tiny_lm, tiny_tok):
+    """Reference code: a fork takes a new batch slot whose H_initial is the entropy of its first own
+    segment, so the fork's first decision has ΔH = 0 and later ones are measured against that segment."""
+    firsts, later = 0, 0
+    for seed in range(3):
+        cfg = RolloutConfig(group_size=8, initial_rollouts=2, entropy_tokens=3, mode="reference", seed=seed)
+        (tree,) = make(tiny_lm, tiny_tok, cfg).run(prompts(tiny_tok, 1))
+        for t in tree.trajectories:
+            if t.parent_id is None or not t.branch_decisions:
+                continue
+            parent = tree.trajectories[t.parent_id]
+            at = next(i for i, c in enumerate(parent.traj.tool_calls) if c.result_span[1] == t.branch_token_index)
+            assert t.initial_entropy == t.step_entropies[at]  # its own first segment, not the parent's H_initial
+            first, *rest = t.branch_decisions
+            assert first["tool_call_index"] == at + 1 and first["delta_entropy"] == 0.0
+            firsts += 1
+            for d in rest:
+                i = d["tool_call_index"]
+                assert d["delta_entropy"] == pytest.approx(t.step_entropies[i - 1] - t.step_entropies[at], abs=1e-5)
+                later += 1
+    assert firsts > 0 and later > 0
+

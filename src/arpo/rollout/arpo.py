@@ -19,7 +19,9 @@ GRPO is this scheduler with N = M (the budget is full from the start: no branchi
     sample is added per round, and it may branch like any other (paper mode adds all M − n at once).
 Pair it with `entropy_estimator: topk`, `entropy_reduction: sum`, `entropy_normalize: true` for its
 numbers. The reference's stale per-batch-slot H_initial is a bug and is not reproduced: H_initial
-always belongs to the trajectory.
+always belongs to the trajectory. What the reference's slots do within one rollout is reproduced: a
+fork gets a new slot, whose H_initial is the entropy of the fork's own first segment (the one after
+the branch point), so a fork's first decision uses ΔH = 0 (paper mode: forks inherit H_initial).
 
 AEPO options (spec §7): `dynamic_budget` picks N per prompt from a probe rollout's entropies;
 `consecutive_branch_penalty` scales the branch probability by max(0, 1 − c·l), l = consecutive
@@ -117,6 +119,7 @@ class _Traj(TrajState):
     parent_sid: int | None = None
     branch_token_index: int | None = None
     initial_entropy: float | None = None
+    initial_from: int | None = None  # reference-mode fork: H_initial := step_entropies[initial_from], its first own segment
     step_entropies: list[float] = field(default_factory=list)
     decided: int = 0  # tool results whose branch decision is done (or inherited)
     decisions: list[dict] = field(default_factory=list)
@@ -200,7 +203,7 @@ class ARPORollout:
         ents = self._entropies(sid)
         starts = [0] + [rec.result_span[1] for rec in st.calls if rec.result_span[1] > 0]
         n_results = len(starts) - 1
-        if st.initial_entropy is None:
+        if st.initial_entropy is None and st.initial_from is None:
             seg = _generated_run(ents, s.gen_mask, 0, c.entropy_tokens)
             if len(seg) >= c.entropy_tokens or ended or n_results:
                 st.initial_entropy = self._h(seg)
@@ -209,6 +212,8 @@ class ARPORollout:
             seg = _generated_run(ents, s.gen_mask, starts[r + 1], c.entropy_tokens)
             if len(seg) >= c.entropy_tokens or (seg and (ended or n_results > r + 1)):
                 st.step_entropies.append(self._h(seg))
+        if st.initial_entropy is None and st.initial_from is not None and len(st.step_entropies) > st.initial_from:
+            st.initial_entropy = st.step_entropies[st.initial_from]  # so its first decision has ΔH = 0
         # decisions: paper mode decides at result t with H_t; reference mode with H_{t-1} (0 at t=0)
         while st.decided < n_results:
             t = st.decided
@@ -241,10 +246,14 @@ class ARPORollout:
         for k in self.engine.fork(sid, min(c.branch_factor, room), at=at):
             # the tools' sessions fork with the sequence (same event, any engine)
             self.loop.tools.fork_sessions(sid, k, st.calls[: _calls_through_result(st.calls, t)])
+            # paper: a fork inherits H_initial; reference: the code keys H_initial by batch slot and a
+            # fork's new slot takes its first own segment's entropy, so its first decision has ΔH = 0
+            ref = c.mode == "reference"
             states[k] = _Traj(
                 seg_start=at, calls=copy.deepcopy(st.calls[: _calls_through_result(st.calls, t)]), group=st.group,
                 parent_sid=sid,
-                branch_token_index=start, initial_entropy=st.initial_entropy,
+                branch_token_index=start, initial_entropy=None if ref else st.initial_entropy,
+                initial_from=t if ref else None,
                 step_entropies=list(st.step_entropies[:t]), decided=t + 1,
             )
             g.sids.append(k)
