@@ -158,8 +158,12 @@ def test_pure_functions_hand_values():
     # 1 − 0.5 + 0.2·1.0 = 0.7; clipped at 0 and 1
     assert branch_probability(1.0, 0.2, 0.5) == pytest.approx(0.7)
     assert branch_probability(-10.0, 0.2, 0.5) == 0.0 and branch_probability(10.0, 0.2, 0.5) == 1.0
-    # AEPO penalty: 0.7 · (1 − 0.05·2) = 0.63
-    assert branch_probability(1.0, 0.2, 0.5, consecutive=2, penalty=0.05) == pytest.approx(0.63)
+    # AEPO penalty scales the score (the AEPO code): f = 1 − 0.05·2 = 0.9, branch if 0.9·(α + 0.2) > 0.5,
+    # P = 1 + 0.2 − 0.5/0.9 = 0.644444 (scaling the probability instead gave 0.7·0.9 = 0.63)
+    assert branch_probability(1.0, 0.2, 0.5, consecutive=2, penalty=0.05) == pytest.approx(1.2 - 0.5 / 0.9)
+    assert branch_probability(1.0, 0.2, 0.5, consecutive=20, penalty=0.05) == 0.0  # f = 0
+    # reference rule with the penalty: τ' = 1 − 0.3 = 0.7, f = 0.9: P = 1 + 0.2 − 0.7/0.9
+    assert branch_probability(1.0, 0.2, 0.3, 2, 0.05, mode="reference") == pytest.approx(1.2 - 0.7 / 0.9)
     # N = int(16·σ(0.5·(2−1))) + 1 = int(16·0.62246) + 1 = 9 + 1 = 10
     assert dynamic_initial_rollouts(16, 2.0, 1.0) == 10
     assert dynamic_initial_rollouts(16, -100.0, 100.0) == 1 and dynamic_initial_rollouts(16, 100.0, -100.0) == 16
@@ -261,3 +265,23 @@ def test_reference_mode_fork_starts_with_zero_delta_entropy(tiny_lm, tiny_tok):
                 later += 1
     assert firsts > 0 and later > 0
 
+
+def test_aepo_penalty_counts_rounds_and_scales_the_score(tiny_lm, tiny_tok):
+    """β = 0, τ = 0.25, penalty 0.5: f = 1, 0.5, 0 for l = 0, 1, 2 consecutive branching rounds, so
+    P = 1 − 0.25/f = 0.75, 0.5, 0 (hand values; scaling the probability would give 0.75, 0.375, 0).
+    l counts rounds (tool-call depths), not decisions: every decision after the first tool result
+    (round 0) has l = 0, however many of them branched."""
+    want = {0: 0.75, 1: 0.5, 2: 0.0}
+    seen = set()
+    for seed in range(2):
+        cfg = RolloutConfig(group_size=16, initial_rollouts=4, entropy_tokens=2, entropy_weight=0.0,
+                            branch_threshold=0.25, consecutive_branch_penalty=0.5, seed=seed)
+        (tree,) = make(tiny_lm, tiny_tok, cfg).run(prompts(tiny_tok, 1))
+        ds = [d for t in tree.trajectories for d in t.branch_decisions]
+        for d in ds:
+            t, l = d["tool_call_index"], d["consecutive"]
+            assert l <= t and (t > 0 or l == 0)
+            assert d["probability"] == pytest.approx(want[min(l, 2)], abs=1e-6)
+            seen.add(min(l, 2))
+        assert sum(d["branched"] for d in ds if d["tool_call_index"] == 0) >= 2  # several branches in round 0, l stays 0
+    assert {0, 1} <= seen

@@ -60,7 +60,7 @@ class AlgoPreset:
     entropy_tokens: int = 20  # k tokens whose entropy is measured
     dynamic_sampling: bool = False  # DAPO: drop groups whose rewards are all equal, resample
     dynamic_budget: bool = False  # AEPO: N from a probe of H_root vs H_tool (spec §7)
-    consecutive_branch_penalty: float = 0.0  # AEPO: P_t ·= max(0, 1 − penalty·l); 0 disables
+    consecutive_branch_penalty: float = 0.0  # AEPO: score (α + β·ΔH) ·= max(0, 1 − penalty·l), l in rounds; 0 disables
 
     def __post_init__(self) -> None:
         for field, table in (

@@ -24,8 +24,8 @@ fork gets a new slot, whose H_initial is the entropy of the fork's own first seg
 the branch point), so a fork's first decision uses ΔH = 0 (paper mode: forks inherit H_initial).
 
 AEPO options (spec §7): `dynamic_budget` picks N per prompt from a probe rollout's entropies;
-`consecutive_branch_penalty` scales the branch probability by max(0, 1 − c·l), l = consecutive
-branching decisions of this prompt.
+`consecutive_branch_penalty` scales the branch score α + β·ΔH by max(0, 1 − c·l), l = how many
+consecutive rounds (tool-call depths) right before this one the prompt branched in (the AEPO code).
 """
 
 from __future__ import annotations
@@ -87,11 +87,28 @@ def segment_entropy(entropies: list[float], k: int, reduction: str, normalize: b
 def branch_probability(delta_h: float, beta: float, tau: float, consecutive: int = 0, penalty: float = 0.0,
                        mode: str = "paper") -> float:
     """paper: P(α + β·ΔH > τ) for α ~ U(0,1) = clip(1 − τ + β·ΔH, 0, 1);
-    reference (its code): P(U − β·ΔH ≤ τ) = clip(τ + β·ΔH, 0, 1).
-    Either times AEPO's max(0, 1 − penalty·l)."""
-    base = tau if mode == "reference" else 1.0 - tau
-    p = min(1.0, max(0.0, base + beta * delta_h))
-    return p * max(0.0, 1.0 - penalty * consecutive)
+    reference (its code): P(U − β·ΔH ≤ τ) = clip(τ + β·ΔH, 0, 1), which is the paper's rule with the
+    threshold τ' = 1 − τ (U ↦ 1 − U).
+    AEPO's consecutive-branch penalty scales the *score*, as the AEPO code does, not the probability:
+    with f = max(0, 1 − penalty·l), branch if f·(α + β·ΔH) > τ', so
+    P = clip(1 + β·ΔH − τ'/f, 0, 1) for f > 0, and 0 for f = 0 (1 if τ' <= 0).
+    penalty 0 (f = 1) is the plain rule."""
+    t = 1.0 - tau if mode == "reference" else tau
+    f = max(0.0, 1.0 - penalty * consecutive)
+    if f == 0.0:
+        return 1.0 if t <= 0 else 0.0
+    return min(1.0, max(0.0, 1.0 + beta * delta_h - t / f))
+
+
+def _consecutive_rounds(branched_at: set[int], t: int) -> int:
+    """AEPO's l for a decision in round t: how many rounds right before t (t − 1, t − 2, ...) this
+    prompt branched in. A round is a tool-call depth: the AEPO code generates one segment per active
+    trajectory per round, so round t holds every trajectory's decision after its t-th tool result; it
+    counts a round once however many branches it made, and a round without one resets l to 0."""
+    l = 0
+    while t - 1 - l in branched_at:
+        l += 1
+    return l
 
 
 def dynamic_initial_rollouts(m: int, h_root: float, h_tool: float) -> int:
@@ -131,7 +148,7 @@ class _Group:
     rng: random.Random
     sids: list[int] = field(default_factory=list)
     target_globals: int = 0
-    consecutive: int = 0
+    branched_at: set[int] = field(default_factory=set)  # tool-call depths t at which this prompt branched
     probed: bool = False
 
 
@@ -233,14 +250,14 @@ class ARPORollout:
         room = c.group_size - len(g.sids)
         if room <= 0:
             return  # branching stops once M trajectories exist
-        p = branch_probability(dh, c.entropy_weight, c.branch_threshold, g.consecutive, c.consecutive_branch_penalty,
-                               mode=c.mode)
+        l = _consecutive_rounds(g.branched_at, t)
+        p = branch_probability(dh, c.entropy_weight, c.branch_threshold, l, c.consecutive_branch_penalty, mode=c.mode)
         branched = g.rng.random() < p
         st.decisions.append({"tool_call_index": t, "probability": round(p, 6), "delta_entropy": round(dh, 6),
-                             "branched": branched})
-        g.consecutive = g.consecutive + 1 if branched else 0
+                             "branched": branched, "consecutive": l})
         if not branched:
             return
+        g.branched_at.add(t)
         s = self.engine.seq(sid)
         at = s.prompt_len + start
         for k in self.engine.fork(sid, min(c.branch_factor, room), at=at):
