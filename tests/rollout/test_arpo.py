@@ -134,21 +134,23 @@ def test_reference_mode_uses_lagged_entropy(tiny_lm, tiny_tok):
     assert seen > 0
 
 
-def test_dynamic_budget_and_penalty(tiny_lm, tiny_tok):
-    cfg = RolloutConfig(group_size=6, initial_rollouts=3, entropy_tokens=3, dynamic_budget=True,
-                        consecutive_branch_penalty=0.05, seed=3)
-    (tree,) = make(tiny_lm, tiny_tok, cfg).run(prompts(tiny_tok, 1))
-    assert len(tree) == 6
-    probe = tree.trajectories[0]
-    h_tool = sum(probe.step_entropies) / len(probe.step_entropies)
-    n = dynamic_initial_rollouts(6, probe.initial_entropy, h_tool)
-    def root(i):
-        while tree.trajectories[i].parent_id is not None:
-            i = tree.trajectories[i].parent_id
-        return i
-
-    probe_forks = sum(1 for i, t in enumerate(tree.trajectories) if t.parent_id is not None and root(i) == 0)
-    assert sum(t.parent_id is None for t in tree.trajectories) >= min(n, 6 - probe_forks)
+def test_dynamic_budget_starts_exactly_the_formulas_n(tiny_lm, tiny_tok):
+    """AEPO: the probe runs in a pass of its own (then is discarded), so exactly
+    N = clamp(int(M·σ(0.5·(H_root − H_tool))) + 1, 1, M) global samples start (formula 9); before,
+    the probe was global no. 1 and its branches used up room, so fewer globals started."""
+    for seed in range(3):
+        cfg = RolloutConfig(group_size=6, initial_rollouts=3, entropy_tokens=3, dynamic_budget=True, fill_up=False,
+                            entropy_weight=0.0, branch_threshold=0.0, seed=seed)  # every decision branches
+        ro = make(tiny_lm, tiny_tok, cfg)
+        trees = ro.run(prompts(tiny_tok, 2))
+        for tree in trees:
+            b = tree.budget
+            n = dynamic_initial_rollouts(6, b["h_root"], b["h_tool"])
+            assert b["initial_rollouts"] == n
+            assert sum(t.parent_id is None for t in tree.trajectories) == n  # fill-up off: exactly N
+            assert all(t.parent_id is None for t in tree.trajectories[:n])  # the N started first
+            assert len(tree) == 6 or n == 6 or all(not t.branch_decisions for t in tree.trajectories)
+        assert not ro.engine.seqs  # the probes are released too
 
 
 def test_pure_functions_hand_values():

@@ -23,7 +23,8 @@ always belongs to the trajectory. What the reference's slots do within one rollo
 fork gets a new slot, whose H_initial is the entropy of the fork's own first segment (the one after
 the branch point), so a fork's first decision uses ΔH = 0 (paper mode: forks inherit H_initial).
 
-AEPO options (spec §7): `dynamic_budget` picks N per prompt from a probe rollout's entropies;
+AEPO options (spec §7): `dynamic_budget` picks N per prompt from a probe rollout's entropies (a
+separate pass before the rollout; the probe is discarded, so exactly N globals start);
 `consecutive_branch_penalty` scales the branch score α + β·ΔH by max(0, 1 − c·l), l = how many
 consecutive rounds (tool-call depths) right before this one the prompt branched in (the AEPO code).
 """
@@ -149,7 +150,6 @@ class _Group:
     sids: list[int] = field(default_factory=list)
     target_globals: int = 0
     branched_at: set[int] = field(default_factory=set)  # tool-call depths t at which this prompt branched
-    probed: bool = False
 
 
 def _generated_run(ents: list[float], mask: list[int], start: int, k: int) -> list[float]:
@@ -175,9 +175,10 @@ class ARPORollout:
         c = self.cfg
         base = c.seed if seed is None else seed
         groups = [_Group(p, random.Random(f"{base}:{i}")) for i, p in enumerate(prompts)]
+        budgets = self._probe(groups) if c.dynamic_budget else [None] * len(groups)
         states: dict[int, _Traj] = {}
         for gi, g in enumerate(groups):
-            g.target_globals = 1 if c.dynamic_budget else c.initial_rollouts
+            g.target_globals = c.initial_rollouts if budgets[gi] is None else budgets[gi]["initial_rollouts"]
             for _ in range(g.target_globals):
                 self._add_global(gi, g, states)
         try:
@@ -187,9 +188,40 @@ class ARPORollout:
         trees = []
         for gi, g in enumerate(groups):
             trees.append(self._tree(gi, g, states, None if prompt_ids is None else prompt_ids[gi]))
+            trees[-1].budget = budgets[gi]
             for sid in g.sids:
                 self.engine.release(sid)
         return trees
+
+    def _probe(self, groups: list[_Group]) -> list[dict]:
+        """AEPO's dynamic budget (spec §7), in a pass of its own before the rollout, as the AEPO code
+        does: one probe trajectory per prompt runs to its end without branching; H_root = its initial
+        entropy, H_tool = the mean of its post-tool-result entropies (H_root when it made no call);
+        N = dynamic_initial_rollouts(M, H_root, H_tool). The probe is then discarded, so exactly N
+        global samples start (the probe is not one of them and never uses the branch budget).
+        Returns one {h_root, h_tool, initial_rollouts} per group."""
+        c, states, sids = self.cfg, {}, []
+        for gi, g in enumerate(groups):
+            self._add_global(gi, g, states)  # draws its seed from the group's RNG like any global
+            sids.append(g.sids.pop())  # ... but it is not one of the group's trajectories
+
+        def on_step(outs, st) -> None:
+            for sid in {o.sid for o in outs if o.sid in st}:
+                self._record_entropies(sid, st[sid])
+
+        try:
+            self.loop.drive(states, on_step=on_step)
+        finally:
+            self.loop.tools.end_sessions(list(states))
+        out = []
+        for sid in sids:
+            st = states[sid]
+            h_root = st.initial_entropy or 0.0
+            h_tool = sum(st.step_entropies) / len(st.step_entropies) if st.step_entropies else h_root
+            out.append({"h_root": h_root, "h_tool": h_tool,
+                        "initial_rollouts": dynamic_initial_rollouts(c.group_size, h_root, h_tool)})
+            self.engine.release(sid)
+        return out
 
     def _add_global(self, gi: int, g: _Group, states) -> None:
         seed = g.rng.randrange(2**62)
@@ -215,6 +247,25 @@ class ARPORollout:
     def _measure(self, sid: int, st: _Traj, states, groups) -> None:
         """Record H_initial / H_t once k tokens (or the whole segment) follow the start / a tool result;
         take the branch decision that goes with it."""
+        c = self.cfg
+        starts, n_results = self._record_entropies(sid, st)
+        # decisions: paper mode decides at result t with H_t; reference mode with H_{t-1} (0 at t=0)
+        while st.decided < n_results:
+            t = st.decided
+            if c.mode == "paper":
+                if t >= len(st.step_entropies):
+                    break
+                dh = st.step_entropies[t] - st.initial_entropy
+            else:
+                if t > 0 and t - 1 >= len(st.step_entropies):
+                    break
+                dh = 0.0 if t == 0 else st.step_entropies[t - 1] - st.initial_entropy
+            st.decided += 1
+            self._decide(sid, st, t, starts[t + 1], dh, states, groups[st.group])
+
+    def _record_entropies(self, sid: int, st: _Traj) -> tuple[list[int], int]:
+        """Record H_initial and the H_t that are complete; returns the response index where each
+        segment starts (0, then after each tool result) and the number of tool results."""
         c, s = self.cfg, self.engine.seq(sid)
         ended = s.status != "running"
         ents = self._entropies(sid)
@@ -231,19 +282,7 @@ class ARPORollout:
                 st.step_entropies.append(self._h(seg))
         if st.initial_entropy is None and st.initial_from is not None and len(st.step_entropies) > st.initial_from:
             st.initial_entropy = st.step_entropies[st.initial_from]  # so its first decision has ΔH = 0
-        # decisions: paper mode decides at result t with H_t; reference mode with H_{t-1} (0 at t=0)
-        while st.decided < n_results:
-            t = st.decided
-            if c.mode == "paper":
-                if t >= len(st.step_entropies):
-                    break
-                dh = st.step_entropies[t] - st.initial_entropy
-            else:
-                if t > 0 and t - 1 >= len(st.step_entropies):
-                    break
-                dh = 0.0 if t == 0 else st.step_entropies[t - 1] - st.initial_entropy
-            st.decided += 1
-            self._decide(sid, st, t, starts[t + 1], dh, states, groups[st.group])
+        return starts, n_results
 
     def _decide(self, sid, st: _Traj, t: int, start: int, dh: float, states, g: _Group) -> None:
         c = self.cfg
@@ -276,17 +315,9 @@ class ARPORollout:
             g.sids.append(k)
 
     def _refill(self, gi: int, g: _Group, states) -> None:
-        """All paths of this prompt ended: after an AEPO probe, start the other N−1 globals; otherwise
-        fill the group up to M with fresh global samples (spec §2, step 4)."""
+        """All paths of this prompt ended: fill the group up to M with fresh global samples (spec §2, step 4)."""
         c = self.cfg
-        if c.dynamic_budget and not g.probed:
-            g.probed = True
-            probe = states[g.sids[0]]
-            h_root = probe.initial_entropy or 0.0
-            h_tool = sum(probe.step_entropies) / len(probe.step_entropies) if probe.step_entropies else h_root
-            g.target_globals = dynamic_initial_rollouts(c.group_size, h_root, h_tool)
-            n_new = min(g.target_globals - 1, c.group_size - len(g.sids))  # the probe is global no. 1
-        elif not c.fill_up:
+        if not c.fill_up:
             n_new = 0
         else:  # reference: one fresh global per round (it may branch); paper: all M − n at once
             n_new = min(1, c.group_size - len(g.sids)) if c.mode == "reference" else c.group_size - len(g.sids)
