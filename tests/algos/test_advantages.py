@@ -112,6 +112,17 @@ def test_share_counts_and_soft_attribution():
     assert [s.tolist() for s in soft] == [[1.0] * 6, [2.0] * 4, [3.0] * 7, [4.0] * 8]
 
 
+def test_hard_attribution_weights_count_each_tree_token_once():
+    from arpo.algos.advantages import hard_attribution_weights
+
+    w = hard_attribution_weights(PARENT, BRANCH_AT, LENGTHS)
+    t, h = 1 / 3, 1 / 2
+    assert [x.tolist() for x in w] == [pytest.approx(v) for v in (
+        [t, t, t, 1, 1, 1], [1, 1, 1, 1], [t, t, t, h, h, 1, 1], [t, t, t, h, h, 1, 1, 1])]
+    # the weights of all rows sum to the number of distinct tree tokens: 6 + 4 + 4 (c3 c4 c5 c6) + 3 (d5..d7)
+    assert float(sum(x.sum() for x in w)) == pytest.approx(17)
+
+
 def test_hard_attribution_grandchild_forks_before_parents_fork():
     # traj 2 forked from 1 at 4; traj 3 forked from 2 at 2 (< 4): 3's tokens 0,1 are 1's tokens 0,1
     # (through 2), 3 never holds 2's own tokens (positions >= 4)

@@ -57,3 +57,43 @@ def test_build_batch_carries_the_step_level_advantages(tiny_lm, tiny_tok):
     batch = build_batch(trees, get_preset("reinforce_pp"))
     per_traj = [float(batch.advantages[batch.rows[(ti, i)], 0]) for ti in range(2) for i in range(4)]
     assert per_traj == pytest.approx([0.9354, -0.9354, -0.9354, -0.9354, 0.9354, 0.9354, 0.9354, -0.9354], abs=1e-4)
+
+
+def _two_branch_tree():
+    """Trajectory 0 = 4 generated tokens; trajectory 1 forks from it after token 2: tokens 0-1 shared."""
+    from arpo.rollout.agent import Trajectory
+    from arpo.rollout.tree import RolloutTree, TreeTrajectory
+
+    def traj(resp):
+        return Trajectory(sid=0, prompt_ids=[5, 6], response_ids=resp, loss_mask=[1] * len(resp),
+                          logprobs=[0.0] * len(resp), entropies=[0.0] * len(resp), text="", tool_calls=[],
+                          finish_reason="eos")
+
+    return RolloutTree("p", [5, 6], [TreeTrajectory(traj([1, 2, 3, 4]), 0, None, None),
+                                      TreeTrajectory(traj([1, 2, 7, 8]), 1, 0, 2)])
+
+
+@pytest.mark.parametrize("attribution", ["soft", "hard"])
+def test_hard_attribution_counts_a_shared_token_once_in_one_minibatch(attribution):
+    """One optimizer step (ratio 1, token-mean), Â = (1, 0.5), tokens 0-1 shared. Gradient of the loss
+    w.r.t. each *tree* token's log-prob (summed over the rows that hold it), by hand:
+      soft: 8 row tokens; shared −(1 + 0.5)/8 = −0.1875; own −1/8, −0.5/8
+      hard: 6 tree tokens, each once; shared −0.75/6 = −0.125 (mean Â); own −1/6, −0.5/6
+    Hard without the 1/d weights gave exactly the soft numbers (2 copies · mean 0.75 = 1.5)."""
+    import dataclasses
+
+    from arpo.recipes.train import make_loss_fn
+
+    preset = dataclasses.replace(get_preset("arpo"), attribution=attribution)
+    tree = _two_branch_tree()
+    batch = build_batch([tree], preset, [torch.tensor([1.0, 0.5])])
+    batch.old_logp = torch.zeros(batch.mask.shape)
+    logp = batch.old_logp.clone().requires_grad_(True)
+    loss, _ = make_loss_fn(batch, preset)(logp, None)
+    (g,) = torch.autograd.grad(loss, logp)
+    r0, r1 = batch.rows[(0, 0)], batch.rows[(0, 1)]
+    shared = (g[r0, :2] + g[r1, :2]).tolist()
+    own0, own1 = g[r0, 2:].tolist(), g[r1, 2:].tolist()
+    n, s = (6, 0.75) if attribution == "hard" else (8, 1.5)
+    assert shared == pytest.approx([-s / n] * 2, abs=1e-6)
+    assert own0 == pytest.approx([-1 / n] * 2, abs=1e-6) and own1 == pytest.approx([-0.5 / n] * 2, abs=1e-6)

@@ -251,6 +251,8 @@ def hard_attribution(
 ) -> list[torch.Tensor]:
     """Hard attribution (spec §3): a token shared by d trajectories S gets
     `Â_shared = (1/d) Σ_{j∈S} Â_j`; tokens after the last branch point keep their own `Â_i`.
+    The loss counts each shared token once: see hard_attribution_weights (the training batch
+    weights its d copies by 1/d).
 
     Sharing is transitive through fork chains: token t of trajectory i is its parent's token t
     when t < branch_at[i], hence also the grandparent's if t < branch_at[parent], and so on, and it
@@ -273,6 +275,18 @@ def hard_attribution(
     mean = sums / counts.clamp_min(1)  # (M, Lmax)
     owners = _token_owners(p, b, n)
     return [mean[own, torch.arange(len(own))].to(adv.dtype) for own in owners]
+
+
+def hard_attribution_weights(parent: IntsLike, branch_at: IntsLike, lengths: IntsLike) -> list[torch.Tensor]:
+    """Loss weight of each token under hard attribution: `w = 1/d` on a token shared by d
+    trajectories, 1 on unshared ones. The flat training batch holds a shared token once per
+    trajectory (d rows); weighting each copy by 1/d counts the tree token once in the loss, with its
+    one advantage `Â_shared`: its gradient is `Â_shared·∇log π` (token-mean: over the number of
+    distinct tree tokens Σ w), where soft attribution gives `Σ_j Â_j·∇log π = d·Â_shared·∇log π`
+    over Σ_i L_i row tokens. Without these weights hard attribution would equal soft exactly at
+    ratio 1 (one optimizer step per rollout batch): d copies of the mean sum to the sum.
+    parent, branch_at, lengths (M,) -> M tensors (L_i,) float32"""
+    return [1.0 / d.float() for d in token_share_counts(parent, branch_at, lengths)]
 
 
 ATTRIBUTIONS = {"soft", "hard"}  # the two modes of spec §3; soft takes no tree arguments

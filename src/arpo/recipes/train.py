@@ -307,7 +307,8 @@ def rollout_step(ro, prompts, examples, seed: int, log_error, offset: int = 0) -
 
 def build_batch(trees, preset, advantages: list[torch.Tensor] | None = None):
     """The step's TreeBatch with per-token advantages; `advantages`: step_advantages(trees, ...)
-    (computed here, for one process, when not given)."""
+    (computed here, for one process, when not given). Hard attribution also weights the loss mask:
+    1/d on a token shared by d trajectories (algos.advantages.hard_attribution_weights)."""
     from arpo.training.batch import TreeBatch
 
     layouts = [tr.to_training() for tr in trees]
@@ -318,6 +319,13 @@ def build_batch(trees, preset, advantages: list[torch.Tensor] | None = None):
         for i, a in enumerate(token_advantages(tr, a_traj, preset.attribution)):
             adv[batch.rows[(ti, i)], : len(a)] = a
     batch.advantages = adv
+    if preset.attribution == "hard":  # each shared token counted once: its d copies weigh 1/d each
+        from arpo.algos.advantages import hard_attribution_weights
+
+        for ti, tr in enumerate(trees):
+            lengths = [len(t.traj.response_ids) for t in tr.trajectories]
+            for i, w in enumerate(hard_attribution_weights(tr.parents, tr.branch_at, lengths)):
+                batch.mask[batch.rows[(ti, i)], : len(w)] *= w
     return batch
 
 
