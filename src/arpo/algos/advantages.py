@@ -94,7 +94,9 @@ def batch_normalize(
     divided by their batch std: `Â = (R − mean_g) / (std_N(R − mean_g) + eps)` (the centered
     values already have batch mean 0). A batch of one, or of equal rewards, gets 0 (float64 statistics).
     The batch is the whole step's batch: the training recipe calls this once over every tree (and
-    every rank) of a step, never per prompt.
+    every rank) of a step, never per prompt. Statistics are per *trajectory* (one value each);
+    verl whitens per *token* (each reward repeated over the response's tokens), which weighs long
+    trajectories more: docs/algorithm.md, "Advantages".
     rewards (N,), group_ids (N,) -> (N,) float32
     """
     r = rewards.double()
