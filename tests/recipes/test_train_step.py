@@ -97,3 +97,42 @@ def test_hard_attribution_counts_a_shared_token_once_in_one_minibatch(attributio
     n, s = (6, 0.75) if attribution == "hard" else (8, 1.5)
     assert shared == pytest.approx([-s / n] * 2, abs=1e-6)
     assert own0 == pytest.approx([-1 / n] * 2, abs=1e-6) and own1 == pytest.approx([-0.5 / n] * 2, abs=1e-6)
+
+
+def test_round_indices_round_zero_is_the_step_batch_and_later_rounds_are_fresh():
+    from arpo.recipes.sft import batch_indices
+    from arpo.recipes.train import round_indices
+
+    assert round_indices(10, 3, 1, 4, 0, set()) == batch_indices(10, 3, 1, 4)
+    used = set(round_indices(10, 3, 1, 4, 0, set()))
+    r1 = round_indices(10, 3, 1, 4, 1, used)
+    assert len(r1) == 3 and not used & set(r1) and r1 == round_indices(10, 3, 1, 4, 1, used)  # pure
+    assert sorted(round_indices(4, 3, 1, 0, 1, {0, 1, 2})[:1]) == [3]  # the unused row first, then repeats
+
+
+def _dapo_metrics(tmp_path, scripted_run, rounds):
+    import json
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    data = tmp_path / "mixed.jsonl"
+    data.write_text("".join(json.dumps({"question": f"{kind} question {i}: what is {i} + {i}?", "answer": str(2 * i),
+                                        "task": "math"}) + "\n"
+                            for i, kind in enumerate(["Uniform", "Varied"] * 3)))
+    run = scripted_run(tmp_path, steps=2, **{"data.path": data, "algo.preset": "dapo", "rollout.group_size": 3,
+                                             "reward.fn": "arpo.testing:half_uniform_reward",
+                                             "algo.dynamic_sampling_max_rounds": rounds})
+    return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_dapo_dynamic_sampling_refills_the_batch_up_to_the_round_cap(tmp_path, scripted_run):
+    """Half the questions give every response reward 0 (uniform groups, dropped). With up to 4 rounds
+    each step trains exactly prompts_per_step = 2 groups (the data holds 3 varied questions); with a cap
+    of 1 round the dropped groups are not replaced, which is what the preset did before."""
+    full = _dapo_metrics(tmp_path / "a", scripted_run, 4)
+    assert [m["groups_trained"] for m in full] == [2, 2] and all(m["groups_short"] == 0 for m in full)
+    assert all(1 <= m["sampling_rounds"] <= 4 for m in full)
+    assert sum(m["groups_dropped"] for m in full) >= 1  # some round did roll out a uniform group
+    assert all(m["trajectories"] == 3 * 2 * m["sampling_rounds"] for m in full)  # metrics over every round
+    capped = _dapo_metrics(tmp_path / "b", scripted_run, 1)
+    assert all(m["sampling_rounds"] == 1 for m in capped)
+    assert all(m["groups_trained"] == 2 - m["groups_dropped"] for m in capped)

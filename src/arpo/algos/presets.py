@@ -58,7 +58,8 @@ class AlgoPreset:
     entropy_weight: float = 0.2  # β of P_t = α + β·ΔH_t
     branch_threshold: float = 0.5  # τ
     entropy_tokens: int = 20  # k tokens whose entropy is measured
-    dynamic_sampling: bool = False  # DAPO: drop groups whose rewards are all equal, resample
+    dynamic_sampling: bool = False  # DAPO: drop groups whose rewards are all equal, sample more prompts
+    dynamic_sampling_max_rounds: int = 10  # DAPO: cap on generation rounds per step (verl max_num_gen_batches)
     dynamic_budget: bool = False  # AEPO: N from a probe of H_root vs H_tool (spec §7)
     consecutive_branch_penalty: float = 0.0  # AEPO: score (α + β·ΔH) ·= max(0, 1 − penalty·l), l in rounds; 0 disables
 
@@ -89,6 +90,9 @@ class AlgoPreset:
         for key in ("kl_coef", "entropy_coef", "entropy_aware_alpha"):
             if getattr(self, key) < 0:
                 raise ArpoError(f"preset {self.name!r}: {key} must be >= 0, got {getattr(self, key)}")
+        if self.dynamic_sampling_max_rounds < 1:
+            raise ArpoError(f"preset {self.name!r}: dynamic_sampling_max_rounds must be >= 1, "
+                            f"got {self.dynamic_sampling_max_rounds}")
         if self.ppo_epochs < 1:
             raise ArpoError(f"preset {self.name!r}: ppo_epochs must be >= 1, got {self.ppo_epochs}")
         if self.loss_type == "gspo" and self.loss_agg != "seq-mean-token-mean":
@@ -119,8 +123,9 @@ PRESETS: dict[str, AlgoPreset] = {
     "grpo": dataclasses.replace(
         _ARPO, name="grpo", source="spec §4: ARPO with initial_rollouts = group_size", **_NO_BRANCHING
     ),
-    # DAPO (arXiv 2503.14476): clip-higher 0.2/0.28, token-level loss, dynamic sampling, no KL,
-    # no dual clip. Its overlong reward shaping is a reward-side feature and not part of this preset.
+    # DAPO (arXiv 2503.14476): clip-higher 0.2/0.28, token-level loss, dynamic sampling (groups with
+    # equal rewards are dropped and fresh prompts rolled out until prompts_per_step groups are kept, at
+    # most dynamic_sampling_max_rounds rounds per step: recipes/train.py), no KL, no dual clip. Its overlong reward shaping is a reward-side feature and not part of this preset.
     "dapo": dataclasses.replace(
         _ARPO, name="dapo", source="DAPO, arXiv 2503.14476",
         clip_high=0.28, dual_clip=None, loss_agg="token-mean", kl_coef=0.0, dynamic_sampling=True, **_NO_BRANCHING,

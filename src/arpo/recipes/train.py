@@ -56,6 +56,8 @@ class AlgoConfig:
     kl_type: str | None = None  # k1 | k2 | k3 (unclamped; verl's "k3" is low_var_kl) | low_var_kl
     entropy_coef: float | None = None
     ppo_epochs: int | None = None
+    dynamic_sampling: bool | None = None  # DAPO: drop uniform-reward groups and sample more (any preset)
+    dynamic_sampling_max_rounds: int | None = None  # cap on generation rounds per step (preset default 10)
 
     def resolve(self, rollout: RolloutConfig):
         from arpo.algos.presets import get_preset
@@ -284,6 +286,20 @@ class ShardRollout(ARPORollout):
         super()._add_global(gi, g, states)
 
 
+def round_indices(n: int, k: int, seed: int, step: int, rnd: int, used: set[int]) -> list[int]:
+    """Dataset rows of generation round `rnd` of step `step` (a pure function, so --resume repeats
+    it). Round 0 is the step's own batch (sft.batch_indices); DAPO's dynamic sampling adds rounds of
+    k further rows, drawn from a permutation of its own and skipping rows this step already used
+    (rows repeat only once all n are used)."""
+    from arpo.recipes.sft import batch_indices, epoch_order
+
+    if rnd == 0:
+        return batch_indices(n, k, seed, step)
+    order = epoch_order(n, seed + 7_919 * rnd, step)
+    fresh = [i for i in order if i not in used]
+    return (fresh + [i for i in order if i in used])[:k]
+
+
 def rollout_step(ro, prompts, examples, seed: int, log_error, offset: int = 0) -> list:
     """Roll out all prompts together; if that raises, retry one prompt at a time and drop (and log)
     the groups that still fail, so one bad rollout never kills the run. `offset`: the global index
@@ -509,28 +525,46 @@ def train_step(tr: Trainer, step: int) -> tuple[dict, list]:
         clock["t"] = now
 
     t0 = clock["t"]
-    picked = batch_indices(len(tr.examples), cfg.prompts_per_step, cfg.run.seed, step)
-    mine = distributed.shard(len(picked))  # this rank's slice of the global prompt list
-    batch_ex = [tr.examples[picked[k]] for k in mine]
-    prompts = prompts_for(batch_ex, tr.tok, tr.tools, cfg.data.template, cfg.agent.tool_format)
     tr.engine_ready()
-    trees = rollout_step(tr.ro, prompts, batch_ex, cfg.run.seed * 100_003 + step, tr.log_error, offset=mine.start)
+    # DAPO dynamic sampling: groups whose rewards are all equal carry no signal; drop them and roll out
+    # fresh prompts until prompts_per_step groups are kept or the round cap is reached
+    trees, stats, need, used, n_rolled, n_uniform = [], [], cfg.prompts_per_step, set(), 0, 0
+    rounds = preset.dynamic_sampling_max_rounds if preset.dynamic_sampling else 1
+    for rnd in range(rounds):
+        picked = round_indices(len(tr.examples), cfg.prompts_per_step, cfg.run.seed, step, rnd, used)
+        used.update(picked)
+        mine = distributed.shard(len(picked))  # this rank's slice of the global prompt list
+        batch_ex = [tr.examples[picked[k]] for k in mine]
+        prompts = prompts_for(batch_ex, tr.tok, tr.tools, cfg.data.template, cfg.agent.tool_format)
+        got = rollout_step(tr.ro, prompts, batch_ex, cfg.run.seed * 100_003 + step + 1_000_003 * rnd, tr.log_error,
+                           offset=mine.start)
+        lap("time_generation")
+        n_rolled += distributed.total(len(got))
+        score_trees(got, tr.reward_fn, cfg.reward.math_scorer, tr.tools.names)
+        stats += traj_stats(got)
+        lap("time_rewards")
+        if not preset.dynamic_sampling:
+            trees = got
+            break
+        keep = [t for t in got if len({x.reward for x in t.trajectories}) > 1]
+        counts = distributed.gather(len(keep))  # non-uniform groups per rank this round, in global order
+        n_uniform += distributed.total(len(got)) - sum(counts)
+        take = max(0, min(len(keep), need - sum(counts[: distributed.rank()])))  # the first `need`, globally
+        trees += keep[:take]
+        need -= min(sum(counts), need)
+        if need == 0:
+            break
     if hasattr(tr.engine, "sleep"):  # vllm on GPU with enable_sleep_mode: free its memory for training
         tr.engine.sleep(level=1)
     lap("time_generation")
-    n_rolled = distributed.total(len(trees))
     if not n_rolled:
         return {"skipped": 1, "reason": "every rollout failed"}, trees
-    score_trees(trees, tr.reward_fn, cfg.reward.math_scorer, tr.tools.names)
-    stats = traj_stats(trees)
     metrics = metrics_of([s for part in distributed.gather(stats) for s in part] if multi else stats)
-    if preset.dynamic_sampling:  # DAPO: groups whose rewards are all equal carry no signal
-        trees = [t for t in trees if len({x.reward for x in t.trajectories}) > 1]
     counts = distributed.gather(len(trees))  # kept trees per rank, in global order
     n_trees, off = sum(counts), sum(counts[: distributed.rank()])
     if preset.dynamic_sampling:
-        metrics["groups_dropped"] = n_rolled - n_trees
-    lap("time_rewards")
+        metrics.update({"groups_dropped": n_uniform, "groups_trained": n_trees, "sampling_rounds": rnd + 1,
+                        "groups_short": cfg.prompts_per_step - n_trees})
     if n_trees:
         metrics.update(policy_update(tr, trees, n_trees, off, step, lap))
     gen_tokens = distributed.total(sum(t.traj.n_generated_tokens for x in trees for t in x.trajectories))
