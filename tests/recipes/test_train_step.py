@@ -10,7 +10,8 @@ from arpo.recipes.train import build_batch, step_advantages
 
 
 def _fake_tree(rewards, length=3):
-    trajs = [SimpleNamespace(reward=r, traj=SimpleNamespace(response_ids=[0] * length)) for r in rewards]
+    trajs = [SimpleNamespace(reward=r, parent_id=None, traj=SimpleNamespace(response_ids=[0] * length))
+             for r in rewards]
     return SimpleNamespace(trajectories=trajs)
 
 

@@ -164,8 +164,8 @@ def test_pure_functions_hand_values():
     # P = 1 + 0.2 − 0.5/0.9 = 0.644444 (scaling the probability instead gave 0.7·0.9 = 0.63)
     assert branch_probability(1.0, 0.2, 0.5, consecutive=2, penalty=0.05) == pytest.approx(1.2 - 0.5 / 0.9)
     assert branch_probability(1.0, 0.2, 0.5, consecutive=20, penalty=0.05) == 0.0  # f = 0
-    # reference rule with the penalty: τ' = 1 − 0.3 = 0.7, f = 0.9: P = 1 + 0.2 − 0.7/0.9
-    assert branch_probability(1.0, 0.2, 0.3, 2, 0.05, mode="reference") == pytest.approx(1.2 - 0.7 / 0.9)
+    # with a penalty, reference mode also uses the AEPO code's rule (the score U + β·ΔH against τ)
+    assert branch_probability(1.0, 0.2, 0.3, 2, 0.05, mode="reference") == pytest.approx(1.2 - 0.3 / 0.9)
     # N = int(16·σ(0.5·(2−1))) + 1 = int(16·0.62246) + 1 = 9 + 1 = 10
     assert dynamic_initial_rollouts(16, 2.0, 1.0) == 10
     assert dynamic_initial_rollouts(16, -100.0, 100.0) == 1 and dynamic_initial_rollouts(16, 100.0, -100.0) == 16

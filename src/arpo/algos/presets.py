@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from arpo.algos.advantages import ADVANTAGE_ESTIMATORS, ATTRIBUTIONS
+from arpo.algos.advantages import ADVANTAGE_ESTIMATORS, ATTRIBUTIONS, get_estimator
 from arpo.algos.losses import AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES
 from arpo.errors import ArpoError
 
@@ -28,7 +28,7 @@ class AlgoPreset:
     source: str = ""  # where these settings come from
 
     # advantages (spec §3)
-    advantage_estimator: str = "grpo"  # key of ADVANTAGE_ESTIMATORS
+    advantage_estimator: str = "grpo"  # key of ADVANTAGE_ESTIMATORS, or module.path:function
     attribution: str = "soft"  # "soft" (own Â on every token) or "hard" (mean over sharers)
     entropy_aware_advantage: bool = False  # AEPO: Â·(1 + α·z(H)) (spec §7)
     entropy_aware_alpha: float = 0.2  # α of the entropy-aware advantage
@@ -64,8 +64,14 @@ class AlgoPreset:
     consecutive_branch_penalty: float = 0.0  # AEPO: score (α + β·ΔH) ·= max(0, 1 − penalty·l), l in rounds; 0 disables
 
     def __post_init__(self) -> None:
+        if ":" in self.advantage_estimator:  # a plug-in: it must import
+            try:
+                get_estimator(self.advantage_estimator)
+            except ArpoError as e:
+                raise ArpoError(f"preset {self.name!r}: advantage_estimator: {e}") from e
         for field, table in (
-            ("advantage_estimator", ADVANTAGE_ESTIMATORS),
+            ("advantage_estimator", {**ADVANTAGE_ESTIMATORS, self.advantage_estimator: None}
+             if ":" in self.advantage_estimator else ADVANTAGE_ESTIMATORS),
             ("attribution", ATTRIBUTIONS),
             ("loss_type", POLICY_LOSSES),
             ("loss_agg", AGGREGATIONS),

@@ -45,7 +45,7 @@ class AlgoConfig:
     """An algorithm preset (algos/presets.py) and optional overrides of its loss/advantage fields."""
 
     preset: str = "arpo"  # arpo | grpo | dapo | reinforce_pp | dr_grpo | gspo | aepo
-    advantage_estimator: str | None = None
+    advantage_estimator: str | None = None  # grpo | dr_grpo | reinforce_pp | reinforce_pp_baseline | tree_grpo | module.path:function
     attribution: str | None = None  # soft | hard
     loss_type: str | None = None
     loss_agg: str | None = None
@@ -180,19 +180,35 @@ def step_advantages(trees, preset, gather=None) -> list[torch.Tensor]:
     from arpo.algos.advantages import compute_advantages
 
     mine = [[t.reward for t in tr.trajectories] for tr in trees]
+    roots = [tree_roots(tr) for tr in trees]  # the global sample each trajectory grew from
     parts = gather(mine) if gather is not None else [mine]  # every rank joins, with or without trees
+    root_parts = gather(roots) if gather is not None else [roots]
     me = _my_rank() if gather is not None else 0
     flat = [(g, r) for g, r in enumerate(tree for part in parts for tree in part) for r in r]
     if not flat:
         return []
+    width = 1 + max(len(x) for part in parts for x in part)  # (tree g, root k) -> one id per tree of a prompt
+    root_ids = [g * width + int(k) for g, ks in enumerate(x for part in root_parts for x in part) for k in ks]
     adv = compute_advantages(preset.advantage_estimator, torch.tensor([r for _, r in flat], dtype=torch.float64),
-                             [g for g, _ in flat])
+                             [g for g, _ in flat], root_ids)
     first = sum(len(tree) for part in parts[:me] for tree in part)  # this rank's trajectories start here
     out, at = [], first
     for rewards in mine:
         out.append(adv[at : at + len(rewards)])
         at += len(rewards)
     return out
+
+
+def tree_roots(tree) -> list[int]:
+    """For each trajectory of a rollout tree, the index of the global sample it descends from."""
+    parents = [t.parent_id for t in tree.trajectories]
+
+    def root(i: int) -> int:
+        while parents[i] is not None:
+            i = parents[i]
+        return i
+
+    return [root(i) for i in range(len(parents))]
 
 
 def _my_rank() -> int:

@@ -39,6 +39,12 @@ from dataclasses import dataclass, field
 from arpo.engine.base import Engine
 from arpo.errors import ArpoError
 from arpo.rollout.agent import AgentConfig, AgentLoop, TrajState
+from arpo.rollout.branch_rules import (
+    BRANCH_RULES,
+    BranchContext,
+    auto_rule_name,
+    get_branch_rule,
+)
 from arpo.rollout.tree import RolloutTree, TreeTrajectory
 from arpo.tools.base import ToolRegistry
 
@@ -58,6 +64,9 @@ class RolloutConfig:
     fill_up: bool = True  # add fresh global samples when all paths ended with < M trajectories
     dynamic_budget: bool = False  # AEPO: N from a probe rollout's entropies
     consecutive_branch_penalty: float = 0.0  # AEPO: 0.05
+    # the branch probability: auto (aepo with a penalty, else the mode's: arpo | reference) | arpo | reference |
+    # aepo | tree_grpo | module.path:function (rollout/branch_rules.py)
+    branch_rule: str = "auto"
     seed: int = 0
 
     def validate(self) -> None:
@@ -73,6 +82,10 @@ class RolloutConfig:
         need(self.entropy_reduction in ("mean", "sum"), "entropy_reduction", "must be mean or sum")
         need(self.mode in ("paper", "reference"), "mode", "must be paper or reference")
         need(self.consecutive_branch_penalty >= 0, "consecutive_branch_penalty", "must be >= 0")
+        try:
+            get_branch_rule(self.branch_rule, self.mode, self.consecutive_branch_penalty)
+        except ArpoError as e:
+            raise ArpoError(f"rollout.branch_rule: {e}") from e
 
 
 # ---- the math, as pure functions ------------------------------------------------------------------
@@ -87,18 +100,13 @@ def segment_entropy(entropies: list[float], k: int, reduction: str, normalize: b
 
 def branch_probability(delta_h: float, beta: float, tau: float, consecutive: int = 0, penalty: float = 0.0,
                        mode: str = "paper") -> float:
-    """paper: P(α + β·ΔH > τ) for α ~ U(0,1) = clip(1 − τ + β·ΔH, 0, 1);
-    reference (its code): P(U − β·ΔH ≤ τ) = clip(τ + β·ΔH, 0, 1), which is the paper's rule with the
-    threshold τ' = 1 − τ (U ↦ 1 − U).
-    AEPO's consecutive-branch penalty scales the *score*, as the AEPO code does, not the probability:
-    with f = max(0, 1 − penalty·l), branch if f·(α + β·ΔH) > τ', so
-    P = clip(1 + β·ΔH − τ'/f, 0, 1) for f > 0, and 0 for f = 0 (1 if τ' <= 0).
-    penalty 0 (f = 1) is the plain rule."""
-    t = 1.0 - tau if mode == "reference" else tau
-    f = max(0.0, 1.0 - penalty * consecutive)
-    if f == 0.0:
-        return 1.0 if t <= 0 else 0.0
-    return min(1.0, max(0.0, 1.0 + beta * delta_h - t / f))
+    """The probability of the built-in rule that `branch_rule: auto` picks (rollout/branch_rules.py):
+    paper: P(α + β·ΔH > τ) for α ~ U(0,1) = clip(1 − τ + β·ΔH, 0, 1);
+    reference (its code): P(U − β·ΔH ≤ τ) = clip(τ + β·ΔH, 0, 1);
+    penalty > 0, AEPO's code: the *score* α + β·ΔH is scaled by f = max(0, 1 − penalty·l) (not the
+    probability), P = clip(1 + β·ΔH − τ/f, 0, 1), 0 for f = 0."""
+    ctx = BranchContext(delta_h, beta, tau, consecutive=consecutive, penalty=penalty)
+    return BRANCH_RULES[auto_rule_name(mode, penalty)](ctx)
 
 
 def _consecutive_rounds(branched_at: set[int], t: int) -> int:
@@ -170,6 +178,7 @@ class ARPORollout:
         self.loop = AgentLoop(engine, tools, agent)
         self.engine = engine
         self.vocab = len(engine.tokenizer)
+        self.rule = get_branch_rule(self.cfg.branch_rule, self.cfg.mode, self.cfg.consecutive_branch_penalty)
 
     def run(self, prompts: list[list[int]], prompt_ids: list[str] | None = None, seed: int | None = None) -> list[RolloutTree]:
         c = self.cfg
@@ -290,7 +299,12 @@ class ARPORollout:
         if room <= 0:
             return  # branching stops once M trajectories exist
         l = _consecutive_rounds(g.branched_at, t)
-        p = branch_probability(dh, c.entropy_weight, c.branch_threshold, l, c.consecutive_branch_penalty, mode=c.mode)
+        ctx = BranchContext(dh, c.entropy_weight, c.branch_threshold, depth=t, consecutive=l,
+                            penalty=c.consecutive_branch_penalty, initial_entropy=st.initial_entropy,
+                            step_entropy=st.step_entropies[t] if t < len(st.step_entropies) else None)
+        p = float(self.rule(ctx))
+        if not 0.0 <= p <= 1.0:  # also NaN
+            raise ArpoError(f"rollout.branch_rule {c.branch_rule!r} returned {p}, not a probability in [0, 1]")
         branched = g.rng.random() < p
         st.decisions.append({"tool_call_index": t, "probability": round(p, 6), "delta_entropy": round(dh, 6),
                              "branched": branched, "consecutive": l})
