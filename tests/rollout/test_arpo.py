@@ -285,5 +285,6 @@ def test_aepo_penalty_counts_rounds_and_scales_the_score(tiny_lm, tiny_tok):
             assert l <= t and (t > 0 or l == 0)
             assert d["probability"] == pytest.approx(want[min(l, 2)], abs=1e-6)
             seen.add(min(l, 2))
-        assert sum(d["branched"] for d in ds if d["tool_call_index"] == 0) >= 2  # several branches in round 0, l stays 0
+        # several branches in round 0, and l stays 0 there
+        assert sum(d["branched"] for d in ds if d["tool_call_index"] == 0) >= 2
     assert {0, 1} <= seen

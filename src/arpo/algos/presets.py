@@ -61,7 +61,7 @@ class AlgoPreset:
     dynamic_sampling: bool = False  # DAPO: drop groups whose rewards are all equal, sample more prompts
     dynamic_sampling_max_rounds: int = 10  # DAPO: cap on generation rounds per step (verl max_num_gen_batches)
     dynamic_budget: bool = False  # AEPO: N from a probe of H_root vs H_tool (spec §7)
-    consecutive_branch_penalty: float = 0.0  # AEPO: score (α + β·ΔH) ·= max(0, 1 − penalty·l), l in rounds; 0 disables
+    consecutive_branch_penalty: float = 0.0  # AEPO: score α + β·ΔH ·= max(0, 1 − penalty·l), l rounds; 0: off
 
     def __post_init__(self) -> None:
         if ":" in self.advantage_estimator:  # a plug-in: it must import

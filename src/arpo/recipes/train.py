@@ -45,7 +45,8 @@ class AlgoConfig:
     """An algorithm preset (algos/presets.py) and optional overrides of its loss/advantage fields."""
 
     preset: str = "arpo"  # arpo | grpo | dapo | reinforce_pp | dr_grpo | gspo | aepo
-    advantage_estimator: str | None = None  # grpo | dr_grpo | reinforce_pp | reinforce_pp_baseline | tree_grpo | module.path:function
+    # grpo | dr_grpo | reinforce_pp | reinforce_pp_baseline | tree_grpo | module.path:function (algos/advantages.py)
+    advantage_estimator: str | None = None
     attribution: str | None = None  # soft | hard
     loss_type: str | None = None
     loss_agg: str | None = None
@@ -525,7 +526,6 @@ def train_step(tr: Trainer, step: int) -> tuple[dict, list]:
     Metrics include the time split: time_generation, time_rewards, time_batch, time_old_logprobs,
     time_backward, time_optimizer, time_training (everything after generation) and step_seconds."""
     from arpo.data.prompts import prompts_for
-    from arpo.recipes.sft import batch_indices
     from arpo.rewards import score_trees
     from arpo.training import distributed
 

@@ -145,7 +145,7 @@ class _Traj(TrajState):
     parent_sid: int | None = None
     branch_token_index: int | None = None
     initial_entropy: float | None = None
-    initial_from: int | None = None  # reference-mode fork: H_initial := step_entropies[initial_from], its first own segment
+    initial_from: int | None = None  # reference-mode fork: H_initial := step_entropies[initial_from] (own 1st segment)
     step_entropies: list[float] = field(default_factory=list)
     decided: int = 0  # tool results whose branch decision is done (or inherited)
     decisions: list[dict] = field(default_factory=list)
