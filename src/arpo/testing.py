@@ -128,6 +128,16 @@ def toy_reward(response: str, example: dict, **_):
                            correct=score > 0.5)
 
 
+def half_uniform_reward(response: str, example: dict, **_):
+    """toy_reward, except that questions containing "uniform" get 0 for every response: their groups
+    have equal rewards (no signal), which DAPO's dynamic sampling drops. For tests."""
+    from types import SimpleNamespace
+
+    if "uniform" in example.get("question", "").lower():
+        return SimpleNamespace(reward=0.0, score=0.0, format_ok=True, format_error=None, answer=None, correct=False)
+    return toy_reward(response, example)
+
+
 def save_tiny_model(path, **kwargs) -> str:
     """Write a tiny random model + tokenizer as a Hugging Face directory (usable as --model)."""
     tok = tiny_tokenizer()

@@ -112,6 +112,17 @@ def test_share_counts_and_soft_attribution():
     assert [s.tolist() for s in soft] == [[1.0] * 6, [2.0] * 4, [3.0] * 7, [4.0] * 8]
 
 
+def test_hard_attribution_weights_count_each_tree_token_once():
+    from arpo.algos.advantages import hard_attribution_weights
+
+    w = hard_attribution_weights(PARENT, BRANCH_AT, LENGTHS)
+    t, h = 1 / 3, 1 / 2
+    assert [x.tolist() for x in w] == [pytest.approx(v) for v in (
+        [t, t, t, 1, 1, 1], [1, 1, 1, 1], [t, t, t, h, h, 1, 1], [t, t, t, h, h, 1, 1, 1])]
+    # the weights of all rows sum to the number of distinct tree tokens: 6 + 4 + 4 (c3 c4 c5 c6) + 3 (d5..d7)
+    assert float(sum(x.sum() for x in w)) == pytest.approx(17)
+
+
 def test_hard_attribution_grandchild_forks_before_parents_fork():
     # traj 2 forked from 1 at 4; traj 3 forked from 2 at 2 (< 4): 3's tokens 0,1 are 1's tokens 0,1
     # (through 2), 3 never holds 2's own tokens (positions >= 4)
@@ -206,3 +217,45 @@ def test_equal_rewards_give_exactly_zero(name, value):
     # a constant group beside a varying one: only the constant one is zeroed
     mixed = compute_advantages("grpo", torch.tensor([value] * 4 + [1.0, 0.0, 0.0, 0.0]), [0] * 4 + [1] * 4)
     assert torch.equal(mixed[:4], torch.zeros(4)) and mixed[4] == pytest.approx(1.5, abs=1e-5)
+
+
+def test_tree_grpo_adds_intra_tree_to_inter_tree_hand_values():
+    """One prompt, rewards (1, 0, 1, 1); trajectory 1 forks from 0 and 3 from 2 (roots 0, 0, 2, 2).
+    Inter (all 4): mean 0.75, unbiased std 0.5: (0.5, −1.5, 0.5, 0.5). Intra: tree {0, 1} has (1, 0):
+    ±1/√2; tree {2, 3} has equal rewards: 0. Sum: (1.2071, −2.2071, 0.5, 0.5)."""
+    from arpo.algos.advantages import tree_grpo_advantage
+
+    r = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    close(tree_grpo_advantage(r, [0, 0, 0, 0], [0, 0, 2, 2]), [0.5 + 0.70711, -1.5 - 0.70711, 0.5, 0.5], tol=1e-4)
+    close(tree_grpo_advantage(r, [0, 0, 0, 0], [0, 1, 2, 3]), [0.5, -1.5, 0.5, 0.5], tol=1e-4)  # no forks: GRPO
+    close(compute_advantages("tree_grpo", r, [0] * 4, [0, 0, 2, 2]), [1.20711, -2.20711, 0.5, 0.5], tol=1e-4)
+
+
+def test_an_estimator_of_your_own_by_module_path(tmp_path, monkeypatch):
+    """`algo.advantage_estimator: myadv:centered` — called with (rewards, group_ids, root_ids) over
+    the step's batch; the recipe passes each trajectory's root (forks share their global sample's)."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from arpo.algos.presets import get_preset
+    from arpo.errors import ArpoError
+    from arpo.training.step_batch import step_advantages
+
+    (tmp_path / "myadv.py").write_text(
+        "import torch\n"
+        "def centered(rewards, group_ids, root_ids):\n"
+        "    centered.roots = list(root_ids)\n"
+        "    return rewards - rewards.mean()\n")
+    monkeypatch.chdir(tmp_path)
+    preset = dataclasses.replace(get_preset("arpo"), advantage_estimator="myadv:centered")
+    tree = SimpleNamespace(trajectories=[SimpleNamespace(reward=r, parent_id=p)
+                                         for r, p in [(1.0, None), (0.0, 0), (1.0, None), (0.0, 2)]])
+    (adv,) = step_advantages([tree], preset)
+    close(adv, [0.5, -0.5, 0.5, -0.5])
+    import myadv
+
+    assert myadv.centered.roots == [0, 0, 2, 2]
+    with pytest.raises(ArpoError, match="advantage_estimator.*cannot import"):
+        dataclasses.replace(get_preset("arpo"), advantage_estimator="nosuchmod:f")
+    with pytest.raises(ArpoError, match="advantage_estimator"):
+        dataclasses.replace(get_preset("arpo"), advantage_estimator="ppo")

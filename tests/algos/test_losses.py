@@ -319,3 +319,20 @@ def test_extreme_log_ratios_are_clamped_and_finite():
         assert all(torch.isfinite(v).all() for v in diag.values())
     kl = kl_penalty(logp, torch.zeros(1, 3), torch.ones(1, 3), coef=1.0, kind="low_var_kl")
     assert torch.isfinite(kl) and kl.item() <= 10.0  # low_var_kl clamps each token to [-10, 10]
+
+
+def test_dr_grpo_kl_and_entropy_terms_use_the_constant_not_the_padded_width():
+    """Dr.GRPO with a KL term: one sequence of 3 tokens, log π_θ − log π_ref = ln 2 on each (k1 = ln 2),
+    ratio 1, Â = 1, constant 4096. Policy term −3/4096, KL term 0.1·3·ln 2/4096, entropy bonus
+    −0.01·3·0.5/4096 — the same whether the batch is padded to 10, 20 or 100 columns."""
+    want = (-3 + 0.1 * 3 * math.log(2) - 0.01 * 3 * 0.5) / 4096
+    for width in (10, 20, 100):
+        mask = torch.zeros(1, width)
+        mask[0, :3] = 1
+        logp = torch.zeros(1, width)
+        ref = torch.full((1, width), -math.log(2))
+        loss, diag = policy_loss(logp, logp, torch.ones(1, width), mask, agg="seq-mean-token-sum-norm",
+                                 agg_normalizer=4096, ref_logp=ref, kl_coef=0.1, kl_type="k1",
+                                 entropy=torch.full((1, width), 0.5), entropy_coef=0.01)
+        assert float(loss) == pytest.approx(want, rel=1e-5), width
+        assert float(diag["kl"]) == pytest.approx(3 * math.log(2) / 4096, rel=1e-5)

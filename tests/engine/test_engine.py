@@ -190,3 +190,22 @@ def test_identical_prompts_share_one_prefill(tiny_lm, tiny_tok):
         assert a.tokens == b.tokens
         assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4
         assert_matches_recompute(tiny_lm, b)
+
+
+def test_topk_entropy_adds_the_sampled_token_when_outside_the_top_k():
+    """Hand-computed: p = (0.5, 0.3, 0.15, 0.05), k = 2. A sampled token inside the top 2 adds
+    nothing; token 3 (outside) adds −0.05·ln 0.05, as the reference's vLLM map (top k + sampled)."""
+    import math
+
+    from arpo.engine.sampling import sample_stats, topk_entropy
+
+    p = [0.5, 0.3, 0.15, 0.05]
+    logp = torch.tensor([p, p]).log()
+    top2 = -(0.5 * math.log(0.5) + 0.3 * math.log(0.3))
+    got = topk_entropy(logp, 2, torch.tensor([1, 3]))
+    assert got.tolist() == pytest.approx([top2, top2 - 0.05 * math.log(0.05)], abs=1e-6)
+    assert topk_entropy(logp, 2).tolist() == pytest.approx([top2, top2], abs=1e-6)  # no tokens: top k only
+    # the engine's record: inverse-CDF sampling with u = 0.99 picks token 3 (cdf 0.95 < 0.99)
+    toks, _, _, topk = sample_stats(logp, torch.ones(2), torch.tensor([0.1, 0.99]), 2)
+    assert toks.tolist() == [0, 3]
+    assert topk.tolist() == pytest.approx([top2, top2 - 0.05 * math.log(0.05)], abs=1e-6)

@@ -133,7 +133,7 @@ def assert_matches_recompute(model, seq, tol=1e-4, temperature=1.0):
             continue
         ref = lp[seq.prompt_len + i - 1]
         assert abs(float(ref[seq.tokens[seq.prompt_len + i]]) - rec_lp) < tol, f"logprob at response token {i}"
-        ref_k = float(topk_entropy(ref[None], K)[0])
+        ref_k = float(topk_entropy(ref[None], K, torch.tensor([seq.tokens[seq.prompt_len + i]]))[0])
         assert abs(ref_k - rec_k) < tol and rec_h == rec_k, f"top-k entropy at response token {i}"
         n += 1
     assert n > 0

@@ -135,21 +135,23 @@ def test_reference_mode_uses_lagged_entropy(tiny_lm, tiny_tok):
     assert seen > 0
 
 
-def test_dynamic_budget_and_penalty(tiny_lm, tiny_tok):
-    cfg = RolloutConfig(group_size=6, initial_rollouts=3, entropy_tokens=3, dynamic_budget=True,
-                        consecutive_branch_penalty=0.05, seed=3)
-    (tree,) = make(tiny_lm, tiny_tok, cfg).run(prompts(tiny_tok, 1))
-    assert len(tree) == 6
-    probe = tree.trajectories[0]
-    h_tool = sum(probe.step_entropies) / len(probe.step_entropies)
-    n = dynamic_initial_rollouts(6, probe.initial_entropy, h_tool)
-    def root(i):
-        while tree.trajectories[i].parent_id is not None:
-            i = tree.trajectories[i].parent_id
-        return i
-
-    probe_forks = sum(1 for i, t in enumerate(tree.trajectories) if t.parent_id is not None and root(i) == 0)
-    assert sum(t.parent_id is None for t in tree.trajectories) >= min(n, 6 - probe_forks)
+def test_dynamic_budget_starts_exactly_the_formulas_n(tiny_lm, tiny_tok):
+    """AEPO: the probe runs in a pass of its own (then is discarded), so exactly
+    N = clamp(int(M·σ(0.5·(H_root − H_tool))) + 1, 1, M) global samples start (formula 9); before,
+    the probe was global no. 1 and its branches used up room, so fewer globals started."""
+    for seed in range(3):
+        cfg = RolloutConfig(group_size=6, initial_rollouts=3, entropy_tokens=3, dynamic_budget=True, fill_up=False,
+                            entropy_weight=0.0, branch_threshold=0.0, seed=seed)  # every decision branches
+        ro = make(tiny_lm, tiny_tok, cfg)
+        trees = ro.run(prompts(tiny_tok, 2))
+        for tree in trees:
+            b = tree.budget
+            n = dynamic_initial_rollouts(6, b["h_root"], b["h_tool"])
+            assert b["initial_rollouts"] == n
+            assert sum(t.parent_id is None for t in tree.trajectories) == n  # fill-up off: exactly N
+            assert all(t.parent_id is None for t in tree.trajectories[:n])  # the N started first
+            assert len(tree) == 6 or n == 6 or all(not t.branch_decisions for t in tree.trajectories)
+        assert not ro.engine.seqs  # the probes are released too
 
 
 def test_pure_functions_hand_values():
@@ -159,8 +161,12 @@ def test_pure_functions_hand_values():
     # 1 − 0.5 + 0.2·1.0 = 0.7; clipped at 0 and 1
     assert branch_probability(1.0, 0.2, 0.5) == pytest.approx(0.7)
     assert branch_probability(-10.0, 0.2, 0.5) == 0.0 and branch_probability(10.0, 0.2, 0.5) == 1.0
-    # AEPO penalty: 0.7 · (1 − 0.05·2) = 0.63
-    assert branch_probability(1.0, 0.2, 0.5, consecutive=2, penalty=0.05) == pytest.approx(0.63)
+    # AEPO penalty scales the score (the AEPO code): f = 1 − 0.05·2 = 0.9, branch if 0.9·(α + 0.2) > 0.5,
+    # P = 1 + 0.2 − 0.5/0.9 = 0.644444 (scaling the probability instead gave 0.7·0.9 = 0.63)
+    assert branch_probability(1.0, 0.2, 0.5, consecutive=2, penalty=0.05) == pytest.approx(1.2 - 0.5 / 0.9)
+    assert branch_probability(1.0, 0.2, 0.5, consecutive=20, penalty=0.05) == 0.0  # f = 0
+    # with a penalty, reference mode also uses the AEPO code's rule (the score U + β·ΔH against τ)
+    assert branch_probability(1.0, 0.2, 0.3, 2, 0.05, mode="reference") == pytest.approx(1.2 - 0.3 / 0.9)
     # N = int(16·σ(0.5·(2−1))) + 1 = int(16·0.62246) + 1 = 9 + 1 = 10
     assert dynamic_initial_rollouts(16, 2.0, 1.0) == 10
     assert dynamic_initial_rollouts(16, -100.0, 100.0) == 1 and dynamic_initial_rollouts(16, 100.0, -100.0) == 16
@@ -238,3 +244,48 @@ def test_issued_calls_equal_the_tool_runs(tiny_lm, tiny_tok):
     assert sum(t.parent_id is not None for t in tree.trajectories) == 6
     assert sum(issued_calls(t) for t in tree.trajectories) == len(runs)
     assert sum(len(t.traj.tool_calls) for t in tree.trajectories) > len(runs)  # inherited calls are not re-run
+
+
+def test_reference_mode_fork_starts_with_zero_delta_entropy(tiny_lm, tiny_tok):
+    """Reference code: a fork takes a new batch slot whose H_initial is the entropy of its first own
+    segment, so the fork's first decision has ΔH = 0 and later ones are measured against that segment."""
+    firsts, later = 0, 0
+    for seed in range(3):
+        cfg = RolloutConfig(group_size=8, initial_rollouts=2, entropy_tokens=3, mode="reference", seed=seed)
+        (tree,) = make(tiny_lm, tiny_tok, cfg).run(prompts(tiny_tok, 1))
+        for t in tree.trajectories:
+            if t.parent_id is None or not t.branch_decisions:
+                continue
+            parent = tree.trajectories[t.parent_id]
+            at = next(i for i, c in enumerate(parent.traj.tool_calls) if c.result_span[1] == t.branch_token_index)
+            assert t.initial_entropy == t.step_entropies[at]  # its own first segment, not the parent's H_initial
+            first, *rest = t.branch_decisions
+            assert first["tool_call_index"] == at + 1 and first["delta_entropy"] == 0.0
+            firsts += 1
+            for d in rest:
+                i = d["tool_call_index"]
+                assert d["delta_entropy"] == pytest.approx(t.step_entropies[i - 1] - t.step_entropies[at], abs=1e-5)
+                later += 1
+    assert firsts > 0 and later > 0
+
+
+def test_aepo_penalty_counts_rounds_and_scales_the_score(tiny_lm, tiny_tok):
+    """β = 0, τ = 0.25, penalty 0.5: f = 1, 0.5, 0 for l = 0, 1, 2 consecutive branching rounds, so
+    P = 1 − 0.25/f = 0.75, 0.5, 0 (hand values; scaling the probability would give 0.75, 0.375, 0).
+    l counts rounds (tool-call depths), not decisions: every decision after the first tool result
+    (round 0) has l = 0, however many of them branched."""
+    want = {0: 0.75, 1: 0.5, 2: 0.0}
+    seen = set()
+    for seed in range(2):
+        cfg = RolloutConfig(group_size=16, initial_rollouts=4, entropy_tokens=2, entropy_weight=0.0,
+                            branch_threshold=0.25, consecutive_branch_penalty=0.5, seed=seed)
+        (tree,) = make(tiny_lm, tiny_tok, cfg).run(prompts(tiny_tok, 1))
+        ds = [d for t in tree.trajectories for d in t.branch_decisions]
+        for d in ds:
+            t, l = d["tool_call_index"], d["consecutive"]
+            assert l <= t and (t > 0 or l == 0)
+            assert d["probability"] == pytest.approx(want[min(l, 2)], abs=1e-6)
+            seen.add(min(l, 2))
+        # several branches in round 0, and l stays 0 there
+        assert sum(d["branched"] for d in ds if d["tool_call_index"] == 0) >= 2
+    assert {0, 1} <= seen

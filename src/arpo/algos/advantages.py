@@ -94,7 +94,9 @@ def batch_normalize(
     divided by their batch std: `Â = (R − mean_g) / (std_N(R − mean_g) + eps)` (the centered
     values already have batch mean 0). A batch of one, or of equal rewards, gets 0 (float64 statistics).
     The batch is the whole step's batch: the training recipe calls this once over every tree (and
-    every rank) of a step, never per prompt.
+    every rank) of a step, never per prompt. Statistics are per *trajectory* (one value each);
+    verl whitens per *token* (each reward repeated over the response's tokens), which weighs long
+    trajectories more: docs/algorithm.md, "Advantages".
     rewards (N,), group_ids (N,) -> (N,) float32
     """
     r = rewards.double()
@@ -110,40 +112,75 @@ def batch_normalize(
     return (centered / (centered.std() + eps)).float()
 
 
-def grpo_advantage(rewards: torch.Tensor, group_ids: IntsLike) -> torch.Tensor:
-    """GRPO / ARPO: per-prompt mean and unbiased std (spec §3). (N,), (N,) -> (N,)"""
+# Advantage estimators: f(rewards (N,), group_ids (N,), root_ids (N,) | None) -> advantages (N,), one
+# value per trajectory of the step's whole batch. group_ids: the prompt (tree) of each trajectory;
+# root_ids: the global sample each trajectory descends from (itself for a global sample; forks
+# share their root's id) — None means every trajectory is its own root.
+
+
+def grpo_advantage(rewards: torch.Tensor, group_ids: IntsLike, root_ids: IntsLike | None = None) -> torch.Tensor:
+    """GRPO / ARPO: `Â_i = (R_i − mean_g R) / (std_g R + 1e-6)`, per prompt g, unbiased std (spec §3)."""
     return grouped_normalize(rewards, group_ids, std=True)
 
 
-def dr_grpo_advantage(rewards: torch.Tensor, group_ids: IntsLike) -> torch.Tensor:
-    """Dr.GRPO: per-prompt mean only, no std division. (N,), (N,) -> (N,)"""
+def dr_grpo_advantage(rewards: torch.Tensor, group_ids: IntsLike, root_ids: IntsLike | None = None) -> torch.Tensor:
+    """Dr.GRPO: `Â_i = R_i − mean_g R`, per prompt g, no std division."""
     return grouped_normalize(rewards, group_ids, std=False)
 
 
-def reinforce_pp_advantage(rewards: torch.Tensor, group_ids: IntsLike) -> torch.Tensor:
-    """REINFORCE++: global batch mean and std, prompts ignored. (N,), (N,) -> (N,)"""
+def reinforce_pp_advantage(rewards: torch.Tensor, group_ids: IntsLike, root_ids: IntsLike | None = None
+                           ) -> torch.Tensor:
+    """REINFORCE++: `Â_i = (R_i − mean_N R) / (std_N R + 1e-6)` over the whole batch, prompts ignored
+    (per trajectory; verl per token: docs/algorithm.md)."""
     return batch_normalize(rewards, group_ids, subtract_group_mean=False)
 
 
-def reinforce_pp_baseline_advantage(rewards: torch.Tensor, group_ids: IntsLike) -> torch.Tensor:
-    """REINFORCE++-baseline: per-prompt mean, global batch std. (N,), (N,) -> (N,)"""
+def reinforce_pp_baseline_advantage(rewards: torch.Tensor, group_ids: IntsLike, root_ids: IntsLike | None = None
+                                    ) -> torch.Tensor:
+    """REINFORCE++-baseline: `c_i = R_i − mean_g R`, then `Â_i = c_i / (std_N c + 1e-6)` over the batch."""
     return batch_normalize(rewards, group_ids, subtract_group_mean=True)
 
 
-# name -> f(rewards (N,), group_ids (N,)) -> advantages (N,)
-ADVANTAGE_ESTIMATORS: dict[str, Callable[[torch.Tensor, IntsLike], torch.Tensor]] = {
+def tree_grpo_advantage(rewards: torch.Tensor, group_ids: IntsLike, root_ids: IntsLike | None = None
+                        ) -> torch.Tensor:
+    """Tree-GRPO-style (arXiv 2509.21240): intra-tree plus inter-tree group-relative advantage,
+    `Â_i = GRPO_{root(i)}(R)_i + GRPO_{g(i)}(R)_i`: normalized among the trajectories grown from the
+    same global sample (its forks and itself), plus normalized over the prompt's whole group. A tree
+    of one trajectory contributes 0 to its intra-tree term (no sibling to compare with), so without
+    branching this is GRPO."""
+    inter = grouped_normalize(rewards, group_ids, std=True)
+    if root_ids is None:
+        return inter
+    return inter + grouped_normalize(rewards, root_ids, std=True)
+
+
+ADVANTAGE_ESTIMATORS: dict[str, Callable[..., torch.Tensor]] = {
     "grpo": grpo_advantage,
     "dr_grpo": dr_grpo_advantage,
     "reinforce_pp": reinforce_pp_advantage,
     "reinforce_pp_baseline": reinforce_pp_baseline_advantage,
+    "tree_grpo": tree_grpo_advantage,
 }
 
 
-def compute_advantages(name: str, rewards: torch.Tensor, group_ids: IntsLike) -> torch.Tensor:
-    """Look up an estimator in ADVANTAGE_ESTIMATORS by name and apply it. (N,), (N,) -> (N,)"""
-    if name not in ADVANTAGE_ESTIMATORS:
-        raise ValueError(f"unknown advantage estimator {name!r}; valid: {sorted(ADVANTAGE_ESTIMATORS)}")
-    return ADVANTAGE_ESTIMATORS[name](rewards, group_ids)
+def get_estimator(spec: str) -> Callable[..., torch.Tensor]:
+    """An estimator by name (ADVANTAGE_ESTIMATORS) or your own as `module.path:function`, called as
+    f(rewards, group_ids, root_ids)."""
+    from arpo.plugins import resolve
+
+    return resolve(spec, ADVANTAGE_ESTIMATORS, "advantage estimator")
+
+
+def compute_advantages(name: str, rewards: torch.Tensor, group_ids: IntsLike, root_ids: IntsLike | None = None
+                       ) -> torch.Tensor:
+    """Apply the estimator `name` (get_estimator). (N,), (N,), (N,) -> (N,)"""
+    if name not in ADVANTAGE_ESTIMATORS and ":" not in name:
+        raise ValueError(f"unknown advantage estimator {name!r}; valid: {sorted(ADVANTAGE_ESTIMATORS)} "
+                         "or module.path:function")
+    adv = get_estimator(name)(rewards, group_ids, root_ids)
+    if not isinstance(adv, torch.Tensor) or adv.shape != rewards.shape:
+        raise ValueError(f"advantage estimator {name!r} must return a tensor of shape {tuple(rewards.shape)}")
+    return adv.float()
 
 
 # --------------------------------------------------------------------------------------------
@@ -251,6 +288,8 @@ def hard_attribution(
 ) -> list[torch.Tensor]:
     """Hard attribution (spec §3): a token shared by d trajectories S gets
     `Â_shared = (1/d) Σ_{j∈S} Â_j`; tokens after the last branch point keep their own `Â_i`.
+    The loss counts each shared token once: see hard_attribution_weights (the training batch
+    weights its d copies by 1/d).
 
     Sharing is transitive through fork chains: token t of trajectory i is its parent's token t
     when t < branch_at[i], hence also the grandparent's if t < branch_at[parent], and so on, and it
@@ -273,6 +312,18 @@ def hard_attribution(
     mean = sums / counts.clamp_min(1)  # (M, Lmax)
     owners = _token_owners(p, b, n)
     return [mean[own, torch.arange(len(own))].to(adv.dtype) for own in owners]
+
+
+def hard_attribution_weights(parent: IntsLike, branch_at: IntsLike, lengths: IntsLike) -> list[torch.Tensor]:
+    """Loss weight of each token under hard attribution: `w = 1/d` on a token shared by d
+    trajectories, 1 on unshared ones. The flat training batch holds a shared token once per
+    trajectory (d rows); weighting each copy by 1/d counts the tree token once in the loss, with its
+    one advantage `Â_shared`: its gradient is `Â_shared·∇log π` (token-mean: over the number of
+    distinct tree tokens Σ w), where soft attribution gives `Σ_j Â_j·∇log π = d·Â_shared·∇log π`
+    over Σ_i L_i row tokens. Without these weights hard attribution would equal soft exactly at
+    ratio 1 (one optimizer step per rollout batch): d copies of the mean sum to the sum.
+    parent, branch_at, lengths (M,) -> M tensors (L_i,) float32"""
+    return [1.0 / d.float() for d in token_share_counts(parent, branch_at, lengths)]
 
 
 ATTRIBUTIONS = {"soft", "hard"}  # the two modes of spec §3; soft takes no tree arguments

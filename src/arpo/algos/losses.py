@@ -312,10 +312,12 @@ KL_ESTIMATORS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] =
 
 
 def kl_divergence(
-    logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, kind: str = "low_var_kl", agg: str = "token-mean"
+    logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, kind: str = "low_var_kl", agg: str = "token-mean",
+    normalizer: float | None = None,
 ) -> torch.Tensor:
-    """KL(π_θ ‖ π_ref) estimated per token with `kind`, reduced with `agg`. (B, T) x3 -> ()"""
-    return aggregate(_lookup(KL_ESTIMATORS, kind, "KL estimator")(logp, ref_logp), mask, agg)
+    """KL(π_θ ‖ π_ref) estimated per token with `kind`, reduced with `agg` (and its `normalizer`, the
+    constant of seq-mean-token-sum-norm). (B, T) x3 -> ()"""
+    return aggregate(_lookup(KL_ESTIMATORS, kind, "KL estimator")(logp, ref_logp), mask, agg, normalizer)
 
 
 def kl_penalty(
@@ -325,6 +327,7 @@ def kl_penalty(
     kind: str = "low_var_kl",
     coef: float = 0.0,
     agg: str = "token-mean",
+    normalizer: float | None = None,
 ) -> torch.Tensor:
     """β_KL · KL(π_θ ‖ π_ref), the term added to the loss (spec §4). With coef 0 (ARPO's setting)
     no reference model is needed: `ref_logp` may be None and the result is 0. (B, T) x3 -> ()"""
@@ -332,17 +335,18 @@ def kl_penalty(
         return logp.new_zeros(())
     if ref_logp is None:
         raise ValueError(f"kl_penalty with coef={coef} needs ref_logp (reference-model log-probs)")
-    return coef * kl_divergence(logp, ref_logp, mask, kind, agg)
+    return coef * kl_divergence(logp, ref_logp, mask, kind, agg, normalizer)
 
 
 def entropy_bonus(
-    entropy: torch.Tensor, mask: torch.Tensor, coef: float = 0.0, agg: str = "token-mean"
+    entropy: torch.Tensor, mask: torch.Tensor, coef: float = 0.0, agg: str = "token-mean",
+    normalizer: float | None = None,
 ) -> torch.Tensor:
     """Entropy bonus as a loss term: `−coef · agg(H)`, so minimizing the loss raises entropy.
     ARPO uses coef 0 (spec §4). entropy (B, T), mask (B, T) -> ()"""
     if coef == 0.0:
         return entropy.new_zeros(())
-    return -coef * aggregate(entropy, mask, agg)
+    return -coef * aggregate(entropy, mask, agg, normalizer)
 
 
 # --------------------------------------------------------------------------------------------
@@ -371,7 +375,8 @@ def policy_loss(
     """Total loss = policy term (POLICY_LOSSES[loss_type]) + β_KL·KL + entropy bonus (spec §4).
 
     Defaults are ARPO's reference settings. KL and entropy terms use the same aggregation as the
-    policy term. `entropy` (B, T) is needed only when entropy_coef != 0 (it is logged when given);
+    policy term, with the same `agg_normalizer` (with seq-mean-token-sum-norm and a constant, no term
+    depends on the padded width). `entropy` (B, T) is needed only when entropy_coef != 0 (it is logged when given);
     `ref_logp` only when kl_coef != 0 (KL is logged whenever it is given).
     (B, T) x4 -> total loss (), diagnostics of detached scalars
     """
@@ -382,14 +387,14 @@ def policy_loss(
     diag["pg_loss"] = pg.detach()
     total = pg
     if ref_logp is not None:
-        kl = kl_divergence(logp, ref_logp, mask, kl_type, agg)
+        kl = kl_divergence(logp, ref_logp, mask, kl_type, agg, agg_normalizer)
         diag["kl"] = kl.detach()
         total = total + kl_coef * kl
     elif kl_coef != 0.0:
         raise ValueError(f"policy_loss with kl_coef={kl_coef} needs ref_logp")
     if entropy is not None:
-        diag["entropy"] = aggregate(entropy.detach(), mask, agg)
-        total = total + entropy_bonus(entropy, mask, entropy_coef, agg)
+        diag["entropy"] = aggregate(entropy.detach(), mask, agg, agg_normalizer)
+        total = total + entropy_bonus(entropy, mask, entropy_coef, agg, agg_normalizer)
     elif entropy_coef != 0.0:
         raise ValueError(f"policy_loss with entropy_coef={entropy_coef} needs entropy")
     diag["loss"] = total.detach()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from arpo.algos.advantages import ADVANTAGE_ESTIMATORS, ATTRIBUTIONS
+from arpo.algos.advantages import ADVANTAGE_ESTIMATORS, ATTRIBUTIONS, get_estimator
 from arpo.algos.losses import AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES
 from arpo.errors import ArpoError
 
@@ -28,7 +28,7 @@ class AlgoPreset:
     source: str = ""  # where these settings come from
 
     # advantages (spec §3)
-    advantage_estimator: str = "grpo"  # key of ADVANTAGE_ESTIMATORS
+    advantage_estimator: str = "grpo"  # key of ADVANTAGE_ESTIMATORS, or module.path:function
     attribution: str = "soft"  # "soft" (own Â on every token) or "hard" (mean over sharers)
     entropy_aware_advantage: bool = False  # AEPO: Â·(1 + α·z(H)) (spec §7)
     entropy_aware_alpha: float = 0.2  # α of the entropy-aware advantage
@@ -58,13 +58,20 @@ class AlgoPreset:
     entropy_weight: float = 0.2  # β of P_t = α + β·ΔH_t
     branch_threshold: float = 0.5  # τ
     entropy_tokens: int = 20  # k tokens whose entropy is measured
-    dynamic_sampling: bool = False  # DAPO: drop groups whose rewards are all equal, resample
+    dynamic_sampling: bool = False  # DAPO: drop groups whose rewards are all equal, sample more prompts
+    dynamic_sampling_max_rounds: int = 10  # DAPO: cap on generation rounds per step (verl max_num_gen_batches)
     dynamic_budget: bool = False  # AEPO: N from a probe of H_root vs H_tool (spec §7)
-    consecutive_branch_penalty: float = 0.0  # AEPO: P_t ·= max(0, 1 − penalty·l); 0 disables
+    consecutive_branch_penalty: float = 0.0  # AEPO: score α + β·ΔH ·= max(0, 1 − penalty·l), l rounds; 0: off
 
     def __post_init__(self) -> None:
+        if ":" in self.advantage_estimator:  # a plug-in: it must import
+            try:
+                get_estimator(self.advantage_estimator)
+            except ArpoError as e:
+                raise ArpoError(f"preset {self.name!r}: advantage_estimator: {e}") from e
         for field, table in (
-            ("advantage_estimator", ADVANTAGE_ESTIMATORS),
+            ("advantage_estimator", {**ADVANTAGE_ESTIMATORS, self.advantage_estimator: None}
+             if ":" in self.advantage_estimator else ADVANTAGE_ESTIMATORS),
             ("attribution", ATTRIBUTIONS),
             ("loss_type", POLICY_LOSSES),
             ("loss_agg", AGGREGATIONS),
@@ -89,6 +96,9 @@ class AlgoPreset:
         for key in ("kl_coef", "entropy_coef", "entropy_aware_alpha"):
             if getattr(self, key) < 0:
                 raise ArpoError(f"preset {self.name!r}: {key} must be >= 0, got {getattr(self, key)}")
+        if self.dynamic_sampling_max_rounds < 1:
+            raise ArpoError(f"preset {self.name!r}: dynamic_sampling_max_rounds must be >= 1, "
+                            f"got {self.dynamic_sampling_max_rounds}")
         if self.ppo_epochs < 1:
             raise ArpoError(f"preset {self.name!r}: ppo_epochs must be >= 1, got {self.ppo_epochs}")
         if self.loss_type == "gspo" and self.loss_agg != "seq-mean-token-mean":
@@ -119,8 +129,9 @@ PRESETS: dict[str, AlgoPreset] = {
     "grpo": dataclasses.replace(
         _ARPO, name="grpo", source="spec §4: ARPO with initial_rollouts = group_size", **_NO_BRANCHING
     ),
-    # DAPO (arXiv 2503.14476): clip-higher 0.2/0.28, token-level loss, dynamic sampling, no KL,
-    # no dual clip. Its overlong reward shaping is a reward-side feature and not part of this preset.
+    # DAPO (arXiv 2503.14476): clip-higher 0.2/0.28, token-level loss, dynamic sampling (groups with
+    # equal rewards are dropped and fresh prompts rolled out until prompts_per_step groups are kept, at
+    # most dynamic_sampling_max_rounds rounds per step: recipes/train.py), no KL, no dual clip. Its overlong reward shaping is a reward-side feature and not part of this preset.
     "dapo": dataclasses.replace(
         _ARPO, name="dapo", source="DAPO, arXiv 2503.14476",
         clip_high=0.28, dual_clip=None, loss_agg="token-mean", kl_coef=0.0, dynamic_sampling=True, **_NO_BRANCHING,

@@ -408,7 +408,7 @@ class HFEngine:
         )
         toks = sample(trunc, temp, u)
         chosen = logp.gather(-1, toks[:, None]).squeeze(-1)
-        topk = topk_entropy(logp, self.topk_entropy) if self.topk_entropy else None
+        topk = topk_entropy(logp, self.topk_entropy, toks) if self.topk_entropy else None
         return self._record(seqs, toks, chosen, ent, topk)
 
     def _record(self, seqs: list[Sequence], toks, chosen, ent, topk) -> list[StepOutput]:

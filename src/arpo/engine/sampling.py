@@ -23,10 +23,21 @@ def entropy_of(logp: torch.Tensor) -> torch.Tensor:
     return -(logp.exp() * torch.nan_to_num(logp, neginf=0.0)).sum(-1)
 
 
-def topk_entropy(logp: torch.Tensor, k: int) -> torch.Tensor:
-    """The reference's estimator (spec §2): entropy over the k most likely tokens only, not
-    renormalized. logp (B, V) -> (B,)."""
-    return entropy_of(logp.topk(k, dim=-1).values)
+def topk_entropy(logp: torch.Tensor, k: int, tokens: torch.Tensor | None = None) -> torch.Tensor:
+    """The reference's estimator (spec §2): `−Σ p log p` over the k most likely tokens, not
+    renormalized, plus the sampled token's term when it is outside those k. The reference reads
+    vLLM's `logprobs=k` map, which holds the top k *and* the sampled token, and sums over all its
+    entries (k or k + 1 of them). `tokens` (B,): the sampled ids; None leaves the sampled term out.
+    Branch-free (torch.where), so it also runs inside the compiled decode step.
+    logp (B, V) -> (B,)."""
+    vals, idx = logp.topk(k, dim=-1)  # (B, k)
+    h = entropy_of(vals)
+    if tokens is None:
+        return h
+    tok = tokens.to(idx.device)[:, None]  # (B, 1)
+    outside = ~(idx == tok).any(-1)  # (B,) the sampled token is not among the top k
+    extra = entropy_of(logp.gather(-1, tok))  # (B,) −p log p of the sampled token
+    return h + torch.where(outside, extra, torch.zeros_like(extra))
 
 
 def truncate(logp: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
@@ -63,10 +74,10 @@ def sample(logp: torch.Tensor, temperature: torch.Tensor, uniforms: torch.Tensor
 def sample_stats(logits: torch.Tensor, temperature: torch.Tensor, uniforms: torch.Tensor, k_entropy: int):
     """What the engine records for one token per row when no row truncates (top-k/top-p): the sampled
     ids (greedy where temperature == 0), their log-probs, the full-vocab entropy and the top-k entropy
-    (zeros when k_entropy == 0), all (B,). The same function runs eagerly and inside the compiled decode
+    (the sampled token's term included when it is outside the top k; zeros when k_entropy == 0), all (B,). The same function runs eagerly and inside the compiled decode
     step (engine/static.py), so both paths compute the same thing."""
     logp, ent = token_stats(logits, temperature)
     toks = sample(logp, temperature, uniforms)
     chosen = logp.gather(-1, toks[:, None]).squeeze(-1)
-    topk = topk_entropy(logp, k_entropy) if k_entropy else torch.zeros_like(ent)
+    topk = topk_entropy(logp, k_entropy, toks) if k_entropy else torch.zeros_like(ent)
     return toks, chosen, ent, topk

@@ -695,13 +695,15 @@ class VLLMEngine:
 
 
 def _token_stats(lp_map, token: int, k: int) -> tuple[float, float]:
-    """(log-prob of the sampled token, top-k entropy −Σ p log p over the k most likely tokens) from one
-    position's {token: Logprob} map, which holds the top k and the sampled token."""
+    """(log-prob of the sampled token, top-k entropy −Σ p log p over the k most likely tokens plus the
+    sampled token when it is outside them, as the reference sums) from one position's
+    {token: Logprob} map, which holds the top k and the sampled token."""
     if not lp_map:
         return float("nan"), float("nan")
     entry = lp_map.get(token)
     lp = float(entry.logprob) if entry is not None else float("nan")
-    vals = sorted((float(v.logprob) for v in lp_map.values()), reverse=True)[:k]
+    top = sorted(((float(v.logprob), t) for t, v in lp_map.items()), reverse=True)[:k]
+    vals = [x for x, _ in top] + ([lp] if entry is not None and token not in {t for _, t in top} else [])
     ent = -sum(math.exp(x) * x for x in vals if x > float("-inf"))
     return lp, ent
 

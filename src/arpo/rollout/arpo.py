@@ -19,11 +19,14 @@ GRPO is this scheduler with N = M (the budget is full from the start: no branchi
     sample is added per round, and it may branch like any other (paper mode adds all M − n at once).
 Pair it with `entropy_estimator: topk`, `entropy_reduction: sum`, `entropy_normalize: true` for its
 numbers. The reference's stale per-batch-slot H_initial is a bug and is not reproduced: H_initial
-always belongs to the trajectory.
+always belongs to the trajectory. What the reference's slots do within one rollout is reproduced: a
+fork gets a new slot, whose H_initial is the entropy of the fork's own first segment (the one after
+the branch point), so a fork's first decision uses ΔH = 0 (paper mode: forks inherit H_initial).
 
-AEPO options (spec §7): `dynamic_budget` picks N per prompt from a probe rollout's entropies;
-`consecutive_branch_penalty` scales the branch probability by max(0, 1 − c·l), l = consecutive
-branching decisions of this prompt.
+AEPO options (spec §7): `dynamic_budget` picks N per prompt from a probe rollout's entropies (a
+separate pass before the rollout; the probe is discarded, so exactly N globals start);
+`consecutive_branch_penalty` scales the branch score α + β·ΔH by max(0, 1 − c·l), l = how many
+consecutive rounds (tool-call depths) right before this one the prompt branched in (the AEPO code).
 """
 
 from __future__ import annotations
@@ -36,6 +39,12 @@ from dataclasses import dataclass, field
 from arpo.engine.base import Engine
 from arpo.errors import ArpoError
 from arpo.rollout.agent import AgentConfig, AgentLoop, TrajState
+from arpo.rollout.branch_rules import (
+    BRANCH_RULES,
+    BranchContext,
+    auto_rule_name,
+    get_branch_rule,
+)
 from arpo.rollout.tree import RolloutTree, TreeTrajectory
 from arpo.tools.registry import ToolRegistry
 
@@ -55,6 +64,9 @@ class RolloutConfig:
     fill_up: bool = True  # add fresh global samples when all paths ended with < M trajectories
     dynamic_budget: bool = False  # AEPO: N from a probe rollout's entropies
     consecutive_branch_penalty: float = 0.0  # AEPO: 0.05
+    # the branch probability: auto (aepo with a penalty, else the mode's: arpo | reference) | arpo | reference |
+    # aepo | tree_grpo | module.path:function (rollout/branch_rules.py)
+    branch_rule: str = "auto"
     seed: int = 0
 
     def validate(self) -> None:
@@ -70,6 +82,10 @@ class RolloutConfig:
         need(self.entropy_reduction in ("mean", "sum"), "entropy_reduction", "must be mean or sum")
         need(self.mode in ("paper", "reference"), "mode", "must be paper or reference")
         need(self.consecutive_branch_penalty >= 0, "consecutive_branch_penalty", "must be >= 0")
+        try:
+            get_branch_rule(self.branch_rule, self.mode, self.consecutive_branch_penalty)
+        except ArpoError as e:
+            raise ArpoError(f"rollout.branch_rule: {e}") from e
 
 
 # ---- the math, as pure functions ------------------------------------------------------------------
@@ -84,12 +100,24 @@ def segment_entropy(entropies: list[float], k: int, reduction: str, normalize: b
 
 def branch_probability(delta_h: float, beta: float, tau: float, consecutive: int = 0, penalty: float = 0.0,
                        mode: str = "paper") -> float:
-    """paper: P(α + β·ΔH > τ) for α ~ U(0,1) = clip(1 − τ + β·ΔH, 0, 1);
-    reference (its code): P(U − β·ΔH ≤ τ) = clip(τ + β·ΔH, 0, 1).
-    Either times AEPO's max(0, 1 − penalty·l)."""
-    base = tau if mode == "reference" else 1.0 - tau
-    p = min(1.0, max(0.0, base + beta * delta_h))
-    return p * max(0.0, 1.0 - penalty * consecutive)
+    """The probability of the built-in rule that `branch_rule: auto` picks (rollout/branch_rules.py):
+    paper: P(α + β·ΔH > τ) for α ~ U(0,1) = clip(1 − τ + β·ΔH, 0, 1);
+    reference (its code): P(U − β·ΔH ≤ τ) = clip(τ + β·ΔH, 0, 1);
+    penalty > 0, AEPO's code: the *score* α + β·ΔH is scaled by f = max(0, 1 − penalty·l) (not the
+    probability), P = clip(1 + β·ΔH − τ/f, 0, 1), 0 for f = 0."""
+    ctx = BranchContext(delta_h, beta, tau, consecutive=consecutive, penalty=penalty)
+    return BRANCH_RULES[auto_rule_name(mode, penalty)](ctx)
+
+
+def _consecutive_rounds(branched_at: set[int], t: int) -> int:
+    """AEPO's l for a decision in round t: how many rounds right before t (t − 1, t − 2, ...) this
+    prompt branched in. A round is a tool-call depth: the AEPO code generates one segment per active
+    trajectory per round, so round t holds every trajectory's decision after its t-th tool result; it
+    counts a round once however many branches it made, and a round without one resets l to 0."""
+    l = 0
+    while t - 1 - l in branched_at:
+        l += 1
+    return l
 
 
 def dynamic_initial_rollouts(m: int, h_root: float, h_tool: float) -> int:
@@ -117,6 +145,7 @@ class _Traj(TrajState):
     parent_sid: int | None = None
     branch_token_index: int | None = None
     initial_entropy: float | None = None
+    initial_from: int | None = None  # reference-mode fork: H_initial := step_entropies[initial_from] (own 1st segment)
     step_entropies: list[float] = field(default_factory=list)
     decided: int = 0  # tool results whose branch decision is done (or inherited)
     decisions: list[dict] = field(default_factory=list)
@@ -128,8 +157,7 @@ class _Group:
     rng: random.Random
     sids: list[int] = field(default_factory=list)
     target_globals: int = 0
-    consecutive: int = 0
-    probed: bool = False
+    branched_at: set[int] = field(default_factory=set)  # tool-call depths t at which this prompt branched
 
 
 def _generated_run(ents: list[float], mask: list[int], start: int, k: int) -> list[float]:
@@ -150,6 +178,7 @@ class ARPORollout:
         self.loop = AgentLoop(engine, tools, agent)
         self.engine = engine
         self.vocab = len(engine.tokenizer)
+        self.rule = get_branch_rule(self.cfg.branch_rule, self.cfg.mode, self.cfg.consecutive_branch_penalty)
 
     def run(self, prompts: list[list[int]], prompt_ids: list[str] | None = None, seed: int | None = None,
             group_offset: int = 0) -> list[RolloutTree]:
@@ -159,9 +188,10 @@ class ARPORollout:
         c = self.cfg
         base = c.seed if seed is None else seed
         groups = [_Group(p, random.Random(f"{base}:{group_offset + i}")) for i, p in enumerate(prompts)]
+        budgets = self._probe(groups) if c.dynamic_budget else [None] * len(groups)
         states: dict[int, _Traj] = {}
         for gi, g in enumerate(groups):
-            g.target_globals = 1 if c.dynamic_budget else c.initial_rollouts
+            g.target_globals = c.initial_rollouts if budgets[gi] is None else budgets[gi]["initial_rollouts"]
             for _ in range(g.target_globals):
                 self._add_global(gi, g, states)
         try:
@@ -171,9 +201,40 @@ class ARPORollout:
         trees = []
         for gi, g in enumerate(groups):
             trees.append(self._tree(gi, g, states, None if prompt_ids is None else prompt_ids[gi]))
+            trees[-1].budget = budgets[gi]
             for sid in g.sids:
                 self.engine.release(sid)
         return trees
+
+    def _probe(self, groups: list[_Group]) -> list[dict]:
+        """AEPO's dynamic budget (spec §7), in a pass of its own before the rollout, as the AEPO code
+        does: one probe trajectory per prompt runs to its end without branching; H_root = its initial
+        entropy, H_tool = the mean of its post-tool-result entropies (H_root when it made no call);
+        N = dynamic_initial_rollouts(M, H_root, H_tool). The probe is then discarded, so exactly N
+        global samples start (the probe is not one of them and never uses the branch budget).
+        Returns one {h_root, h_tool, initial_rollouts} per group."""
+        c, states, sids = self.cfg, {}, []
+        for gi, g in enumerate(groups):
+            self._add_global(gi, g, states)  # draws its seed from the group's RNG like any global
+            sids.append(g.sids.pop())  # ... but it is not one of the group's trajectories
+
+        def on_step(outs, st) -> None:
+            for sid in {o.sid for o in outs if o.sid in st}:
+                self._record_entropies(sid, st[sid])
+
+        try:
+            self.loop.drive(states, on_step=on_step)
+        finally:
+            self.loop.tools.end_sessions(list(states))
+        out = []
+        for sid in sids:
+            st = states[sid]
+            h_root = st.initial_entropy or 0.0
+            h_tool = sum(st.step_entropies) / len(st.step_entropies) if st.step_entropies else h_root
+            out.append({"h_root": h_root, "h_tool": h_tool,
+                        "initial_rollouts": dynamic_initial_rollouts(c.group_size, h_root, h_tool)})
+            self.engine.release(sid)
+        return out
 
     def _add_global(self, gi: int, g: _Group, states) -> None:
         seed = g.rng.randrange(2**62)
@@ -199,20 +260,8 @@ class ARPORollout:
     def _measure(self, sid: int, st: _Traj, states, groups) -> None:
         """Record H_initial / H_t once k tokens (or the whole segment) follow the start / a tool result;
         take the branch decision that goes with it."""
-        c, s = self.cfg, self.engine.seq(sid)
-        ended = s.status != "running"
-        ents = self._entropies(sid)
-        starts = [0] + [rec.result_span[1] for rec in st.calls if rec.result_span[1] > 0]
-        n_results = len(starts) - 1
-        if st.initial_entropy is None:
-            seg = _generated_run(ents, s.gen_mask, 0, c.entropy_tokens)
-            if len(seg) >= c.entropy_tokens or ended or n_results:
-                st.initial_entropy = self._h(seg)
-        r = len(st.step_entropies)
-        if r < n_results:
-            seg = _generated_run(ents, s.gen_mask, starts[r + 1], c.entropy_tokens)
-            if len(seg) >= c.entropy_tokens or (seg and (ended or n_results > r + 1)):
-                st.step_entropies.append(self._h(seg))
+        c = self.cfg
+        starts, n_results = self._record_entropies(sid, st)
         # decisions: paper mode decides at result t with H_t; reference mode with H_{t-1} (0 at t=0)
         while st.decided < n_results:
             t = st.decided
@@ -227,44 +276,66 @@ class ARPORollout:
             st.decided += 1
             self._decide(sid, st, t, starts[t + 1], dh, states, groups[st.group])
 
+    def _record_entropies(self, sid: int, st: _Traj) -> tuple[list[int], int]:
+        """Record H_initial and the H_t that are complete; returns the response index where each
+        segment starts (0, then after each tool result) and the number of tool results."""
+        c, s = self.cfg, self.engine.seq(sid)
+        ended = s.status != "running"
+        ents = self._entropies(sid)
+        starts = [0] + [rec.result_span[1] for rec in st.calls if rec.result_span[1] > 0]
+        n_results = len(starts) - 1
+        if st.initial_entropy is None and st.initial_from is None:
+            seg = _generated_run(ents, s.gen_mask, 0, c.entropy_tokens)
+            if len(seg) >= c.entropy_tokens or ended or n_results:
+                st.initial_entropy = self._h(seg)
+        r = len(st.step_entropies)
+        if r < n_results:
+            seg = _generated_run(ents, s.gen_mask, starts[r + 1], c.entropy_tokens)
+            if len(seg) >= c.entropy_tokens or (seg and (ended or n_results > r + 1)):
+                st.step_entropies.append(self._h(seg))
+        if st.initial_entropy is None and st.initial_from is not None and len(st.step_entropies) > st.initial_from:
+            st.initial_entropy = st.step_entropies[st.initial_from]  # so its first decision has ΔH = 0
+        return starts, n_results
+
     def _decide(self, sid, st: _Traj, t: int, start: int, dh: float, states, g: _Group) -> None:
         c = self.cfg
         room = c.group_size - len(g.sids)
         if room <= 0:
             return  # branching stops once M trajectories exist
-        p = branch_probability(dh, c.entropy_weight, c.branch_threshold, g.consecutive, c.consecutive_branch_penalty,
-                               mode=c.mode)
+        l = _consecutive_rounds(g.branched_at, t)
+        ctx = BranchContext(dh, c.entropy_weight, c.branch_threshold, depth=t, consecutive=l,
+                            penalty=c.consecutive_branch_penalty, initial_entropy=st.initial_entropy,
+                            step_entropy=st.step_entropies[t] if t < len(st.step_entropies) else None)
+        p = float(self.rule(ctx))
+        if not 0.0 <= p <= 1.0:  # also NaN
+            raise ArpoError(f"rollout.branch_rule {c.branch_rule!r} returned {p}, not a probability in [0, 1]")
         branched = g.rng.random() < p
         st.decisions.append({"tool_call_index": t, "probability": round(p, 6), "delta_entropy": round(dh, 6),
-                             "branched": branched})
-        g.consecutive = g.consecutive + 1 if branched else 0
+                             "branched": branched, "consecutive": l})
         if not branched:
             return
+        g.branched_at.add(t)
         s = self.engine.seq(sid)
         at = s.prompt_len + start
         for k in self.engine.fork(sid, min(c.branch_factor, room), at=at):
             # the tools' sessions fork with the sequence (same event, any engine)
             self.loop.tools.fork_sessions(sid, k, st.calls[: _calls_through_result(st.calls, t)])
+            # paper: a fork inherits H_initial; reference: the code keys H_initial by batch slot and a
+            # fork's new slot takes its first own segment's entropy, so its first decision has ΔH = 0
+            ref = c.mode == "reference"
             states[k] = _Traj(
                 seg_start=at, calls=copy.deepcopy(st.calls[: _calls_through_result(st.calls, t)]), group=st.group,
                 parent_sid=sid,
-                branch_token_index=start, initial_entropy=st.initial_entropy,
+                branch_token_index=start, initial_entropy=None if ref else st.initial_entropy,
+                initial_from=t if ref else None,
                 step_entropies=list(st.step_entropies[:t]), decided=t + 1,
             )
             g.sids.append(k)
 
     def _refill(self, gi: int, g: _Group, states) -> None:
-        """All paths of this prompt ended: after an AEPO probe, start the other N−1 globals; otherwise
-        fill the group up to M with fresh global samples (spec §2, step 4)."""
+        """All paths of this prompt ended: fill the group up to M with fresh global samples (spec §2, step 4)."""
         c = self.cfg
-        if c.dynamic_budget and not g.probed:
-            g.probed = True
-            probe = states[g.sids[0]]
-            h_root = probe.initial_entropy or 0.0
-            h_tool = sum(probe.step_entropies) / len(probe.step_entropies) if probe.step_entropies else h_root
-            g.target_globals = dynamic_initial_rollouts(c.group_size, h_root, h_tool)
-            n_new = min(g.target_globals - 1, c.group_size - len(g.sids))  # the probe is global no. 1
-        elif not c.fill_up:
+        if not c.fill_up:
             n_new = 0
         else:  # reference: one fresh global per round (it may branch); paper: all M − n at once
             n_new = min(1, c.group_size - len(g.sids)) if c.mode == "reference" else c.group_size - len(g.sids)

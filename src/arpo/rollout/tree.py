@@ -48,6 +48,7 @@ class RolloutTree:
     prompt_ids: list[int]
     trajectories: list[TreeTrajectory]
     example: dict | None = None  # the dataset row (question, answers, task)
+    budget: dict | None = None  # AEPO dynamic budget: {h_root, h_tool, initial_rollouts} of the probe pass
 
     def __len__(self) -> int:
         return len(self.trajectories)

@@ -18,6 +18,7 @@ class AlgoConfig:
     """An algorithm preset (algos/presets.py) and optional overrides of its loss/advantage fields."""
 
     preset: str = "arpo"  # arpo | grpo | dapo | reinforce_pp | dr_grpo | gspo | aepo
+    # grpo | dr_grpo | reinforce_pp | reinforce_pp_baseline | tree_grpo | module.path:function (algos/advantages.py)
     advantage_estimator: str | None = None
     attribution: str | None = None  # soft | hard
     loss_type: str | None = None
@@ -29,6 +30,8 @@ class AlgoConfig:
     kl_type: str | None = None  # k1 | k2 | k3 (unclamped; verl's "k3" is low_var_kl) | low_var_kl
     entropy_coef: float | None = None
     ppo_epochs: int | None = None
+    dynamic_sampling: bool | None = None  # DAPO: drop uniform-reward groups and sample more (any preset)
+    dynamic_sampling_max_rounds: int | None = None  # cap on generation rounds per step (preset default 10)
 
     def resolve(self, rollout: RolloutConfig):
         from arpo.algos.presets import get_preset

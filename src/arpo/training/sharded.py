@@ -44,9 +44,14 @@ class LocalComm:
     def all_stats(self, stats: list) -> list:
         return stats
 
+    def per_rank(self, n: int) -> list[int]:
+        """A number of every rank, in rank order."""
+        return [n]
+
     def kept(self, n_trees: int) -> tuple[int, int]:
         """(trees in the step, index of this rank's first tree)."""
-        return n_trees, 0
+        counts = self.per_rank(n_trees)  # kept trees per rank, in global order
+        return sum(counts), sum(counts[: self.rank])
 
     def entropy_aware(self, batch, old_ent, alpha: float) -> None:
         batch.advantages = entropy_aware_advantage(batch.advantages, old_ent, batch.mask, alpha)
@@ -80,9 +85,8 @@ class ShardedComm(LocalComm):
     def all_stats(self, stats: list) -> list:
         return [s for part in distributed.gather(stats) for s in part]
 
-    def kept(self, n_trees: int) -> tuple[int, int]:
-        counts = distributed.gather(n_trees)  # kept trees per rank, in global order
-        return sum(counts), sum(counts[: self.rank])
+    def per_rank(self, n: int) -> list[int]:
+        return distributed.gather(n)
 
     def entropy_aware(self, batch, old_ent, alpha: float) -> None:
         adv = entropy_aware_advantage_global(*((batch.advantages, old_ent, batch.mask) if batch is not None

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from arpo.algos.advantages import compute_advantages, hard_attribution, soft_attribution
+from arpo.algos.advantages import compute_advantages, hard_attribution, hard_attribution_weights, soft_attribution
 from arpo.algos.losses import policy_loss
 from arpo.training.batch import TreeBatch, rollout_logprobs
 
@@ -19,18 +19,34 @@ def step_advantages(trees, preset, gather=None, rank: int = 0) -> list[torch.Ten
     (training.distributed.gather) adds the other ranks' trees in global order, so a step on W ranks
     normalizes over the same batch as one process; `rank`: this process's place in that order."""
     mine = [[t.reward for t in tr.trajectories] for tr in trees]
+    roots = [tree_roots(tr) for tr in trees]  # the global sample each trajectory grew from
     parts = gather(mine) if gather is not None else [mine]  # every rank joins, with or without trees
+    root_parts = gather(roots) if gather is not None else [roots]
     flat = [(g, r) for g, r in enumerate(tree for part in parts for tree in part) for r in r]
     if not flat:
         return []
+    width = 1 + max(len(x) for part in parts for x in part)  # (tree g, root k) -> one id per tree of a prompt
+    root_ids = [g * width + int(k) for g, ks in enumerate(x for part in root_parts for x in part) for k in ks]
     adv = compute_advantages(preset.advantage_estimator, torch.tensor([r for _, r in flat], dtype=torch.float64),
-                             [g for g, _ in flat])
+                             [g for g, _ in flat], root_ids)
     first = sum(len(tree) for part in parts[:rank] for tree in part)  # this rank's trajectories start here
     out, at = [], first
     for rewards in mine:
         out.append(adv[at : at + len(rewards)])
         at += len(rewards)
     return out
+
+
+def tree_roots(tree) -> list[int]:
+    """For each trajectory of a rollout tree, the index of the global sample it descends from."""
+    parents = [t.parent_id for t in tree.trajectories]
+
+    def root(i: int) -> int:
+        while parents[i] is not None:
+            i = parents[i]
+        return i
+
+    return [root(i) for i in range(len(parents))]
 
 
 def token_advantages(tree, adv: torch.Tensor, attribution: str) -> list[torch.Tensor]:
@@ -43,7 +59,8 @@ def token_advantages(tree, adv: torch.Tensor, attribution: str) -> list[torch.Te
 
 def build_batch(trees, preset, advantages: list[torch.Tensor] | None = None):
     """The step's TreeBatch with per-token advantages; `advantages`: step_advantages(trees, ...)
-    (computed here, for one process, when not given)."""
+    (computed here, for one process, when not given). Hard attribution also weights the loss mask:
+    1/d on a token shared by d trajectories (algos.advantages.hard_attribution_weights)."""
     layouts = [tr.to_training() for tr in trees]
     batch = TreeBatch.from_trees([t for t, _ in layouts], [m for _, m in layouts])
     adv = torch.zeros(batch.mask.shape)
@@ -52,6 +69,11 @@ def build_batch(trees, preset, advantages: list[torch.Tensor] | None = None):
         for i, a in enumerate(token_advantages(tr, a_traj, preset.attribution)):
             adv[batch.rows[(ti, i)], : len(a)] = a
     batch.advantages = adv
+    if preset.attribution == "hard":  # each shared token counted once: its d copies weigh 1/d each
+        for ti, tr in enumerate(trees):
+            lengths = [len(t.traj.response_ids) for t in tr.trajectories]
+            for i, w in enumerate(hard_attribution_weights(tr.parents, tr.branch_at, lengths)):
+                batch.mask[batch.rows[(ti, i)], : len(w)] *= w
     return batch
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from arpo.data.order import batch_indices
+from arpo.data.order import round_indices
 from arpo.data.prompts import prompts_for
 from arpo.engine import make_engine, sync_weights
 from arpo.eval.evaluate import evaluate
@@ -158,27 +158,18 @@ def train_step(tr: Trainer, step: int) -> tuple[dict, list]:
     time_backward, time_optimizer, time_training (everything after generation) and step_seconds."""
     cfg, preset, comm = tr.cfg, tr.preset, tr.comm
     lap = _Laps(tr.on_lap)
-    # 1. this step's prompts (a pure function of seed and step) and their rollout trees
-    picked = batch_indices(len(tr.examples), cfg.prompts_per_step, cfg.run.seed, step)
-    mine = comm.shard(len(picked))  # one process: all of them
-    batch_ex = [tr.examples[picked[k]] for k in mine]
-    prompts = prompts_for(batch_ex, tr.tok, tr.tools, cfg.data.template, cfg.agent.tool_format)
+    # 1-2. this step's prompts (a pure function of seed and step), their rollout trees, rewards
     tr.engine_ready()
-    trees = rollout_step(tr.ro, prompts, batch_ex, cfg.run.seed * 100_003 + step, tr.log_error, offset=mine.start)
+    trees, stats, n_rolled, sampling = sample_groups(tr, step, lap)
     tr.engine.sleep(level=1)  # vllm on GPU with enable_sleep_mode frees its memory for training; else a no-op
     lap("time_generation")
-    n_rolled = comm.total(len(trees))
     if not n_rolled:
         return {"skipped": 1, "reason": "every rollout failed"}, trees
-    # 2. rewards and the rollout metrics
-    score_trees(trees, tr.reward_fn, cfg.reward.math_scorer, tr.tools.names)
-    metrics = metrics_of(comm.all_stats(traj_stats(trees)))
-    if preset.dynamic_sampling:  # DAPO: groups whose rewards are all equal carry no signal
-        trees = [t for t in trees if len({x.reward for x in t.trajectories}) > 1]
+    metrics = metrics_of(comm.all_stats(stats))
     n_trees, off = comm.kept(len(trees))
     if preset.dynamic_sampling:
-        metrics["groups_dropped"] = n_rolled - n_trees
-    lap("time_rewards")
+        metrics.update({"groups_dropped": sampling["uniform"], "groups_trained": n_trees,
+                        "sampling_rounds": sampling["rounds"], "groups_short": cfg.prompts_per_step - n_trees})
     # 3. advantages, old log-probs, PPO epochs
     if n_trees:
         metrics.update(policy_update(tr, trees, n_trees, off, step, lap))
@@ -190,6 +181,41 @@ def train_step(tr: Trainer, step: int) -> tuple[dict, list]:
     metrics.update({"lr": tr.sched.get_last_lr()[0],
                     "tokens_per_s": gen_tokens / max(metrics["time_generation"], 1e-9)})
     return metrics, trees
+
+
+def sample_groups(tr: Trainer, step: int, lap) -> tuple[list, list, int, dict]:
+    """This step's rollout trees, scored (spec §5), with every rolled-out trajectory's stats, the
+    number of groups rolled out (all ranks) and {rounds, uniform}. One round of prompts_per_step
+    prompts; DAPO's dynamic sampling (preset.dynamic_sampling) drops groups whose rewards are all
+    equal (no signal) and rolls out fresh prompts until prompts_per_step groups are kept, counted
+    over all ranks, or dynamic_sampling_max_rounds rounds ran (then the step trains on what it has)."""
+    cfg, preset, comm = tr.cfg, tr.preset, tr.comm
+    trees, stats, need, used, n_rolled, n_uniform = [], [], cfg.prompts_per_step, set(), 0, 0
+    rounds = preset.dynamic_sampling_max_rounds if preset.dynamic_sampling else 1
+    for rnd in range(rounds):
+        picked = round_indices(len(tr.examples), cfg.prompts_per_step, cfg.run.seed, step, rnd, used)
+        used.update(picked)
+        mine = comm.shard(len(picked))  # this rank's slice of the round's prompts (one process: all)
+        batch_ex = [tr.examples[picked[k]] for k in mine]
+        prompts = prompts_for(batch_ex, tr.tok, tr.tools, cfg.data.template, cfg.agent.tool_format)
+        got = rollout_step(tr.ro, prompts, batch_ex, cfg.run.seed * 100_003 + step + 1_000_003 * rnd, tr.log_error,
+                           offset=mine.start)
+        lap("time_generation")
+        n_rolled += comm.total(len(got))
+        score_trees(got, tr.reward_fn, cfg.reward.math_scorer, tr.tools.names)
+        stats += traj_stats(got)
+        lap("time_rewards")
+        if not preset.dynamic_sampling:
+            return got, stats, n_rolled, {"rounds": 1, "uniform": 0}
+        keep = [t for t in got if len({x.reward for x in t.trajectories}) > 1]
+        counts = comm.per_rank(len(keep))  # non-uniform groups per rank this round, in global order
+        n_uniform += comm.total(len(got)) - sum(counts)
+        take = max(0, min(len(keep), need - sum(counts[: comm.rank])))  # the first `need`, globally
+        trees += keep[:take]
+        need -= min(sum(counts), need)
+        if need == 0:
+            break
+    return trees, stats, n_rolled, {"rounds": rnd + 1, "uniform": n_uniform}
 
 
 def policy_update(tr: Trainer, trees: list, n_trees: int, off: int, step: int, lap) -> dict:

@@ -1,0 +1,91 @@
+"""Branch rules: the probability that the rollout forks at a tool step (spec §2, §7), as plug-ins.
+
+A branch rule is a pure function `rule(ctx: BranchContext) -> float` in [0, 1]. The scheduler
+(rollout/arpo.py) calls it once per branch decision, after tool result t, while the prompt's group
+has room, and forks `branch_factor` new partial rollouts with that probability (one U(0,1) draw from
+the group's seeded RNG). *When* it decides and which ΔH it passes are the scheduler's
+(`rollout.mode`: paper = the entropy after result t; reference = after result t − 1, 0 at t = 0).
+
+Choose one with `rollout.branch_rule`: a name of BRANCH_RULES, `auto` (aepo when
+`consecutive_branch_penalty > 0`, else reference in reference mode, else arpo) or your own
+`module.path:function` taking a BranchContext. Each rule's docstring gives its math; the tests check
+them against hand-computed values (tests/rollout/test_branch_rules.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class BranchContext:
+    """What a rule may look at for one decision."""
+
+    delta_entropy: float  # ΔH = H_t − H_initial (the mode's timing; the scale of rollout.entropy_* switches)
+    beta: float  # rollout.entropy_weight
+    tau: float  # rollout.branch_threshold
+    depth: int = 0  # t: the decision follows the trajectory's (t+1)-th tool result (0-based index)
+    consecutive: int = 0  # l: rounds (tool-call depths) right before t in which the prompt branched
+    penalty: float = 0.0  # rollout.consecutive_branch_penalty (c)
+    step_entropy: float | None = None  # H_t itself, when measured
+    initial_entropy: float | None = None  # H_initial
+
+
+def _clip(p: float) -> float:
+    return min(1.0, max(0.0, p))
+
+
+def arpo_rule(ctx: BranchContext) -> float:
+    """ARPO paper: branch if α + β·ΔH > τ with α ~ U(0, 1), i.e. P = clip(1 − τ + β·ΔH, 0, 1)."""
+    return _clip(1.0 - ctx.tau + ctx.beta * ctx.delta_entropy)
+
+
+def reference_rule(ctx: BranchContext) -> float:
+    """ARPO reference code: branch if U − β·ΔH ≤ τ with U ~ U(0, 1), i.e. P = clip(τ + β·ΔH, 0, 1).
+    Equal to arpo_rule at τ = 0.5 only."""
+    return _clip(ctx.tau + ctx.beta * ctx.delta_entropy)
+
+
+def aepo_rule(ctx: BranchContext) -> float:
+    """AEPO code's consecutive-branch penalty: the score α + β·ΔH (α ~ U(0, 1)) is scaled by
+    f = max(0, 1 − c·l) and the rollout branches if f·(α + β·ΔH) ≥ τ, so
+    P = clip(1 + β·ΔH − τ/f, 0, 1) for f > 0; for f = 0, P = 1 if τ ≤ 0 else 0. c = 0 is arpo_rule.
+    With `rollout.mode: reference` (the ΔH timing AEPO's code inherited from ARPO's) this is the
+    AEPO code's rule."""
+    f = max(0.0, 1.0 - ctx.penalty * ctx.consecutive)
+    if f == 0.0:
+        return 1.0 if ctx.tau <= 0 else 0.0
+    return _clip(1.0 + ctx.beta * ctx.delta_entropy - ctx.tau / f)
+
+
+def tree_grpo_rule(ctx: BranchContext) -> float:
+    """Tree-GRPO-style step nodes (arXiv 2509.21240): every complete agent step (thought, call,
+    result) is a node, and nodes to expand are picked at random, blind to entropy. As a rule:
+    P = clip(1 − τ, 0, 1) at every tool step, whatever ΔH — the entropy-free control for ARPO's
+    claim that entropy tells where to branch (same budget M, same τ)."""
+    return _clip(1.0 - ctx.tau)
+
+
+BranchRule = Callable[[BranchContext], float]
+
+BRANCH_RULES: dict[str, BranchRule] = {
+    "arpo": arpo_rule,
+    "reference": reference_rule,
+    "aepo": aepo_rule,
+    "tree_grpo": tree_grpo_rule,
+}
+
+
+def auto_rule_name(mode: str, penalty: float) -> str:
+    """What `branch_rule: auto` means: aepo with a consecutive-branch penalty, else the mode's own rule."""
+    if penalty > 0:
+        return "aepo"
+    return "reference" if mode == "reference" else "arpo"
+
+
+def get_branch_rule(spec: str, mode: str = "paper", penalty: float = 0.0) -> BranchRule:
+    """The rule named `spec` (auto, a BRANCH_RULES name, or module.path:function)."""
+    from arpo.plugins import resolve
+
+    return resolve(auto_rule_name(mode, penalty) if spec == "auto" else spec, BRANCH_RULES, "branch rule")
