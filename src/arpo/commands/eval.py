@@ -36,7 +36,7 @@ def register(sub) -> None:
     p.add_argument("--temperature", type=NONNEG, default=0.0, help="sampling temperature; 0 = greedy")
     p.add_argument("--top-p", type=PROB, default=1.0, help="sampling: nucleus probability mass")
     p.add_argument("--top-k", type=NONNEG_INT, default=0, help="sampling: the k most likely tokens (0 = all)")
-    p.add_argument("--tools", default=None, help="comma-separated tools: python, search, module.path:function "
+    p.add_argument("--tools", default=None, help="comma-separated tools: python, search, web_search, browse, module.path:function "
                    "(default: python for math, search for QA)")
     p.add_argument("--session", action="store_true",
                    help="python keeps variables, imports and files across each trajectory's calls")
@@ -64,6 +64,9 @@ def register(sub) -> None:
     p.add_argument("--out", default=None, help="write the metrics (and per-sample records) as JSON here")
     p.add_argument("--json", action="store_true", help="print the metrics as JSON instead of a table")
     p.add_argument("--quiet", action="store_true", help="no progress output")
+    from arpo.commands.web import add_web_args
+
+    add_web_args(p)
     p.set_defaults(func=run)
     c = sub.add_parser("compare", help="compare `arpo eval --out` JSON files side by side (before/after)",
                        description="One table per dataset: a row per eval file, with the change against the "
@@ -88,6 +91,7 @@ def run(args) -> int:
     from arpo.models import load_model
     from arpo.rewards import get_reward_fn
     from arpo.rollout.agent import AgentConfig
+    from arpo.commands.web import web_options
     from arpo.tools import build_tools
 
     if args.samples > 1 and args.temperature == 0:
@@ -113,7 +117,7 @@ def run(args) -> int:
                 names = ["python"] if all(ex["task"] == "math" for ex in examples) else ["search"]
             tools = build_tools(names, search_index=args.search_index, search_url=args.search_url,
                                 search_top_k=args.search_top_k, search_max_chars=args.search_max_chars,
-                                python_session=args.session)
+                                python_session=args.session, web=web_options(args))
             task = bar.add_task(_label(path), total=len(examples) * args.samples)
             recs: list = []
             try:
