@@ -29,6 +29,8 @@ def add_web_args(p) -> None:
     g.add_argument("--web-url", default=None,
                    help="the provider's base URL (default: its own; local: http://127.0.0.1:8090)")
     g.add_argument("--web-top-k", type=POS_INT, default=None, help="results per web search (default: 5)")
+    g.add_argument("--web-snippet-chars", type=POS_INT, default=None,
+                   help="characters per search result snippet (default: 300)")
     g.add_argument("--web-allow-private", action="store_true",
                    help="browse may fetch private and loopback addresses (the local web is always allowed)")
     g.add_argument("--browse-window-chars", type=POS_INT, default=None,
@@ -42,6 +44,7 @@ def add_web_args(p) -> None:
 def web_options(args) -> dict:
     """tools.web keys from the flags that were given."""
     pairs = {"provider": args.web_provider, "url": args.web_url, "top_k": args.web_top_k,
+             "snippet_chars": args.web_snippet_chars,
              "window_chars": args.browse_window_chars, "summarizer_url": args.browser_url,
              "summarizer_model": args.browser_model}
     out = {k: v for k, v in pairs.items() if v is not None}
