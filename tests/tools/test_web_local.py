@@ -175,3 +175,25 @@ def test_web_search_unreachable_local_web_is_an_error_result_not_a_crash():
     r = reg["web_search"]("anything")
     assert not r.ok and r.output.startswith("Error: web search failed: cannot reach local")
     reg.close()
+
+
+def test_arpo_tool_runs_one_web_call(hotpot_web, capsys):
+    assert main(["tool", "web_search", "Ed Wood film", "--web-url", hotpot_web, "--web-top-k", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] and out["output"].startswith(f"1. Ed Wood (film)\nURL: {hotpot_web}/wiki/Ed_Wood_(film)")
+    assert main(["tool", "browse", f"{hotpot_web}/wiki/Ed_Wood_(film) | director", "--web-url", hotpot_web]) == 0
+    assert "Tim Burton" in capsys.readouterr().out
+
+
+def test_serve_agent_takes_web_settings_from_flags_over_the_run(tmp_path):
+    """`arpo serve agent`: tools.web of the run's config.yaml, the --web-* flags on top."""
+    import yaml
+
+    from arpo.cli import build_parser
+    from arpo.commands.serve import agent_config, run_defaults
+
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(
+        {"tools": {"enabled": ["web_search", "browse"], "web": {"url": "http://127.0.0.1:1", "top_k": 2}}}))
+    args = build_parser().parse_args(["serve", "agent", "--model", str(tmp_path), "--web-url", "http://127.0.0.1:2"])
+    cfg = agent_config(args, run_defaults(str(tmp_path)))
+    assert cfg.tools == ["web_search", "browse"] and cfg.web == {"url": "http://127.0.0.1:2", "top_k": 2}
