@@ -10,8 +10,9 @@ PY=".venv/bin/python"
 Q=runs/deep_search
 PORT="${ARPO_WEB_PORT:-8090}"
 URL="http://127.0.0.1:$PORT"
-# small results everywhere (SFT data, RL, eval): 2 results x 200 characters, 400-character page windows
-WEB=(--web-url "$URL" --web-top-k 2 --web-snippet-chars 200 --browse-window-chars 400)
+# small results everywhere (SFT data, RL, eval): the top result's 200 characters, 300-character page
+# windows, so that two searches and two pages fit the 135M model's short budget
+WEB=(--web-url "$URL" --web-top-k 1 --web-snippet-chars 200 --browse-window-chars 300)
 mkdir -p "$Q"
 
 $A web serve --port "$PORT" > "$Q/web.log" 2>&1 &
@@ -28,7 +29,7 @@ for _ in range(600):
 sys.exit("the local web did not start: see runs/deep_search/web.log")
 PY
 
-$A web sft-data --data hotpotqa:train --limit 64 "${WEB[@]}" --out "$Q/sft.jsonl" --quiet
+$A web sft-data --data hotpotqa:train --limit 48 "${WEB[@]}" --out "$Q/sft.jsonl" --quiet
 $A sft --config examples/deep_search/sft.yaml --overwrite --quiet
 # the RL task set: 2 HotpotQA training questions that are not in the SFT data
 $PY - <<'PY'
@@ -37,8 +38,8 @@ from arpo.data.datasets import load_examples
 rows = load_examples("hotpotqa:train[300:302]")
 open("runs/deep_search/rl_tasks.jsonl", "w").write("".join(json.dumps(r) + "\n" for r in rows))
 PY
-EVAL=(--data hotpotqa:dev --limit 10 --tools web_search,browse "${WEB[@]}" --max-tool-calls 4
-      --max-response-tokens 768 --quiet)
+EVAL=(--data hotpotqa:dev --limit 8 --tools web_search,browse "${WEB[@]}" --max-tool-calls 4
+      --max-response-tokens 640 --quiet)
 $A eval --model "$Q/sft" "${EVAL[@]}" --out "$Q/eval_sft.json"
 $A train --config examples/deep_search/train.yaml "tools.web.url=$URL" --overwrite --quiet
 $A eval --model "$Q/arpo" "${EVAL[@]}" --out "$Q/eval_arpo.json"

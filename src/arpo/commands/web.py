@@ -42,13 +42,12 @@ def add_web_args(p) -> None:
 
 
 def web_options(args) -> dict:
-    """tools.web keys from the flags that were given."""
-    pairs = {"provider": args.web_provider, "url": args.web_url, "top_k": args.web_top_k,
-             "snippet_chars": args.web_snippet_chars,
-             "window_chars": args.browse_window_chars, "summarizer_url": args.browser_url,
-             "summarizer_model": args.browser_model}
-    out = {k: v for k, v in pairs.items() if v is not None}
-    if args.web_allow_private:
+    """tools.web keys from the flags that were given (flags a namespace lacks count as not given)."""
+    flags = {"provider": "web_provider", "url": "web_url", "top_k": "web_top_k", "snippet_chars": "web_snippet_chars",
+             "window_chars": "browse_window_chars", "summarizer_url": "browser_url", "summarizer_model": "browser_model"}
+    out = {k: getattr(args, f, None) for k, f in flags.items()}
+    out = {k: v for k, v in out.items() if v is not None}
+    if getattr(args, "web_allow_private", False):
         out["allow_private"] = True
     return out
 

@@ -291,7 +291,8 @@ class BrowseTool:
                 note += f" (summarizer unavailable: {e})"
         if query:
             out = excerpt(text, query, cfg.window_chars)
-            return ToolResult(f"{head}Passages about '{query}'{note}:\n{out}", ok=True,
+            q = query if len(query) <= 80 else query[:80].rstrip() + "…"
+            return ToolResult(f"{head}Passages about '{q}'{note}:\n{out}", ok=True,
                               elapsed_s=time.perf_counter() - t0, truncated=len(out) < len(text), meta=meta)
         ws = windows(text, cfg.window_chars)
         if page > len(ws):
