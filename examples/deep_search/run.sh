@@ -39,7 +39,7 @@ rows = load_examples("hotpotqa:train[300:302]")
 open("runs/deep_search/rl_tasks.jsonl", "w").write("".join(json.dumps(r) + "\n" for r in rows))
 PY
 EVAL=(--data hotpotqa:dev --limit 8 --tools web_search,browse "${WEB[@]}" --max-tool-calls 4
-      --max-response-tokens 640 --quiet)
+      --max-response-tokens 768 --quiet)
 $A eval --model "$Q/sft" "${EVAL[@]}" --out "$Q/eval_sft.json"
 $A train --config examples/deep_search/train.yaml "tools.web.url=$URL" --overwrite --quiet
 $A eval --model "$Q/arpo" "${EVAL[@]}" --out "$Q/eval_arpo.json"
