@@ -136,7 +136,8 @@ def test_chat_calls_web_search_and_browse_on_the_local_web(hotpot_web, capsys, m
                     " <answer> \\boxed{Tim Burton} </answer>"]
     else:
         segments = ['<tool_call>{"name": "web_search", "arguments": {"query": "Ed Wood film"}}</tool_call>',
-                    f'<tool_call>{{"name": "browse", "arguments": {{"url": "{page}", "query": "director"}}}}</tool_call>',
+                    '<tool_call>{"name": "browse", "arguments": ' + json.dumps({"url": page, "query": "director"})
+                    + "}</tool_call>",
                     "<answer> \\boxed{Tim Burton} </answer>"]
     params = AgentLoop.params
 
@@ -147,8 +148,8 @@ def test_chat_calls_web_search_and_browse_on_the_local_web(hotpot_web, capsys, m
 
     monkeypatch.setattr(AgentLoop, "params", scripted)
     assert main(["chat", "--model", "tiny-random", "--json", "--tools", "web_search,browse", "--tool-format", fmt,
-                 "--web-url", hotpot_web, "--web-top-k", "1", "--browse-window-chars", "400", "--max-response-tokens", "2000",
-                 "who directed Ed Wood?"]) == 0
+                 "--web-url", hotpot_web, "--web-top-k", "1", "--browse-window-chars", "400",
+                 "--max-response-tokens", "2000", "who directed Ed Wood?"]) == 0
     out = json.loads(capsys.readouterr().out)
     calls = out["tool_calls"]
     assert [c["tool"] for c in calls] == ["web_search", "browse"] and all(c["ok"] for c in calls)

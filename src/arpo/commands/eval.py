@@ -36,8 +36,8 @@ def register(sub) -> None:
     p.add_argument("--temperature", type=NONNEG, default=0.0, help="sampling temperature; 0 = greedy")
     p.add_argument("--top-p", type=PROB, default=1.0, help="sampling: nucleus probability mass")
     p.add_argument("--top-k", type=NONNEG_INT, default=0, help="sampling: the k most likely tokens (0 = all)")
-    p.add_argument("--tools", default=None, help="comma-separated tools: python, search, web_search, browse, module.path:function "
-                   "(default: python for math, search for QA)")
+    p.add_argument("--tools", default=None, help="comma-separated tools: python, search, web_search, browse, "
+                   "module.path:function (default: python for math, search for QA)")
     p.add_argument("--session", action="store_true",
                    help="python keeps variables, imports and files across each trajectory's calls")
     p.add_argument("--tool-format", default="tags", choices=["tags", "json"],

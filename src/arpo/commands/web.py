@@ -43,8 +43,9 @@ def add_web_args(p) -> None:
 
 def web_options(args) -> dict:
     """tools.web keys from the flags that were given (flags a namespace lacks count as not given)."""
-    flags = {"provider": "web_provider", "url": "web_url", "top_k": "web_top_k", "snippet_chars": "web_snippet_chars",
-             "window_chars": "browse_window_chars", "summarizer_url": "browser_url", "summarizer_model": "browser_model"}
+    flags = {"provider": "web_provider", "url": "web_url", "top_k": "web_top_k",
+             "snippet_chars": "web_snippet_chars", "window_chars": "browse_window_chars",
+             "summarizer_url": "browser_url", "summarizer_model": "browser_model"}
     out = {k: getattr(args, f, None) for k, f in flags.items()}
     out = {k: v for k, v in out.items() if v is not None}
     if getattr(args, "web_allow_private", False):

@@ -3,7 +3,8 @@
     ddgs      the ddgs package (keyless metasearch; it does its own HTTP)
     serper    POST {url}/search, header X-API-KEY              -> organic[{title, link, snippet}]
     tavily    POST {url}/search, Authorization: Bearer KEY      -> results[{title, url, content}]
-    brave     GET  {url}/res/v1/web/search?q=&count=, header X-Subscription-Token -> web.results[{title, url, description}]
+    brave     GET  {url}/res/v1/web/search?q=&count=, header X-Subscription-Token
+                                                                -> web.results[{title, url, description}]
     exa       POST {url}/search, header x-api-key               -> results[{title, url, text}]
     searxng   GET  {url}/search?q=&format=json (SearXNG's JSON API) -> results[{title, url, content}]
     local     searxng's API at `arpo web serve` (default http://127.0.0.1:8090)
@@ -41,8 +42,8 @@ def _cut(text: str, n: int) -> str:
 
 def format_results(hits: list[dict], snippet_chars: int = 300) -> str:
     """Numbered "i. title / URL: url / snippet" blocks separated by blank lines."""
-    return "\n\n".join(f"{i}. {_cut(h.get('title') or h['url'], 200)}\nURL: {h['url']}\n{_cut(h.get('snippet'), snippet_chars)}"
-                       .rstrip() for i, h in enumerate(hits, 1))
+    return "\n\n".join(f"{i}. {_cut(h.get('title') or h['url'], 200)}\nURL: {h['url']}\n"
+                       f"{_cut(h.get('snippet'), snippet_chars)}".rstrip() for i, h in enumerate(hits, 1))
 
 
 # ---- providers: (request kwargs, parse) ------------------------------------------------------------
@@ -99,8 +100,8 @@ class WebSearchTool:
     description = "Searches the web and returns numbered results: title, URL and snippet."
     schema = {"type": "function", "function": {
         "name": "web_search", "description": description,
-        "parameters": {"type": "object", "properties": {"query": {"type": "string", "description": "what to search for"}},
-                       "required": ["query"]}}}
+        "parameters": {"type": "object", "required": ["query"],
+                       "properties": {"query": {"type": "string", "description": "what to search for"}}}}}
 
     def __init__(self, config: WebConfig | dict | None = None):
         self.cfg = web_config(config)

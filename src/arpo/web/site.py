@@ -107,8 +107,8 @@ def _paragraphs(text: str) -> str:
 def render_page(site: Site, i: int, related: list[int]) -> str:
     d = site.index.docs[i]
     e = html.escape
-    links = "".join(f"<li><a href=\"{e(site.paths[j])}\">{e(site.index.docs[j].title or site.index.docs[j].id)}</a></li>"
-                    for j in related if j != i)
+    name = [x.title or x.id for x in site.index.docs]
+    links = "".join(f"<li><a href=\"{e(site.paths[j])}\">{e(name[j])}</a></li>" for j in related if j != i)
     aside = f"<aside><h2>Related pages</h2><ul>{links}</ul></aside>" if links else ""
     body = f"<main><article><h1>{e(d.title or d.id)}</h1>\n{_paragraphs(d.text)}\n</article>\n{aside}</main>"
     return _frame(d.title or d.id, body, site.name)
