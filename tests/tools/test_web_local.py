@@ -198,3 +198,45 @@ def test_serve_agent_takes_web_settings_from_flags_over_the_run(tmp_path):
     args = build_parser().parse_args(["serve", "agent", "--model", str(tmp_path), "--web-url", "http://127.0.0.1:2"])
     cfg = agent_config(args, run_defaults(str(tmp_path)))
     assert cfg.tools == ["web_search", "browse"] and cfg.web == {"url": "http://127.0.0.1:2", "top_k": 2}
+
+
+def test_arpo_training_steps_with_web_tools_on_the_local_web(user_web, tmp_path):
+    """`arpo train` with tools.enabled [web_search, browse] and tools.web (the example's shape): two ARPO
+    steps of the tiny model whose text is scripted to search and browse the local web, scored by the
+    format check that knows the web tags."""
+    import torch
+
+    from arpo.config import load_config
+    from arpo.recipes import train
+    from arpo.testing import hook_rollout, save_tiny_model, scripted_hook
+
+    save_tiny_model(tmp_path / "model")
+    data = tmp_path / "q.jsonl"
+    data.write_text("".join(json.dumps({"question": f"Which star is the brightest? ({i})", "answers": ["Sirius"],
+                                        "task": "qa"}) + "\n" for i in range(4)))
+    script = ["<think> search </think><web_search> brightest star </web_search>",
+              f"<browse> {user_web}/wiki/Sirius | brightest </browse>",
+              "<answer> \\boxed{Sirius} </answer>"]
+    ov = {"model.name": tmp_path / "model", "data.path": data, "tools.enabled": "[web_search,browse]",
+          "tools.web": f"{{url: '{user_web}', top_k: 1, snippet_chars: 40, window_chars: 80}}",
+          "agent.max_response_tokens": 700, "rollout.group_size": 2, "rollout.initial_rollouts": 2, "steps": 2,
+          "prompts_per_step": 1, "optim.lr": 1e-3, "run.dir": tmp_path / "run", "run.save_every": 0,
+          "run.tensorboard": "false", "run.threads": 1}
+    init = train.ShardRollout.__init__
+
+    def scripted(self, *a, **k):
+        init(self, *a, **k)
+        hook_rollout(self, scripted_hook(self.engine.tokenizer, script))
+
+    threads = torch.get_num_threads()
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(train.ShardRollout, "__init__", scripted)
+            train.run(load_config(train.TrainConfig, None, [f"{k}={v}" for k, v in ov.items()]), quiet=True)
+    finally:
+        torch.set_num_threads(threads)
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    for r in rows:  # both calls ran against the local web and succeeded; the scripted answer is right
+        assert (r["tool_calls_per_traj/web_search"], r["tool_calls_per_traj/browse"], r["tool_failures"]) == (1.0, 1.0, 0)
+        assert (r["format_error_rate"], r["reward_mean"], r["accuracy"]) == (0.0, 1.0, 1.0), r
