@@ -225,3 +225,20 @@ def test_config_errors_name_the_key():
 def test_format_results_cuts_and_numbers():
     out = format_results([{"title": "", "url": "https://x.org", "snippet": "a  b\nc"}], snippet_chars=3)
     assert out == "1. https://x.org\nURL: https://x.org\na b…"
+
+
+def test_a_provider_that_never_answers_times_out_into_an_error_result():
+    import socket
+
+    srv = socket.socket()  # accepts connections, never answers
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    try:
+        tool = WebSearchTool({"provider": "searxng", "url": f"http://127.0.0.1:{srv.getsockname()[1]}",
+                              "timeout_s": 0.3, "retries": 1, "backoff_s": 0.01})
+        t0 = time.monotonic()
+        r = tool("anything")
+        assert not r.ok and "no answer from searxng" in r.output and "within 0.3s" in r.output
+        assert "after 2 attempts" in r.output and time.monotonic() - t0 < 5
+    finally:
+        srv.close()
