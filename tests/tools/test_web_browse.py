@@ -192,3 +192,43 @@ def test_registry_tag_and_json_calls(local_web):
     bad = reg.run(ToolCall("browse", "{}", arguments={"page": 2}))
     assert not bad.ok and "url" in bad.output
     reg.close()
+
+
+def test_summarizer_through_a_real_arpo_serve_agent(local_web, tmp_path):
+    """The browser model behind `arpo serve agent` (tiny random model, greedy): the page goes through
+    its OpenAI-compatible endpoint; its answer is the summary, or, when the random model's final turn
+    is empty, the excerpt with the reason."""
+    import os
+    import subprocess
+    import sys
+
+    import httpx
+
+    port = free_port()
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path),
+               ARPO_CACHE_DIR=os.environ.get("ARPO_CACHE_DIR", str(tmp_path / "cache")))
+    proc = subprocess.Popen([sys.executable, "-m", "arpo", "serve", "agent", "--model", "tiny-random", "--port",
+                             str(port), "--max-response-tokens", "24", "--log-level", "warning"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                assert proc.poll() is None, proc.stdout.read()
+                time.sleep(0.3)
+        tool = local(local_web, summarizer_url=f"http://127.0.0.1:{port}/v1", summarizer_model="tiny-random",
+                     summarize_min_chars=500, summarizer_max_tokens=16,
+                     summarizer_input_chars=600)  # the tiny model's context: 2048 tokens of ~1 character
+        r = tool(f"{local_web}/pages/lighthouse | who built it")
+        assert r.ok
+        if r.meta.get("summarized"):
+            summary = r.output.split("Summary by tiny-random for who built it:\n", 1)[1]
+            assert summary.strip() and tool.summarized == 1
+        else:
+            assert "summarizer unavailable" in r.output and "an empty answer" in r.output and "Sostratus" in r.output
+    finally:
+        proc.terminate()
+        proc.wait(20)

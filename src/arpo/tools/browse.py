@@ -257,7 +257,10 @@ class BrowseTool:
             content = r.json()["choices"][0]["message"]["content"]
         except (ValueError, KeyError, IndexError, TypeError) as e:
             raise WebError(f"summarizer {endpoint}: bad response ({type(e).__name__})") from e
-        return str(content or "").strip()
+        content = str(content or "").strip()
+        if not content:
+            raise WebError(f"summarizer {endpoint}: an empty answer")
+        return content
 
     # ---- the tool ---------------------------------------------------------------------------------
     def browse(self, url: str, page: int = 1, query: str | None = None) -> ToolResult:
