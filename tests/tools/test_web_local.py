@@ -238,5 +238,6 @@ def test_arpo_training_steps_with_web_tools_on_the_local_web(user_web, tmp_path)
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
     for r in rows:  # both calls ran against the local web and succeeded; the scripted answer is right
-        assert (r["tool_calls_per_traj/web_search"], r["tool_calls_per_traj/browse"], r["tool_failures"]) == (1.0, 1.0, 0)
+        calls = (r["tool_calls_per_traj/web_search"], r["tool_calls_per_traj/browse"], r["tool_failures"])
+        assert calls == (1.0, 1.0, 0), r
         assert (r["format_error_rate"], r["reward_mean"], r["accuracy"]) == (0.0, 1.0, 1.0), r
