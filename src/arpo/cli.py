@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "arpo.commands.plot",
     "arpo.commands.view",
     "arpo.commands.experiment",
+    "arpo.commands.web",
 ]
 
 

@@ -43,6 +43,9 @@ class ToolsConfig:
     # per tool of yours: {name: {timeout_s, max_concurrency, max_output_chars, cache}} (tools/function.py)
     options: dict = field(default_factory=dict)
     mcp: list[dict] = field(default_factory=list)  # MCP servers: {command: ..., args: [...], env: {...}} or {url: ...}
+    # web_search / browse: {provider, url, top_k, window_chars, summarizer_url, ...} (tools/web_config.py);
+    # empty: the local web of `arpo web serve` at http://127.0.0.1:8090
+    web: dict = field(default_factory=dict)
 
     def validate(self) -> None:
         from arpo.tools import KNOWN_TOOLS
@@ -54,6 +57,9 @@ class ToolsConfig:
         for i, m in enumerate(self.mcp):
             require(isinstance(m, dict) and ("command" in m or "url" in m), f"tools.mcp[{i}]",
                     "needs a command (stdio server) or a url (HTTP server)")
+        from arpo.tools.web_config import web_config
+
+        web_config(self.web)  # errors name tools.web.<key>
         require(self.python_timeout_s > 0, "tools.python_timeout_s", f"must be > 0, got {self.python_timeout_s}")
         for key in ("max_output_chars", "search_top_k", "search_max_chars"):
             require(getattr(self, key) >= 1, f"tools.{key}", f"must be >= 1, got {getattr(self, key)}")
@@ -66,7 +72,7 @@ class ToolsConfig:
         return build_tools(self.enabled, python_timeout_s=self.python_timeout_s, max_output_chars=self.max_output_chars,
                            search_index=self.search_index, search_url=self.search_url, search_top_k=self.search_top_k,
                            search_max_chars=self.search_max_chars, cache=cache, options=self.options, mcp=self.mcp,
-                           python_session=self.python_session)
+                           python_session=self.python_session, web=self.web)
 
 
 @dataclass

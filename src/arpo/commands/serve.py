@@ -68,7 +68,7 @@ def _register_agent(s) -> None:
     a.add_argument("--model", default="smollm2-135m-instruct",
                    help="run dir, checkpoint, Hugging Face dir or built-in name")
     a.add_argument("--served-model-name", default=None, help="the model id clients ask for (default: the run's name)")
-    a.add_argument("--tools", default=None, help="comma-separated tools: python, search, your own as "
+    a.add_argument("--tools", default=None, help="comma-separated tools: python, search, web_search, browse, your own as "
                    "module.path:function (default: the run's, else python)")
     a.add_argument("--session", action="store_true", default=None,
                    help="python keeps variables, imports and files across one answer's calls (default: the run's)")
@@ -92,6 +92,9 @@ def _register_agent(s) -> None:
     a.add_argument("--search-top-k", type=POS_INT, default=None, help="passages per search (default: the run's, else 3)")
     a.add_argument("--search-max-chars", type=POS_INT, default=None,
                    help="characters per passage (default: the run's, else 300)")
+    from arpo.commands.web import add_web_args
+
+    add_web_args(a)
     a.add_argument("--api-key", default=None, help="require `Authorization: Bearer KEY` (default: $ARPO_API_KEY)")
     a.add_argument("--host", default="127.0.0.1", help="interface to bind (0.0.0.0 for all)")
     a.add_argument("--port", type=number(int, 1, 65535), default=8000, help="port")
@@ -123,6 +126,7 @@ RUN_KEYS = {
     "search_top_k": ("tools.search_top_k", 3), "search_max_chars": ("tools.search_max_chars", 300),
     "tool_format": ("agent.tool_format", "tags"), "max_tool_calls": ("agent.max_tool_calls", 5),
     "max_response_tokens": ("agent.max_response_tokens", 1024), "template": ("data.template", None),
+    "web": ("tools.web", {}),
 }
 
 
@@ -130,6 +134,8 @@ def agent_config(args, run: dict, env_key: str | None = None):
     """ServeConfig from the flags; what they leave unset comes from the run's config (`run`, keyed by
     flag: run_defaults), then the defaults in RUN_KEYS. A template only follows the run's tools."""
     from arpo.serve.app import ServeConfig
+
+    from arpo.commands.web import web_options
 
     def pick(flag):
         given = getattr(args, flag)
@@ -144,6 +150,7 @@ def agent_config(args, run: dict, env_key: str | None = None):
         max_response_tokens=pick("max_response_tokens"), temperature=args.temperature, top_p=args.top_p,
         top_k=args.top_k, max_batch=args.max_batch, search_index=pick("search_index"), search_url=pick("search_url"),
         search_top_k=pick("search_top_k"), search_max_chars=pick("search_max_chars"),
+        web={**(run.get("web") or {}), **web_options(args)},
         api_key=args.api_key or env_key, host=args.host, port=args.port, log_level=args.log_level,
     )
 

@@ -19,15 +19,17 @@ EXAMPLES = """examples:
   arpo tool python --json "print(1)"                  # also: which sandbox protections are active here
   arpo tool search "Scott Derrickson nationality" --search-top-k 3
   arpo tool search --search-url http://127.0.0.1:8001 "Ed Wood" --json
+  arpo tool web_search "Ed Wood director"                  # the local web (arpo web serve) by default
+  arpo tool browse "http://127.0.0.1:8090/wiki/Ed_Wood_(film) | who directed it"
 
 The output is exactly the text the agent receives between <result> and </result>."""
 
 
 def register(sub) -> None:
-    p = sub.add_parser("tool", help="run one python or search tool call and print its result",
+    p = sub.add_parser("tool", help="run one tool call (python, search, web_search, browse) and print its result",
                        description="Run one tool call through the same sandbox / index the agent uses.",
                        epilog=EXAMPLES, formatter_class=HELP)
-    p.add_argument("tool", choices=["python", "search"], help="the tool to call")
+    p.add_argument("tool", choices=["python", "search", "web_search", "browse"], help="the tool to call")
     p.add_argument("input", help="code or query; '-' reads stdin")
     p.add_argument("--timeout", type=POSITIVE, default=5.0, help="python wall-clock timeout in seconds")
     p.add_argument("--max-output-chars", type=POS_INT, default=2000, help="python output cut to this many characters")
@@ -37,6 +39,9 @@ def register(sub) -> None:
     p.add_argument("--search-top-k", type=POS_INT, default=SEARCH_TOP_K, help="passages per search")
     p.add_argument("--search-max-chars", type=POS_INT, default=SEARCH_MAX_CHARS, help="characters per passage")
     p.add_argument("--json", action="store_true", help="print {output, ok, elapsed_s, truncated, ...}")
+    from arpo.commands.web import add_web_args
+
+    add_web_args(p)
     p.set_defaults(func=run)
 
 
@@ -46,6 +51,7 @@ def _protections(tool) -> dict:
 
 
 def run(args) -> int:
+    from arpo.commands.web import web_options
     from arpo.tools import build_tools
 
     text = sys.stdin.read() if args.input == "-" else args.input
@@ -53,7 +59,8 @@ def run(args) -> int:
         raise ArpoError("empty input")
     reg = build_tools([args.tool], python_timeout_s=args.timeout, max_output_chars=args.max_output_chars,
                       search_index=args.search_index, search_url=args.search_url,
-                      search_top_k=args.search_top_k, search_max_chars=args.search_max_chars)
+                      search_top_k=args.search_top_k, search_max_chars=args.search_max_chars,
+                      web=web_options(args))
     try:
         t0 = time.perf_counter()
         tool = reg[args.tool]

@@ -20,7 +20,8 @@ import yaml
 from arpo.errors import ArpoError
 
 DEFAULT_TEMPLATES = Path(__file__).with_name("templates") / "prompts.yaml"
-TASK_TOOLS = {"math": ("python",), "calc": ("python",), "search": ("search",), "both": ("python", "search")}
+TASK_TOOLS = {"math": ("python",), "calc": ("python",), "search": ("search",), "both": ("python", "search"),
+              "deep_search": ("web_search", "browse")}
 
 
 @functools.lru_cache(maxsize=8)
@@ -107,6 +108,8 @@ def default_template(tools) -> str:
         return "math"
     if s == {"search"}:
         return "search"
+    if s and s <= {"web_search", "browse"}:
+        return "deep_search"
     return "both"
 
 
@@ -138,7 +141,7 @@ def system_prompt(template: str, tools, path: str | None = None, tool_format: st
     for the json format, by nothing (the chat template or the hermes block describes the tools)."""
     data = load_templates(path)
     if tool_format == "json":
-        template = "json" if template in (None, "math", "search", "both", "calc") else template
+        template = "json" if template in (None, "math", "search", "both", "calc", "deep_search") else template
     spec = template_spec(template, path)
     if tool_format == "json" and spec.result is not None:
         raise ArpoError(f"template {template!r} is the tag protocol its model was trained with (<python>, "

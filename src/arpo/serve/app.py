@@ -47,6 +47,7 @@ class ServeConfig:
     search_url: Optional[str] = None
     search_top_k: int = 3  # passages per search
     search_max_chars: int = 300  # characters per passage
+    web: dict = field(default_factory=dict)  # web_search / browse settings (tools/web_config.py; the run's tools.web)
     api_key: Optional[str] = None  # if set, requests need `Authorization: Bearer <api_key>`
     host: str = "127.0.0.1"
     port: int = 8000
@@ -298,7 +299,7 @@ def agent_server(cfg: ServeConfig):
         raise ArpoError(f"cannot listen on {cfg.host}:{cfg.port} ({e.strerror or e}); pick another --port") from e
     tools = build_tools(cfg.tools, search_index=cfg.search_index, search_url=cfg.search_url,
                         search_top_k=cfg.search_top_k, search_max_chars=cfg.search_max_chars,
-                        python_session=cfg.python_session)
+                        python_session=cfg.python_session, web=cfg.web)
     engine = sched = None
     try:
         system = system_prompt(cfg.template or default_template(tools), tools, tool_format=cfg.tool_format)

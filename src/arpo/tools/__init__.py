@@ -1,4 +1,5 @@
-"""Tools the agent can call: the built-in `python` and `search`, your own functions and classes
+"""Tools the agent can call: the built-in `python` and `search`, the web tools `web_search` and
+`browse` (tools/web_search.py, tools/browse.py; configured by tools/web_config.py), your own functions and classes
 (`module.path:name`, tools/function.py) and MCP servers' tools (tools/mcp.py); see tools/base.py
 for the protocol and tools/formats.py for the two call formats (tags, json)."""
 
@@ -8,7 +9,7 @@ from arpo.errors import ArpoError
 from arpo.tools.base import Tool, ToolResult  # noqa: F401
 from arpo.tools.registry import ToolRegistry  # noqa: F401
 
-KNOWN_TOOLS = ("python", "search")
+KNOWN_TOOLS = ("python", "search", "web_search", "browse")
 
 
 SEARCH_TOP_K = 3  # passages per search: the one default of `arpo eval/chat/tool/sft-data` and tools.search_top_k
@@ -18,13 +19,15 @@ SEARCH_MAX_CHARS = 300  # characters per passage (the reference's 10 x 1000 is s
 def build_tools(names: list[str], *, python_timeout_s: float = 5.0, max_output_chars: int = 2000,
                 search_index: str | None = None, search_url: str | None = None, search_top_k: int = SEARCH_TOP_K,
                 search_max_chars: int = SEARCH_MAX_CHARS, cache=None, options: dict | None = None,
-                mcp: list | None = None, python_session: bool = False) -> ToolRegistry:
+                mcp: list | None = None, python_session: bool = False, web=None) -> ToolRegistry:
     """A registry with the named tools, configured from plain options (CLI flags / config keys).
     `names`: built-in tools (python, search) and your own as `module.path:function_or_class`;
     `options`: {tool name: {timeout_s, max_concurrency, max_output_chars, cache}} for your tools;
     `mcp`: MCP servers whose tools join the registry ({command, args, env} or {url}, tools/mcp.py);
     `cache`: a tools.cache.ToolCache shared by the cacheable tools (identical calls answered once);
-    `python_session`: python keeps its state per trajectory and forks with the tree (tools/python_session.py)."""
+    `python_session`: python keeps its state per trajectory and forks with the tree (tools/python_session.py);
+    `web`: the web tools' settings, a tools.web_config.WebConfig or a dict of its keys (None: defaults,
+    the local web of `arpo web serve`)."""
     from arpo.tools.function import ToolOptions, load_tool
 
     options = options or {}
@@ -47,6 +50,14 @@ def build_tools(names: list[str], *, python_timeout_s: float = 5.0, max_output_c
                 else:
                     index = load_index(search_index)
                     reg.register(SearchTool(index=index, top_k=search_top_k, max_chars=search_max_chars))
+            elif n == "web_search":
+                from arpo.tools.web_search import WebSearchTool
+
+                reg.register(WebSearchTool(web))
+            elif n == "browse":
+                from arpo.tools.browse import BrowseTool
+
+                reg.register(BrowseTool(web))
             elif ":" in n:
                 name = n.rsplit(":", 1)[1].rsplit(".", 1)[-1]
                 opts = dict(options.get(name) or {})

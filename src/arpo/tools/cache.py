@@ -4,7 +4,8 @@ ARPO trees make many identical calls: branches re-issue their parent's queries, 
 samples of one prompt often write the same search or the same small program. Both tools are pure
 functions of their input here (the search corpus is fixed; python runs in a fresh sandbox with no
 state), so a result can be reused. Only successful results are cached (a timeout or a server error
-is retried next time). Keys are normalized: surrounding whitespace, and for search also case and
+is retried next time). The web tools are cached the same way: within a run a page or a query is read
+once, so branches see the same web. Keys are normalized: surrounding whitespace, and for search also case and
 inner whitespace.
 
 Thread-safe; concurrent identical calls are deduplicated (one runs, the others wait for it).
@@ -25,7 +26,7 @@ from arpo.tools.base import ToolResult
 
 def normalize(tool: str, text: str) -> str:
     text = text.strip()
-    if tool == "search":
+    if tool in ("search", "web_search"):
         text = " ".join(text.lower().split())
     return text
 

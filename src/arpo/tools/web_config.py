@@ -1,0 +1,112 @@
+"""The configuration of the two web tools, `web_search` and `browse` (`tools.web` in a config,
+`--web-*` / `--browse-*` flags on the command line).
+
+    tools:
+      enabled: [web_search, browse]
+      web:
+        provider: local            # ddgs | serper | tavily | brave | exa | searxng | local
+        url: http://127.0.0.1:8090 # provider base URL (default: the provider's own; local: arpo web serve)
+        top_k: 5
+
+Keys of paid providers come from the environment (`SERPER_API_KEY`, `TAVILY_API_KEY`,
+`BRAVE_API_KEY`, `EXA_API_KEY`; `api_key_env` names another variable), never from a file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from arpo.errors import ArpoError, require
+
+LOCAL_WEB_URL = "http://127.0.0.1:8090"  # `arpo web serve`'s default address
+
+
+@dataclass(frozen=True)
+class Provider:
+    name: str
+    url: str  # default base URL
+    key_env: str | None  # environment variable of the API key (None: keyless)
+    rate: float  # default requests per second (0: unlimited)
+
+
+PROVIDERS = {
+    "ddgs": Provider("ddgs", "", None, 1.0),  # the ddgs package (DuckDuckGo & co, no key); its own HTTP client
+    "serper": Provider("serper", "https://google.serper.dev", "SERPER_API_KEY", 5.0),
+    "tavily": Provider("tavily", "https://api.tavily.com", "TAVILY_API_KEY", 5.0),
+    "brave": Provider("brave", "https://api.search.brave.com", "BRAVE_API_KEY", 1.0),
+    "exa": Provider("exa", "https://api.exa.ai", "EXA_API_KEY", 5.0),
+    "searxng": Provider("searxng", "http://127.0.0.1:8888", "SEARXNG_API_KEY", 2.0),  # self-hosted; key optional
+    "local": Provider("local", LOCAL_WEB_URL, None, 0.0),  # arpo web serve: SearXNG's JSON API
+}
+
+
+@dataclass
+class WebConfig:
+    provider: str = "local"  # ddgs | serper | tavily | brave | exa | searxng | local (arpo web serve)
+    url: str | None = None  # provider base URL (None: the provider's default; local: http://127.0.0.1:8090)
+    api_key_env: str | None = None  # environment variable holding the key (None: the provider's usual name)
+    top_k: int = 5  # results per search
+    snippet_chars: int = 300  # characters per result snippet
+    timeout_s: float = 10.0  # per HTTP request
+    retries: int = 2  # extra attempts after a 429, a 5xx, a timeout or a refused connection
+    backoff_s: float = 0.5  # first retry waits this long, then doubles (a Retry-After header wins, up to 30 s)
+    rate_limit: float | None = None  # requests per second to the provider (None: its default; 0: no limit)
+    # browse
+    window_chars: int = 2000  # characters per page window ("page k of n")
+    max_bytes: int = 2_000_000  # stop reading a response after this many bytes
+    max_redirects: int = 5
+    browse_timeout_s: float = 15.0  # the whole fetch, redirects and body included
+    allow_private: bool = False  # fetch private / loopback / link-local addresses (the local web is always allowed)
+    allow_hosts: list[str] = field(default_factory=list)  # host or host:port allowed even when private
+    # the paper's browser: summarize long pages with a model behind an OpenAI-compatible endpoint
+    summarizer_url: str | None = None  # base URL with /v1, e.g. http://127.0.0.1:8000/v1 (arpo serve agent)
+    summarizer_model: str | None = None  # model name sent to the endpoint
+    summarizer_key_env: str = "OPENAI_API_KEY"  # the key, if the endpoint needs one
+    summarize_min_chars: int = 3000  # summarize pages longer than this (shorter ones are shown as they are)
+    summarizer_max_tokens: int = 400
+    summarizer_input_chars: int = 12000  # page text sent to the summarizer
+
+    def validate(self, key: str = "tools.web") -> "WebConfig":
+        require(self.provider in PROVIDERS, f"{key}.provider",
+                f"{self.provider!r}; choose one of {', '.join(PROVIDERS)}")
+        for k in ("top_k", "snippet_chars", "window_chars", "max_bytes"):
+            require(getattr(self, k) >= 1, f"{key}.{k}", f"must be >= 1, got {getattr(self, k)}")
+        for k in ("timeout_s", "browse_timeout_s"):
+            require(getattr(self, k) > 0, f"{key}.{k}", f"must be > 0, got {getattr(self, k)}")
+        for k in ("retries", "max_redirects"):
+            require(getattr(self, k) >= 0, f"{key}.{k}", f"must be >= 0, got {getattr(self, k)}")
+        require(self.backoff_s >= 0, f"{key}.backoff_s", f"must be >= 0, got {self.backoff_s}")
+        require(self.rate_limit is None or self.rate_limit >= 0, f"{key}.rate_limit",
+                f"must be >= 0 requests per second (0: no limit), got {self.rate_limit}")
+        require(self.url is None or self.url.startswith(("http://", "https://")), f"{key}.url",
+                f"{self.url!r}; must start with http:// or https://")
+        require(self.summarizer_url is None or self.summarizer_url.startswith(("http://", "https://")),
+                f"{key}.summarizer_url", f"{self.summarizer_url!r}; must start with http:// or https://")
+        require(not (self.summarizer_url and not self.summarizer_model), f"{key}.summarizer_model",
+                "set the model name the summarizer endpoint serves (summarizer_url is set)")
+        require(isinstance(self.allow_hosts, list), f"{key}.allow_hosts", "must be a list of host or host:port")
+        return self
+
+    @property
+    def base_url(self) -> str:
+        return (self.url or PROVIDERS[self.provider].url).rstrip("/")
+
+    @property
+    def key_env(self) -> str | None:
+        return self.api_key_env or PROVIDERS[self.provider].key_env
+
+    @property
+    def requests_per_s(self) -> float:
+        return PROVIDERS[self.provider].rate if self.rate_limit is None else self.rate_limit
+
+
+def web_config(value, key: str = "tools.web") -> WebConfig:
+    """A validated WebConfig from a WebConfig, a dict of its keys (unknown keys named) or None."""
+    if isinstance(value, WebConfig):
+        return value.validate(key)
+    value = dict(value or {})
+    known = {f.name for f in fields(WebConfig)}
+    bad = sorted(set(value) - known)
+    if bad:
+        raise ArpoError(f"{key}: unknown key(s) {', '.join(bad)}; valid: {', '.join(sorted(known))}")
+    return WebConfig(**value).validate(key)
