@@ -20,7 +20,7 @@ class SlowTool:
         with self.lock:
             self.calls += 1
         time.sleep(0.05)
-        return ToolResult(f"Error: down" if self.fail else f"Page 1: {q.strip().lower()}", ok=not self.fail)
+        return ToolResult("Error: down" if self.fail else f"Page 1: {q.strip().lower()}", ok=not self.fail)
 
 
 def test_hits_are_normalized_and_marked_cached():

@@ -15,9 +15,9 @@ import pytest
 
 pytest.importorskip("bm25s")
 
-from arpo.errors import ArpoError  # noqa: E402
-from arpo.tools.index import Doc, Hit, Index, load_corpus  # noqa: E402
-from arpo.tools.search import SearchTool, format_passages  # noqa: E402
+from arpo.errors import ArpoError
+from arpo.tools.index import Doc, Hit, Index, load_corpus
+from arpo.tools.search import SearchTool, format_passages
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

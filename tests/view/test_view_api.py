@@ -13,12 +13,12 @@ import time
 import pytest
 
 pytest.importorskip("fastapi")
-from fastapi.testclient import TestClient  # noqa: E402
+from fastapi.testclient import TestClient
 
-from arpo.errors import ArpoError  # noqa: E402
-from arpo.training.rollout_log import tree_summary  # noqa: E402
-from arpo.view.data import PAGE, Catalog  # noqa: E402
-from arpo.view.server import create_app  # noqa: E402
+from arpo.errors import ArpoError
+from arpo.training.rollout_log import tree_summary
+from arpo.view.data import PAGE, Catalog
+from arpo.view.server import create_app
 
 
 def client(*specs):

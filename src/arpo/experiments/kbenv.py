@@ -138,7 +138,7 @@ def make_question(kb: KB, rng: random.Random, kind: str) -> dict:
         think = f"I need the twin town of {x.name}, then its {a1}."
     else:
         raise ValueError(f"unknown question kind {kind!r}; choose from {KINDS}")
-    answer = str(eval(code[len("print("):-1]))  # noqa: S307 - our own arithmetic on ints
+    answer = str(eval(code[len("print("):-1]))  # eval: our own arithmetic on ints
     return {"question": q, "answers": [answer], "task": "math", "kind": kind,
             "plan": {"think": think, "searches": [s for s, _ in steps], "evidence": [e for _, e in steps],
                      "code": code}}

@@ -280,6 +280,11 @@ def plot(results: dict, out: Path) -> list[Path]:
     return paths
 
 
+def _calls(v: float | None) -> str:
+    """A tool-call count for the report table: rounded, or "never" when the accuracy was not reached."""
+    return "never" if v is None else f"{v:.0f}"
+
+
 def report(results: dict) -> str:
     """results.json as markdown tables (report.md next to it; docs/ quotes it)."""
     summ, runs = results["summary"], results["runs"]
@@ -306,8 +311,7 @@ def report(results: dict) -> str:
         lines += ["", "Tool calls to reach an accuracy (seed means, linear interpolation between evaluations):", "",
                   "| accuracy | ARPO calls | GRPO calls | ratio |", "|---|---|---|---|"]
         for lv in summ["ratio_levels"].values():
-            f = (lambda v: "never" if v is None else f"{v:.0f}")
-            lines.append(f"| {lv['accuracy']:.3f} | {f(lv.get('calls_arpo'))} | {f(lv.get('calls_grpo'))} | "
+            lines.append(f"| {lv['accuracy']:.3f} | {_calls(lv.get('calls_arpo'))} | {_calls(lv.get('calls_grpo'))} | "
                          + ("n/a" if lv.get("ratio") is None else f"{lv['ratio']:.2f}") + " |")
         sp = summ.get("per_seed_ratio_spread", {})
         lines += ["", "Per seed pair (each pair's own highest common accuracy): "

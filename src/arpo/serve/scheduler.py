@@ -172,7 +172,7 @@ class AgentScheduler:
                 try:
                     if not self._iteration(pool):
                         self._wake.wait()
-                except Exception as e:  # noqa: BLE001 - a broken step fails its conversations, not the server
+                except Exception as e:  # a broken step fails its conversations, not the server
                     log.exception("engine step failed")
                     for conv in [c for c in self._live.values() if c.sid not in self._pending.values()]:
                         self._fail(conv, f"engine error: {type(e).__name__}: {e}")
@@ -227,7 +227,7 @@ class AgentScheduler:
                 self._queued -= 1
             try:
                 conv.sid = self.engine.add(conv.prompt_ids, self._params(conv))
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:  # noqa: BLE001 - a bad request fails its conversation, not the server
                 self._fail(conv, f"cannot start the conversation: {type(e).__name__}: {e}")
                 continue
             conv.state = TrajState(seg_start=len(conv.prompt_ids))
@@ -258,7 +258,7 @@ class AgentScheduler:
                 continue
             try:
                 self._on_pause(conv, pool)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 log.exception("agent loop failed")
                 self._fail(conv, f"agent error: {type(e).__name__}: {e}")
         for conv in [c for c in self._live.values() if c.state.finish_reason is not None]:
@@ -285,7 +285,7 @@ class AgentScheduler:
             try:
                 out = f.result()  # (results, the text to append), rollout/agent.py
                 self.loop._deliver(conv.sid, conv.state, out)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 log.exception("tool result delivery failed")
                 self._fail(conv, f"agent error: {type(e).__name__}: {e}")
                 continue

@@ -161,7 +161,7 @@ class FunctionTool:
             except FutureTimeout:
                 return ToolResult(f"Error: tool {self.name} timed out after {self.options.timeout_s:g} s", ok=False,
                                   elapsed_s=time.perf_counter() - t0)
-            except Exception as e:  # the tool raised: an error result, the trajectory goes on
+            except Exception as e:  # noqa: BLE001 - the tool raised: an error result, the trajectory goes on
                 return ToolResult(f"Error: tool {self.name} failed: {type(e).__name__}: {e}", ok=False,
                                   elapsed_s=time.perf_counter() - t0)
         text, ok = self._to_text(out)

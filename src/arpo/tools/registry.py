@@ -114,5 +114,5 @@ class ToolRegistry:
                     return ToolResult(f"Error: tool {call.tag} takes one string argument", ok=False)
                 return tool(value)
             return tool(call.input)
-        except Exception as e:  # a tool must never crash the rollout
+        except Exception as e:  # noqa: BLE001 - a tool must never crash the rollout
             return ToolResult(f"Error: tool <{call.tag}> failed: {type(e).__name__}: {e}", ok=False)

@@ -123,7 +123,7 @@ class SearchTool:
                 raise ValueError(f"{n} result lists for {len(queries)} queries")
             for row in res:
                 for h in row:
-                    h["title"], h["text"]  # noqa: B018 - shape check
+                    h["title"], h["text"]  # shape check: KeyError / TypeError if not a hit
         except (ValueError, KeyError, TypeError) as e:
             raise _Unavailable(f"bad response from {self.url}/search ({type(e).__name__}: {e})") from e
         return res
@@ -155,7 +155,7 @@ class SearchTool:
                 error = None
             except _Unavailable as e:
                 error = f"{UNAVAILABLE}: {e}"
-            except Exception as e:  # never into the rollout
+            except Exception as e:  # noqa: BLE001 - never into the rollout
                 where = self.url or "local index"
                 error = f"{UNAVAILABLE}: {where}: {type(e).__name__}: {str(e)[:300]}"
             dt = (time.perf_counter() - t0) / len(todo)
