@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,8 +103,13 @@ def make_kb(n_towns: int = 40, seed: int = 0) -> KB:
         rng.shuffle(perm)
         if all(a != b for a, b in zip(names, perm)):
             break
-    towns = [Town(nm, *(rng.randint(*RANGES[a]) for a in ATTRIBUTES), twin=tw) for nm, tw in zip(names, perm)]
-    return KB(towns, seed)
+    return KB([_town(rng, nm, tw) for nm, tw in zip(names, perm)], seed)
+
+
+def _town(rng: random.Random, name: str, twin: str) -> Town:
+    """A town with random attributes, drawn in ATTRIBUTES order."""
+    population, elevation, area = (rng.randint(*RANGES[a]) for a in ATTRIBUTES)
+    return Town(name, population, elevation, area, twin=twin)
 
 
 # ---- questions -----------------------------------------------------------------------------------
@@ -144,10 +150,12 @@ def make_question(kb: KB, rng: random.Random, kind: str) -> dict:
                      "code": code}}
 
 
-def make_questions(kb: KB, n: int, seed: int, kinds=KINDS, exclude: set[str] = frozenset(), prefix: str = "q") -> list[dict]:
+def make_questions(kb: KB, n: int, seed: int, kinds=KINDS, exclude: Collection[str] = frozenset(),
+                   prefix: str = "q") -> list[dict]:
     """`n` distinct questions (kinds cycled in order), none of whose texts is in `exclude`."""
     rng = random.Random(f"questions:{kb.seed}:{seed}")
-    out, seen = [], set(exclude)
+    out: list[dict] = []
+    seen = set(exclude)
     tries = 0
     while len(out) < n:
         tries += 1

@@ -16,10 +16,12 @@ import contextlib
 import json
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from arpo.errors import ArpoError
+from arpo.rollout.agent import Trajectory
 from arpo.serve import openai_format as fmt
 from arpo.serve.scheduler import AgentScheduler, Busy, Done, Failed, Request, Step, Tokens
 
@@ -213,7 +215,7 @@ async def _stream(run: _Run, tokenizer, body, model_name: str, prompt_len: int, 
     n = len(run.cids)
     texts = [fmt.FinalTextStream(tokenizer, stops) for _ in range(n)]
     steps = [0] * n
-    trajs = {}
+    trajs: dict[int, Trajectory] = {}
 
     def chunk(*choices, usage=None):
         return _sse(fmt.chunk(run.id, model_name, run.created, list(choices), usage))
@@ -249,7 +251,7 @@ async def _stream(run: _Run, tokenizer, body, model_name: str, prompt_len: int, 
         run.cancel()  # the client closed the stream (or it ended): free what is still running
 
 
-def _validation_error(errors: list[dict]) -> fmt.ApiError:
+def _validation_error(errors: Sequence[Any]) -> fmt.ApiError:
     e = errors[0]
     loc = [str(x) for x in e.get("loc", ()) if x != "body"]
     param = ".".join(loc) or None

@@ -303,15 +303,17 @@ class Index:
                     self._encoder = DenseEncoder()
         return self._encoder
 
-    def _require_dense(self) -> None:
+    def _require_dense(self) -> np.ndarray:
+        """The dense embeddings (N, D); a clear error when the index was built without them."""
         if self.dense is None:
             raise ArpoError(f"index {self.path} has no dense embeddings; rebuild it with "
                             "`arpo index build ... --dense` or search with mode='bm25'")
+        return self.dense
 
     def _dense(self, queries: list[str], k: int) -> list[list[tuple[int, float]]]:
-        self._require_dense()
+        dense = self._require_dense()
         q = self.encoder().encode(queries)
-        sims = q @ self.dense.T  # (Q, N) cosine similarities
+        sims = q @ dense.T  # (Q, N) cosine similarities
         k = min(k, len(self.docs))
         top = np.argpartition(-sims, k - 1, axis=1)[:, :k]
         out = []

@@ -16,8 +16,12 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from arpo.tools.base import ToolResult
+
+if TYPE_CHECKING:
+    import httpx
 
 UNAVAILABLE = "Error: search service unavailable"
 REQUEST_BATCH = 256  # queries per HTTP request
@@ -74,7 +78,7 @@ class SearchTool:
         self.top_k, self.max_chars, self.mode, self.timeout_s = top_k, max_chars, mode, timeout_s
         self.calls = self.failures = 0
         self._lock = threading.Lock()
-        self._client = None
+        self._client: httpx.Client | None = None
 
     def __repr__(self) -> str:
         src = self.url or repr(self.index)

@@ -174,7 +174,7 @@ class RolloutLog:
                 p.unlink()
         prof = self.root / "entropy.jsonl"
         if prof.is_file():
-            kept = [x for x in prof.read_text().splitlines() if _step_of(x) is not None and _step_of(x) <= keep]
+            kept = [x for x in prof.read_text().splitlines() if (s := _step_of(x)) is not None and s <= keep]
             prof.write_text("".join(x + "\n" for x in kept))
 
     def due(self, step: int) -> bool:
