@@ -29,6 +29,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from arpo.experiments.arpo_vs_grpo import log, summarize
 
@@ -56,7 +57,7 @@ class SvampExperimentConfig:
     @classmethod
     def quick(cls, **over) -> "SvampExperimentConfig":
         """A smoke-test size on the tiny random model (plumbing, not a result)."""
-        base = dict(seeds=1, sft_data="svamp:train[0:8]", eval_data="svamp:test[0:4]", steps=2, eval_every=2,
+        base: dict[str, Any] = dict(seeds=1, sft_data="svamp:train[0:8]", eval_data="svamp:test[0:4]", steps=2, eval_every=2,
                     sft_overrides=["model.name=tiny-random", "max_steps=2", "batch_size=4"],
                     train_overrides=["prompts_per_step=2", "rollout.group_size=4", "rollout.initial_rollouts=2",
                                      "agent.max_response_tokens=24", "rollout.branch_threshold=0.0"])
@@ -335,7 +336,7 @@ def run(cfg: SvampExperimentConfig) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     if cfg.sft_from:
-        sft = {"model": cfg.sft_from, "reused": True}
+        sft: dict[str, Any] = {"model": cfg.sft_from, "reused": True}
     else:
         sft = make_sft(cfg, out)
         log(f"SFT: {sft['data']['written']} rows, {sft['steps']} steps, loss {sft['final_loss']:.3f} "
@@ -349,7 +350,7 @@ def run(cfg: SvampExperimentConfig) -> dict:
     for seed in range(cfg.seeds):  # interleaved: a cut-short run still has both methods
         for mt in cfg.methods:
             runs[mt].append(run_rl(cfg, mt, seed, sft["model"], examples, start, out))
-    results = {"settings": dataclasses.asdict(cfg), "train_config": json.loads(json.dumps(
+    results: dict[str, Any] = {"settings": dataclasses.asdict(cfg), "train_config": json.loads(json.dumps(
                dataclasses.asdict(tc0), default=str)), "sft": sft, "eval_questions": len(examples),
                "start": start["point"], "runs": runs}
     results["summary"] = summarize(runs, start["point"]["accuracy"])
