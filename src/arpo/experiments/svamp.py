@@ -57,7 +57,8 @@ class SvampExperimentConfig:
     @classmethod
     def quick(cls, **over) -> "SvampExperimentConfig":
         """A smoke-test size on the tiny random model (plumbing, not a result)."""
-        base: dict[str, Any] = dict(seeds=1, sft_data="svamp:train[0:8]", eval_data="svamp:test[0:4]", steps=2, eval_every=2,
+        base: dict[str, Any] = dict(
+                    seeds=1, sft_data="svamp:train[0:8]", eval_data="svamp:test[0:4]", steps=2, eval_every=2,
                     sft_overrides=["model.name=tiny-random", "max_steps=2", "batch_size=4"],
                     train_overrides=["prompts_per_step=2", "rollout.group_size=4", "rollout.initial_rollouts=2",
                                      "agent.max_response_tokens=24", "rollout.branch_threshold=0.0"])
@@ -151,7 +152,8 @@ def cached_eval(run_dir: Path, step: int, model_dir: str, tc, cfg: SvampExperime
         if d.get("eval_data") == cfg.eval_data and d.get("model") == model_dir:
             return d["metrics"], d["records"]
     m, recs = evaluate_model(model_dir, tc, cfg, examples)
-    write_text_atomic(path, json.dumps({"eval_data": cfg.eval_data, "model": model_dir, "metrics": m, "records": recs}, default=str))
+    write_text_atomic(path, json.dumps({"eval_data": cfg.eval_data, "model": model_dir, "metrics": m, "records": recs},
+                                       default=str))
     return m, recs
 
 
@@ -231,8 +233,9 @@ def plot(results: dict, out: Path) -> list[Path]:
     colors = {"arpo": "tab:red", "grpo": "tab:blue"}
     summ, runs = results["summary"], results["runs"]
     paths = []
-    for xkey, fname, xlabel in (("step", "accuracy_vs_step.png", "RL step"),
-                                ("tool_calls", "accuracy_vs_tool_calls.png", "cumulative tool calls in training rollouts")):
+    for xkey, fname, xlabel in (
+            ("step", "accuracy_vs_step.png", "RL step"),
+            ("tool_calls", "accuracy_vs_tool_calls.png", "cumulative tool calls in training rollouts")):
         fig, ax = plt.subplots(figsize=(6.8, 4.2))
         for m, rs in runs.items():
             c = summ["curves"][m]
@@ -300,9 +303,11 @@ def report(results: dict) -> str:
             cells = [f"{p['accuracy']:.3f} ({p['tool_calls']})" for p in r["curve"]]
             fv = r["final_vs_sft"]
             lines.append(f"| {m.upper()} | {r['seed']} | " + " | ".join(cells)
-                         + f" | +{fv['wins']} / −{fv['losses']}" + ((" (significant)" if fv["net"] > 0 else " (significant drop)") if fv["significant"] else "")
+                         + f" | +{fv['wins']} / −{fv['losses']}"
+                         + ((" (significant)" if fv["net"] > 0 else " (significant drop)") if fv["significant"] else "")
                          + f" | {r['branches_total']} / {r['trajectories_total']} | {r.get('reused_steps', [])} |")
-    lines += ["", "| method | final accuracy mean ± sd | best mean | tool calls (mean, all steps) |", "|---|---|---|---|"]
+    lines += ["", "| method | final accuracy mean ± sd | best mean | tool calls (mean, all steps) |",
+              "|---|---|---|---|"]
     for m in runs:
         sm = summ.get(m, {})
         if sm:
@@ -318,7 +323,8 @@ def report(results: dict) -> str:
         lines += ["", "Per seed pair (each pair's own highest common accuracy): "
                   + ", ".join(f"seed {p['seed']}: " + ("n/a" if p["ratio"] is None else f"{p['ratio']:.2f}")
                               + f" at {p['target_accuracy']:.3f}" for p in summ.get("per_seed_ratio", []))
-                  + (f"; mean {sp['mean']:.2f}, sd {sp['sd']:.2f}, range {sp['min']:.2f}–{sp['max']:.2f}" if sp.get("n") else "")
+                  + (f"; mean {sp['mean']:.2f}, sd {sp['sd']:.2f}, range {sp['min']:.2f}–{sp['max']:.2f}"
+                     if sp.get("n") else "")
                   + "."]
     return "\n".join(lines) + "\n"
 

@@ -190,7 +190,8 @@ def gsm8k_to_sft(example: dict, python_tool, max_chars: int = 1500, max_calls: i
     if len(response) > max_chars:
         return None, "too long"
     return {"id": example["id"], "task": "math", "question": example["question"], "answers": [gold],
-            "system": "math", "response": response, "tool_results": spans, "source": f"gsm8k-annotations({style})"}, "ok"
+            "system": "math", "response": response, "tool_results": spans,
+            "source": f"gsm8k-annotations({style})"}, "ok"
 
 
 def _expr(equation: str) -> str:
@@ -248,11 +249,12 @@ def hotpotqa_to_sft(row: dict, search_fn, max_calls: int = 2, require_answer: bo
         found = found or normalize_answer(answer) in normalize_answer(out)
     if require_answer and not found:
         return None, "answer not in search results"
-    parts.append((f"<think> From the passages, the answer is {answer}. </think>\n<answer> \\boxed{{{answer}}} </answer>",
-                  "model"))
+    parts.append((f"<think> From the passages, the answer is {answer}. </think>\n"
+                   f"<answer> \\boxed{{{answer}}} </answer>", "model"))
     response, spans = _assemble(parts)
     return {"id": str(row.get("id", "")), "task": "qa", "question": row["question"], "answers": [answer],
-            "system": "search", "response": response, "tool_results": spans, "source": "hotpotqa-supporting-facts"}, "ok"
+            "system": "search", "response": response, "tool_results": spans,
+            "source": "hotpotqa-supporting-facts"}, "ok"
 
 
 SFT_SOURCES = ("gsm8k", "hotpotqa", "svamp")

@@ -23,7 +23,8 @@ class TreeTrajectory:
     branch_token_index: int | None  # index into the parent's response tokens where this one diverges
     initial_entropy: float | None = None  # H_initial (inherited by forks)
     step_entropies: list[float] = field(default_factory=list)  # H_t, one per tool result
-    branch_decisions: list[dict] = field(default_factory=list)  # {tool_call_index, delta_entropy, probability, branched}
+    # {tool_call_index, delta_entropy, probability, branched}, one per tool call
+    branch_decisions: list[dict] = field(default_factory=list)
     reward: float | None = None
     result: RewardResult | None = None  # the reward's full result (set with `reward` by rewards.score_trees)
     # what the policy update trained this trajectory with, per response token (views into the step's
@@ -87,7 +88,8 @@ class RolloutTree:
             t = self.trajectories[i]
             own_start = self.branch_at[i]
             cuts = sorted({self.branch_at[j] for j, c in enumerate(self.trajectories) if self._forks_from(j, i)})
-            bounds = [own_start] + [c for c in cuts if own_start < c < len(t.traj.response_ids)] + [len(t.traj.response_ids)]
+            n = len(t.traj.response_ids)
+            bounds = [own_start] + [c for c in cuts if own_start < c < n] + [n]
             prev, anc = None, t.parent_id
             while anc is not None and own_start > 0:  # the node that ends where this one starts
                 if (anc, own_start) in node_of_end:
@@ -114,7 +116,8 @@ class RolloutTree:
             b = t.branch_token_index
             assert b is not None, f"trajectory {i} has a parent but no branch point"
             assert t.parent_id < i, f"trajectory {i} forked from a later one"
-            assert p.traj.response_ids[:b] == t.traj.response_ids[:b], f"trajectory {i} differs from its parent before {b}"
+            assert p.traj.response_ids[:b] == t.traj.response_ids[:b], \
+                f"trajectory {i} differs from its parent before {b}"
             assert b >= self.branch_at[t.parent_id], f"trajectory {i} forks inside tokens its parent inherited"
 
     def _forks_from(self, j: int, i: int) -> bool:

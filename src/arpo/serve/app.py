@@ -121,8 +121,8 @@ def create_app(scheduler: AgentScheduler, tokenizer, *, model_name: str, system:
         budget = fmt.response_budget(body, len(prompt), context_len, max_response_tokens)
         stops = fmt.stop_strings(body)
         top_k = None if body.top_k is None else max(0, body.top_k)
-        reqs = [Request(budget, body.temperature, body.top_p, top_k, None if body.seed is None else body.seed + i, stops)
-                for i in range(body.n)]
+        seeds = [None if body.seed is None else body.seed + i for i in range(body.n)]
+        reqs = [Request(budget, body.temperature, body.top_p, top_k, seed, stops) for seed in seeds]
         run = _Run(scheduler, f"chatcmpl-{uuid.uuid4().hex}", asyncio.get_running_loop())
         try:
             for r in reqs:

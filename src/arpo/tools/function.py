@@ -47,7 +47,8 @@ class ToolOptions:
     max_output_chars: int = 4000  # the result is cut here, with a marker
 
 
-_TYPES: dict[str, type | tuple[type, ...]] = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "array": list, "object": dict}
+_TYPES: dict[str, type | tuple[type, ...]] = {"string": str, "integer": int, "number": (int, float), "boolean": bool,
+                                              "array": list, "object": dict}
 
 
 def _snake(name: str) -> str:

@@ -281,7 +281,8 @@ class Index:
             bm25 = bm25s.BM25.load(str(p / "bm25"))
             dense = np.load(p / "dense.npy") if (p / "dense.npy").is_file() else None
         except (OSError, ValueError, TypeError, KeyError) as e:
-            raise ArpoError(f"index {p} is damaged ({type(e).__name__}: {e}); rebuild it with `arpo index build`") from e
+            raise ArpoError(f"index {p} is damaged ({type(e).__name__}: {e}); "
+                            "rebuild it with `arpo index build`") from e
         if meta.get("n_docs") != len(docs) or (dense is not None and dense.shape[0] != len(docs)):
             raise ArpoError(f"index {p} is inconsistent (meta n_docs={meta.get('n_docs')}, docs={len(docs)}, "
                             f"dense rows={None if dense is None else dense.shape[0]}); rebuild it")

@@ -12,8 +12,9 @@ model through unchanged — a single process runs exactly as before.
 * `fsdp`: parameters, gradients and optimizer states are sharded with `fully_shard` (one group per
   decoder layer plus a root). FSDP communicates inside every forward and backward, so every rank
   must run the same number of them: `run(batch, fn, grad)` agrees on the largest number of
-  micro-batches any rank has before `fn` runs them, then pads with one-token dummy passes. Generation (each rank its own number of decode steps)
-  runs on a full-weight replica, refreshed by `sync_rollout()` from the shards.
+  micro-batches any rank has before `fn` runs them, then pads with one-token dummy passes.
+  Generation (each rank its own number of decode steps) runs on a full-weight replica, refreshed
+  by `sync_rollout()` from the shards.
 * `ddp`: every rank holds the whole model; `reduce_grads()` sums the gradients over ranks
   (bucketed all-reduce) before the optimizer step. The ranks never wait on each other while
   they compute, so no padding is needed.
