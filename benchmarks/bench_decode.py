@@ -28,9 +28,12 @@ import time
 import torch
 
 SCRIPT = [
-    "<think> I need to multiply the two numbers, so I will use python to be exact. </think>\n<python>\nx = 17 * 23\nprint(x)\n</python>",
-    "<think> The product is 391. Let me double check it by dividing back. </think>\n<python>\nprint(391 / 23)\n</python>",
-    "<think> Dividing gives 17, so the product is right. One more check with a sum. </think>\n<python>\nprint(sum([17] * 23))\n</python>",
+    "<think> I need to multiply the two numbers, so I will use python to be exact. </think>\n"
+    "<python>\nx = 17 * 23\nprint(x)\n</python>",
+    "<think> The product is 391. Let me double check it by dividing back. </think>\n"
+    "<python>\nprint(391 / 23)\n</python>",
+    "<think> Dividing gives 17, so the product is right. One more check with a sum. </think>\n"
+    "<python>\nprint(sum([17] * 23))\n</python>",
     "<think> All checks agree. </think>\n<answer> \\boxed{391} </answer>",
 ]
 
@@ -149,7 +152,8 @@ def bench_multiturn(model, tok, batch, repeats):
             target = tok.encode(seg, add_special_tokens=False)
             with torch.no_grad():
                 out = model.generate(**enc, max_new_tokens=len(target) + 1, do_sample=False,
-                                     logits_processor=LogitsProcessorList([_Force([target] * batch, enc.input_ids.shape[1], tok.eos_token_id)]),
+                                     logits_processor=LogitsProcessorList(
+                                         [_Force([target] * batch, enc.input_ids.shape[1], tok.eos_token_id)]),
                                      pad_token_id=tok.eos_token_id)
             new = tok.batch_decode(out[:, enc.input_ids.shape[1]:], skip_special_tokens=True)
             for i in range(batch):
@@ -198,16 +202,18 @@ def main(argv=None):
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"arpo engine vs transformers generate ({res['machine']}, {a.threads} threads, median of {a.repeats})")
+    t = Table(title=f"arpo engine vs transformers generate ({res['machine']}, {a.threads} threads, "
+                    f"median of {a.repeats})")
     for c in ("what", "arpo engine", "HF generate / naive loop", "ratio"):
         t.add_column(c)
     for b in batches:
         r = res if b == batches[0] else res[f"batch_{b}"]
-        for key, name in (("engine", "arpo forward"), ("compiled", "compiled step"), ("hf_forward", "transformers forward")):
+        for key, name in (("engine", "arpo forward"), ("compiled", "compiled step"),
+                          ("hf_forward", "transformers forward")):
             if f"decode_tok_s_{key}" in r:
                 ratio = r["decode_ratio_vs_generate"] if key == "engine" else r[f"decode_ratio_{key}_vs_generate"]
-                t.add_row(f"decode tok/s, batch {b}, {a.prompt}+{a.new} tokens, {name}", f"{r[f'decode_tok_s_{key}']:.1f}",
-                          f"{r['decode_tok_s_generate']:.1f}", f"{ratio:.2f}x")
+                t.add_row(f"decode tok/s, batch {b}, {a.prompt}+{a.new} tokens, {name}",
+                          f"{r[f'decode_tok_s_{key}']:.1f}", f"{r['decode_tok_s_generate']:.1f}", f"{ratio:.2f}x")
     t.add_row(f"3-turn python conversation x{a.multiturn_batch}, wall s", f"{res['multiturn_s_engine']:.2f}",
               f"{res['multiturn_s_naive']:.2f}", f"{res['multiturn_ratio_vs_naive']:.2f}")
     Console().print(t)

@@ -104,7 +104,8 @@ def main() -> int:
         naive["seconds"] = time.perf_counter() - t
     finally:
         tools.close()
-    per_tok = (arpo["seconds"] / max(1, arpo["generated_tokens"])) / (naive["seconds"] / max(1, naive["generated_tokens"]))
+    per_tok = ((arpo["seconds"] / max(1, arpo["generated_tokens"]))
+               / (naive["seconds"] / max(1, naive["generated_tokens"])))
     res = {"model": a.model, "prompts": a.prompts, "group_size": a.m, "arpo": arpo, "naive": naive,
            "wall_ratio": arpo["seconds"] / naive["seconds"], "per_token_ratio": per_tok}
     print(json.dumps(res) if a.json else json.dumps(res, indent=1))

@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -63,7 +64,7 @@ def bench_packing(a) -> dict:
             model.zero_grad(set_to_none=True)
             t = time.perf_counter()
             old, _ = token_logprobs(model, batch, packed=packed, max_tokens=a.micro_tokens)
-            loss_and_backward(model, batch, lambda lp, en: policy_loss(lp, old, adv, batch.mask),
+            loss_and_backward(model, batch, lambda lp, en, old=old: policy_loss(lp, old, adv, batch.mask),
                               packed=packed, max_tokens=a.micro_tokens, current=(old, None))
             ts.append(time.perf_counter() - t)
         res["packed_s" if packed else "flat_s"] = statistics.median(ts)
@@ -75,7 +76,7 @@ def peak_rss_gb() -> float:
     """This process's own peak resident memory (GiB): VmHWM of /proc/self/status. Not ru_maxrss: Linux
     carries the parent's RSS at fork into a child's ru_maxrss across exec, so a child spawned by a
     5.5 GB parent reports at least 5.5 GB whatever it does (this made the ratio jump between runs)."""
-    for line in open("/proc/self/status"):
+    for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 2**20  # kB
     raise RuntimeError("no VmHWM in /proc/self/status (not Linux?)")

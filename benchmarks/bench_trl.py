@@ -298,7 +298,8 @@ def main() -> int:
     torch.manual_seed(a.seed)
     prompts = prompts_for(examples, tok, ["python"], None)  # arpo's GSM8K prompt (the `math` template)
     system = system_prompt("math", ["python"])
-    trl_ids = tok.apply_chat_template([[{"role": "system", "content": system}, {"role": "user", "content": e["question"]}]
+    trl_ids = tok.apply_chat_template([[{"role": "system", "content": system},
+                                        {"role": "user", "content": e["question"]}]
                                        for e in examples], add_generation_prompt=True, tokenize=True,
                                       return_dict=True)["input_ids"]
     same_prompts = [list(x) for x in trl_ids] == prompts

@@ -106,7 +106,8 @@ def main(argv=None) -> dict:
     else:
         for name in ("engine", "generate"):
             p = out[name]
-            print(f"{name:9s} {p['ms_per_step']:7.1f} ms/step   " + "  ".join(f"{k} {v:.0%}" for k, v in p["share"].items()))
+            shares = "  ".join(f"{k} {v:.0%}" for k, v in p["share"].items())
+            print(f"{name:9s} {p['ms_per_step']:7.1f} ms/step   " + shares)
     return out
 
 

@@ -34,8 +34,10 @@ def rows(res: dict) -> list[tuple]:
     ro = res.get("rollout", {})
     if "wall_ratio" in ro:
         a, n = ro["arpo"], ro["naive"]
-        out.append((f"rollout, {ro['prompts']} GSM8K prompts x M={ro['group_size']}, real python, s per generated token",
-                    "bench_rollout.py", f"{a['seconds']:.1f} s / {a['generated_tokens']} tok ({a['branches']} branches)",
+        out.append((f"rollout, {ro['prompts']} GSM8K prompts x M={ro['group_size']}, real python, "
+                    "s per generated token",
+                    "bench_rollout.py",
+                    f"{a['seconds']:.1f} s / {a['generated_tokens']} tok ({a['branches']} branches)",
                     f"naive generate-per-turn {n['seconds']:.1f} s / {n['generated_tokens']} tok",
                     f"{ro['per_token_ratio']:.2f} (wall {ro['wall_ratio']:.2f})", "<= 0.4"))
     if "decode_tok_s_engine" in d:
@@ -53,7 +55,8 @@ def rows(res: dict) -> list[tuple]:
                             f"{r['decode_ratio_compiled_vs_generate']:.2f}x", ">= 2.0x"))
             if "decode_tok_s_hf_forward" in r:
                 out.append((what + ", the engine on the transformers forward (before)", "bench_decode.py",
-                            f"{r['decode_tok_s_hf_forward']:.1f}", base, f"{r['decode_ratio_hf_forward_vs_generate']:.2f}x", ""))
+                            f"{r['decode_tok_s_hf_forward']:.1f}", base,
+                            f"{r['decode_ratio_hf_forward_vs_generate']:.2f}x", ""))
         out.append((f"3-turn python conversation x{d['multiturn_conversations']}, wall s", "bench_decode.py",
                     f"{d['multiturn_s_engine']:.2f}", f"naive generate-per-turn {d['multiturn_s_naive']:.2f}",
                     f"{d['multiturn_ratio_vs_naive']:.2f}", "<= 0.5"))
@@ -69,7 +72,8 @@ def rows(res: dict) -> list[tuple]:
     if "packed_s" in tr:
         out.append((f"log-prob + backward, {tr['tree_shape']}", "bench_training.py",
                     f"packed {tr['packed_s']:.1f} s ({tr['tokens_packed']} tokens)",
-                    f"flat {tr['flat_s']:.1f} s ({tr['tokens_flat']} tokens)", f"{tr['packed_over_flat']:.2f}", "<= 0.6"))
+                    f"flat {tr['flat_s']:.1f} s ({tr['tokens_flat']} tokens)", f"{tr['packed_over_flat']:.2f}",
+                    "<= 0.6"))
     if "chunked_peak_gb" in tr:
         out.append((f"peak RSS GB, {tr['memory_batch']}: chunked log-probs, one forward", "bench_training.py",
                     f"chunked {tr['chunked_peak_gb']:.2f}", f"naive {tr['naive_peak_gb']:.2f}",
@@ -145,7 +149,8 @@ def main() -> int:
     lines = ["# Benchmarks", "",
              f"Written by `python benchmarks/run_all.py{' --quick' if a.quick else ''}` on {res['date']} "
              f"({res['machine']}); every comparison is measured side by side in one run, "
-             + ("one measured repeat each (--quick)." if a.quick else "median of the repeats.") + " Re-run it to reproduce.",
+             + ("one measured repeat each (--quick)." if a.quick else "median of the repeats.")
+             + " Re-run it to reproduce.",
              "",
              "| what | how | arpo | baseline | ratio | goal |", "|---|---|---|---|---|---|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows(res)]

@@ -55,8 +55,9 @@ def train_scripted_run(root, steps: int = 3, **overrides):
     data = root / "q.jsonl"
     data.write_text("".join(json.dumps({"question": f"What is {i} + {i}?", "answer": str(2 * i), "task": "math"}) + "\n"
                             for i in range(6)))
-    ov = {"model.name": root / "model", "data.path": data, "tools.enabled": "[python]", "agent.max_response_tokens": 120,
-          "rollout.group_size": 4, "rollout.initial_rollouts": 2, "reward.fn": "arpo.testing:toy_reward",
+    ov = {"model.name": root / "model", "data.path": data, "tools.enabled": "[python]",
+          "agent.max_response_tokens": 120, "rollout.group_size": 4, "rollout.initial_rollouts": 2,
+          "reward.fn": "arpo.testing:toy_reward",
           "steps": steps, "prompts_per_step": 2, "optim.lr": 1e-3, "run.dir": root / "run", "run.save_every": 0,
           "run.tensorboard": "false", "run.seed": 1, "run.threads": 1, **overrides}
     from arpo.rollout.arpo import ARPORollout

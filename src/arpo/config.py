@@ -36,7 +36,7 @@ def _coerce(value, tp, key: str, where: str):
             except ArpoError as e:
                 errors.append(str(e))
         raise ArpoError(errors[0] if errors else f"{where}{key}: invalid value {value!r}")
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise ArpoError(f"{where}{key}: expected a mapping of {tp.__name__} fields, got {value!r}")
         return from_dict(tp, value, prefix=f"{key}.", where=where)
@@ -146,8 +146,8 @@ def load_config(cls, path: str | None = None, overrides: list[str] | None = None
             raise ArpoError(f"{p}:{line}: not UTF-8 text ({e.reason} at byte {e.start})") from e
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
-            line = f":{mark.line + 1}" if mark else ""
-            raise ArpoError(f"{p}{line}: invalid YAML: {getattr(e, 'problem', e)}") from e
+            at = f":{mark.line + 1}" if mark else ""
+            raise ArpoError(f"{p}{at}: invalid YAML: {getattr(e, 'problem', e)}") from e
         if not isinstance(data, dict):
             raise ArpoError(f"{p}: top level must be a mapping of sections")
     if overrides:
@@ -165,7 +165,7 @@ def field_docs(cls) -> dict[str, str]:
 
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
-        if not dataclasses.is_dataclass(klass):
+        if not (isinstance(klass, type) and dataclasses.is_dataclass(klass)):
             continue
         try:
             src = inspect.getsource(klass)

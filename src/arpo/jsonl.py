@@ -39,7 +39,8 @@ def iter_jsonl(path: str | Path, what: str = "file") -> Iterator[tuple[str, dict
     except UnicodeDecodeError as e:
         raise ArpoError(f"{p}:{i + 1}: not UTF-8 text ({e.reason})") from e
     except (OSError, EOFError) as e:  # gzip.BadGzipFile is an OSError
-        raise ArpoError(f"{what} {p} cannot be read: {e.strerror or e}") from e
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else e
+        raise ArpoError(f"{what} {p} cannot be read: {reason}") from e
 
 
 def read_jsonl(path: str | Path, what: str = "file") -> list[dict]:

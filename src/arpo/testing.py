@@ -91,7 +91,9 @@ def scripted_hook(tokenizer, segments: list[str], eos_after: bool = True, free_t
     import torch
 
     targets = [tokenizer.encode(s, add_special_tokens=False) for s in segments]
-    banned = [tokenizer.eos_token_id] + [i for i in range(len(tokenizer)) if "<" in tokenizer.decode([i]) or ">" in tokenizer.decode([i])] if free_tokens else []
+    banned = ([tokenizer.eos_token_id] + [i for i in range(len(tokenizer))
+                                          if "<" in tokenizer.decode([i]) or ">" in tokenizer.decode([i])]
+              if free_tokens else [])
 
     def hook(seq, logits):
         mask = seq.gen_mask
@@ -157,7 +159,8 @@ QWEN_TOOLS_TEMPLATE = (
     "{% for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{% endfor %}{{ '\\n' }}</tools>\n\n"
     "For each function call, return a json object with function name and arguments within <tool_call></tool_call>"
     " XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n"
-    "{% elif messages[0].role == 'system' %}<|im_start|>system{{ '\\n' }}{{ messages[0].content }}<|im_end|>\n{% endif %}"
+    "{% elif messages[0].role == 'system' %}<|im_start|>system{{ '\\n' }}"
+    "{{ messages[0].content }}<|im_end|>\n{% endif %}"
     "{% for message in messages %}"
     "{% if message.role == 'user' or (message.role == 'assistant' and not message.tool_calls) %}"
     "<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n"

@@ -88,7 +88,8 @@ def test_hugging_face_datasets_saved_locally(tmp_path):
     """hf:NAME[:CONFIG]:SPLIT through the `datasets` library, on local data (no hub access)."""
     datasets = pytest.importorskip("datasets")
     d = datasets.DatasetDict({
-        "train": datasets.Dataset.from_list([{"problem": "1+1?", "solution": "2"}, {"problem": "2+3?", "solution": "5"}]),
+        "train": datasets.Dataset.from_list([{"problem": "1+1?", "solution": "2"},
+                                             {"problem": "2+3?", "solution": "5"}]),
         "test": datasets.Dataset.from_list([{"problem": "3+3?", "solution": "6"}]),
     })
     d.save_to_disk(str(tmp_path / "saved"))

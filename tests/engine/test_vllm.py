@@ -19,12 +19,12 @@ import torch
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache on CPU (vLLM's default is 4)
 
-from arpo.engine import ENGINES, make_engine, sync_weights  # noqa: E402
-from arpo.engine.base import SamplingParams  # noqa: E402
-from arpo.engine.hf import HFEngine  # noqa: E402
-from arpo.engine.sampling import topk_entropy  # noqa: E402
-from arpo.engine.vllm import INSTALL_HINT, hf_state_dict, vllm_available  # noqa: E402
-from arpo.errors import ArpoError  # noqa: E402
+from arpo.engine import ENGINES, make_engine, sync_weights
+from arpo.engine.base import SamplingParams
+from arpo.engine.hf import HFEngine
+from arpo.engine.sampling import topk_entropy
+from arpo.engine.vllm import INSTALL_HINT, hf_state_dict, vllm_available
+from arpo.errors import ArpoError
 
 BLOCK = 32  # vLLM KV block size used here (the CPU backend needs a multiple of 32); prefix-cache granularity
 K = 10  # top-k log-probs per token

@@ -63,7 +63,8 @@ def test_expert_traces_get_full_reward_with_the_real_tools(env):
         assert row["tool_outputs"][-1].strip() == q["answers"][0]
         # the masked spans are exactly the environment's result blocks
         for s, e in row["tool_results"]:
-            assert row["response"][s:e].strip().startswith("<result>") and row["response"][s:e].strip().endswith("</result>")
+            block = row["response"][s:e].strip()
+            assert block.startswith("<result>") and block.endswith("</result>")
     assert "Page 2:" in rows[0]["tool_outputs"][0]  # top_k=2: a distractor page comes along
 
 

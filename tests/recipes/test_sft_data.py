@@ -1,7 +1,6 @@
 """Cold-start SFT rows: real tool outputs, valid protocol (spec §5.1), exact result spans."""
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -25,7 +24,7 @@ def test_gsm8k_rows_are_real_and_valid(python_tool):
     exs = load_examples("gsm8k:train", limit=8)
     rows = [r for r, _ in (gsm8k_to_sft(e, python_tool, style="stepwise") for e in exs) if r]
     assert len(rows) >= 6
-    for r, ex in zip(rows, exs):
+    for r in rows:
         assert check_format(r["response"]) is None
         assert arpo_reward(r["response"], r, tool_calls=[{"tool": "python"}]).reward == 1.0
         assert [list(s) for s in result_spans(r["response"])] == r["tool_results"]

@@ -117,7 +117,7 @@ def test_empirical_branch_rate_matches_formula(tiny_lm, tiny_tok):
     assert len(decisions) > 60
     ps = [d["probability"] for d in decisions]
     assert min(ps) < 0.4 < 0.6 < max(ps)  # the entropy term really moves the probability
-    n, k = len(ps), sum(d["branched"] for d in decisions)
+    k = sum(d["branched"] for d in decisions)
     mean, var = sum(ps), sum(p * (1 - p) for p in ps)
     assert abs(k - mean) < 3.5 * math.sqrt(var), (k, mean, var)
 

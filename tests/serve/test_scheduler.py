@@ -69,8 +69,8 @@ PROMPT = [5, 6, 7, 8]
 
 
 def test_events_of_a_conversation_in_order(make):
-    s = make(["<python> x </python>", " <answer> y </answer>"], tools=[type("E", (), {"name": "python",
-                                                                                    "__call__": lambda self, i: ToolResult(i)})()])
+    echo = type("E", (), {"name": "python", "__call__": lambda self, i: ToolResult(i)})()
+    s = make(["<python> x </python>", " <answer> y </answer>"], tools=[echo])
     ev = Events()
     s.submit(PROMPT, Request(100, seed=0), ev)
     assert ev.done.wait(30)

@@ -137,7 +137,8 @@ def test_tool_calls_and_results_come_back_in_agent_messages(client):
     call_id = f"call_{r.id.removeprefix('chatcmpl-')}_0_0"
     assert msg.model_extra["agent_messages"] == [
         {"role": "assistant", "content": TOOL_SCRIPT[0],
-         "tool_calls": [{"id": call_id, "type": "function", "function": {"name": "python", "arguments": '{"input": "abc"}'}}]},
+         "tool_calls": [{"id": call_id, "type": "function",
+                         "function": {"name": "python", "arguments": '{"input": "abc"}'}}]},
         {"role": "tool", "tool_call_id": call_id, "name": "python", "content": "cba", "ok": True},
     ]
     # usage: generated tokens are the two scripted turns; the appended result counts apart
@@ -414,7 +415,8 @@ def test_json_format_agent_messages_carry_several_calls_per_turn_and_round_trip(
         assert msg["content"] == JSON_TURNS[1]
         call, *tools = msg["agent_messages"]
         assert call["role"] == "assistant" and call["content"].startswith(JSON_TURNS[0])
-        assert [json.loads(tc["function"]["arguments"]) for tc in call["tool_calls"]] == [{"text": "abc"}, {"text": "xy"}]
+        args = [json.loads(tc["function"]["arguments"]) for tc in call["tool_calls"]]
+        assert args == [{"text": "abc"}, {"text": "xy"}]
         assert [(t["role"], t["name"], t["content"], t["ok"]) for t in tools] == [
             ("tool", "echo", "cba", True), ("tool", "echo", "yx", True)]
         assert [t["tool_call_id"] for t in tools] == [tc["id"] for tc in call["tool_calls"]]

@@ -4,6 +4,9 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
+from arpo.errors import ArpoError
 from arpo.tools.base import ToolResult
 from arpo.tools.cache import CachedTool, ToolCache
 
@@ -20,7 +23,7 @@ class SlowTool:
         with self.lock:
             self.calls += 1
         time.sleep(0.05)
-        return ToolResult(f"Error: down" if self.fail else f"Page 1: {q.strip().lower()}", ok=not self.fail)
+        return ToolResult("Error: down" if self.fail else f"Page 1: {q.strip().lower()}", ok=not self.fail)
 
 
 def test_hits_are_normalized_and_marked_cached():
@@ -62,6 +65,14 @@ def test_lru_eviction_and_atomic_persistence(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["cache.json"]  # no temporary file left
     d = ToolCache(path=tmp_path / "cache.json")
     assert len(d) == 2 and d.get("search", "b").output == "B"
+
+
+def test_save_without_a_path_says_so(tmp_path):
+    c = ToolCache()  # in memory only
+    c.put("search", "a", ToolResult("A"))
+    with pytest.raises(ArpoError, match="no path given"):
+        c.save()
+    assert c.save(tmp_path / "c.json") == tmp_path / "c.json" and len(ToolCache(path=tmp_path / "c.json")) == 1
 
 
 def test_build_tools_wraps_with_shared_cache():

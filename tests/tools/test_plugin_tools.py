@@ -11,7 +11,6 @@ import time
 import pytest
 
 from arpo.tools import ToolRegistry, build_tools
-from arpo.tools.base import ToolResult
 from arpo.tools.function import FunctionTool, ToolOptions, as_tool
 
 

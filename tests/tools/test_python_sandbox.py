@@ -294,7 +294,7 @@ def test_detached_grandchild_dies_with_the_call(isolated):
     def alive():
         for d in os.listdir("/proc"):
             try:
-                if d.isdigit() and open(f"/proc/{d}/comm").read().strip() == marker:
+                if d.isdigit() and Path(f"/proc/{d}/comm").read_text().strip() == marker:
                     return True
             except OSError:
                 pass

@@ -15,19 +15,23 @@ import pytest
 
 pytest.importorskip("bm25s")
 
-from arpo.errors import ArpoError  # noqa: E402
-from arpo.tools.index import Doc, Hit, Index, load_corpus  # noqa: E402
-from arpo.tools.search import SearchTool, format_passages  # noqa: E402
+from arpo.errors import ArpoError
+from arpo.tools.index import Doc, Hit, Index, load_corpus
+from arpo.tools.search import SearchTool, format_passages
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 DOCS = [
-    Doc("d1", "Ed Wood", "Edward Davis Wood Jr. was an American filmmaker, actor and writer, known for low-budget films."),
-    Doc("d2", "Ed Wood (film)", "Ed Wood is a 1994 American biographical film directed by Tim Burton, starring Johnny Depp."),
+    Doc("d1", "Ed Wood",
+        "Edward Davis Wood Jr. was an American filmmaker, actor and writer, known for low-budget films."),
+    Doc("d2", "Ed Wood (film)",
+        "Ed Wood is a 1994 American biographical film directed by Tim Burton, starring Johnny Depp."),
     Doc("d3", "Tim Burton", "Timothy Walter Burton is an American director known for gothic fantasy and horror films."),
-    Doc("d4", "Python (programming language)", "Python is a high-level programming language created by Guido van Rossum."),
+    Doc("d4", "Python (programming language)",
+        "Python is a high-level programming language created by Guido van Rossum."),
     Doc("d5", "Monty Python", "Monty Python were a British comedy troupe who created the sketch show Flying Circus."),
-    Doc("d6", "Eiffel Tower", "The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France."),
+    Doc("d6", "Eiffel Tower",
+        "The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France."),
 ]
 
 
@@ -238,7 +242,8 @@ def test_search_tool_local(index):
     tool = SearchTool(index=index, top_k=2, max_chars=30)
     assert tool.name == "search"
     r = tool("  Ed   Wood film ")
-    assert r.ok and r.output.startswith("Page 1: Ed Wood (film)\n") and "Page 2:" in r.output and "Page 3" not in r.output
+    assert r.ok and r.output.startswith("Page 1: Ed Wood (film)\n")
+    assert "Page 2:" in r.output and "Page 3" not in r.output
     assert r.truncated and "…" in r.output and r.meta["titles"][0] == "Ed Wood (film)"
     none = tool("zzqx")
     assert none.ok and none.output.startswith("No results found for 'zzqx'")

@@ -47,7 +47,8 @@ def test_train_writes_every_step_with_what_trained(tiny_run):
         assert sum(len(t["trajectories"]) for t in trees) == m["trajectories"]
         assert sum(t["parent"] is not None for tr in trees for t in tr["trajectories"]) == m["branches"]
         for tr in trees:
-            assert f.read_bytes() and tr["format"] == "arpo-rollouts/1" and tr["trained"] and tr["attribution"] == "soft"
+            assert f.read_bytes() and tr["format"] == "arpo-rollouts/1"
+            assert tr["trained"] and tr["attribution"] == "soft"
             assert tr["summary"] == tree_summary(tr) and list(tr)[0] == "summary"  # first: read without the tokens
             assert tr["question"].startswith("What is") and tr["prompt"].endswith("assistant\n")
             trajs = tr["trajectories"]
@@ -85,7 +86,8 @@ def test_train_writes_every_step_with_what_trained(tiny_run):
 
 
 def test_every_k_steps_trees_per_step_and_hard_attribution(tmp_path, scripted_run):
-    run = scripted_run(tmp_path, steps=2, **{"run.save_rollouts": 2, "run.rollout_trees": 1, "algo.attribution": "hard"})
+    run = scripted_run(tmp_path, steps=2,
+                       **{"run.save_rollouts": 2, "run.rollout_trees": 1, "algo.attribution": "hard"})
     assert [f.name for f in (run / "rollouts").glob("step_*")] == ["step_2.jsonl.gz"]
     [tree] = _trees(run / "rollouts" / "step_2.jsonl.gz")
     assert tree["attribution"] == "hard"

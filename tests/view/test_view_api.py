@@ -13,12 +13,12 @@ import time
 import pytest
 
 pytest.importorskip("fastapi")
-from fastapi.testclient import TestClient  # noqa: E402
+from fastapi.testclient import TestClient
 
-from arpo.errors import ArpoError  # noqa: E402
-from arpo.training.rollout_log import tree_summary  # noqa: E402
-from arpo.view.data import PAGE, Catalog  # noqa: E402
-from arpo.view.server import create_app  # noqa: E402
+from arpo.errors import ArpoError
+from arpo.training.rollout_log import tree_summary
+from arpo.view.data import PAGE, Catalog
+from arpo.view.server import create_app
 
 
 def client(*specs):
@@ -183,19 +183,22 @@ def _big_tree(rng, step, index, m=16, n_global=8, length=700):
     def traj(i, parent, b):
         start = b or 0
         k = length - start
-        return {"id": i, "parent": parent, "branch_at": b, "reward": round(rng.random(), 3), "correct": rng.random() > .5,
-                "answer": "42", "format_error": None, "finish_reason": "answer", "n_tokens": length,
-                "initial_entropy": 1.2, "step_entropies": [1.4], "tool_calls": [{"tool": "python", "input": "x", "output": "1",
-                                                                                  "ok": True, "elapsed_s": 0.1, "result_span": [300, 320]}],
-                "decisions": [{"tool_call_index": 0, "probability": 0.6, "delta_entropy": 0.2, "branched": parent is None}],
+        return {"id": i, "parent": parent, "branch_at": b, "reward": round(rng.random(), 3),
+                "correct": rng.random() > .5, "answer": "42", "format_error": None, "finish_reason": "answer",
+                "n_tokens": length, "initial_entropy": 1.2, "step_entropies": [1.4],
+                "tool_calls": [{"tool": "python", "input": "x", "output": "1", "ok": True, "elapsed_s": 0.1,
+                                "result_span": [300, 320]}],
+                "decisions": [{"tool_call_index": 0, "probability": 0.6, "delta_entropy": 0.2,
+                               "branched": parent is None}],
                 "start": start, "tokens": [rng.choice(words) for _ in range(k)],
                 "mask": [0 if 300 <= start + j < 320 else 1 for j in range(k)],
                 "entropy": [round(rng.random() * 3, 3) for _ in range(k)],
-                "logp": [round(-rng.random() * 3, 4) for _ in range(k)], "advantage": [round(rng.random() - .5, 4)] * length}
+                "logp": [round(-rng.random() * 3, 4) for _ in range(k)],
+                "advantage": [round(rng.random() - .5, 4)] * length}
     trajs = [traj(i, None, None) for i in range(n_global)] + [traj(n_global + i, i, 320) for i in range(m - n_global)]
-    rec = {"format": "arpo-rollouts/1", "step": step, "index": index, "prompt_id": f"q-{index}", "question": "What is 17*23?",
-           "gold": ["391"], "task": "math", "prompt": "system prompt " * 80, "preset": "arpo", "attribution": "soft",
-           "trained": True, "trajectories": trajs}
+    rec = {"format": "arpo-rollouts/1", "step": step, "index": index, "prompt_id": f"q-{index}",
+           "question": "What is 17*23?", "gold": ["391"], "task": "math", "prompt": "system prompt " * 80,
+           "preset": "arpo", "attribution": "soft", "trained": True, "trajectories": trajs}
     return {"summary": tree_summary(rec), **rec}
 
 
@@ -218,7 +221,8 @@ def big_run(tmp_path_factory):
                                                for s in range(1, 1001)))
     prof = {"trajectories": 512, "tool_results": 512, "window": 50, "initial": [1.0] * 50, "after_tool": [1.5] * 50,
             "counts_initial": [512] * 50, "counts_after_tool": [512] * 50, "after_tool_by_call": {}}
-    (run / "rollouts" / "entropy.jsonl").write_text("".join(json.dumps({"step": s, **prof}) + "\n" for s in range(1, 1001)))
+    (run / "rollouts" / "entropy.jsonl").write_text(
+        "".join(json.dumps({"step": s, **prof}) + "\n" for s in range(1, 1001)))
     return run
 
 

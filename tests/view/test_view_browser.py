@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-CHROMIUM, DRIVER = shutil.which("chromium") or "/usr/bin/chromium", shutil.which("chromedriver") or "/usr/bin/chromedriver"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 if not (Path(CHROMIUM).is_file() and Path(DRIVER).is_file()):
     why = "chromium and chromium-driver are not installed (run scripts/install_browser.sh)"
     if os.environ.get("CI") == "true":  # CI must run these: .ci/run installs the browser first
@@ -130,7 +131,8 @@ def test_tree_page_shows_a_branch_point_after_a_tool_result(server, browser, sho
     fork = browser.find_element(By.CSS_SELECTOR, f'circle.fork[data-traj="{branch["id"]}"]')
     k = int(fork.get_attribute("data-after-result"))
     parent = tree["trajectories"][branch["parent"]]
-    assert k >= 0 and int(fork.get_attribute("data-pos")) == parent["tool_calls"][k]["result_span"][1] == branch["start"]
+    assert k >= 0
+    assert int(fork.get_attribute("data-pos")) == parent["tool_calls"][k]["result_span"][1] == branch["start"]
     # the branch decision the parent took there: drawn as branched, its ΔH and P in the tooltip
     mark = browser.find_element(By.CSS_SELECTOR, f'path.decision[data-traj="{parent["id"]}"][data-result="{k}"]')
     assert mark.get_attribute("data-branched") == "1" and "branched" in mark.get_attribute("class")
@@ -149,7 +151,8 @@ def test_clicking_a_path_shows_its_tokens_shaded_by_entropy(server, browser, sho
     step, tree, branch = a_branched_tree(tiny_run)
     open_page(browser, server + f"#/tree?run=0&step={step}&tree={tree['index']}", "tree")
     browser.find_element(By.CSS_SELECTOR, f'circle.leaf[data-traj="{branch["id"]}"]').click()
-    box = WebDriverWait(browser, 10).until(lambda d: d.find_element(By.CSS_SELECTOR, f'#path[data-traj="{branch["id"]}"]'))
+    path = f'#path[data-traj="{branch["id"]}"]'
+    box = WebDriverWait(browser, 10).until(lambda d: d.find_element(By.CSS_SELECTOR, path))
     toks = box.find_elements(By.CSS_SELECTOR, ".tok")
     parent = tree["trajectories"][branch["parent"]]
     own_gen = sum(branch["mask"])
@@ -211,8 +214,8 @@ def test_a_pause_with_several_json_tool_calls(browser, shots, tmp_path):
     from arpo.view.data import Catalog
     from arpo.view.export import export_site
 
-    head = ["I", " will", " call", "<tool_call>", '{"name": "echo"}', "</tool_call>", "<tool_call>", '{"name": "python"}',
-            "</tool_call>"]
+    head = ["I", " will", " call", "<tool_call>", '{"name": "echo"}', "</tool_call>", "<tool_call>",
+            '{"name": "python"}', "</tool_call>"]
     result = ["<tool_response>", "olleh", "</tool_response>", "<tool_response>", "4", "</tool_response>"]
     tail = [" done", "<answer>", "4", "</answer>"]
     toks = head + result + tail
@@ -220,15 +223,18 @@ def test_a_pause_with_several_json_tool_calls(browser, shots, tmp_path):
 
     def traj(i, parent, tokens, start):
         own = len(tokens)
-        return {"id": i, "parent": parent, "branch_at": start or None, "reward": 1.0 - i, "correct": i == 0, "answer": "4",
-                "format_error": None, "finish_reason": "answer", "n_tokens": start + own, "initial_entropy": 1.0,
-                "step_entropies": [1.5], "tool_calls": [
-                    {"tool": "echo", "input": "hello", "output": "olleh", "ok": True, "elapsed_s": 0.01, "result_span": [0, 0]},
+        return {"id": i, "parent": parent, "branch_at": start or None, "reward": 1.0 - i, "correct": i == 0,
+                "answer": "4", "format_error": None, "finish_reason": "answer", "n_tokens": start + own,
+                "initial_entropy": 1.0, "step_entropies": [1.5], "tool_calls": [
+                    {"tool": "echo", "input": "hello", "output": "olleh", "ok": True, "elapsed_s": 0.01,
+                     "result_span": [0, 0]},
                     {"tool": "python", "input": "print(4)", "output": "4", "ok": True, "elapsed_s": 0.02,
                      "result_span": [len(head), b]}],
-                "decisions": [{"tool_call_index": 0, "delta_entropy": 0.5, "probability": 0.6, "branched": True}] if i == 0 else [],
+                "decisions": ([{"tool_call_index": 0, "delta_entropy": 0.5, "probability": 0.6, "branched": True}]
+                              if i == 0 else []),
                 "start": start, "tokens": tokens, "mask": [0 if len(head) <= start + j < b else 1 for j in range(own)],
-                "entropy": [0.1 * (j % 7) for j in range(own)], "logp": [-0.5] * own, "advantage": [0.7 - i] * (start + own)}
+                "entropy": [0.1 * (j % 7) for j in range(own)], "logp": [-0.5] * own,
+                "advantage": [0.7 - i] * (start + own)}
 
     rec = {"format": "arpo-rollouts/1", "step": 1, "index": 0, "prompt_id": "json-1", "question": "echo then add",
            "gold": ["4"], "task": "math", "prompt": "p", "preset": "arpo", "attribution": "soft", "trained": True,

@@ -129,8 +129,7 @@ _SLICE = re.compile(r"\[(\d*):(\d*)\]$")
 
 def split_slice(spec: str | Path) -> tuple[str | Path, int, int | None]:
     """'svamp:train[10:20]' -> ('svamp:train', 10, 20); no slice -> (spec, 0, None)."""
-    m = _SLICE.search(str(spec)) if isinstance(spec, str) else None
-    if m is None:
+    if not isinstance(spec, str) or (m := _SLICE.search(spec)) is None:
         return spec, 0, None
     start, stop = int(m.group(1) or 0), int(m.group(2)) if m.group(2) else None
     if stop is not None and stop <= start:

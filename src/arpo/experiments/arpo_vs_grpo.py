@@ -43,7 +43,9 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from arpo.errors import ArpoError
 from arpo.experiments import kbenv
 from arpo.settings import ToolsConfig
 from arpo.tools.registry import ToolRegistry
@@ -95,7 +97,8 @@ class ExperimentConfig:
     @classmethod
     def quick(cls, **over) -> "ExperimentConfig":
         """A smoke-test size: 1 seed, a few steps, a smaller model and env (not a result)."""
-        base = dict(seeds=1, n_towns=20, n_sft=160, n_dev=16, n_eval=16, hidden=64, layers=2, intermediate=128,
+        base: dict[str, Any] = dict(
+                    seeds=1, n_towns=20, n_sft=160, n_dev=16, n_eval=16, hidden=64, layers=2, intermediate=128,
                     sft_batch=16, sft_lr=3e-3, sft_warmup=5, sft_check_every=30, sft_max_steps=30,
                     sft_target=1.1, steps=4, eval_every=2, prompts_per_step=2, max_response_tokens=256, n_train=16,
                     eval_samples=2)
@@ -125,10 +128,12 @@ class CountingRegistry(ToolRegistry):
         pass
 
 
-@dataclass
 class CountingToolsConfig(ToolsConfig):
     """A ToolsConfig whose build() hands train.run the experiment's CountingRegistry (set as the
-    attribute `registry`, which is not a config field, so the saved config.yaml stays plain)."""
+    attribute `registry`, which is not a config field, so the saved config.yaml stays plain: the
+    class is deliberately not a dataclass of its own, its fields are ToolsConfig's)."""
+
+    registry: CountingRegistry
 
     def build(self):
         return self.registry
@@ -224,7 +229,11 @@ def train_sft(cfg: ExperimentConfig, env: dict, out: Path) -> dict:
                       threads=cfg.threads),
         batch_size=cfg.sft_batch,
     )
-    checks, res, step = [], None, 0
+    if cfg.sft_max_steps < 1:
+        raise ArpoError(f"sft_max_steps must be >= 1, got {cfg.sft_max_steps}")
+    checks: list[dict] = []
+    res: dict = {}
+    step = 0
     t0 = time.perf_counter()
     while step < cfg.sft_max_steps:
         step = min(step + cfg.sft_check_every, cfg.sft_max_steps)
@@ -272,8 +281,8 @@ def run_rl(cfg: ExperimentConfig, method: str, seed: int, sft_model: str, env: d
         tcfg.steps = end
         res = train.run(tcfg, resume=end > cfg.eval_every, quiet=True)
         ev = measure(Path(res["checkpoint"]) / "model", env, cfg)
-        curve.append({"step": end, "tool_calls": counting.counts["calls"], "executed_tool_calls": counting.counts["executed"],
-                      **ev, "seconds": time.perf_counter() - t0})
+        curve.append({"step": end, "tool_calls": counting.counts["calls"],
+                      "executed_tool_calls": counting.counts["executed"], **ev, "seconds": time.perf_counter() - t0})
         log(f"{method} seed {seed} step {end}: task acc {ev['accuracy']:.3f}  held-out {ev['heldout_accuracy']:.3f}  "
             f"cumulative tool calls {counting.counts['calls']}  train reward "
             f"{res['final'].get('reward_mean', float('nan')):.3f}")
@@ -303,8 +312,9 @@ def calls_to_reach(calls: list[float], accs: list[float], target: float) -> floa
 def mean_curve(runs: list[dict]) -> dict:
     """Seed mean / std / min / max of accuracy and mean cumulative calls at each evaluation step."""
     n = min(len(r["curve"]) for r in runs)
-    out = {"step": [], "accuracy_mean": [], "accuracy_std": [], "accuracy_min": [], "accuracy_max": [],
-           "tool_calls_mean": [], "tool_calls_std": [], "heldout_accuracy_mean": [], "heldout_accuracy_std": []}
+    keys = ("step", "accuracy_mean", "accuracy_std", "accuracy_min", "accuracy_max", "tool_calls_mean",
+            "tool_calls_std", "heldout_accuracy_mean", "heldout_accuracy_std")
+    out: dict[str, list[float | None]] = {k: [] for k in keys}  # held-out: None where no run measured it
     for i in range(n):
         accs = [r["curve"][i]["accuracy"] for r in runs]
         calls = [r["curve"][i]["tool_calls"] for r in runs]
@@ -420,7 +430,7 @@ def run(cfg: ExperimentConfig) -> dict:
         f"{len(env['train'])} RL prompts, {len(env['eval'])} held-out")
     try:
         if cfg.sft_from:
-            sft = {"model": cfg.sft_from, "reused": True, "steps": None, "checks": [], "seconds": 0.0}
+            sft: dict[str, Any] = {"model": cfg.sft_from, "reused": True, "steps": None, "checks": [], "seconds": 0.0}
         else:
             sft = train_sft(cfg, env, out)
         start = measure(sft["model"], env, cfg)
@@ -431,7 +441,7 @@ def run(cfg: ExperimentConfig) -> dict:
                 runs[m].append(run_rl(cfg, m, seed, sft["model"], env, out, start))
     finally:
         env["tools"].close()
-    results = {
+    results: dict[str, Any] = {
         "settings": dataclasses.asdict(cfg),
         "environment": {"towns": cfg.n_towns, "sft_traces": len(env["sft_rows"]), "sft_dropped": env["sft_dropped"],
                         "kinds": list(kbenv.KINDS), "tools": ["search", "python"], "search_top_k": cfg.top_k},

@@ -31,6 +31,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from arpo.experiments.arpo_vs_grpo import log
 
@@ -77,9 +78,14 @@ def summarize_trees(trees) -> dict:
     """The numbers of the module docstring from scored rollout trees."""
     from arpo.training.rollout_metrics import issued_calls
 
-    decisions, branches, p_right, p_wrong, p_var = [], [], [], [], []
+    decisions: list[tuple[float, float, bool]] = []  # (delta entropy, branch probability, branched)
+    branches: list[tuple[bool, bool]] = []  # (mixed group, the branch's correctness differs from its parent's)
+    p_right: list[float] = []
+    p_wrong: list[float] = []
+    p_var: list[tuple[float, float]] = []
     mixed = 0
-    init, post = [], []
+    init: list[float] = []
+    post: list[float] = []
     for tree in trees:
         ts = tree.trajectories
         rewards = [t.reward for t in ts]
@@ -202,7 +208,7 @@ def run(cfg: BranchingConfig) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     examples = load_examples(cfg.data)
     t0 = time.perf_counter()
-    results = {"settings": dict(cfg.settings), "config": dataclasses.asdict(cfg),
+    results: dict[str, Any] = {"settings": dict(cfg.settings), "config": dataclasses.asdict(cfg),
                "models": {m: measure(m, cfg, examples) for m in cfg.models}}
     results["wall_seconds"] = time.perf_counter() - t0
     results["load_average_at_end"] = os.getloadavg()

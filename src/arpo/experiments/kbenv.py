@@ -22,15 +22,17 @@ tools (the same ToolRegistry configuration RL uses), so SFT data carries real to
 whose final reward is not 1 (+0.1 multi-tool bonus) are dropped.
 
 `build_tokenizer` trains a byte-level BPE on the environment's own texts (≈ 1,500 tokens: words,
-numbers in chunks of up to three digits, one token per chunk, protocol tags single tokens) with a ChatML template that renders only
-the user turn: a constant system prompt carries no information for a model trained from scratch on
-this one task and would triple every prompt. `build_model` makes a small random-weight Llama.
+numbers in chunks of up to three digits, one token per chunk, protocol tags single tokens) with a
+ChatML template that renders only the user turn: a constant system prompt carries no information
+for a model trained from scratch on this one task and would triple every prompt. `build_model`
+makes a small random-weight Llama.
 """
 
 from __future__ import annotations
 
 import json
 import random
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,8 +104,13 @@ def make_kb(n_towns: int = 40, seed: int = 0) -> KB:
         rng.shuffle(perm)
         if all(a != b for a, b in zip(names, perm)):
             break
-    towns = [Town(nm, *(rng.randint(*RANGES[a]) for a in ATTRIBUTES), twin=tw) for nm, tw in zip(names, perm)]
-    return KB(towns, seed)
+    return KB([_town(rng, nm, tw) for nm, tw in zip(names, perm)], seed)
+
+
+def _town(rng: random.Random, name: str, twin: str) -> Town:
+    """A town with random attributes, drawn in ATTRIBUTES order."""
+    population, elevation, area = (rng.randint(*RANGES[a]) for a in ATTRIBUTES)
+    return Town(name, population, elevation, area, twin=twin)
 
 
 # ---- questions -----------------------------------------------------------------------------------
@@ -138,16 +145,18 @@ def make_question(kb: KB, rng: random.Random, kind: str) -> dict:
         think = f"I need the twin town of {x.name}, then its {a1}."
     else:
         raise ValueError(f"unknown question kind {kind!r}; choose from {KINDS}")
-    answer = str(eval(code[len("print("):-1]))  # noqa: S307 - our own arithmetic on ints
+    answer = str(eval(code[len("print("):-1]))  # eval: our own arithmetic on ints
     return {"question": q, "answers": [answer], "task": "math", "kind": kind,
             "plan": {"think": think, "searches": [s for s, _ in steps], "evidence": [e for _, e in steps],
                      "code": code}}
 
 
-def make_questions(kb: KB, n: int, seed: int, kinds=KINDS, exclude: set[str] = frozenset(), prefix: str = "q") -> list[dict]:
+def make_questions(kb: KB, n: int, seed: int, kinds=KINDS, exclude: Collection[str] = frozenset(),
+                   prefix: str = "q") -> list[dict]:
     """`n` distinct questions (kinds cycled in order), none of whose texts is in `exclude`."""
     rng = random.Random(f"questions:{kb.seed}:{seed}")
-    out, seen = [], set(exclude)
+    out: list[dict] = []
+    seen = set(exclude)
     tries = 0
     while len(out) < n:
         tries += 1

@@ -29,6 +29,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from arpo.experiments.arpo_vs_grpo import log, summarize
 
@@ -56,7 +57,8 @@ class SvampExperimentConfig:
     @classmethod
     def quick(cls, **over) -> "SvampExperimentConfig":
         """A smoke-test size on the tiny random model (plumbing, not a result)."""
-        base = dict(seeds=1, sft_data="svamp:train[0:8]", eval_data="svamp:test[0:4]", steps=2, eval_every=2,
+        base: dict[str, Any] = dict(
+                    seeds=1, sft_data="svamp:train[0:8]", eval_data="svamp:test[0:4]", steps=2, eval_every=2,
                     sft_overrides=["model.name=tiny-random", "max_steps=2", "batch_size=4"],
                     train_overrides=["prompts_per_step=2", "rollout.group_size=4", "rollout.initial_rollouts=2",
                                      "agent.max_response_tokens=24", "rollout.branch_threshold=0.0"])
@@ -150,7 +152,8 @@ def cached_eval(run_dir: Path, step: int, model_dir: str, tc, cfg: SvampExperime
         if d.get("eval_data") == cfg.eval_data and d.get("model") == model_dir:
             return d["metrics"], d["records"]
     m, recs = evaluate_model(model_dir, tc, cfg, examples)
-    write_text_atomic(path, json.dumps({"eval_data": cfg.eval_data, "model": model_dir, "metrics": m, "records": recs}, default=str))
+    write_text_atomic(path, json.dumps({"eval_data": cfg.eval_data, "model": model_dir, "metrics": m, "records": recs},
+                                       default=str))
     return m, recs
 
 
@@ -230,8 +233,9 @@ def plot(results: dict, out: Path) -> list[Path]:
     colors = {"arpo": "tab:red", "grpo": "tab:blue"}
     summ, runs = results["summary"], results["runs"]
     paths = []
-    for xkey, fname, xlabel in (("step", "accuracy_vs_step.png", "RL step"),
-                                ("tool_calls", "accuracy_vs_tool_calls.png", "cumulative tool calls in training rollouts")):
+    for xkey, fname, xlabel in (
+            ("step", "accuracy_vs_step.png", "RL step"),
+            ("tool_calls", "accuracy_vs_tool_calls.png", "cumulative tool calls in training rollouts")):
         fig, ax = plt.subplots(figsize=(6.8, 4.2))
         for m, rs in runs.items():
             c = summ["curves"][m]
@@ -280,6 +284,11 @@ def plot(results: dict, out: Path) -> list[Path]:
     return paths
 
 
+def _calls(v: float | None) -> str:
+    """A tool-call count for the report table: rounded, or "never" when the accuracy was not reached."""
+    return "never" if v is None else f"{v:.0f}"
+
+
 def report(results: dict) -> str:
     """results.json as markdown tables (report.md next to it; docs/ quotes it)."""
     summ, runs = results["summary"], results["runs"]
@@ -294,9 +303,11 @@ def report(results: dict) -> str:
             cells = [f"{p['accuracy']:.3f} ({p['tool_calls']})" for p in r["curve"]]
             fv = r["final_vs_sft"]
             lines.append(f"| {m.upper()} | {r['seed']} | " + " | ".join(cells)
-                         + f" | +{fv['wins']} / −{fv['losses']}" + ((" (significant)" if fv["net"] > 0 else " (significant drop)") if fv["significant"] else "")
+                         + f" | +{fv['wins']} / −{fv['losses']}"
+                         + ((" (significant)" if fv["net"] > 0 else " (significant drop)") if fv["significant"] else "")
                          + f" | {r['branches_total']} / {r['trajectories_total']} | {r.get('reused_steps', [])} |")
-    lines += ["", "| method | final accuracy mean ± sd | best mean | tool calls (mean, all steps) |", "|---|---|---|---|"]
+    lines += ["", "| method | final accuracy mean ± sd | best mean | tool calls (mean, all steps) |",
+              "|---|---|---|---|"]
     for m in runs:
         sm = summ.get(m, {})
         if sm:
@@ -306,14 +317,14 @@ def report(results: dict) -> str:
         lines += ["", "Tool calls to reach an accuracy (seed means, linear interpolation between evaluations):", "",
                   "| accuracy | ARPO calls | GRPO calls | ratio |", "|---|---|---|---|"]
         for lv in summ["ratio_levels"].values():
-            f = (lambda v: "never" if v is None else f"{v:.0f}")
-            lines.append(f"| {lv['accuracy']:.3f} | {f(lv.get('calls_arpo'))} | {f(lv.get('calls_grpo'))} | "
+            lines.append(f"| {lv['accuracy']:.3f} | {_calls(lv.get('calls_arpo'))} | {_calls(lv.get('calls_grpo'))} | "
                          + ("n/a" if lv.get("ratio") is None else f"{lv['ratio']:.2f}") + " |")
         sp = summ.get("per_seed_ratio_spread", {})
         lines += ["", "Per seed pair (each pair's own highest common accuracy): "
                   + ", ".join(f"seed {p['seed']}: " + ("n/a" if p["ratio"] is None else f"{p['ratio']:.2f}")
                               + f" at {p['target_accuracy']:.3f}" for p in summ.get("per_seed_ratio", []))
-                  + (f"; mean {sp['mean']:.2f}, sd {sp['sd']:.2f}, range {sp['min']:.2f}–{sp['max']:.2f}" if sp.get("n") else "")
+                  + (f"; mean {sp['mean']:.2f}, sd {sp['sd']:.2f}, range {sp['min']:.2f}–{sp['max']:.2f}"
+                     if sp.get("n") else "")
                   + "."]
     return "\n".join(lines) + "\n"
 
@@ -331,7 +342,7 @@ def run(cfg: SvampExperimentConfig) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     if cfg.sft_from:
-        sft = {"model": cfg.sft_from, "reused": True}
+        sft: dict[str, Any] = {"model": cfg.sft_from, "reused": True}
     else:
         sft = make_sft(cfg, out)
         log(f"SFT: {sft['data']['written']} rows, {sft['steps']} steps, loss {sft['final_loss']:.3f} "
@@ -345,7 +356,7 @@ def run(cfg: SvampExperimentConfig) -> dict:
     for seed in range(cfg.seeds):  # interleaved: a cut-short run still has both methods
         for mt in cfg.methods:
             runs[mt].append(run_rl(cfg, mt, seed, sft["model"], examples, start, out))
-    results = {"settings": dataclasses.asdict(cfg), "train_config": json.loads(json.dumps(
+    results: dict[str, Any] = {"settings": dataclasses.asdict(cfg), "train_config": json.loads(json.dumps(
                dataclasses.asdict(tc0), default=str)), "sft": sft, "eval_questions": len(examples),
                "start": start["point"], "runs": runs}
     results["summary"] = summarize(runs, start["point"]["accuracy"])

@@ -31,7 +31,8 @@ _ANNOT = re.compile(r"<<([^<>]*)=([^<>=]*)>>")
 
 def result_spans(response: str) -> list[tuple[int, int]]:
     """Character spans of the "\\n<result>\\n…\\n</result>\\n" blocks format_result inserts."""
-    spans, pos = [], 0
+    spans: list[tuple[int, int]] = []
+    pos = 0
     while True:
         s = response.find("\n" + RESULT_OPEN + "\n", pos)
         if s < 0:
@@ -108,7 +109,8 @@ class _Drop(Exception):
 
 def _steps(body: str, max_calls: int) -> tuple[list[dict], str]:
     """Solution lines with calculations -> steps {think, post, calls}, merged down to max_calls."""
-    steps, pending = [], []
+    steps: list[dict] = []
+    pending: list[str] = []
     for line in (x.strip() for x in body.splitlines()):
         if not line:
             continue
@@ -119,7 +121,8 @@ def _steps(body: str, max_calls: int) -> tuple[list[dict], str]:
         else:
             pending.append(pre)
     if len(steps) > max_calls:  # merge neighbouring lines into max_calls groups of near-equal size
-        merged, i = [], 0
+        merged: list[dict] = []
+        i = 0
         for g in range(max_calls):
             size = len(steps) // max_calls + (1 if g < len(steps) % max_calls else 0)
             grp, i = steps[i:i + size], i + size
@@ -187,7 +190,8 @@ def gsm8k_to_sft(example: dict, python_tool, max_chars: int = 1500, max_calls: i
     if len(response) > max_chars:
         return None, "too long"
     return {"id": example["id"], "task": "math", "question": example["question"], "answers": [gold],
-            "system": "math", "response": response, "tool_results": spans, "source": f"gsm8k-annotations({style})"}, "ok"
+            "system": "math", "response": response, "tool_results": spans,
+            "source": f"gsm8k-annotations({style})"}, "ok"
 
 
 def _expr(equation: str) -> str:
@@ -245,11 +249,12 @@ def hotpotqa_to_sft(row: dict, search_fn, max_calls: int = 2, require_answer: bo
         found = found or normalize_answer(answer) in normalize_answer(out)
     if require_answer and not found:
         return None, "answer not in search results"
-    parts.append((f"<think> From the passages, the answer is {answer}. </think>\n<answer> \\boxed{{{answer}}} </answer>",
-                  "model"))
+    parts.append((f"<think> From the passages, the answer is {answer}. </think>\n"
+                   f"<answer> \\boxed{{{answer}}} </answer>", "model"))
     response, spans = _assemble(parts)
     return {"id": str(row.get("id", "")), "task": "qa", "question": row["question"], "answers": [answer],
-            "system": "search", "response": response, "tool_results": spans, "source": "hotpotqa-supporting-facts"}, "ok"
+            "system": "search", "response": response, "tool_results": spans,
+            "source": "hotpotqa-supporting-facts"}, "ok"
 
 
 SFT_SOURCES = ("gsm8k", "hotpotqa", "svamp")
@@ -318,7 +323,8 @@ def rejection_rows(records: list[dict], examples: dict[str, dict], min_reward: f
                    per_question: int = 1) -> list[dict]:
     """Rejection sampling (issue 5, second SFT source): the model's own trajectories with reward >
     min_reward, at most `per_question` per question. `records` are arpo.eval.evaluate records."""
-    out, kept = [], {}
+    out: list[dict] = []
+    kept: dict[str, int] = {}
     for r in records:
         if r["reward"] <= min_reward or kept.get(r["example_id"], 0) >= per_question:
             continue

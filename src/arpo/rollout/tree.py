@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from arpo.rewards import RewardResult
 from arpo.rollout.agent import Trajectory
 
 
@@ -22,8 +23,10 @@ class TreeTrajectory:
     branch_token_index: int | None  # index into the parent's response tokens where this one diverges
     initial_entropy: float | None = None  # H_initial (inherited by forks)
     step_entropies: list[float] = field(default_factory=list)  # H_t, one per tool result
-    branch_decisions: list[dict] = field(default_factory=list)  # {tool_call_index, delta_entropy, probability, branched}
+    # {tool_call_index, delta_entropy, probability, branched}, one per tool call
+    branch_decisions: list[dict] = field(default_factory=list)
     reward: float | None = None
+    result: RewardResult | None = None  # the reward's full result (set with `reward` by rewards.score_trees)
     # what the policy update trained this trajectory with, per response token (views into the step's
     # batch; set by training/rollout_log.keep_trained_values, read when RUN_DIR/rollouts is written)
     advantages: object = None  # (T,) tensor: soft/hard attribution, AEPO's entropy scaling applied
@@ -65,8 +68,8 @@ class RolloutTree:
         """Trajectories whose response token at `pos` is the same tree token as trajectory i's."""
         # climb to the trajectory that generated this token
         owner = i
-        while self.trajectories[owner].parent_id is not None and pos < self.branch_at[owner]:
-            owner = self.trajectories[owner].parent_id
+        while (parent := self.trajectories[owner].parent_id) is not None and pos < self.branch_at[owner]:
+            owner = parent
         members = {owner}
         changed = True
         while changed:  # every descendant that forked at or after pos shares it
@@ -86,7 +89,8 @@ class RolloutTree:
             t = self.trajectories[i]
             own_start = self.branch_at[i]
             cuts = sorted({self.branch_at[j] for j, c in enumerate(self.trajectories) if self._forks_from(j, i)})
-            bounds = [own_start] + [c for c in cuts if own_start < c < len(t.traj.response_ids)] + [len(t.traj.response_ids)]
+            n = len(t.traj.response_ids)
+            bounds = [own_start] + [c for c in cuts if own_start < c < n] + [n]
             prev, anc = None, t.parent_id
             while anc is not None and own_start > 0:  # the node that ends where this one starts
                 if (anc, own_start) in node_of_end:
@@ -111,8 +115,10 @@ class RolloutTree:
                 continue
             p = self.trajectories[t.parent_id]
             b = t.branch_token_index
+            assert b is not None, f"trajectory {i} has a parent but no branch point"
             assert t.parent_id < i, f"trajectory {i} forked from a later one"
-            assert p.traj.response_ids[:b] == t.traj.response_ids[:b], f"trajectory {i} differs from its parent before {b}"
+            assert p.traj.response_ids[:b] == t.traj.response_ids[:b], \
+                f"trajectory {i} differs from its parent before {b}"
             assert b >= self.branch_at[t.parent_id], f"trajectory {i} forks inside tokens its parent inherited"
 
     def _forks_from(self, j: int, i: int) -> bool:
@@ -120,8 +126,8 @@ class RolloutTree:
 
     def _depth(self, i: int) -> int:
         d = 0
-        while self.trajectories[i].parent_id is not None:
-            i = self.trajectories[i].parent_id
+        while (parent := self.trajectories[i].parent_id) is not None:
+            i = parent
             d += 1
         return d
 
@@ -154,6 +160,6 @@ class RolloutTree:
                 "n_generated_tokens": d["n_generated_tokens"],
                 **({"reward": t.reward} if t.reward is not None else {}),
                 **({"format_error": t.result.format_error, "answer": t.result.answer, "correct": t.result.correct}
-                   if getattr(t, "result", None) is not None else {}),
+                   if t.result is not None else {}),
             })
         return recs

@@ -16,10 +16,12 @@ import contextlib
 import json
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from arpo.errors import ArpoError
+from arpo.rollout.agent import Trajectory
 from arpo.serve import openai_format as fmt
 from arpo.serve.scheduler import AgentScheduler, Busy, Done, Failed, Request, Step, Tokens
 
@@ -120,8 +122,8 @@ def create_app(scheduler: AgentScheduler, tokenizer, *, model_name: str, system:
         budget = fmt.response_budget(body, len(prompt), context_len, max_response_tokens)
         stops = fmt.stop_strings(body)
         top_k = None if body.top_k is None else max(0, body.top_k)
-        reqs = [Request(budget, body.temperature, body.top_p, top_k, None if body.seed is None else body.seed + i, stops)
-                for i in range(body.n)]
+        seeds = [None if body.seed is None else body.seed + i for i in range(body.n)]
+        reqs = [Request(budget, body.temperature, body.top_p, top_k, seed, stops) for seed in seeds]
         run = _Run(scheduler, f"chatcmpl-{uuid.uuid4().hex}", asyncio.get_running_loop())
         try:
             for r in reqs:
@@ -214,7 +216,7 @@ async def _stream(run: _Run, tokenizer, body, model_name: str, prompt_len: int, 
     n = len(run.cids)
     texts = [fmt.FinalTextStream(tokenizer, stops) for _ in range(n)]
     steps = [0] * n
-    trajs = {}
+    trajs: dict[int, Trajectory] = {}
 
     def chunk(*choices, usage=None):
         return _sse(fmt.chunk(run.id, model_name, run.created, list(choices), usage))
@@ -250,7 +252,7 @@ async def _stream(run: _Run, tokenizer, body, model_name: str, prompt_len: int, 
         run.cancel()  # the client closed the stream (or it ended): free what is still running
 
 
-def _validation_error(errors: list[dict]) -> fmt.ApiError:
+def _validation_error(errors: Sequence[Any]) -> fmt.ApiError:
     e = errors[0]
     loc = [str(x) for x in e.get("loc", ()) if x != "body"]
     param = ".".join(loc) or None

@@ -100,7 +100,8 @@ class ChatRequest(BaseModel):
     messages: list[Message] = Field(..., min_length=1)
     temperature: Optional[float] = Field(None, ge=0, le=2)
     top_p: Optional[float] = Field(None, gt=0, le=1)
-    top_k: Optional[int] = Field(None, ge=-1, description="extension: sample from the k most likely tokens (0 or -1: off)")
+    top_k: Optional[int] = Field(None, ge=-1,
+                                 description="extension: sample from the k most likely tokens (0 or -1: off)")
     max_tokens: Optional[int] = Field(None, ge=1, description="response budget, tool results included")
     max_completion_tokens: Optional[int] = Field(None, ge=1, description="same as max_tokens")
     seed: Optional[int] = Field(None, description="choice i samples with seed + i")
@@ -178,7 +179,8 @@ def response_budget(req: ChatRequest, prompt_len: int, context_len: int, default
     if asked > left:
         raise ApiError(400, f"max_tokens={asked} plus the prompt's {prompt_len} tokens exceed this model's context "
                        f"of {context_len} tokens; ask for at most {left}",
-                       param="max_tokens" if req.max_tokens else "max_completion_tokens", code="context_length_exceeded")
+                       param="max_tokens" if req.max_tokens else "max_completion_tokens",
+                       code="context_length_exceeded")
     return asked
 
 
@@ -242,7 +244,8 @@ def chat_turns(messages: list[Message], system: str, tool_format: str = "tags",
     return [{"role": "system", "content": "\n\n".join(p for p in sys_parts if p)}] + turns
 
 
-def render_messages(tokenizer, messages: list[Message], system: str, tools=None, tool_format: str = "tags") -> list[int]:
+def render_messages(tokenizer, messages: list[Message], system: str, tools=None,
+                    tool_format: str = "tags") -> list[int]:
     """Prompt token ids: the chat template over chat_turns(...) with the assistant header. For one user
     message this is exactly data.prompts.render_prompt (what `arpo chat` and eval feed the model): in
     the json format the tools' schemas go to the template, or the hermes block to the system prompt."""

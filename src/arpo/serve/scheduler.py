@@ -89,6 +89,12 @@ class Conversation:
     cancelled: bool = False
     stop: str | None = None
 
+    def live(self) -> tuple[int, TrajState]:
+        """(engine sequence, trajectory state) of an admitted conversation: one in the live set."""
+        if self.sid is None or self.state is None:
+            raise RuntimeError(f"conversation {self.cid} is not running")
+        return self.sid, self.state
+
 
 class Busy(Exception):
     """The wait queue is full: try again later."""
@@ -172,7 +178,7 @@ class AgentScheduler:
                 try:
                     if not self._iteration(pool):
                         self._wake.wait()
-                except Exception as e:  # noqa: BLE001 - a broken step fails its conversations, not the server
+                except Exception as e:  # a broken step fails its conversations, not the server
                     log.exception("engine step failed")
                     for conv in [c for c in self._live.values() if c.sid not in self._pending.values()]:
                         self._fail(conv, f"engine error: {type(e).__name__}: {e}")
@@ -205,13 +211,13 @@ class AgentScheduler:
                 self._cancel(x)
 
     def _cancel(self, cid: int) -> None:
-        for conv in self._waiting:
-            if conv.cid == cid:
-                self._waiting.remove(conv)
+        for queued in self._waiting:
+            if queued.cid == cid:
+                self._waiting.remove(queued)
                 with self._lock:
                     self._queued -= 1
                 self._stats.cancelled += 1
-                return self._close(conv)
+                return self._close(queued)
         conv = next((c for c in self._live.values() if c.cid == cid), None)
         if conv is None or conv.cancelled:
             return  # already finished
@@ -227,7 +233,7 @@ class AgentScheduler:
                 self._queued -= 1
             try:
                 conv.sid = self.engine.add(conv.prompt_ids, self._params(conv))
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:  # noqa: BLE001 - a bad request fails its conversation, not the server
                 self._fail(conv, f"cannot start the conversation: {type(e).__name__}: {e}")
                 continue
             conv.state = TrajState(seg_start=len(conv.prompt_ids))
@@ -258,20 +264,21 @@ class AgentScheduler:
                 continue
             try:
                 self._on_pause(conv, pool)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 log.exception("agent loop failed")
                 self._fail(conv, f"agent error: {type(e).__name__}: {e}")
-        for conv in [c for c in self._live.values() if c.state.finish_reason is not None]:
+        for conv in [c for c in self._live.values() if c.state is not None and c.state.finish_reason is not None]:
             self._finish(conv)
 
     def _on_pause(self, conv: Conversation, pool) -> None:
-        s = self.engine.seq(conv.sid)
+        sid, state = conv.live()
+        s = self.engine.seq(sid)
         if s.status == "paused" and s.stop_text in conv.req.stop:
             conv.stop = s.stop_text
-            self.loop._end(conv.sid, conv.state, "stop")
+            self.loop._end(sid, state, "stop")
             return
         before = set(self._pending)
-        self.loop._on_stop(conv.sid, conv.state, pool, self._pending)  # may submit the tool call
+        self.loop._on_stop(sid, state, pool, self._pending)  # may submit the tool call
         for f in set(self._pending) - before:
             self._stats.tool_calls += 1
             f.add_done_callback(lambda _: self._wake.set())
@@ -282,21 +289,22 @@ class AgentScheduler:
             if conv.cancelled:
                 self._close(conv)
                 continue
+            sid, state = conv.live()
             try:
                 out = f.result()  # (results, the text to append), rollout/agent.py
-                self.loop._deliver(conv.sid, conv.state, out)
-            except Exception as e:  # noqa: BLE001
+                self.loop._deliver(sid, state, out)
+            except Exception as e:
                 log.exception("tool result delivery failed")
                 self._fail(conv, f"agent error: {type(e).__name__}: {e}")
                 continue
-            calls = conv.state.calls[len(conv.state.calls) - len(out[0]):]
+            calls = state.calls[len(state.calls) - len(out[0]):]
             if calls[-1].result_span[1] > calls[-1].result_span[0]:
                 conv.emit(Step([dataclasses.replace(c) for c in calls]))
-            if conv.state.finish_reason is not None:
+            if state.finish_reason is not None:
                 self._finish(conv)
 
     def _finish(self, conv: Conversation) -> None:
-        traj = self.loop.trajectory(conv.sid, conv.state)
+        traj = self.loop.trajectory(*conv.live())
         self._stats.completed += 1
         self._close(conv)
         conv.emit(Done(traj, conv.stop))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from arpo.errors import ArpoError
 from arpo.tools.base import Tool, ToolResult  # noqa: F401
-from arpo.tools.registry import ToolRegistry  # noqa: F401
+from arpo.tools.registry import ToolRegistry
 
 KNOWN_TOOLS = ("python", "search", "web_search", "browse")
 

@@ -11,7 +11,7 @@ tools/formats.py). Tools never raise into the rollout: failures come back as
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeGuard, runtime_checkable
 
 RESULT_OPEN, RESULT_CLOSE = "<result>", "</result>"
 ANSWER_TAG = "answer"
@@ -35,6 +35,25 @@ class Tool(Protocol):
     name: str  # the tag this tool owns, e.g. "python" for <python>...</python>
 
     def __call__(self, input: str) -> ToolResult: ...
+
+
+class SessionTool(Tool, Protocol):
+    """A tool whose state lives per trajectory (`sessions = True`, e.g. python with session: true):
+    each call runs in the session `key`; a branch forks its parent's session, a finished trajectory
+    ends its own."""
+
+    sessions: bool
+
+    def run_session(self, key: str, code: str) -> ToolResult: ...
+
+    def fork(self, parent: str, child: str, n_calls: int) -> None: ...
+
+    def end(self, key: str) -> None: ...
+
+
+def has_sessions(tool: object) -> TypeGuard[SessionTool]:
+    """The tool keeps per-trajectory sessions (its `sessions` flag is set)."""
+    return bool(getattr(tool, "sessions", False))
 
 
 def format_result(output: str) -> str:

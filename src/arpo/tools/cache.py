@@ -21,6 +21,7 @@ from collections import OrderedDict
 from dataclasses import replace
 from pathlib import Path
 
+from arpo.errors import ArpoError
 from arpo.tools.base import ToolResult
 
 
@@ -75,7 +76,10 @@ class ToolCache:
         return {"entries": len(self), "hits": self.hits, "misses": self.misses, "hit_rate": round(self.hit_rate, 4)}
 
     def save(self, path: str | Path | None = None) -> Path:
-        p = Path(path or self.path)
+        target = path or self.path
+        if target is None:
+            raise ArpoError("ToolCache.save: no path given, and the cache was made without one (ToolCache(path=...))")
+        p = Path(target)
         with self._lock:
             rows = [{"tool": t, "key": k, **v} for (t, k), v in self._d.items()]
         tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
@@ -100,7 +104,7 @@ class CachedTool:
         with self._lock:
             ev = self._inflight.get(key)
             owner = ev is None
-            if owner:
+            if ev is None:
                 ev = self._inflight[key] = threading.Event()
         if not owner:  # the same call is running in another thread: wait and reuse its result
             ev.wait()

@@ -47,7 +47,8 @@ class ToolOptions:
     max_output_chars: int = 4000  # the result is cut here, with a marker
 
 
-_TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "array": list, "object": dict}
+_TYPES: dict[str, type | tuple[type, ...]] = {"string": str, "integer": int, "number": (int, float), "boolean": bool,
+                                              "array": list, "object": dict}
 
 
 def _snake(name: str) -> str:
@@ -70,25 +71,16 @@ def json_schema(fn: Callable, name: str | None = None, description: str | None =
     return schema
 
 
-class FunctionTool:
-    """A callable as a tool: `call(dict)` for function calling, `__call__(text)` for tags."""
+class SchemaArgs:
+    """The arguments of a function-calling tool against its JSON schema: validation, and the tag
+    format's text as arguments. Shared by FunctionTool and MCP tools; a subclass has `name`,
+    `schema` ({type: function, function: {name, description, parameters}}) and `call(dict)`."""
 
-    def __init__(self, fn: Callable, name: str | None = None, description: str | None = None,
-                 options: ToolOptions | None = None, schema: dict | None = None, owner: Any = None):
-        self.fn = fn
-        self.owner = owner  # a class tool's instance (setup/close hooks)
-        self.schema = schema or json_schema(fn, name, description)
-        self.name = self.schema["function"]["name"]
-        if not re.fullmatch(r"[a-z_][a-z0-9_]*", self.name):
-            self.name = re.sub(r"[^a-z0-9_]", "_", self.name.lower())
-            self.schema["function"]["name"] = self.name
-        self.description = self.schema["function"].get("description", "")
-        self.options = options or ToolOptions()
-        self._sem = threading.BoundedSemaphore(max(1, self.options.max_concurrency))
-        self._pool = ThreadPoolExecutor(max_workers=max(1, self.options.max_concurrency),
-                                        thread_name_prefix=f"arpo-tool-{self.name}")
-        self._setup_done = False
-        self._setup_lock = threading.Lock()
+    name: str
+    schema: dict
+
+    def call(self, args: dict) -> ToolResult:
+        raise NotImplementedError
 
     # -- the argument schema ------------------------------------------------------------------
     @property
@@ -121,14 +113,15 @@ class FunctionTool:
         for k, v in args.items():
             want = props[k].get("type")
             types = _TYPES.get(want) if isinstance(want, str) else None
-            if types is not None and (not isinstance(v, types) or (want in ("integer", "number") and isinstance(v, bool))):
+            is_bool_as_number = want in ("integer", "number") and isinstance(v, bool)
+            if types is not None and (not isinstance(v, types) or is_bool_as_number):
                 return f"argument {k!r} must be of type {want}, got {type(v).__name__} ({json.dumps(v)[:40]})"
             if "enum" in props[k] and v not in props[k]["enum"]:
                 return f"argument {k!r} must be one of {props[k]['enum']}, got {v!r}"
         return None
 
-    def parse_text(self, text: str) -> tuple[dict | None, str | None]:
-        """Tag-format input -> (arguments, error)."""
+    def parse_text(self, text: str) -> tuple[Any, str | None]:
+        """Tag-format input -> (arguments, error); the arguments are any JSON value (call() validates)."""
         single = self.single_string_arg
         stripped = text.strip()
         if single is not None and not (stripped.startswith("{") and stripped.endswith("}")):
@@ -141,12 +134,32 @@ class FunctionTool:
             return {single: text}, None
         return args, None
 
-    # -- calling ---------------------------------------------------------------------------------
     def __call__(self, input: str) -> ToolResult:
         args, err = self.parse_text(input)
         if err:
             return ToolResult(f"Error: {err}", ok=False)
         return self.call(args)
+
+
+class FunctionTool(SchemaArgs):
+    """A callable as a tool: `call(dict)` for function calling, `__call__(text)` for tags."""
+
+    def __init__(self, fn: Callable, name: str | None = None, description: str | None = None,
+                 options: ToolOptions | None = None, schema: dict | None = None, owner: Any = None):
+        self.fn = fn
+        self.owner = owner  # a class tool's instance (setup/close hooks)
+        self.schema = schema or json_schema(fn, name, description)
+        self.name = self.schema["function"]["name"]
+        if not re.fullmatch(r"[a-z_][a-z0-9_]*", self.name):
+            self.name = re.sub(r"[^a-z0-9_]", "_", self.name.lower())
+            self.schema["function"]["name"] = self.name
+        self.description = self.schema["function"].get("description", "")
+        self.options = options or ToolOptions()
+        self._sem = threading.BoundedSemaphore(max(1, self.options.max_concurrency))
+        self._pool = ThreadPoolExecutor(max_workers=max(1, self.options.max_concurrency),
+                                        thread_name_prefix=f"arpo-tool-{self.name}")
+        self._setup_done = False
+        self._setup_lock = threading.Lock()
 
     def call(self, args: dict) -> ToolResult:
         err = self.validate(args)
@@ -161,7 +174,7 @@ class FunctionTool:
             except FutureTimeout:
                 return ToolResult(f"Error: tool {self.name} timed out after {self.options.timeout_s:g} s", ok=False,
                                   elapsed_s=time.perf_counter() - t0)
-            except Exception as e:  # the tool raised: an error result, the trajectory goes on
+            except Exception as e:  # noqa: BLE001 - the tool raised: an error result, the trajectory goes on
                 return ToolResult(f"Error: tool {self.name} failed: {type(e).__name__}: {e}", ok=False,
                                   elapsed_s=time.perf_counter() - t0)
         text, ok = self._to_text(out)
@@ -215,7 +228,7 @@ def as_tool(obj: Any, options: ToolOptions | None = None, name: str | None = Non
     if isinstance(getattr(obj, "name", None), str) and callable(obj) and not inspect.isroutine(obj) \
             and not inspect.isclass(obj) and (hasattr(obj, "schema") or _one_argument(obj)):
         return obj  # already a tool: the Tool protocol (name + __call__(input)), PythonTool, an MCP tool...
-    if inspect.isclass(obj):
+    if isinstance(obj, type):  # a class (inspect.isclass)
         inst = obj()
         method = getattr(inst, "run", None) if not _defines_call(obj) else inst.__call__
         if method is None:
@@ -250,7 +263,7 @@ def _with_doc(method, class_doc: str):
     def call(*a, **k):
         return method(*a, **k)
 
-    call.__signature__ = inspect.signature(method)
+    call.__signature__ = inspect.signature(method)  # type: ignore[attr-defined]  # read by inspect.signature
     call.__doc__ = class_doc
     call.__name__ = getattr(method, "__name__", "run")
     call.__annotations__ = getattr(method, "__annotations__", {})

@@ -281,7 +281,8 @@ class Index:
             bm25 = bm25s.BM25.load(str(p / "bm25"))
             dense = np.load(p / "dense.npy") if (p / "dense.npy").is_file() else None
         except (OSError, ValueError, TypeError, KeyError) as e:
-            raise ArpoError(f"index {p} is damaged ({type(e).__name__}: {e}); rebuild it with `arpo index build`") from e
+            raise ArpoError(f"index {p} is damaged ({type(e).__name__}: {e}); "
+                            "rebuild it with `arpo index build`") from e
         if meta.get("n_docs") != len(docs) or (dense is not None and dense.shape[0] != len(docs)):
             raise ArpoError(f"index {p} is inconsistent (meta n_docs={meta.get('n_docs')}, docs={len(docs)}, "
                             f"dense rows={None if dense is None else dense.shape[0]}); rebuild it")
@@ -303,15 +304,17 @@ class Index:
                     self._encoder = DenseEncoder()
         return self._encoder
 
-    def _require_dense(self) -> None:
+    def _require_dense(self) -> np.ndarray:
+        """The dense embeddings (N, D); a clear error when the index was built without them."""
         if self.dense is None:
             raise ArpoError(f"index {self.path} has no dense embeddings; rebuild it with "
                             "`arpo index build ... --dense` or search with mode='bm25'")
+        return self.dense
 
     def _dense(self, queries: list[str], k: int) -> list[list[tuple[int, float]]]:
-        self._require_dense()
+        dense = self._require_dense()
         q = self.encoder().encode(queries)
-        sims = q @ self.dense.T  # (Q, N) cosine similarities
+        sims = q @ dense.T  # (Q, N) cosine similarities
         k = min(k, len(self.docs))
         top = np.argpartition(-sims, k - 1, axis=1)[:, :k]
         out = []

@@ -19,6 +19,7 @@ import threading
 
 from arpo.errors import ArpoError
 from arpo.tools.base import ToolResult
+from arpo.tools.function import SchemaArgs
 
 
 class MCPServerTools:
@@ -94,8 +95,9 @@ def _field(obj, *names):
     return None
 
 
-class MCPTool:
-    """One tool of an MCP server, in arpo's tool protocol."""
+class MCPTool(SchemaArgs):
+    """One tool of an MCP server, in arpo's tool protocol (the tag format's text and argument
+    checks of SchemaArgs, as for your own tools)."""
 
     cacheable = False  # a server may hold state
 
@@ -105,27 +107,8 @@ class MCPTool:
                                                         "parameters": input_schema}}
 
     def call(self, args: dict) -> ToolResult:
-        from arpo.tools.function import FunctionTool
-
-        err = FunctionTool.validate(self, args)  # the same checks as for your own tools
+        err = self.validate(args)  # the same checks as for your own tools
         if err:
             return ToolResult(f"Error: tool {self.name}: {err}", ok=False)
         return self.server.call(self.name, args)
 
-    @property
-    def parameters(self) -> dict:
-        return self.schema["function"]["parameters"]
-
-    def __call__(self, input: str) -> ToolResult:  # tag format
-        from arpo.tools.function import FunctionTool
-
-        args, err = FunctionTool.parse_text(self, input)
-        if err:
-            return ToolResult(f"Error: {err}", ok=False)
-        return self.call(args)
-
-    @property
-    def single_string_arg(self):
-        from arpo.tools.function import FunctionTool
-
-        return FunctionTool.single_string_arg.fget(self)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
-from arpo.tools.base import ANSWER_TAG, NON_CALL_TAGS, Tool, ToolCall, ToolResult
+from arpo.tools.base import ANSWER_TAG, NON_CALL_TAGS, Tool, ToolCall, ToolResult, has_sessions
 from arpo.tools.function import as_tool
 
 
@@ -81,12 +81,12 @@ class ToolRegistry:
         """The rollout forked trajectory `parent` into `child`, which inherits `calls` (the parent's call
         records up to the branch point): each session tool forks its state as of its last such call."""
         for name, tool in self._tools.items():
-            if getattr(tool, "sessions", False):
+            if has_sessions(tool):
                 tool.fork(str(parent), str(child), sum(1 for c in calls if c.tool == name))
 
     def end_sessions(self, keys) -> None:
         for tool in self._tools.values():
-            if getattr(tool, "sessions", False):
+            if has_sessions(tool):
                 for k in keys:
                     tool.end(str(k))
 
@@ -103,7 +103,7 @@ class ToolRegistry:
             return ToolResult(call.error, ok=False)
         try:
             tool = self._tools[call.tag]
-            if getattr(tool, "sessions", False) and call.session is not None:  # state per trajectory
+            if has_sessions(tool) and call.session is not None:  # state per trajectory
                 text = call.input if call.arguments is None else str(next(iter(call.arguments.values()), ""))
                 return tool.run_session(call.session, text)
             if call.arguments is not None:  # json format
@@ -114,5 +114,5 @@ class ToolRegistry:
                     return ToolResult(f"Error: tool {call.tag} takes one string argument", ok=False)
                 return tool(value)
             return tool(call.input)
-        except Exception as e:  # a tool must never crash the rollout
+        except Exception as e:  # noqa: BLE001 - a tool must never crash the rollout
             return ToolResult(f"Error: tool <{call.tag}> failed: {type(e).__name__}: {e}", ok=False)

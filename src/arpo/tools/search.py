@@ -16,8 +16,12 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from arpo.tools.base import ToolResult
+
+if TYPE_CHECKING:
+    import httpx
 
 UNAVAILABLE = "Error: search service unavailable"
 REQUEST_BATCH = 256  # queries per HTTP request
@@ -74,7 +78,7 @@ class SearchTool:
         self.top_k, self.max_chars, self.mode, self.timeout_s = top_k, max_chars, mode, timeout_s
         self.calls = self.failures = 0
         self._lock = threading.Lock()
-        self._client = None
+        self._client: httpx.Client | None = None
 
     def __repr__(self) -> str:
         src = self.url or repr(self.index)
@@ -123,7 +127,7 @@ class SearchTool:
                 raise ValueError(f"{n} result lists for {len(queries)} queries")
             for row in res:
                 for h in row:
-                    h["title"], h["text"]  # noqa: B018 - shape check
+                    h["title"], h["text"]  # shape check: KeyError / TypeError if not a hit
         except (ValueError, KeyError, TypeError) as e:
             raise _Unavailable(f"bad response from {self.url}/search ({type(e).__name__}: {e})") from e
         return res
@@ -155,7 +159,7 @@ class SearchTool:
                 error = None
             except _Unavailable as e:
                 error = f"{UNAVAILABLE}: {e}"
-            except Exception as e:  # never into the rollout
+            except Exception as e:  # noqa: BLE001 - never into the rollout
                 where = self.url or "local index"
                 error = f"{UNAVAILABLE}: {where}: {type(e).__name__}: {str(e)[:300]}"
             dt = (time.perf_counter() - t0) / len(todo)

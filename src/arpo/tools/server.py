@@ -42,7 +42,8 @@ def create_app(index):
         errs = exc.errors()
         msg = "; ".join(f"{'.'.join(str(x) for x in e.get('loc', ()) if x != 'body') or 'body'}: {e.get('msg')}"
                         for e in errs)
-        return JSONResponse(status_code=422, content={"detail": jsonable_encoder(errs), "message": f"invalid request: {msg}"})
+        return JSONResponse(status_code=422,
+                            content={"detail": jsonable_encoder(errs), "message": f"invalid request: {msg}"})
 
     @app.get("/health")
     def health():

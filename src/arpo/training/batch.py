@@ -35,7 +35,8 @@ class TreeBatch:
     @classmethod
     def from_trees(cls, trees: list[dict], masks: list[list[list[int]]] | None = None) -> "TreeBatch":
         """masks[t][i]: loss mask of trajectory i of tree t (default: all ones)."""
-        rows, lengths = {}, []
+        rows: dict[tuple[int, int], int] = {}
+        lengths: list[int] = []
         for ti, tr in enumerate(trees):
             for i, r in enumerate(tr["responses"]):
                 rows[(ti, i)] = len(lengths)
@@ -72,7 +73,7 @@ class TreeBatch:
     def subset(self, tree_ids: list[int]) -> "TreeBatch":
         """The batch restricted to some trees (a mini-batch), tensors sliced consistently."""
         keep_rows = [self.rows[(t, i)] for t in tree_ids for i in range(len(self.trees[t]["responses"]))]
-        new_rows = {}
+        new_rows: dict[tuple[int, int], int] = {}
         for nt, t in enumerate(tree_ids):
             for i in range(len(self.trees[t]["responses"])):
                 new_rows[(nt, i)] = len(new_rows)
@@ -99,7 +100,9 @@ def _micro_packs(batch: TreeBatch, packed: bool, max_tokens: int) -> list[list[P
         keys = [(ti, i) for ti, t in enumerate(batch.trees) for i in range(len(t["responses"]))]
         for p in packs:
             p.members = [keys[p.members[0][0]]]
-    groups, cur, n = [], [], 0
+    groups: list[list[Pack]] = []
+    cur: list[Pack] = []
+    n = 0
     for p in packs:
         if cur and n + p.n_tokens > max_tokens:
             groups.append(cur)
@@ -178,7 +181,7 @@ def loss_and_backward(model, batch: TreeBatch, loss_fn, *, packed: bool = True, 
                 r, n = batch.rows[key], len(pi)
                 pi = pi.to(plp.device)
                 g.index_add_(0, pi, g_lp[r, :n].to(plp.device, plp.dtype))
-                if ge is not None:
+                if ge is not None and g_en is not None:  # (g_en is set whenever ge is)
                     ge.index_add_(0, pi, g_en[r, :n].to(pen.device, pen.dtype))
             terms.append((plp * g).sum())
             if ge is not None:

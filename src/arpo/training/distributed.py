@@ -12,8 +12,9 @@ model through unchanged — a single process runs exactly as before.
 * `fsdp`: parameters, gradients and optimizer states are sharded with `fully_shard` (one group per
   decoder layer plus a root). FSDP communicates inside every forward and backward, so every rank
   must run the same number of them: `run(batch, fn, grad)` agrees on the largest number of
-  micro-batches any rank has before `fn` runs them, then pads with one-token dummy passes. Generation (each rank its own number of decode steps)
-  runs on a full-weight replica, refreshed by `sync_rollout()` from the shards.
+  micro-batches any rank has before `fn` runs them, then pads with one-token dummy passes.
+  Generation (each rank its own number of decode steps) runs on a full-weight replica, refreshed
+  by `sync_rollout()` from the shards.
 * `ddp`: every rank holds the whole model; `reduce_grads()` sums the gradients over ranks
   (bucketed all-reduce) before the optimizer step. The ranks never wait on each other while
   they compute, so no padding is needed.
@@ -173,14 +174,16 @@ class ParallelModel:
             mesh = init_device_mesh(next(model.parameters()).device.type, (world_size(),))
             for layer in getattr(_base(model).model, "layers", []):
                 fully_shard(layer, mesh=mesh)
-            self.body = fully_shard(_Body(model), mesh=mesh, reshard_after_forward=False)
-            for m in self.body.modules():
+            body = _Body(model)
+            # fully_shard converts body in place and returns it, typed as the FSDPModule side
+            self.fsdp = fully_shard(body, mesh=mesh, reshard_after_forward=False)
+            for m in body.modules():
                 if isinstance(m, FSDPModule):
                     m.set_gradient_divide_factor(1.0)  # sum, not mean: the loss is pre-scaled
                     # a plain SUM reduce-scatter: with factor 1 FSDP2 would pick PREMUL_SUM for fp32/bf16
                     # gradients, which gloo (CPU) does not have; SUM with no scaling is the same math
                     m.set_force_sum_reduction_for_comms(True)
-            self.train = _TrainView(self.body)
+            self.train = _TrainView(body)
             self._synced = False
 
     def sync_rollout(self) -> None:
@@ -189,7 +192,7 @@ class ParallelModel:
             return
         from torch.distributed.tensor import DTensor
 
-        self.body.reshard()
+        self.fsdp.reshard()
         src = dict(self.model.named_parameters())
         with torch.no_grad():
             for name, p in self.rollout.named_parameters():
@@ -211,10 +214,10 @@ class ParallelModel:
         n = len(_micro_packs(batch, packed, max_tokens)) if batch is not None else 0
         (most,) = all_reduce([n], op="max")
         out = fn() if batch is not None else None
-        for _ in range(int(most) - n):
+        for _pad in range(int(most) - n):
             self._dummy_pass(grad)
         if not grad:
-            self.body.reshard()
+            self.fsdp.reshard()
         return out
 
     def _dummy_pass(self, grad: bool) -> None:

@@ -50,14 +50,14 @@ class MetricsLogger:
             write_text_atomic(self.path, "".join(json.dumps(r) + "\n" for r in kept))
         elif self.path.exists():
             self.path.unlink()
-        self._f = open(self.path, "a")
+        self._f = open(self.path, "a")  # noqa: SIM115 - held for the run, closed by close()
         if tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
                 self._tb = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=resume_step + 1
                                          if resume_step is not None else None)
-            except Exception:  # tensorboard not installed: the JSONL log is the source of truth
+            except Exception:  # noqa: BLE001 - no tensorboard: the JSONL log is the source of truth
                 self._tb = None
         if wandb_project:
             self._wandb = _start_wandb(self.run_dir, wandb_project, config, resume_step is not None)

@@ -11,8 +11,9 @@ from arpo.errors import ArpoError
 
 def build_optimizer(model, cfg) -> torch.optim.Optimizer:
     """AdamW over the trainable parameters; no weight decay on biases and norm weights."""
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
+    decay: list[torch.nn.Parameter] = []
+    no_decay: list[torch.nn.Parameter] = []
+    for p in model.parameters():
         if p.requires_grad:
             (no_decay if p.ndim < 2 else decay).append(p)
     if not decay and not no_decay:

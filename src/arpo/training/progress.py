@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 
 def _info(metrics: dict) -> str:
@@ -21,7 +25,7 @@ class StepProgress:
         self.name, self.total, self.start, self.enabled = name, total, start, enabled
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
-        self._bar = None
+        self._bar: Progress | None = None
         self._t0 = time.perf_counter()
 
     def __enter__(self) -> "StepProgress":
@@ -31,9 +35,10 @@ class StepProgress:
 
             cols = [TextColumn(self.name), BarColumn(), TextColumn("{task.completed}/{task.total} {task.fields[info]}"),
                     TimeRemainingColumn()]
-            self._bar = Progress(*cols, console=Console(file=self.stream))
-            self._bar.__enter__()
-            self._task = self._bar.add_task(self.name, total=self.total, completed=self.start, info="")
+            bar = Progress(*cols, console=Console(file=self.stream))
+            bar.__enter__()
+            self._task = bar.add_task(self.name, total=self.total, completed=self.start, info="")
+            self._bar = bar
         return self
 
     def update(self, done: int, metrics: dict) -> None:

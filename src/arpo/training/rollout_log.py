@@ -113,7 +113,8 @@ def tree_summary(rec: dict) -> dict:
     parsing their tokens (json.JSONDecoder.raw_decode stops after it)."""
     trajs = rec["trajectories"]
     rewards = [t.get("reward") for t in trajs]
-    return {"index": rec.get("index", 0), "prompt_id": rec.get("prompt_id"), "question": (rec.get("question") or "")[:200],
+    return {"index": rec.get("index", 0), "prompt_id": rec.get("prompt_id"),
+            "question": (rec.get("question") or "")[:200],
             "trajectories": len(trajs), "branches": sum(t.get("parent") is not None for t in trajs),
             "rewards": [None if r is None else round(r, 4) for r in rewards],
             "correct": sum(bool(t.get("correct")) for t in trajs),
@@ -174,7 +175,7 @@ class RolloutLog:
                 p.unlink()
         prof = self.root / "entropy.jsonl"
         if prof.is_file():
-            kept = [x for x in prof.read_text().splitlines() if _step_of(x) is not None and _step_of(x) <= keep]
+            kept = [x for x in prof.read_text().splitlines() if (s := _step_of(x)) is not None and s <= keep]
             prof.write_text("".join(x + "\n" for x in kept))
 
     def due(self, step: int) -> bool:
@@ -187,7 +188,8 @@ class RolloutLog:
             return None
         self.root.mkdir(parents=True, exist_ok=True)
         keep = trees if not self.max_trees else trees[: self.max_trees]
-        lines = [json.dumps(tree_record(tr, self.tok, step, i, self.meta), ensure_ascii=False) for i, tr in enumerate(keep)]
+        lines = [json.dumps(tree_record(tr, self.tok, step, i, self.meta), ensure_ascii=False)
+                 for i, tr in enumerate(keep)]
         path = step_file(self.root, step)
         write_gz_atomic(path, lines)
         with open(self.root / "entropy.jsonl", "a") as f:
