@@ -13,7 +13,8 @@
 
 Row: {id, task, question, answers, system, response, tool_results: [[start, end], ...], source};
 `tool_results` are the character spans of the environment-inserted result blocks, which the SFT
-loss masks out (recipes/sft.py).
+loss masks out (recipes/sft.py); rows of `arpo sft-data tools` also hold `tool_text`, the spans of
+the tools' own text inside them (tokenized with special tokens split, as the rollout does).
 """
 
 from __future__ import annotations
@@ -66,12 +67,19 @@ def _same(output: str, value: str) -> bool:
     return abs(got - want) <= 0.5 * 10 ** (-decimals) + 1e-9
 
 
-def _assemble(parts: list[tuple[str, str]]) -> tuple[str, list[list[int]]]:
-    """parts: (text, kind) with kind 'model' or 'result' -> (response, result spans)."""
+def _assemble(parts: list[tuple[str, str]], tool_text: list | None = None) -> tuple[str, list[list[int]]]:
+    """parts: (text, kind) with kind 'model', 'result' (the environment's markup) or 'tool' (a tool's
+    own text, inside a result block) -> (response, result spans: adjacent non-model parts are one
+    block). The spans of the 'tool' parts are appended to `tool_text` when given."""
     out, spans = "", []
     for text, kind in parts:
-        if kind == "result":
-            spans.append([len(out), len(out) + len(text)])
+        if kind != "model":
+            if spans and spans[-1][1] == len(out) and out:
+                spans[-1][1] += len(text)
+            else:
+                spans.append([len(out), len(out) + len(text)])
+            if kind == "tool" and tool_text is not None:
+                tool_text.append([len(out), len(out) + len(text)])
         out += text
     return out, spans
 
@@ -420,14 +428,18 @@ def tools_to_sft(row: dict, tools, tokenizer, tool_format: str, system: str, sch
         if not r.ok:
             return None, "tool failed"
         outputs.append(r.output)
-        parts += [(model, "model"), (result, "result")]
+        parts.append((model, "model"))
+        parts += [(result, "result")] if isinstance(result, str) else [(t, "tool" if own else "result")
+                                                                       for t, own in result]
     if not _answer_supported(answer, outputs[-1]):
         return None, "answer != last tool output"
     parts.append((f"<think> The answer is {answer}. </think>\n<answer> \\boxed{{{answer}}} </answer>", "model"))
-    response, spans = _assemble(parts)
+    tool_text: list = []
+    response, spans = _assemble(parts, tool_text)
     return {"id": str(row.get("id", where)), "task": row.get("task", "qa"), "question": row["question"],
             "answers": [answer], "system_prompt": system, "tools": schemas, "tool_format": tool_format,
-            "response": response, "tool_results": spans, "source": f"worked-example({tool_format})"}, "ok"
+            "response": response, "tool_results": spans, "tool_text": tool_text,
+            "source": f"worked-example({tool_format})"}, "ok"
 
 
 def build_tool_sft(data: str, out_path: str, tool_names: list[str], tool_format: str = "tags",

@@ -6,7 +6,8 @@ allowed), the calls are parsed and submitted to a thread pool, and the others ke
 the tools run. The result text (`\\n<result>\\n...\\n</result>\\n`, or the chat template's tool
 messages and next assistant header: tools/formats.py) is tokenized on its own and appended to the
 sequence (mask 0) — the conversation is never re-tokenized, so token ids, log-probs and the loss
-mask stay exactly what was sampled.
+mask stay exactly what was sampled. The tools' own text is tokenized with special tokens split
+(tools/tokens.py): a tool that prints `<|im_end|>` cannot forge a turn boundary.
 
 Per-trajectory state lives in `TrajState` objects (one per engine sequence), never on the loop, so
 forks (rollout/arpo.py) copy it with the sequence.
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from arpo.engine.base import Engine, SamplingParams
 from arpo.tools.base import STOP_REGEX, ToolRegistry, ToolResult
 from arpo.tools.formats import get_format
+from arpo.tools.tokens import Pieces, encode_pieces
 
 
 @dataclass
@@ -166,7 +168,7 @@ class AgentLoop:
         st.calls += [ToolCallRecord(c.tag, c.input, "", False, 0.0, arguments=c.arguments) for c in calls]
         pending[pool.submit(self._run_tools, calls, turn)] = sid
 
-    def _run_tools(self, calls, turn: str) -> tuple[list[ToolResult], str]:
+    def _run_tools(self, calls, turn: str) -> tuple[list[ToolResult], Pieces]:
         """Run a pause's calls (several at once in a json turn) and render what is appended."""
         def one(call) -> ToolResult:
             t = time.perf_counter()
@@ -182,13 +184,13 @@ class AgentLoop:
                 results = list(ex.map(one, calls))
         return results, self.format.render_results(self.tok, turn, calls, [r.output for r in results])
 
-    def _deliver(self, sid: int, st: TrajState, out: tuple[list[ToolResult], str]) -> None:
-        results, text = out
+    def _deliver(self, sid: int, st: TrajState, out: tuple[list[ToolResult], Pieces]) -> None:
+        results, pieces = out
         s = self.engine.seq(sid)
         recs = st.calls[len(st.calls) - len(results):]
         for rec, r in zip(recs, results):
             rec.output, rec.ok, rec.elapsed_s = r.output, r.ok, r.elapsed_s
-        ids = self.tok.encode(text, add_special_tokens=False)
+        ids = encode_pieces(self.tok, pieces)
         if len(s.tokens) + len(ids) >= s.params.max_len:
             return self._end(sid, st, "length")
         start = len(s.tokens) - s.prompt_len
