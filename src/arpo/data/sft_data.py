@@ -332,16 +332,35 @@ def rejection_rows(records: list[dict], examples: dict[str, dict], min_reward: f
         if r["reward"] <= min_reward or kept.get(r["example_id"], 0) >= per_question:
             continue
         ex = examples[r["example_id"]]
-        text = r["text"]
-        for eos in ("<|im_end|>", "<|endoftext|>"):
-            text = text.replace(eos, "")
-        text = text.rstrip()
+        text, spans = _own_text(r["text"], r.get("tool_spans"))
         kept[r["example_id"]] = kept.get(r["example_id"], 0) + 1
         out.append({"id": ex["id"], "task": ex["task"], "question": ex["question"], "answers": ex["answers"],
                     "system": r.get("template") or ("math" if ex["task"] == "math" else "search"),
-                    "response": text, "tool_results": [list(s) for s in result_spans(text)],
+                    "response": text, "tool_results": spans,
                     "source": f"rejection-sampling(reward={r['reward']:.2f})"})
     return out
+
+
+def _own_text(text: str, tool_spans) -> tuple[str, list[list[int]]]:
+    """(response, result spans) of a sampled trajectory: end-of-turn text dropped from the model's
+    text. With the rollout's `tool_spans` the result blocks are where the environment put them (a
+    tool that printed `</result>` cannot move a block's end); records without them: found by text."""
+    def own(t: str) -> str:
+        for eos in ("<|im_end|>", "<|endoftext|>"):
+            t = t.replace(eos, "")
+        return t
+
+    if tool_spans is None:
+        text = own(text).rstrip()
+        return text, [list(s) for s in result_spans(text)]
+    out, spans, pos = "", [], 0
+    for a, b in sorted(map(tuple, tool_spans)):
+        out += own(text[pos:a])
+        spans.append([len(out), len(out) + b - a])
+        out += text[a:b]
+        pos = b
+    out = (out + own(text[pos:])).rstrip()
+    return out, [[a, min(b, len(out))] for a, b in spans if a < len(out)]
 
 
 def build_rejection_dataset(model: str, data: str, out_path: str, *, samples: int = 4, temperature: float = 0.8,

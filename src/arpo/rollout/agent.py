@@ -81,6 +81,9 @@ class Trajectory:
     finish_reason: str  # answer | eos | length | tool_cap | stop
     parent: int | None = None
     fork_at: int | None = None
+    # [start, end) character spans of `text` that the environment appended (loss mask 0): tool results
+    # and their markup. Rewards read answers and tags only outside them (rewards/__init__.py).
+    tool_spans: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def n_generated_tokens(self) -> int:
@@ -210,5 +213,22 @@ class AgentLoop:
             sid=sid, prompt_ids=s.tokens[: s.prompt_len], response_ids=list(resp), loss_mask=list(s.gen_mask),
             logprobs=list(s.logprobs), entropies=list(s.entropies), text=self.tok.decode(resp),
             tool_calls=copy.deepcopy(st.calls), finish_reason=st.finish_reason or s.finish_reason or "stop",
-            parent=s.parent, fork_at=s.fork_at,
+            parent=s.parent, fork_at=s.fork_at, tool_spans=char_spans(self.tok, list(resp), list(s.gen_mask)),
         )
+
+
+def char_spans(tok, ids: list[int], mask: list[int]) -> list[tuple[int, int]]:
+    """[start, end) character spans in tok.decode(ids) of the maximal runs of mask 0 (the appended
+    blocks). A run starts and ends at a token boundary, so its offset is the length of the decoded
+    prefix (the decoding of a prefix is a prefix of the decoding)."""
+    spans, i = [], 0
+    while i < len(mask):
+        if mask[i]:
+            i += 1
+            continue
+        j = i
+        while j < len(mask) and not mask[j]:
+            j += 1
+        spans.append((len(tok.decode(ids[:i])), len(tok.decode(ids[:j]))))
+        i = j
+    return spans
