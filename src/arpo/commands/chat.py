@@ -118,23 +118,28 @@ def run(args) -> int:
     return 0
 
 
-def print_transcript(tok, traj, question: str, seconds: float) -> None:
+def print_transcript(tok, traj, question: str, seconds: float, console=None) -> None:
+    """The transcript, rendered by rich. On a terminal, control characters in the question, the
+    model's text and the tools' output are shown as escapes (arpo/terminal.py), never acted on."""
     from rich.console import Console
     from rich.panel import Panel
     from rich.text import Text
 
-    con = Console()
-    con.print(Panel(question, title="question", border_style="blue"))
+    from arpo.terminal import visible
+
+    con = console or Console()
+    shown = visible if con.is_terminal else (lambda s: s)
+    con.print(Panel(Text(shown(question)), title="question", border_style="blue"))
     pos = 0
     for call in traj.tool_calls:
         a, b = call.result_span
         if b <= a:
             continue
-        con.print(_highlight(tok.decode(traj.response_ids[pos:a], skip_special_tokens=True)))
+        con.print(_highlight(shown(tok.decode(traj.response_ids[pos:a], skip_special_tokens=True))))
         style = "green" if call.ok else "red"
-        con.print(Panel(Text(call.output), title=f"<result> {call.tool}", border_style=style))
+        con.print(Panel(Text(shown(call.output)), title=f"<result> {call.tool}", border_style=style))
         pos = b
-    con.print(_highlight(tok.decode(traj.response_ids[pos:], skip_special_tokens=True)))  # no <|im_end|>
+    con.print(_highlight(shown(tok.decode(traj.response_ids[pos:], skip_special_tokens=True))))  # no <|im_end|>
     con.print(
         f"[dim]finish: {traj.finish_reason} · {traj.n_generated_tokens} generated tokens · "
         f"{len(traj.tool_calls)} tool calls · {seconds:.1f} s[/dim]"

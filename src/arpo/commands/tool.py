@@ -72,7 +72,9 @@ def run(args) -> int:
                                                 if args.tool == "python" else {})}
             print(json.dumps(out, ensure_ascii=False))
         else:
-            print(r.output)
+            from arpo.terminal import for_stream
+
+            print(for_stream(r.output, sys.stdout))  # a terminal sees the program's escapes, not their effects
     finally:
         reg.close()
     return 0 if r.ok else 1

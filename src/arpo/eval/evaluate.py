@@ -67,7 +67,8 @@ def evaluate(engine, tools, tok, examples: list[dict], *, reward_fn, agent: Agen
         trajs = loop.run(prompts, seeds=[seed * 1_000_003 + b + i for i in range(len(chunk))])
         for (ex, s), tr in zip(chunk, trajs):
             calls = [{"tool": c.tool, "ok": c.ok} for c in tr.tool_calls]
-            res = reward_fn(tr.text, ex, tool_calls=calls, math_scorer=math_scorer, tools=tools.names)
+            res = reward_fn(tr.text, ex, tool_calls=calls, math_scorer=math_scorer, tools=tools.names,
+                            tool_spans=tr.tool_spans)
             counts: dict[str, int] = {}
             for c in tr.tool_calls:
                 counts[c.tool] = counts.get(c.tool, 0) + 1
@@ -75,7 +76,7 @@ def evaluate(engine, tools, tok, examples: list[dict], *, reward_fn, agent: Agen
                             "score": float(res.score), "reward": float(res.reward), "format_ok": bool(res.format_ok),
                             "answer": res.answer, "gold": ex["answers"], "tool_calls": counts,
                             "response_tokens": tr.n_generated_tokens, "finish_reason": tr.finish_reason,
-                            "text": tr.text})
+                            "text": tr.text, "tool_spans": [list(sp) for sp in tr.tool_spans]})
             engine.release(tr.sid)
         if progress is not None:
             progress(len(chunk))

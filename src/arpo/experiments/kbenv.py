@@ -233,7 +233,7 @@ def trace_is_valid(row: dict, example: dict) -> tuple[bool, str]:
         if fact not in first_page.split("\n", 1)[-1]:
             return False, f"fact {fact!r} not on the first page of {out[:80]!r}"
     calls = [{"tool": "search", "ok": True}] * len(example["plan"]["searches"]) + [{"tool": "python", "ok": True}]
-    res = arpo_reward(row["response"], example, tool_calls=calls)
+    res = arpo_reward(row["response"], example, tool_calls=calls, tool_spans=row["tool_results"])
     if not (res.correct and abs(res.reward - 1.1) < 1e-9):
         return False, f"reward {res.reward} ({res.format_error or res.answer})"
     return True, ""

@@ -5,7 +5,9 @@
 Data: JSONL rows {question, response, system?, tool_results?} in the agent's text protocol (what
 `arpo sft-data` writes). The loss is the mean next-token NLL over the response's *generated* text:
 the prompt and every environment-inserted `<result>…</result>` block are masked out, exactly as in
-RL (spec §1). The end-of-turn token is trained, so the model learns to stop after `</answer>`.
+RL (spec §1), and the tools' text in them is tokenized with special tokens split, as the rollout
+does (tools/tokens.py: a tool that printed `<|im_end|>` does not end a turn). The end-of-turn
+token is trained, so the model learns to stop after `</answer>`.
 
 The loop is plain: shuffled batches (order = f(seed, epoch), so a resumed run sees the same
 batches) → log-probs in micro-batches → AdamW → metrics.jsonl/tensorboard → atomic checkpoints.
@@ -25,6 +27,7 @@ from arpo.data.order import batch_indices
 from arpo.errors import ArpoError
 from arpo.jsonl import iter_jsonl
 from arpo.settings import LoraConfig, ModelConfig, OptimConfig, RunConfig
+from arpo.tools.tokens import encode_pieces
 
 
 @dataclass
@@ -76,6 +79,12 @@ def read_sft_rows(paths: list[str], limit: int | None = None) -> list[dict]:
                 isinstance(s, list) and len(s) == 2 and 0 <= s[0] <= s[1] <= len(row["response"]) for s in spans
             ):
                 raise ArpoError(f"{where}: field 'tool_results' must be a list of [start, end] spans in 'response'")
+            inner = row.get("tool_text", [])
+            if not isinstance(inner, list) or not all(
+                isinstance(t, list) and len(t) == 2 and any(s[0] <= t[0] <= t[1] <= s[1] for s in spans) for t in inner
+            ):
+                raise ArpoError(f"{where}: field 'tool_text' must be a list of [start, end] spans inside "
+                                "'tool_results'")
             row["_where"] = where
             rows.append(row)
             if limit is not None and len(rows) >= limit:
@@ -105,11 +114,13 @@ def tokenize_row(tok, row: dict) -> tuple[list[int], list[int], list[int]]:
     text = row["response"]
     ids, mask, cur = [], [], 0
     for s, e in sorted(map(tuple, row.get("tool_results", []))):
-        for piece, m in ((text[cur:s], 1), (text[s:e], 0)):
-            if piece:
-                t = tok.encode(piece, add_special_tokens=False)
-                ids += t
-                mask += [m] * len(t)
+        if text[cur:s]:
+            t = tok.encode(text[cur:s], add_special_tokens=False)
+            ids += t
+            mask += [1] * len(t)
+        t = encode_pieces(tok, _result_pieces(row, text, s, e))
+        ids += t
+        mask += [0] * len(t)
         cur = e
     if text[cur:]:
         t = tok.encode(text[cur:], add_special_tokens=False)
@@ -118,6 +129,21 @@ def tokenize_row(tok, row: dict) -> tuple[list[int], list[int], list[int]]:
     ids.append(tok.eos_token_id)
     mask.append(1)
     return prompt, ids, mask
+
+
+def _result_pieces(row: dict, text: str, s: int, e: int) -> list[tuple[str, bool]]:
+    """The environment's block text[s:e] as tools/tokens.py pieces (text, from_tool), tokenized as the
+    rollout does: `tool_text` spans (the tools' own text, json rows) plain and the template markup
+    around them with real special tokens; a tag-format block is all tool text. A json row without
+    `tool_text` (written before it existed) keeps its markup, so its tool text is not split either."""
+    inner = sorted((a, b) for a, b in map(tuple, row.get("tool_text", [])) if s <= a <= b <= e)
+    if not inner:
+        return [(text[s:e], row.get("tool_format", "tags") != "json")]
+    pieces, cur = [], s
+    for a, b in inner:
+        pieces += [(text[cur:a], False), (text[a:b], True)]
+        cur = b
+    return pieces + [(text[cur:e], False)]
 
 
 def nll_loss(mask: torch.Tensor):

@@ -13,7 +13,8 @@
 
 Row: {id, task, question, answers, system, response, tool_results: [[start, end], ...], source};
 `tool_results` are the character spans of the environment-inserted result blocks, which the SFT
-loss masks out (recipes/sft.py).
+loss masks out (recipes/sft.py); rows of `arpo sft-data tools` also hold `tool_text`, the spans of
+the tools' own text inside them (tokenized with special tokens split, as the rollout does).
 """
 
 from __future__ import annotations
@@ -66,12 +67,19 @@ def _same(output: str, value: str) -> bool:
     return abs(got - want) <= 0.5 * 10 ** (-decimals) + 1e-9
 
 
-def _assemble(parts: list[tuple[str, str]]) -> tuple[str, list[list[int]]]:
-    """parts: (text, kind) with kind 'model' or 'result' -> (response, result spans)."""
+def _assemble(parts: list[tuple[str, str]], tool_text: list | None = None) -> tuple[str, list[list[int]]]:
+    """parts: (text, kind) with kind 'model', 'result' (the environment's markup) or 'tool' (a tool's
+    own text, inside a result block) -> (response, result spans: adjacent non-model parts are one
+    block). The spans of the 'tool' parts are appended to `tool_text` when given."""
     out, spans = "", []
     for text, kind in parts:
-        if kind == "result":
-            spans.append([len(out), len(out) + len(text)])
+        if kind != "model":
+            if spans and spans[-1][1] == len(out) and out:
+                spans[-1][1] += len(text)
+            else:
+                spans.append([len(out), len(out) + len(text)])
+            if kind == "tool" and tool_text is not None:
+                tool_text.append([len(out), len(out) + len(text)])
         out += text
     return out, spans
 
@@ -329,16 +337,35 @@ def rejection_rows(records: list[dict], examples: dict[str, dict], min_reward: f
         if r["reward"] <= min_reward or kept.get(r["example_id"], 0) >= per_question:
             continue
         ex = examples[r["example_id"]]
-        text = r["text"]
-        for eos in ("<|im_end|>", "<|endoftext|>"):
-            text = text.replace(eos, "")
-        text = text.rstrip()
+        text, spans = _own_text(r["text"], r.get("tool_spans"))
         kept[r["example_id"]] = kept.get(r["example_id"], 0) + 1
         out.append({"id": ex["id"], "task": ex["task"], "question": ex["question"], "answers": ex["answers"],
                     "system": r.get("template") or ("math" if ex["task"] == "math" else "search"),
-                    "response": text, "tool_results": [list(s) for s in result_spans(text)],
+                    "response": text, "tool_results": spans,
                     "source": f"rejection-sampling(reward={r['reward']:.2f})"})
     return out
+
+
+def _own_text(text: str, tool_spans) -> tuple[str, list[list[int]]]:
+    """(response, result spans) of a sampled trajectory: end-of-turn text dropped from the model's
+    text. With the rollout's `tool_spans` the result blocks are where the environment put them (a
+    tool that printed `</result>` cannot move a block's end); records without them: found by text."""
+    def own(t: str) -> str:
+        for eos in ("<|im_end|>", "<|endoftext|>"):
+            t = t.replace(eos, "")
+        return t
+
+    if tool_spans is None:
+        text = own(text).rstrip()
+        return text, [list(s) for s in result_spans(text)]
+    out, spans, pos = "", [], 0
+    for a, b in sorted(map(tuple, tool_spans)):
+        out += own(text[pos:a])
+        spans.append([len(out), len(out) + b - a])
+        out += text[a:b]
+        pos = b
+    out = (out + own(text[pos:])).rstrip()
+    return out, [[a, min(b, len(out))] for a, b in spans if a < len(out)]
 
 
 def build_rejection_dataset(model: str, data: str, out_path: str, *, samples: int = 4, temperature: float = 0.8,
@@ -425,14 +452,18 @@ def tools_to_sft(row: dict, tools, tokenizer, tool_format: str, system: str, sch
         if not r.ok:
             return None, "tool failed"
         outputs.append(r.output)
-        parts += [(model, "model"), (result, "result")]
+        parts.append((model, "model"))
+        parts += [(result, "result")] if isinstance(result, str) else [(t, "tool" if own else "result")
+                                                                       for t, own in result]
     if not _answer_supported(answer, outputs[-1]):
         return None, "answer != last tool output"
     parts.append((f"<think> The answer is {answer}. </think>\n<answer> \\boxed{{{answer}}} </answer>", "model"))
-    response, spans = _assemble(parts)
+    tool_text: list = []
+    response, spans = _assemble(parts, tool_text)
     return {"id": str(row.get("id", where)), "task": row.get("task", "qa"), "question": row["question"],
             "answers": [answer], "system_prompt": system, "tools": schemas, "tool_format": tool_format,
-            "response": response, "tool_results": spans, "source": f"worked-example({tool_format})"}, "ok"
+            "response": response, "tool_results": spans, "tool_text": tool_text,
+            "source": f"worked-example({tool_format})"}, "ok"
 
 
 def build_tool_sft(data: str, out_path: str, tool_names: list[str], tool_format: str = "tags",

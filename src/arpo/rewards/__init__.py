@@ -6,10 +6,19 @@
            = 0                     otherwise
 score = math equivalence (0/1) for math, max token F1 over the gold answers for QA (answer.py).
 
-A reward function is `fn(response, example, *, tool_calls=None, tools=None, **options) -> RewardResult`,
-with `example = {"answers": [str, ...], "task": "math" | "qa", ...}`, `tool_calls` the rollout's call
-records and `tools` the tags of the tools the agent had (a plug-in tool's `<sql>` is a call, not stray
-text; default: search and python); `get_reward_fn("module.path:function")` loads your own.
+A reward function is `fn(response, example, *, tool_calls=None, tools=None, tool_spans=None,
+**options) -> RewardResult`, with `example = {"answers": [str, ...], "task": "math" | "qa", ...}`,
+`tool_calls` the rollout's call records, `tools` the tags of the tools the agent had (a plug-in
+tool's `<sql>` is a call, not stray text; default: search and python) and `tool_spans` the
+[start, end) character spans of `response` that the environment appended (tool results and their
+markup; `Trajectory.tool_spans`, from the loss mask). `get_reward_fn("module.path:function")` loads
+your own.
+
+Answers and tags are read only from what the model generated: a tool whose output contains
+`</result><answer>\\boxed{72}</answer>` must not answer for the model. Every built-in reward does so
+through `tool_spans` (check_format reads the blocks as data, the answer comes from
+`model_text(response, tool_spans)`); a plug-in reward should too — `model_text` is exported for it.
+Without `tool_spans` (a caller that has only text) the text is all there is.
 """
 
 from __future__ import annotations
@@ -20,10 +29,10 @@ from typing import Any, Callable, Iterable
 
 from arpo.errors import ArpoError
 from arpo.rewards.answer import exact_match, extract_answer_block, extract_boxed, f1_score, math_equal, max_over_golds
-from arpo.rewards.format import TOOL_TAGS, check_format, tool_calls_in
+from arpo.rewards.format import TOOL_TAGS, check_format, model_text, tool_calls_in
 
 __all__ = ["RewardResult", "arpo_reward", "f1_reward", "em_reward", "get_reward_fn", "score_answer",
-           "check_format", "extract_boxed", "f1_score", "exact_match", "math_equal", "max_over_golds"]
+           "check_format", "model_text", "extract_boxed", "f1_score", "exact_match", "math_equal", "max_over_golds"]
 
 MATH_SCORERS = ("math_equal", "f1")
 
@@ -41,11 +50,11 @@ class RewardResult:
 RewardFn = Callable[..., RewardResult]
 
 
-def _tools_used(response: str, tool_calls: Iterable[Any] | None) -> set[str]:
+def _tools_used(response: str, tool_calls: Iterable[Any] | None, tool_spans=None) -> set[str]:
     """Tools called: from the rollout's call records (dicts or objects with `tool`, or `tag`),
     else the top-level call tags of the response."""
     if tool_calls is None:
-        return set(tool_calls_in(response))
+        return set(tool_calls_in(response, tool_spans=tool_spans))
     used = set()
     for c in tool_calls:
         if isinstance(c, dict):
@@ -60,10 +69,11 @@ def _golds(example: dict) -> list[str]:
     return [str(golds)] if isinstance(golds, (str, int, float)) else [str(g) for g in golds]
 
 
-def _answer(response: str) -> str | None:
-    """The last \\boxed{} of the answer block (of the whole response when there is none)."""
-    block = extract_answer_block(response)
-    return extract_boxed(block if block is not None else response)
+def _answer(response: str, tool_spans=None) -> str | None:
+    """The last \\boxed{} of the model's answer block (of all the model's text when there is none)."""
+    own = model_text(response, tool_spans)
+    block = extract_answer_block(own)
+    return extract_boxed(block if block is not None else own)
 
 
 def score_answer(answer: str | None, example: dict, math_scorer: str = "math_equal") -> float:
@@ -84,33 +94,37 @@ def _tags(tools: Iterable[str] | None) -> tuple[str, ...]:
 
 def arpo_reward(response: str, example: dict, *, tool_calls: Iterable[Any] | None = None, task: str | None = None,
                 math_scorer: str = "math_equal", format_penalty: float = -1.0, multi_tool_bonus: float = 0.1,
-                tools: Iterable[str] | None = None, **_: Any) -> RewardResult:
+                tools: Iterable[str] | None = None, tool_spans=None, **_: Any) -> RewardResult:
     """The hierarchical reward of spec §5: format gate, correctness score, multi-tool bonus.
     `task` overrides `example["task"]`; `tool_calls` (the rollout's records) wins over counting tags;
-    `tools`: the tags of the agent's tools (default search, python)."""
+    `tools`: the tags of the agent's tools (default search, python); `tool_spans`: the environment's
+    blocks (module docstring)."""
     ex = dict(example, task=task) if task else example
-    err = check_format(response, _tags(tools))
-    ans = _answer(response)
+    err = check_format(response, _tags(tools), tool_spans)
+    ans = _answer(response, tool_spans)
     if err is not None:
         return RewardResult(format_penalty, 0.0, False, err, ans, False)
     score = score_answer(ans, ex, math_scorer)
-    bonus = multi_tool_bonus if score > 0 and {"search", "python"} <= _tools_used(response, tool_calls) else 0.0
+    both = {"search", "python"} <= _tools_used(response, tool_calls, tool_spans)
+    bonus = multi_tool_bonus if score > 0 and both else 0.0
     return RewardResult(score + bonus, score, True, None, ans, score >= 1.0 - 1e-9)
 
 
-def f1_reward(response: str, example: dict, *, tools: Iterable[str] | None = None, **_: Any) -> RewardResult:
-    """Max token F1 of the last \\boxed{} over the golds, with no format gate and no bonus."""
-    ans = _answer(response)
+def f1_reward(response: str, example: dict, *, tools: Iterable[str] | None = None, tool_spans=None,
+              **_: Any) -> RewardResult:
+    """Max token F1 of the model's last \\boxed{} over the golds, with no format gate and no bonus."""
+    ans = _answer(response, tool_spans)
     s = max_over_golds(f1_score, ans, _golds(example)) if ans is not None else 0.0
-    err = check_format(response, _tags(tools))
+    err = check_format(response, _tags(tools), tool_spans)
     return RewardResult(s, s, err is None, err, ans, s >= 1.0 - 1e-9)
 
 
-def em_reward(response: str, example: dict, *, tools: Iterable[str] | None = None, **_: Any) -> RewardResult:
-    """Exact match (SQuAD-normalized) of the last \\boxed{}, no format gate and no bonus."""
-    ans = _answer(response)
+def em_reward(response: str, example: dict, *, tools: Iterable[str] | None = None, tool_spans=None,
+              **_: Any) -> RewardResult:
+    """Exact match (SQuAD-normalized) of the model's last \\boxed{}, no format gate and no bonus."""
+    ans = _answer(response, tool_spans)
     s = max_over_golds(exact_match, ans, _golds(example)) if ans is not None else 0.0
-    err = check_format(response, _tags(tools))
+    err = check_format(response, _tags(tools), tool_spans)
     return RewardResult(s, s, err is None, err, ans, s == 1.0)
 
 
@@ -140,6 +154,7 @@ def score_trees(trees, reward_fn, math_scorer: str, tools: Iterable[str] | None 
     for tree in trees:
         for t in tree.trajectories:
             calls = [{"tool": c.tool, "ok": c.ok} for c in t.traj.tool_calls]
-            res = reward_fn(t.traj.text, tree.example, tool_calls=calls, math_scorer=math_scorer, tools=tags)
+            res = reward_fn(t.traj.text, tree.example, tool_calls=calls, math_scorer=math_scorer, tools=tags,
+                            tool_spans=t.traj.tool_spans)
             t.reward = float(res.reward)
             t.result = res

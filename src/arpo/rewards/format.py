@@ -11,6 +11,13 @@ Rules, on the decoded response (protocol of spec §1):
     writing after its answer (generation normally stops at </answer>) breaks the format.
 
 Calls are numbered over the whole response ("<python> call #2" is the second call of any tool).
+
+`tool_spans` ([start, end) character spans of the blocks the environment appended — a rollout knows
+them from its loss mask: `Trajectory.tool_spans`) make the check read tags only from the model's own
+text: a tool whose output holds `</result><answer>…` cannot close its result or answer for the
+model. Each such block stands for the `<result>` a call awaits (or, in the json format, for the
+template's tool turn, which no call tag awaits). Without spans the decoded text is all there is and
+tags inside results are found by the text alone.
 """
 
 from __future__ import annotations
@@ -29,7 +36,36 @@ def _tag_re(tools: tuple[str, ...]) -> re.Pattern:
     return re.compile(r"<(/?)(" + "|".join(map(re.escape, names)) + r")>")
 
 
-def _scan(response: str, tools: tuple[str, ...]) -> tuple[str | None, list[str]]:
+def model_text(response: str, tool_spans=None) -> str:
+    """The response with every environment-appended block (tool_spans) replaced by a newline: the text
+    the model wrote, for reading answers and tags from it. No spans: the response unchanged."""
+    if not tool_spans:
+        return response
+    out, pos = [], 0
+    for a, b in sorted((int(a), int(b)) for a, b in tool_spans):
+        if a >= pos:
+            out += [response[pos:a], "\n"]
+            pos = b
+    return "".join(out) + response[pos:]
+
+
+_ENV = "env"  # an environment-appended block in the tag stream
+
+
+def _events(response: str, tools: tuple[str, ...], tool_spans) -> list[tuple[bool, str, int, int]]:
+    """(closing, tag name, start, end) of the protocol tags in the model's own text, in order, with
+    (False, "env", a, b) for each appended block."""
+    rx, out, pos = _tag_re(tools), [], 0
+    for a, b in sorted((int(a), int(b)) for a, b in (tool_spans or ())):
+        if a < pos:
+            continue
+        out += [(m.group(1) == "/", m.group(2), m.start(), m.end()) for m in rx.finditer(response, pos, a)]
+        out.append((False, _ENV, a, b))
+        pos = b
+    return out + [(m.group(1) == "/", m.group(2), m.start(), m.end()) for m in rx.finditer(response, pos)]
+
+
+def _scan(response: str, tools: tuple[str, ...], tool_spans=None) -> tuple[str | None, list[str]]:
     """(first protocol error or None, tool tags of the top-level calls in order)."""
     calls: list[str] = []
     state: str | None = None  # the tag we are inside
@@ -38,8 +74,14 @@ def _scan(response: str, tools: tuple[str, ...]) -> tuple[str | None, list[str]]
     answer_text: str | None = None
     answer_start = answer_end = 0
     opaque = dict.fromkeys(tools + TOOL_TAGS + ("result",))  # their bodies are data
-    for m in _tag_re(tools).finditer(response):
-        closing, name = m.group(1) == "/", m.group(2)
+    for closing, name, start, end in _events(response, tools, tool_spans):
+        if name == _ENV:  # the environment's block: the awaited result, or a json tool turn
+            if state is not None:
+                return f"a tool result inside unclosed <{state}> (unbalanced <{state}>)", calls
+            if answer_end:
+                return "text after </answer>: a tool result", calls
+            pending = None
+            continue
         if state in opaque:  # inside a call or a result only its own closing tag counts
             if closing and name == state:
                 pending = state if state != "result" else None
@@ -48,7 +90,7 @@ def _scan(response: str, tools: tuple[str, ...]) -> tuple[str | None, list[str]]
         if state is not None:  # inside <think> or <answer>
             if closing and name == state:
                 if name == "answer":
-                    answer_text, answer_end = response[answer_start : m.start()], m.end()
+                    answer_text, answer_end = response[answer_start:start], end
                 state = None
                 continue
             what = f"</{name}>" if closing else f"<{name}>"
@@ -68,7 +110,7 @@ def _scan(response: str, tools: tuple[str, ...]) -> tuple[str | None, list[str]]
         n_think += name == "think"
         if name == "answer":
             n_answer += 1
-            answer_start = m.end()
+            answer_start = end
         state = name
     if state is not None:
         return f"unclosed <{state}> (unbalanced <{state}>)", calls
@@ -86,11 +128,12 @@ def _scan(response: str, tools: tuple[str, ...]) -> tuple[str | None, list[str]]
     return None, calls
 
 
-def check_format(response: str, tools: tuple[str, ...] = TOOL_TAGS) -> str | None:
-    """None when the response follows the protocol (spec §5.1), else a short human reason."""
-    return _scan(response, tuple(tools))[0]
+def check_format(response: str, tools: tuple[str, ...] = TOOL_TAGS, tool_spans=None) -> str | None:
+    """None when the response follows the protocol (spec §5.1), else a short human reason.
+    tool_spans: the environment's blocks (read as data, never as tags)."""
+    return _scan(response, tuple(tools), tool_spans)[0]
 
 
-def tool_calls_in(response: str, tools: tuple[str, ...] = TOOL_TAGS) -> list[str]:
+def tool_calls_in(response: str, tools: tuple[str, ...] = TOOL_TAGS, tool_spans=None) -> list[str]:
     """Tags of the top-level tool calls, in order (tags quoted inside code or results are not calls)."""
-    return _scan(response, tuple(tools))[1]
+    return _scan(response, tuple(tools), tool_spans)[1]

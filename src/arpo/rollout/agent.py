@@ -6,7 +6,8 @@ allowed), the calls are parsed and submitted to a thread pool, and the others ke
 the tools run. The result text (`\\n<result>\\n...\\n</result>\\n`, or the chat template's tool
 messages and next assistant header: tools/formats.py) is tokenized on its own and appended to the
 sequence (mask 0) — the conversation is never re-tokenized, so token ids, log-probs and the loss
-mask stay exactly what was sampled.
+mask stay exactly what was sampled. The tools' own text is tokenized with special tokens split
+(tools/tokens.py): a tool that prints `<|im_end|>` cannot forge a turn boundary.
 
 Per-trajectory state lives in `TrajState` objects (one per engine sequence), never on the loop, so
 forks (rollout/arpo.py) copy it with the sequence.
@@ -24,6 +25,7 @@ from arpo.engine.base import Engine, SamplingParams
 from arpo.tools.base import STOP_REGEX, ToolResult
 from arpo.tools.registry import ToolRegistry
 from arpo.tools.formats import get_format
+from arpo.tools.tokens import Pieces, encode_pieces
 
 
 @dataclass
@@ -106,6 +108,9 @@ class Trajectory:
     finish_reason: str  # answer | eos | length | tool_cap | stop
     parent: int | None = None
     fork_at: int | None = None
+    # [start, end) character spans of `text` that the environment appended (loss mask 0): tool results
+    # and their markup. Rewards read answers and tags only outside them (rewards/__init__.py).
+    tool_spans: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def n_generated_tokens(self) -> int:
@@ -198,7 +203,7 @@ class AgentLoop:
         st.calls += [ToolCallRecord(c.tag, c.input, "", False, 0.0, arguments=c.arguments) for c in calls]
         pending[pool.submit(self._run_tools, calls, turn)] = sid
 
-    def _run_tools(self, calls, turn: str) -> tuple[list[ToolResult], str]:
+    def _run_tools(self, calls, turn: str) -> tuple[list[ToolResult], Pieces]:
         """Run a pause's calls (several at once in a json turn) and render what is appended."""
         def one(call) -> ToolResult:
             t = time.perf_counter()
@@ -214,13 +219,13 @@ class AgentLoop:
                 results = list(ex.map(one, calls))
         return results, self.format.render_results(self.tok, turn, calls, [r.output for r in results])
 
-    def _deliver(self, sid: int, st: TrajState, out: tuple[list[ToolResult], str]) -> None:
-        results, text = out
+    def _deliver(self, sid: int, st: TrajState, out: tuple[list[ToolResult], Pieces]) -> None:
+        results, pieces = out
         s = self.engine.seq(sid)
         recs = st.calls[len(st.calls) - len(results):]
         for rec, r in zip(recs, results):
             rec.output, rec.ok, rec.elapsed_s = r.output, r.ok, r.elapsed_s
-        ids = self.tok.encode(text, add_special_tokens=False)
+        ids = encode_pieces(self.tok, pieces)
         if len(s.tokens) + len(ids) >= s.params.max_len:
             return self._end(sid, st, "length")
         start = len(s.tokens) - s.prompt_len
@@ -240,5 +245,22 @@ class AgentLoop:
             sid=sid, prompt_ids=s.tokens[: s.prompt_len], response_ids=list(resp), loss_mask=list(s.gen_mask),
             logprobs=list(s.logprobs), entropies=list(s.entropies), text=self.tok.decode(resp),
             tool_calls=copy.deepcopy(st.calls), finish_reason=st.finish_reason or s.finish_reason or "stop",
-            parent=s.parent, fork_at=s.fork_at,
+            parent=s.parent, fork_at=s.fork_at, tool_spans=char_spans(self.tok, list(resp), list(s.gen_mask)),
         )
+
+
+def char_spans(tok, ids: list[int], mask: list[int]) -> list[tuple[int, int]]:
+    """[start, end) character spans in tok.decode(ids) of the maximal runs of mask 0 (the appended
+    blocks). A run starts and ends at a token boundary, so its offset is the length of the decoded
+    prefix (the decoding of a prefix is a prefix of the decoding)."""
+    spans, i = [], 0
+    while i < len(mask):
+        if mask[i]:
+            i += 1
+            continue
+        j = i
+        while j < len(mask) and not mask[j]:
+            j += 1
+        spans.append((len(tok.decode(ids[:i])), len(tok.decode(ids[:j]))))
+        i = j
+    return spans

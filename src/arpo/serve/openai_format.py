@@ -248,10 +248,20 @@ def render_messages(tokenizer, messages: list[Message], system: str, tools=None,
                     tool_format: str = "tags") -> list[int]:
     """Prompt token ids: the chat template over chat_turns(...) with the assistant header. For one user
     message this is exactly data.prompts.render_prompt (what `arpo chat` and eval feed the model): in
-    the json format the tools' schemas go to the template, or the hermes block to the system prompt."""
-    from arpo.tools.formats import hermes_system_block, template_supports_tools, tool_schema
+    the json format the tools' schemas go to the template, or the hermes block to the system prompt.
+    Tool messages' text is encoded as plain text (special-token strings in it split), as the rollout
+    encodes the results it appends."""
+    from arpo.tools.formats import (PLACEHOLDER, fill_placeholders, hermes_system_block, template_supports_tools,
+                                    tool_schema)
+    from arpo.tools.tokens import encode_pieces
 
     template_tools = template_supports_tools(tokenizer)
+    # the tool messages' text goes in as plain tokens (tools/tokens.py): rendered as placeholders,
+    # then encoded with special tokens split, so a tool's `<|im_end|>` cannot end a turn
+    outputs = [_text(m, i) for i, m in enumerate(messages) if m.role == "tool"]
+    marks = [PLACEHOLDER.format(k) for k in range(len(outputs))]
+    marked = iter(marks)
+    messages = [m.model_copy(update={"content": next(marked)}) if m.role == "tool" else m for m in messages]
     turns = chat_turns(messages, system, tool_format, template_tools)
     kw = {}
     if tool_format == "json" and tools is not None and len(tools.names):
@@ -259,6 +269,9 @@ def render_messages(tokenizer, messages: list[Message], system: str, tools=None,
             kw["tools"] = [tool_schema(tools[n]) for n in tools.names]
         else:
             turns[0]["content"] += "\n\n" + hermes_system_block(tools)
+    if outputs:
+        text = tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True, **kw)
+        return encode_pieces(tokenizer, fill_placeholders(text, marks, outputs, strict=False))
     out = tokenizer.apply_chat_template(turns, tokenize=True, add_generation_prompt=True, **kw)
     if isinstance(out, dict) or hasattr(out, "keys"):
         out = out["input_ids"]

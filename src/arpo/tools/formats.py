@@ -13,9 +13,15 @@
 
 In both formats everything after the prompt is built in token space: the ids trained on are the
 ids sampled plus the ids of the appended text (results and template tokens, loss mask 0) — the
-conversation is never re-tokenized. `render_results` returns the text to append; the json format
-gets it from the chat template by rendering the conversation without and with the tool messages
-and keeping the difference (checked to be a pure extension).
+conversation is never re-tokenized. `render_results` returns what to append as pieces
+`(text, from_tool)` (tools/tokens.py): the tools' own text is encoded with special tokens split, so a
+tool that prints `<|im_end|>` cannot end a turn; only the environment's markup keeps real special
+tokens. The tag format's whole `<result>` block is tool text (it holds no template markup). The
+json format gets its block from the chat template by rendering the conversation without and with
+the tool messages and keeping the difference (checked to be a pure extension); the tool messages
+are rendered with placeholders that are then replaced by the outputs, so the template's markers and
+the tools' text stay apart (a template that transforms a message's content, e.g. `| trim`, sees the
+placeholder: the output goes in as the tool wrote it).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from arpo.data.prompts import template_supports_tools as template_supports_tools
 from arpo.data.prompts import tool_schema as tool_schema
 from arpo.tools.base import ToolCall, format_result
 from arpo.tools.registry import ToolRegistry
+from arpo.tools.tokens import Pieces
 
 FORMATS = ("tags", "json")
 TOOL_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
@@ -51,10 +58,12 @@ class TagFormat:
         call = tools.parse_last_call(segment)
         return None if call is None else [call]
 
-    def render_results(self, tokenizer, turn_text: str, calls: list[ToolCall], outputs: list[str]) -> str:
+    def render_results(self, tokenizer, turn_text: str, calls: list[ToolCall], outputs: list[str]) -> Pieces:
+        """The `<result>` blocks (or the template's result format): all tool text (no special token of
+        the template belongs in them)."""
         if self.result_template is not None:
-            return "".join(self.result_template.replace("{output}", o) for o in outputs)
-        return "".join(format_result(o) for o in outputs)
+            return [("".join(self.result_template.replace("{output}", o) for o in outputs), True)]
+        return [("".join(format_result(o) for o in outputs), True)]
 
 
 @dataclass
@@ -84,18 +93,47 @@ class JsonFormat:
                                 "<tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>"))
         return out or None
 
-    def render_results(self, tokenizer, turn_text: str, calls: list[ToolCall], outputs: list[str]) -> str:
-        """The text after the turn's end-of-turn token: the tool messages and the next assistant header."""
-        tool_msgs = [{"role": "tool", "name": c.tag, "content": o} for c, o in zip(calls, outputs)]
+    def render_results(self, tokenizer, turn_text: str, calls: list[ToolCall], outputs: list[str]) -> Pieces:
+        """What follows the turn's end-of-turn token: the tool messages and the next assistant header,
+        as pieces — the template's markup (real special tokens) and each output (plain text)."""
+        marks = [PLACEHOLDER.format(i) for i in range(len(outputs))]
         if template_supports_tools(tokenizer):
-            delta = _template_delta(tokenizer, turn_text, tool_msgs)
-            if delta is not None:
-                return delta
-        resp = "\n".join(f"<tool_response>\n{o}\n</tool_response>" for o in outputs)
-        delta = _template_delta(tokenizer, turn_text, [{"role": "user", "content": resp}])
-        if delta is None:  # a template we cannot extend: ChatML, the hermes convention's home
-            return f"\n<|im_start|>user\n{resp}<|im_end|>\n<|im_start|>assistant\n"
-        return delta
+            tool_msgs = [{"role": "tool", "name": c.tag, "content": m} for c, m in zip(calls, marks)]
+            pieces = fill_placeholders(_template_delta(tokenizer, turn_text, tool_msgs), marks, outputs)
+            if pieces is not None:
+                return pieces
+        resp = "\n".join(f"<tool_response>\n{m}\n</tool_response>" for m in marks)
+        pieces = fill_placeholders(_template_delta(tokenizer, turn_text, [{"role": "user", "content": resp}]), marks,
+                                   outputs)
+        if pieces is None:  # a template we cannot extend: ChatML, the hermes convention's home
+            pieces = fill_placeholders(f"\n<|im_start|>user\n{resp}<|im_end|>\n<|im_start|>assistant\n", marks, outputs)
+        return pieces
+
+
+# where a tool's output goes in a rendering (private-use characters: no template escapes them)
+PLACEHOLDER = "\ue000arpo-tool-output-{}\ue001"
+
+
+def fill_placeholders(rendered: str | None, marks: list[str], outputs: list[str], strict: bool = True) -> Pieces | None:
+    """Split a rendering at its placeholders into markup pieces (text, False) and the outputs
+    (text, True). strict: each placeholder exactly once, in order, else None (the template dropped,
+    repeated or reordered one); not strict: wherever they are."""
+    if rendered is None:
+        return None
+    if strict and any(rendered.count(m) != 1 for m in marks):
+        return None
+    by_mark = dict(zip(marks, outputs))
+    pieces: Pieces = []
+    pos = 0
+    order = []
+    for m in re.finditer("|".join(map(re.escape, marks)), rendered) if marks else ():
+        pieces += [(rendered[pos:m.start()], False), (by_mark[m.group(0)], True)]
+        order.append(m.group(0))
+        pos = m.end()
+    if strict and order != marks:
+        return None
+    pieces.append((rendered[pos:], False))
+    return [p for p in pieces if p[0]]
 
 
 def _template_delta(tokenizer, turn_text: str, new_msgs: list[dict]) -> str | None:

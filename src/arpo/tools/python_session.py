@@ -18,7 +18,12 @@ tree (issue 19).
 A branch lives in the sandbox of the global sample it came from (one pid namespace, memory cgroup
 and uid per family of sessions), separated from its siblings by process and working directory.
 Limits: each call's process has the one-shot tool's rlimits; the memory cgroup bounds the family.
-Unlike the one-shot tool, a session call reports its own status (a program could forge `ok`).
+A call's status is unforgeable as in the one-shot tool: it is how the call's process ended (its exit
+status, read by the sandbox's init and written to the call's report pipe, which the code never
+holds); the process then hands the session's state to a fork of itself. A program that ends its
+process itself (`os._exit`) ends the session too (the next call starts a fresh one, saying so).
+Not defended: a process a call leaves running shares the session's uid and namespaces, so it can
+interfere with that session's later calls (it is code of the same trajectory).
 """
 
 from __future__ import annotations
@@ -233,7 +238,7 @@ class PythonSessionTool:
         for fd in (code_r, out_w, rep_w):
             os.close(fd)
         data = code.encode("utf-8", "replace")
-        out, status, timed_out, overflow = bytearray(), None, False, False
+        out, status, timed_out, overflow, state_alive = bytearray(), None, False, False, False
         try:
             _write_all(code_w, _CODE_HEADER.pack(timeout, len(data)) + data)
         except OSError:
@@ -260,10 +265,11 @@ class PythonSessionTool:
                     overflow = len(out) >= limit
                 elif not chunk:
                     status = status or "EOF"  # the call's process died without reporting
-                else:
+                else:  # init's report: how the call's process ended and whether the state lives on
                     rep_buf += chunk
                     if b"\n" in rep_buf:
-                        status = "X " + rep_buf.split(b"\n", 1)[0].decode(errors="replace")[2:]
+                        how, _, alive = rep_buf.split(b"\n", 1)[0].decode(errors="replace")[2:].rpartition(" ")
+                        status, state_alive = "X " + how, alive == "1"
         os.set_blocking(out_r, False)
         try:
             while len(out) < limit:
@@ -275,7 +281,9 @@ class PythonSessionTool:
             pass
         os.close(out_r)
         os.close(rep_r)
-        ended = timed_out or overflow or status in (None, "EOF") or (status or "").startswith("E ")
+        # the state lives on when the call's process forked it before exiting (init says so); a
+        # signal, or a program that ended its own process, leaves none: the next call starts fresh
+        ended = timed_out or overflow or not state_alive
         if ended:  # the call's process is killed; the next call starts a fresh session, saying so
             with fam.lock:
                 try:
@@ -288,11 +296,7 @@ class PythonSessionTool:
         else:
             sess.calls += 1
             sess.states[sess.calls] = dst
-        mapped = {"X ok": "X wexit 0", "X exc": "X wexit 1"}.get(status or "", status)
-        if mapped and mapped.startswith("X exit "):
-            mapped = "X wexit " + mapped[7:]
-        if mapped == "X crash":
-            mapped = "X signal 9"
+        mapped = "X signal 9" if status == "X crash" else status
         return self._inner._result(bytes(out), mapped, timeout, timed_out, overflow, time.monotonic() - t0,
                                    "namespaces")
 
