@@ -16,7 +16,7 @@ from arpo.tools.sandbox import pool
 from arpo.tools.sandbox.capture import UNWATCH, run_with_limits
 
 PKG = Path(pool.__file__).parent
-TRAINER_SIDE = {"__init__", "pool", "capture", "result"}
+TRAINER_SIDE = {"__init__", "limits", "pool", "capture", "result"}
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:

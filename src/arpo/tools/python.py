@@ -23,11 +23,12 @@ from dataclasses import fields
 
 from arpo.tools.base import ToolResult
 from arpo.tools.sandbox.capture import UNWATCH, run_with_limits
-from arpo.tools.sandbox.limits import SANDBOX_UID_SPAN, SandboxLimits
+from arpo.tools.sandbox.limits import SandboxLimits
 from arpo.tools.sandbox.linux import _write_all
 from arpo.tools.sandbox.pool import _PoolState, _Worker
 from arpo.tools.sandbox.result import _fmt_seconds, call_result
 from arpo.tools.sandbox.runner import _CODE_HEADER
+from arpo.tools.sandbox.zygote import SANDBOX_UID_SPAN
 
 log = logging.getLogger(__name__)
 

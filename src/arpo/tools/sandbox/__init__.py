@@ -50,18 +50,19 @@ Modules, one job each. Sandbox side (run in the zygote and its forks; standard l
 the zygote loads them by path without the `arpo` package: pool.py's bootstrap, ZYGOTE_MODULES):
 
 * linux.py    — Linux constants, libc calls (mount, prctl, unshare), reaping and killing children
-* limits.py   — `SandboxLimits` (the knobs, their defaults), fixed bounds (cgroup margins, uid
-                blocks, cpu period), the sandbox environment, machine-derived defaults
 * fsview.py   — the mount namespace: the minimal root or the host read-only
 * netns.py    — the network namespace: loopback up, per-socket buffer caps
 * seccomp.py  — the seccomp filter (SECCOMP_DENY) and its probe
-* cgroups.py  — tool-wide and per-call memory/pids/cpu cgroups, the OOM report
-* runner.py   — the locked-down process that runs one call's code and reports by its exit status
+* cgroups.py  — tool-wide and per-call memory/pids/cpu cgroups (their margins), the OOM report
+* runner.py   — the locked-down process that runs one call's code and reports by its exit status;
+                the environment a sandboxed process gets
 * session.py  — a session family's init and state processes (tools/python_session.py)
 * zygote.py   — the zygote's main loop, the probe, c1 (namespaces) and init (pid 1, the deadline)
 
 Trainer side (never loaded in the zygote):
 
+* limits.py   — `SandboxLimits`: the knobs and their defaults (documented once), resolved into the
+                zygote's configuration; the machine-derived defaults
 * pool.py     — start the zygote, ask it for workers, keep a pool of ready ones
 * capture.py  — `run_with_limits`: a call's output under its deadline and byte cap (both tools)
 * result.py   — a call's outcome as the model reads it (the error line, the output cap)

@@ -10,10 +10,17 @@ import os
 import signal
 import time
 
-from .limits import CGROUP_TEARDOWN_S, CPU_PERIOD_US, MEMCG_MARGIN_MB, SOCKET_MEM_MB
 from .linux import _reap
 
 log = logging.getLogger(__name__)
+
+MEMCG_MARGIN_MB = 64  # on top of memory_mb: the interpreter's copy-on-write pages, kernel objects
+# Socket buffers (loopback TCP/UDP queues) are charged to a cgroup v2 memory cgroup with
+# everything else; cgroup v1 keeps them outside memory.limit_in_bytes and charges them only once
+# memory.kmem.tcp.limit_in_bytes is set (then for TCP and UDP alike): a v1 call gets this much.
+SOCKET_MEM_MB = 64
+CGROUP_TEARDOWN_S = 60.0  # closing a tool waits this long at most for its calls' processes to be gone
+CPU_PERIOD_US = 100_000  # the cgroup cpu quota's period: a call over its quota waits at most this long
 
 
 _CONTROLLERS = ("memory", "pids", "cpu")

@@ -10,8 +10,18 @@ import logging
 import os
 import sys
 
-from .linux import (MS_BIND, MS_NODEV, MS_NOEXEC, MS_NOSUID, MS_PRIVATE, MS_RDONLY, MS_REC, MS_REMOUNT,
-                    _MOUNT_OPTION_FLAGS, _mount)
+from .linux import (
+    _MOUNT_OPTION_FLAGS,
+    MS_BIND,
+    MS_NODEV,
+    MS_NOEXEC,
+    MS_NOSUID,
+    MS_PRIVATE,
+    MS_RDONLY,
+    MS_REC,
+    MS_REMOUNT,
+    _mount,
+)
 
 log = logging.getLogger(__name__)
 

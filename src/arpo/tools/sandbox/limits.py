@@ -1,44 +1,20 @@
-"""The sandbox's limits, documented once: the knobs (`SandboxLimits`, whose fields are `PythonTool`'s
-sandbox keywords; docs/sandbox.md lists each with what enforces it), the fixed bounds (margins,
-spans, periods), the environment a sandboxed process gets, and how a tool's defaults follow from
-the machine (`default_tool_cpus`) or from other tools (`allocate_uid_block`).
+"""The sandbox's knobs, documented once: `SandboxLimits` (its fields are `PythonTool`'s sandbox
+keywords; docs/sandbox.md lists each with what enforces it) and how a tool's defaults follow from
+the machine (`default_tool_cpus`) or from other tools (`allocate_uid_block`). The fixed bounds live
+with what enforces them (cgroups.py: MEMCG_MARGIN_MB, SOCKET_MEM_MB, CPU_PERIOD_US...; runner.py:
+the environment; zygote.py: SANDBOX_UID_SPAN).
 
-Loaded inside the zygote (see the package docstring): standard library only."""
+Trainer side: never loaded inside the zygote."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass
 
+from .cgroups import MEMCG_MARGIN_MB
+from .zygote import SANDBOX_UID_SPAN
 
-SANDBOX_UID_SPAN = 100_000  # per-worker uids of one tool cycle through [uid_base, uid_base + span)
 SANDBOX_UID_FIRST, SANDBOX_UID_LAST = 100_000_000, 4_000_000_000  # blocks of SPAN uids are handed out in here
-MEMCG_MARGIN_MB = 64  # on top of memory_mb: the interpreter's copy-on-write pages, kernel objects
-# Socket buffers (loopback TCP/UDP queues) are charged to a cgroup v2 memory cgroup with
-# everything else; cgroup v1 keeps them outside memory.limit_in_bytes and charges them only once
-# memory.kmem.tcp.limit_in_bytes is set (then for TCP and UDP alike): a v1 call gets this much.
-SOCKET_MEM_MB = 64
-CGROUP_TEARDOWN_S = 60.0  # closing a tool waits this long at most for its calls' processes to be gone
-CPU_PERIOD_US = 100_000  # the cgroup cpu quota's period: a call over its quota waits at most this long
-
-
-# Why a fresh process gets these variables and nothing else: the trainer's environment holds
-# tokens and paths that model-written code must not read; thread counts of 1 keep numeric
-# libraries from spawning thread pools (fork-unsafe in the zygote, and RLIMIT_NPROC counts them).
-_SANDBOX_ENV = {
-    "PATH": "/usr/local/bin:/usr/bin:/bin",
-    "HOME": "/tmp",
-    "TMPDIR": "/tmp",
-    "USER": "sandbox",
-    "LANG": "C.UTF-8",
-    "PYTHONIOENCODING": "utf-8",
-    "OMP_NUM_THREADS": "1",
-    "OPENBLAS_NUM_THREADS": "1",
-    "MKL_NUM_THREADS": "1",
-    "NUMEXPR_NUM_THREADS": "1",
-    "MALLOC_ARENA_MAX": "2",  # glibc reserves 64 MB of address space per arena: RLIMIT_AS
-    "MPLBACKEND": "Agg",
-}
 
 
 def default_tool_cpus() -> float:

@@ -9,7 +9,6 @@ import os
 import signal
 import time
 
-
 # ---------------------------------------------------------------------------------------------
 # Linux constants (not all are exposed by the os module of every supported Python)
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000

@@ -18,7 +18,8 @@ import time
 import warnings
 from collections import deque
 
-from .limits import _SANDBOX_ENV, CGROUP_TEARDOWN_S
+from .cgroups import CGROUP_TEARDOWN_S
+from .runner import _SANDBOX_ENV
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,7 @@ log = logging.getLogger(__name__)
 _warned_modes: set[str] = set()
 SANDBOX_SOURCE_NAME = "<arpo-sandbox>"  # the sandbox modules' file name in the zygote's code objects (tracebacks, faults)
 # The sandbox side, in dependency order: each imports only the standard library and the ones before it.
-ZYGOTE_MODULES = ("linux", "limits", "fsview", "netns", "seccomp", "cgroups", "runner", "session", "zygote")
+ZYGOTE_MODULES = ("linux", "fsview", "netns", "seccomp", "cgroups", "runner", "session", "zygote")
 ZYGOTE_PACKAGE = "_arpo_sandbox"  # their package's name inside the zygote (not `arpo`: nothing of it is imported)
 # The zygote's command line is what every call sees as /proc/1/cmdline (init is a fork of the
 # zygote): it carries no configuration and no host path. Both arrive as the first message on the

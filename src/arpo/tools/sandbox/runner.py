@@ -20,11 +20,28 @@ import threading
 import traceback
 import types
 
-from .limits import _SANDBOX_ENV
 from .linux import PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, _check
 from .seccomp import SECCOMP_DENY, SECCOMP_DENY_NO_MEMCG, _load_seccomp
 
 log = logging.getLogger(__name__)
+
+# Why a fresh process gets these variables and nothing else: the trainer's environment holds
+# tokens and paths that model-written code must not read; thread counts of 1 keep numeric
+# libraries from spawning thread pools (fork-unsafe in the zygote, and RLIMIT_NPROC counts them).
+_SANDBOX_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HOME": "/tmp",
+    "TMPDIR": "/tmp",
+    "USER": "sandbox",
+    "LANG": "C.UTF-8",
+    "PYTHONIOENCODING": "utf-8",
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "NUMEXPR_NUM_THREADS": "1",
+    "MALLOC_ARENA_MAX": "2",  # glibc reserves 64 MB of address space per arena: RLIMIT_AS
+    "MPLBACKEND": "Agg",
+}
 
 
 USER_FILENAME = "<string>"  # what tracebacks of the model's code show, as for `python -c`

@@ -11,7 +11,6 @@ import socket
 
 from .linux import PR_SET_NO_NEW_PRIVS, _check, _libc
 
-
 # ---- seccomp: kernel surfaces model code has no use for ------------------------------------------
 # keyrings (state and secrets that outlive a call: keys belong to a uid, not to a namespace),
 # other processes' memory, kernel attack surface (bpf, perf, io_uring, userfaultfd), the

@@ -16,7 +16,6 @@ import types
 from .linux import _reap
 from .runner import _flush_std, _lock_down, _print_exc, _receive_and_run
 
-
 # ---- stateful sessions (PythonSessionTool, tools/python_session.py) --------------------------------
 # A session family is one sandbox (namespaces, cgroup, uid) whose init manages *state processes*:
 # python processes holding a session's variables (a persistent __main__) and its working directory

@@ -13,15 +13,27 @@ import signal
 import socket
 import time
 
-from .cgroups import _CallCgroups, _join_cgroups, _oom_killed
+from .cgroups import SOCKET_MEM_MB, _CallCgroups, _join_cgroups, _oom_killed
 from .fsview import _setup_namespaces_fs
-from .limits import SANDBOX_UID_SPAN, SOCKET_MEM_MB
-from .linux import (CLONE_NEWIPC, CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWUSER, CLONE_NEWUTS,
-                    PR_SET_CHILD_SUBREAPER, _check, _kill_descendants, _libc, _reap)
+from .linux import (
+    CLONE_NEWIPC,
+    CLONE_NEWNET,
+    CLONE_NEWNS,
+    CLONE_NEWPID,
+    CLONE_NEWUSER,
+    CLONE_NEWUTS,
+    PR_SET_CHILD_SUBREAPER,
+    _check,
+    _kill_descendants,
+    _libc,
+    _reap,
+)
 from .netns import _limit_netns, _loopback_up
 from .runner import _CODE_HEADER, _runner_main
 from .seccomp import SECCOMP_DENY, SECCOMP_DENY_NO_MEMCG, _probe_seccomp
 from .session import _session_init
+
+SANDBOX_UID_SPAN = 100_000  # per-worker uids of one tool cycle through [uid_base, uid_base + span)
 
 
 def _init_main(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket, pipes: tuple[int, int, int],
