@@ -517,7 +517,7 @@ def test_host_memory_stays_within_the_limit(small, name):
 
 def _cgroup_peak_mb(tool) -> float:
     """The largest peak memory of the tool's per-call cgroups (those not yet removed)."""
-    from arpo.tools.python import _cgroup_dirs
+    from arpo.tools.sandbox.cgroups import _cgroup_dirs
 
     root = Path(_cgroup_dirs()["memory"]) / f"arpo-sandbox-{tool._state.zygote.proc.pid}"
     peaks = []

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from arpo.tools.python import PythonTool, _cgroup_dirs
+from arpo.tools.python import PythonTool
+from arpo.tools.sandbox.cgroups import _cgroup_dirs
 
 MEMORY_MB = 256
 

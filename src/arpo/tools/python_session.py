@@ -3,7 +3,7 @@ tree (issue 19).
 
 * one sandboxed interpreter per trajectory, created on its first call, with the one-shot tool's
   isolation and limits (namespaces, minimal filesystem, memory cgroup, seccomp, own uid, rlimits,
-  wall-clock kill) — tools/python.py's sandbox in its session mode;
+  wall-clock kill) — the sandbox package (tools/sandbox/) in its session mode;
 * variables, imports and files of its working directory persist across that trajectory's calls;
 * when the rollout forks a trajectory after tool result t, the session forks with it: the branch
   starts from a copy-on-write fork of the interpreter *as it was after that call* (every call runs
@@ -37,12 +37,16 @@ import time
 from dataclasses import dataclass, field
 
 from arpo.tools.base import ToolResult
-from arpo.tools.python import _CODE_HEADER, PythonTool, _PoolState, _write_all
+from arpo.tools.python import PythonTool
+from arpo.tools.sandbox.capture import run_with_limits
+from arpo.tools.sandbox.linux import _write_all
+from arpo.tools.sandbox.pool import _PoolState
+from arpo.tools.sandbox.runner import _CODE_HEADER
 
 
 @dataclass
 class _Family:
-    worker: object  # python._Worker (its ctl talks to the family's init)
+    worker: object  # sandbox.pool._Worker (its ctl talks to the family's init)
     lock: threading.Lock = field(default_factory=threading.Lock)
     live: set = field(default_factory=set)  # state ids alive in it
     dead: bool = False
@@ -238,7 +242,7 @@ class PythonSessionTool:
         for fd in (code_r, out_w, rep_w):
             os.close(fd)
         data = code.encode("utf-8", "replace")
-        out, status, timed_out, overflow, state_alive = bytearray(), None, False, False, False
+        status = None
         try:
             _write_all(code_w, _CODE_HEADER.pack(timeout, len(data)) + data)
         except OSError:
@@ -246,39 +250,22 @@ class PythonSessionTool:
         finally:
             os.close(code_w)
         deadline = time.monotonic() + timeout
-        poller = select.poll()
-        poller.register(out_r, select.POLLIN)
-        poller.register(rep_r, select.POLLIN)
-        rep_buf = b""
-        limit = self._inner.max_read_bytes
-        while status is None and not overflow:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                timed_out = True
-                break
-            for fd, _ in poller.poll(max(1, int(remaining * 1000 + 0.999))):
-                chunk = os.read(fd, 1 << 16)
-                if fd == out_r:
-                    if not chunk:
-                        poller.unregister(out_r)
-                    out += chunk[: max(0, limit - len(out))]
-                    overflow = len(out) >= limit
-                elif not chunk:
-                    status = status or "EOF"  # the call's process died without reporting
-                else:  # init's report: how the call's process ended and whether the state lives on
-                    rep_buf += chunk
-                    if b"\n" in rep_buf:
-                        how, _, alive = rep_buf.split(b"\n", 1)[0].decode(errors="replace")[2:].rpartition(" ")
-                        status, state_alive = "X " + how, alive == "1"
-        os.set_blocking(out_r, False)
-        try:
-            while len(out) < limit:
-                chunk = os.read(out_r, 1 << 16)
-                if not chunk:
-                    break
-                out += chunk
-        except BlockingIOError:
-            pass
+        rep_buf, state = bytearray(), {"alive": False}
+
+        def report():  # init's report: how the call's process ended and whether the state lives on
+            chunk = os.read(rep_r, 1 << 16)
+            if not chunk:
+                return "EOF"  # the call's process died without reporting
+            rep_buf.extend(chunk)
+            if b"\n" not in rep_buf:
+                return None
+            how, _, alive = rep_buf.split(b"\n", 1)[0].decode(errors="replace")[2:].rpartition(" ")
+            state["alive"] = alive == "1"
+            return "X " + how
+
+        got = run_with_limits(out_r, {rep_r: report}, deadline, self._inner.max_read_bytes, status=status)
+        out, status, timed_out, overflow = got.raw, got.status, got.timed_out, got.overflow
+        state_alive = state["alive"]
         os.close(out_r)
         os.close(rep_r)
         # the state lives on when the call's process forked it before exiting (init says so); a

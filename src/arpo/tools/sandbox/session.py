@@ -1,0 +1,293 @@
+"""The sandbox side of `python` sessions (trainer side: tools/python_session.py): a session
+family's init and its state processes.
+
+Loaded inside the zygote (see the package docstring): standard library only."""
+
+from __future__ import annotations
+
+import builtins
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+import types
+
+from .runner import EXIT_HARNESS, _exit_code, _flush_std, _lock_down, _print_exc, _receive_and_run
+
+# ---- stateful sessions (PythonSessionTool, tools/python_session.py) --------------------------------
+# A session family is one sandbox (namespaces, cgroup, uid) whose init manages *state processes*:
+# python processes holding a session's variables (a persistent __main__) and its working directory
+# (/tmp/s<pid>). A call runs in a fork of the session's current state (the process it was forked
+# from stays as the snapshot "after the previous call", from which a branch of the rollout tree forks
+# its own state: copy-on-write memory, a copied directory); when the code is done, the call's process
+# forks the new state and exits. Its status is that exit status, read by init (the call's process is
+# double-forked, so init adopts it) and written by init to the call's report pipe, which the code
+# never holds — as in the one-shot tool, the code can only end its process, as any program can.
+# Threads a program started do not survive into the next call (fork copies one thread).
+
+def _session_state_loop(chan: socket.socket, workdir: str, mod: types.ModuleType) -> None:
+    """A state process: wait for init's commands on `chan`; never returns.
+    b"X" + fds [code_r, out_w, new_chan]: run one call in a process init adopts; it forks the new
+    state and reports by exiting; b"F" + fds [new_chan]: a child that becomes a branch's state; EOF:
+    end (the snapshot is dropped)."""
+    import shutil
+
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # states never wait for their children: auto-reaped
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(chan, 64, 4)
+        except OSError:
+            os._exit(0)
+        if not msg or not fds:
+            os._exit(0)
+        pid = os.fork()
+        if pid != 0:
+            for fd in fds:
+                os.close(fd)
+            continue
+        chan.close()
+        chan = socket.socket(fileno=fds[-1])
+        if msg[:1] == b"X":  # the call's process is orphaned: init adopts it and reads how it ends
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # (one that ends before we do stays a zombie for init)
+            if os.fork() != 0:
+                os._exit(0)
+            signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+        newdir = f"/tmp/s{os.getpid()}"
+        try:
+            shutil.copytree(workdir, newdir, symlinks=True)
+        except OSError:
+            os.makedirs(newdir, exist_ok=True)
+        workdir = newdir
+        os.chdir(workdir)
+        if msg[:1] != b"X":
+            chan.sendall(f"P {os.getpid()}\n".encode())
+            continue
+        chan.sendall(b"C\n")  # init learns this process's pid from the kernel (SO_PASSCRED)
+        status = _session_call(fds[0], fds[1], mod)
+        try:
+            if os.fork() != 0:  # the report is our exit; "S" first: the state lives on in our child
+                chan.sendall(b"S\n")
+                os._exit(_exit_code(status))
+        except OSError:
+            os._exit(EXIT_HARNESS)
+        chan.sendall(f"P {os.getpid()}\n".encode())
+
+
+def _session_call(code_r: int, out_w: int, mod: types.ModuleType) -> str:
+    """One call in a session: stdout/stderr to out_w (then to /dev/null, both closed); its status."""
+    status = "crash"
+    try:
+        sys.stdout.flush()
+        os.dup2(out_w, 1)
+        os.dup2(out_w, 2)
+        status = _receive_and_run(code_r, mod)
+    except BaseException:  # noqa: BLE001
+        _print_exc()
+    _flush_std()
+    devnull = os.open("/dev/null", os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    for fd in (devnull, code_r, out_w):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    return status
+
+
+def _sender_pid(sock: socket.socket) -> tuple[bytes, int | None]:
+    """(data, the sending process's pid as the kernel reports it) from a socket with SO_PASSCRED."""
+    data, anc, _, _ = sock.recvmsg(4096, socket.CMSG_SPACE(12))
+    for level, kind, raw in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(raw) >= 12:
+            return data, struct.unpack("3i", raw[:12])[0]
+    return data, None
+
+
+def _session_chan() -> tuple[socket.socket, socket.socket]:
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+    return a, b
+
+
+def _wait_report(st: int, state: bool) -> str:
+    """A call process's wait status as the "D <how> <state 0|1>" line its report pipe gets; `state`:
+    the call's process forked the new state (the session goes on from it)."""
+    how = f"signal {os.WTERMSIG(st)}" if os.WIFSIGNALED(st) else f"wexit {os.waitstatus_to_exitcode(st)}"
+    return f"D {how} {int(state)}\n"
+
+
+def _session_init(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket, pipes: tuple[int, int, int]) -> None:
+    """init of a session family: start the root state, then relay the trainer's commands to states.
+    Trainer -> init (ctl): "X src dst" + fds [code_r, out_w, rep_w]; "F src dst"; "Q id" (drop a state);
+    "K id" (kill a state's or a running call's process). init -> trainer: "R" (ready), "X dead id" (a
+    state vanished); on a call's rep_w (kept by init, never passed on): "D wexit N" / "D signal N"."""
+    for fd in pipes:
+        os.close(fd)
+    a, b = _session_chan()
+    root = os.fork()
+    if root == 0:
+        ctl.close()
+        a.close()
+        try:
+            os.makedirs("/tmp/s0", exist_ok=True)
+            if uid is not None:
+                os.chown("/tmp/s0", uid, uid)
+            null = os.open("/dev/null", os.O_WRONLY)
+            _lock_down(lib, cfg, mode, uid, "/tmp/s0", null, {b.fileno()})
+            mod = types.ModuleType("__main__")
+            mod.__builtins__ = builtins
+            b.sendall(f"P {os.getpid()}\n".encode())
+            _session_state_loop(b, "/tmp/s0", mod)
+        except BaseException:  # noqa: BLE001
+            os._exit(1)
+    b.close()
+    chans: dict[str, socket.socket] = {"0": a}
+    pids: dict[str, int] = {}
+    calls: dict[str, dict] = {}  # dst -> {"rep": rep_w, "pid": the call's process once it said "C"}
+    exited: dict[int, tuple] = {}  # pid -> (wait status, when) of the processes init reaped
+    bufs: dict[str, bytes] = {}
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w)  # a SIGCHLD wakes the poll below
+
+    def collect(*_):
+        while True:
+            try:
+                pid, st = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            exited[pid] = (st, time.monotonic())
+
+    signal.signal(signal.SIGCHLD, collect)
+    inbox, ready_sent, fd_groups = b"", False, []
+    while True:
+        poller = select.poll()
+        poller.register(ctl.fileno(), select.POLLIN)
+        poller.register(wake_r, select.POLLIN)
+        by_fd = {c.fileno(): k for k, c in chans.items()}
+        for fd in by_fd:
+            poller.register(fd, select.POLLIN)
+        try:
+            events = poller.poll(1000)
+        except InterruptedError:
+            continue
+        for fd, _ in events:
+            if fd == wake_r:
+                try:
+                    os.read(wake_r, 4096)
+                except OSError:
+                    pass
+                continue
+            if fd == ctl.fileno():
+                try:
+                    msg, fds, _, _ = socket.recv_fds(ctl, 4096, 4)
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError:
+                    msg, fds = b"", []
+                if not msg:
+                    os._exit(0)  # the trainer is gone: the namespace dies with us
+                # a stream socket may deliver several commands at once: one per line; each X command's
+                # three descriptors arrive with it, in order
+                fd_groups += [fds[i:i + 3] for i in range(0, len(fds), 3)]
+                inbox += msg
+                while b"\n" in inbox:
+                    line, inbox = inbox.split(b"\n", 1)
+                    cmd = line.decode(errors="replace").strip()
+                    group = fd_groups.pop(0) if cmd.startswith("X ") and fd_groups else []
+                    _session_command(cmd, group, chans, pids, calls)
+                continue
+            k = by_fd[fd]
+            try:
+                data, sender = _sender_pid(chans[k])
+            except OSError:
+                data, sender = b"", None
+            if not data:
+                chans.pop(k).close()
+                call = calls.get(k)
+                if call is not None and call["pid"] is None:  # the call's process died before it started
+                    _report(calls, k, "D signal 9 0\n")
+                if k in pids:
+                    pids.pop(k)
+                    try:
+                        ctl.sendall(f"X dead {k}\n".encode())
+                    except OSError:
+                        os._exit(0)
+                continue
+            lines = (bufs.get(k, b"") + data).split(b"\n")
+            bufs[k] = lines.pop()[-4096:]
+            for line in lines:
+                call = calls.get(k)
+                if line == b"C" and call is not None and call["pid"] is None and sender:
+                    call["pid"] = pids[k] = sender  # the process that runs the call: its exit is the report
+                elif line == b"S" and call is not None and sender == call["pid"]:
+                    call["state"] = True
+                elif line.startswith(b"P ") and sender:
+                    pids[k] = sender
+                    if k == "0" and not ready_sent:
+                        ready_sent = True
+                        ctl.sendall(b"R\n")
+        for k, call in list(calls.items()):
+            if call["pid"] in exited:
+                if k in chans and not call.get("state"):  # its "S" was sent before it exited: read it first
+                    chans[k].setblocking(False)
+                    try:
+                        while True:
+                            data, sender = _sender_pid(chans[k])
+                            if not data:
+                                break
+                            lines = (bufs.get(k, b"") + data).split(b"\n")
+                            bufs[k] = lines.pop()[-4096:]
+                            call["state"] = call.get("state") or (sender == call["pid"] and b"S" in lines)
+                            if sender and sender != call["pid"] and any(ln.startswith(b"P ") for ln in lines):
+                                pids[k] = sender
+                    except (BlockingIOError, OSError):
+                        pass
+                    chans[k].setblocking(True)
+                _report(calls, k, _wait_report(exited.pop(call["pid"])[0], bool(call.get("state"))))
+        now = time.monotonic()
+        for pid, (_, at) in list(exited.items()):  # (a copy: SIGCHLD may add to it meanwhile)
+            if now - at > 30:  # no call claimed it
+                exited.pop(pid, None)
+
+
+def _report(calls: dict, k: str, line: str) -> None:
+    call = calls.pop(k)
+    try:
+        os.write(call["rep"], line.encode())
+    except OSError:
+        pass
+    os.close(call["rep"])
+
+
+def _session_command(cmd: str, fds: list[int], chans: dict, pids: dict, calls: dict) -> None:
+    parts = cmd.split()
+    op = parts[0] if parts else ""
+    keep = None
+    try:
+        if op in ("X", "F") and len(parts) == 3 and parts[1] in chans:
+            a, b = _session_chan()
+            socket.send_fds(chans[parts[1]], [op.encode()], [*(fds[:2] if op == "X" else []), b.fileno()])
+            b.close()
+            chans[parts[2]] = a
+            if op == "X" and len(fds) == 3:
+                keep = fds[2]  # the report pipe stays here: init writes the call's status to it
+                calls[parts[2]] = {"rep": keep, "pid": None}
+        elif op == "Q" and len(parts) == 2 and parts[1] in chans:
+            pids.pop(parts[1], None)
+            chans.pop(parts[1]).close()
+            if parts[1] in calls:
+                _report(calls, parts[1], "D dropped 0\n")
+        elif op == "K" and len(parts) == 2 and parts[1] in pids:
+            os.kill(pids[parts[1]], signal.SIGKILL)
+    except OSError:
+        pass
+    finally:
+        for fd in fds:
+            if fd != keep:
+                os.close(fd)
