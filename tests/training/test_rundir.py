@@ -77,6 +77,30 @@ def test_overwrite_keeps_the_old_run_until_the_new_one_checkpoints(tiny_dir, don
     assert [json.loads(x)["step"] for x in (done_run / "metrics.jsonl").read_text().splitlines()] == [1, 2]
 
 
+def test_an_interrupted_overwrite_is_never_deleted_by_a_plain_run(tiny_dir, done_run, monkeypatch):
+    """Issue 29 A: --overwrite killed before its first checkpoint, then a plain run (or --resume): refused
+    with the restore command, which brings the old run back so that --resume continues it."""
+    old_metrics = (done_run / "metrics.jsonl").read_text()
+
+    def crash(tr, step):
+        raise RuntimeError("killed in the first step")
+
+    monkeypatch.setattr(train, "train_step", crash)
+    with pytest.raises(RuntimeError):
+        _train(tiny_dir, done_run, overwrite=True, **{"optim.lr": 5e-3})
+    monkeypatch.undo()
+    aside = done_run / ".overwritten"
+    for resume in (False, True):
+        with pytest.raises(ArpoError, match=r"\.overwritten holds the run an interrupted --overwrite") as e:
+            _train(tiny_dir, done_run, resume=resume)
+        assert (aside / "checkpoints" / "step_000001" / "state.json").is_file()
+    restore = str(e.value).split("Restore it with:\n  ")[1].split("\n")[0]
+    subprocess.run(restore, shell=True, check=True)
+    assert not aside.exists() and (done_run / "metrics.jsonl").read_text() == old_metrics
+    out = _train(tiny_dir, done_run, resume=True, steps=2)  # the old config (lr 1e-3) came back with it
+    assert out["checkpoint"].endswith("step_000002")
+
+
 def test_a_second_writer_is_refused_and_a_dead_lock_is_taken_over(tiny_dir, tmp_path):
     run_dir = tmp_path / "locked"
     holder = RunDir(run_dir, command="train").open()

@@ -9,6 +9,8 @@
 * **nothing lost**: everything is validated before the run dir is touched; `--overwrite` moves the
   old checkpoints, metrics and logs into RUN_DIR/.overwritten/ and deletes them only once the new
   run has written its first checkpoint (a new run that fails early leaves the old one recoverable).
+  While .overwritten/ holds a run and RUN_DIR has no checkpoint, a plain run and `--resume` are
+  refused with the command that restores it (`restore_command`); only `--overwrite` discards it.
 * **resume keeps the run's meaning**: the config is compared with the one the run was started
   with; a changed key that changes the training (model, data, optimizer, algorithm, rollout, ...)
   is refused with the list of changes; safe keys (steps, logging, checkpoint cadence, validation,
@@ -59,6 +61,16 @@ def unsafe_changes(old: dict, new: dict) -> list[tuple[str, object, object]]:
     return [c for c in config_changes(old, new) if not any(fnmatch.fnmatch(c[0], p) for p in SAFE_ON_RESUME)]
 
 
+def restore_command(path: str | Path) -> str:
+    """The shell command that puts back the run an interrupted `--overwrite` moved into
+    RUN_DIR/.overwritten/ (the interrupted new run's files in RUN_DIR are removed first)."""
+    import shlex
+
+    d = shlex.quote(str(path))
+    names = " ".join(RUN_FILES + ("config.yaml",))
+    return f"cd {d} && rm -rf {names} && mv .overwritten/* . && rmdir .overwritten"
+
+
 class RunDir:
     """One run's claim on its directory. `open()` checks and locks (touching nothing else);
     `begin(config)` writes the config and moves an overwritten run aside; `checkpoint_written()`
@@ -100,6 +112,14 @@ class RunDir:
         f.flush()
         self._lock = f
         old = latest_checkpoint(self.path)
+        aside = self.path / ".overwritten"
+        if aside.is_dir() and any(aside.iterdir()) and not self.overwrite and old is None:
+            # an --overwrite was interrupted before its first checkpoint: the old run is only in .overwritten/
+            self.close()
+            raise ArpoError(f"{aside} holds the run an interrupted --overwrite moved aside "
+                            f"({', '.join(sorted(p.name for p in aside.iterdir()))}); a "
+                            f"{'resumed' if self.resume else 'new'} run here would delete it. Restore it with:\n"
+                            f"  {restore_command(self.path)}\nthen --resume it; or pass --overwrite to discard it")
         if self.resume and old is None:
             self.close()
             raise ArpoError(f"--resume: no checkpoint in {self.path}/checkpoints")
@@ -149,6 +169,8 @@ class RunDir:
                         shutil.rmtree(p) if p.is_dir() else p.unlink()
                 else:
                     aside.mkdir()
+                    if (self.path / "config.yaml").is_file():  # the old run's config goes with it (restore)
+                        moving.append("config.yaml")
                     for n in moving:
                         os.replace(self.path / n, aside / n)
         text = yaml.safe_dump(config, sort_keys=False)
