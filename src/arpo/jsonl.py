@@ -56,17 +56,49 @@ def write_jsonl(path: str | Path, rows: Iterable[dict]) -> Path:
     return out
 
 
-def prepare_output(path: str | Path, flag: str = "--out") -> Path:
-    """Check an output path before the work that fills it starts: its folder is created, and it
-    must be writable (a long run must not die at the end on a missing or read-only directory)."""
+def input_paths(specs) -> list[Path]:
+    """The local files and directories behind input specs (data specs with a row slice, files, globs,
+    run dirs); specs that name no local path (a Hugging Face dataset, a URL, a missing file) are skipped."""
+    from arpo.data.sources import data_files, split_slice
+
+    out = []
+    for spec in specs:
+        if spec is None:
+            continue
+        spec = str(spec)
+        p = Path(spec).expanduser()
+        if p.is_dir():
+            out.append(p)
+            continue
+        try:
+            out += data_files(split_slice(spec)[0])
+        except ArpoError:
+            continue
+    return [p.resolve() for p in out]
+
+
+def prepare_output(path: str | Path, flag: str = "--out", inputs=(), directory: bool = False) -> Path:
+    """Check an output path before the work that fills it starts (every command with an output calls
+    this first): its folder is created and must be writable (a long run must not die at the end on a
+    missing or read-only directory), and no output may overwrite an input: the output is none of
+    `inputs` (specs, see input_paths), and an output `directory` holds none of them (pass inputs for a
+    directory that is written as a whole)."""
     out = Path(path).expanduser()
-    if out.is_dir():
+    target = out.resolve()
+    for src in input_paths(inputs):
+        if src == target or (directory and target in src.parents):
+            raise ArpoError(f"{flag} {out} would overwrite the input {src}; write the output somewhere else")
+    if directory:
+        if out.exists() and not out.is_dir():
+            raise ArpoError(f"{flag} {out} is a file; give a directory")
+    elif out.is_dir():
         raise ArpoError(f"{flag} {out} is a directory; give a file path")
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        probe = out.with_name(f".{out.name}.probe-{os.getpid()}")
-        probe.write_text("")
-        probe.unlink()
+        (out if directory else out.parent).mkdir(parents=True, exist_ok=True)
+        for d in ([out, out.parent] if directory else [out.parent]):
+            probe = d / f".{out.name}.probe-{os.getpid()}"
+            probe.write_text("")
+            probe.unlink()
     except OSError as e:
         raise ArpoError(f"{flag} {out}: cannot write there ({e.strerror or e})") from e
     return out

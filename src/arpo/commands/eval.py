@@ -97,7 +97,7 @@ def run(args) -> int:
     if args.out:
         from arpo.jsonl import prepare_output
 
-        prepare_output(args.out)  # before the long part: a bad --out must not lose the results
+        prepare_output(args.out, inputs=args.data)  # before the long part: a bad --out must not lose the results
     model, tok = load_model(args.model, device=args.device)
     if args.compile and args.engine != "hf":
         raise ArpoError("--compile: only for --engine hf (vLLM compiles its own graphs)")
@@ -170,6 +170,10 @@ def run_compare(args) -> int:
 
     from arpo.eval.evaluate import COMPARE_KEYS, compare
 
+    if args.out:
+        from arpo.jsonl import prepare_output
+
+        prepare_output(args.out, inputs=[s.rpartition("=")[2] for s in args.files])
     runs = {}
     for spec in args.files:
         label, _, path = spec.rpartition("=") if "=" in spec else ("", "", spec)

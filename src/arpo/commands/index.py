@@ -59,6 +59,10 @@ def build(args) -> int:
         raise ArpoError(f"give --out DIR for the index of {' '.join(args.files)}: without --out only "
                         f"`arpo index build {DEFAULT_CORPUS}` (re)writes the default index {default_index_dir()}")
     out = Path(args.out).expanduser() if args.out else default_index_dir()
+    if args.out:
+        from arpo.jsonl import prepare_output
+
+        prepare_output(out, inputs=args.files, directory=True)
     t0 = time.perf_counter()
     docs = load_corpus(args.files)
     if not args.quiet:

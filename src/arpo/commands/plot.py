@@ -41,6 +41,10 @@ def run_plot(args) -> int:
 
     if not args.run_dir and not args.rollouts:
         raise ArpoError("give a RUN_DIR and/or --rollouts DUMP")
+    if args.out:
+        from arpo.jsonl import prepare_output
+
+        prepare_output(args.out, directory=True)  # adds PNGs only
     written = []
     if args.run_dir:
         if not Path(args.run_dir).is_dir():
@@ -83,6 +87,10 @@ def print_run_table(rows: list[dict]) -> None:
 def run_analyze(args) -> int:
     from arpo.analysis.entropy import entropy_by_position, plot_entropy, read_dump
 
+    if args.png:
+        from arpo.jsonl import prepare_output
+
+        prepare_output(args.png, "--png", inputs=[args.dump])
     stats = entropy_by_position(read_dump(args.dump), args.window)
     if args.png:
         plot_entropy(stats, args.png)

@@ -49,7 +49,7 @@ def run(args) -> int:
 
     if not args.out:
         raise ArpoError("--out is required (the JSONL file the trajectories go to)")
-    prepare_output(args.out)
+    prepare_output(args.out, inputs=[cfg.data.path])
     stats = rollout.run(cfg, args.out, quiet=args.quiet)
     print(json.dumps(stats))
     return 0

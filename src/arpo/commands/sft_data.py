@@ -59,6 +59,9 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from arpo.jsonl import prepare_output
+
+    prepare_output(args.out, inputs=[args.data])  # first: a bad --out must not cost the work, nor overwrite --data
     from arpo.data.sft_data import build_rejection_dataset, build_sft_dataset
 
     if args.source == "tools":

@@ -33,6 +33,10 @@ def run(args) -> int:
     from arpo.errors import ArpoError
     from arpo.view.data import Catalog
 
+    if args.export:
+        from arpo.jsonl import prepare_output
+
+        prepare_output(args.export, "--export", inputs=[s.rpartition("=")[2] for s in args.sources], directory=True)
     catalog = Catalog(args.sources)
     if args.export:
         from arpo.view.export import export_site
