@@ -42,3 +42,19 @@ def test_no_output_overwrites_an_input(tmp_path, capsys):
     ev.write_text(json.dumps({"results": {}}))
     rc = main(["compare", f"a={ev}", "--out", str(ev)])
     assert rc == 2 and "would overwrite the input" in capsys.readouterr().err
+
+
+# ---- B. a prompt longer than the model's context: one line, at once --------------------------------------------
+def test_a_prompt_past_the_context_is_refused_before_any_compute(tmp_path, capsys):
+    long_q = "How many apples? " * 3000  # well past tiny-random's 2048 positions
+    t0 = time.perf_counter()
+    rc = main(["chat", "--model", "tiny-random", "--tools", "python", long_q])
+    err = capsys.readouterr().err
+    assert rc == 2 and "this model's context holds 2048" in err and "tokens" in err, err[-2000:]
+    data = tmp_path / "q.jsonl"
+    data.write_text(json.dumps({"question": "2+2?", "answer": "4", "task": "math"}) + "\n"
+                    + json.dumps({"id": "long-one", "question": long_q, "answer": "4", "task": "math"}) + "\n")
+    rc = main(["eval", "--model", "tiny-random", "--data", str(data), "--quiet", "--max-response-tokens", "4"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "the prompt of long-one has" in err and "context holds 2048" in err, err[-2000:]
+    assert time.perf_counter() - t0 < 60
