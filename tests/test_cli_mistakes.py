@@ -58,3 +58,125 @@ def test_a_prompt_past_the_context_is_refused_before_any_compute(tmp_path, capsy
     err = capsys.readouterr().err
     assert rc == 2 and "the prompt of long-one has" in err and "context holds 2048" in err, err[-2000:]
     assert time.perf_counter() - t0 < 60
+
+
+# ---- C. one clear line and a non-zero exit, never a traceback -------------------------------------------------
+def test_output_piped_to_head_stops_quietly():
+    p = subprocess.Popen([sys.executable, "-m", "arpo", "data", "show", "gsm8k:train", "--limit", "5000"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+    first = p.stdout.readline()
+    p.stdout.close()  # what `| head -1` does
+    err = p.stderr.read().decode()
+    p.wait(timeout=60)
+    assert json.loads(first)["id"].startswith("gsm8k:train") and "Traceback" not in err and p.returncode == 141, err
+
+
+def test_an_unwritable_output_is_one_line(tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    ev = tmp_path / "e.json"
+    ev.write_text(json.dumps({"results": {}}))
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps({"id": "1", "title": "t", "text": "some text"}) + "\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward_mean": 0.5}) + "\n")
+    for argv in (["sft-data", "svamp", "--data", "svamp:train[0:2]", "--out", f"{blocker}/sub/x.jsonl", "--quiet"],
+                 ["compare", str(ev), "--out", f"{blocker}/sub/c.json"],
+                 ["view", str(run), "--export", f"{blocker}/site"],
+                 ["index", "build", str(corpus), "--out", f"{blocker}/idx", "--quiet"]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert "cannot write there" in err and len(err.strip().splitlines()) == 1, (argv, err)
+
+
+def test_corrupt_weights_and_a_missing_vllm_are_one_line(tmp_path, capsys):
+    from arpo.engine.vllm import vllm_available
+    from arpo.testing import save_tiny_model
+
+    d = tmp_path / "m"
+    save_tiny_model(d)
+    (d / "model.safetensors").write_bytes(os.urandom(4096))
+    assert main(["chat", "--model", str(d), "hi"]) == 2
+    assert "cannot load the model in" in capsys.readouterr().err
+    if vllm_available():
+        return
+    t0 = time.perf_counter()
+    assert main(["eval", "--engine", "vllm", "--data", "svamp:test", "--limit", "1"]) == 2
+    assert "vLLM is not installed" in capsys.readouterr().err and time.perf_counter() - t0 < 10  # before any load
+    assert main(["serve", "agent", "--engine", "vllm", "--model", "tiny-random", "--port", "18999"]) == 2
+    assert "vLLM is not installed" in capsys.readouterr().err
+
+
+def test_experiment_counts_must_be_positive(capsys):
+    for argv in (["experiment", "arpo-vs-grpo", "--seeds", "0"], ["experiment", "svamp-arpo-vs-grpo", "--steps", "-1"]):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2 and "must be >= 1" in capsys.readouterr().err
+    assert main(["experiment", "arpo-vs-grpo", "seeds=0"]) == 2
+    assert "seeds: must be >= 1, got 0" in capsys.readouterr().err
+
+
+REWARDS = '''
+def raises(response, example):
+    raise ValueError("my reward has a bug")
+
+def plain_float(response, example):
+    return 1.0 if "4" in response else 0.0
+
+def as_dict(response, example, tools=None):
+    return {"reward": 0.5, "correct": True, "tools_seen": list(tools or [])}
+
+def trl_style(prompts, completions, answer, **kwargs):
+    return [float(answer[0] in c) for c in completions]
+
+def returns_text(response, example):
+    return "good"
+'''
+
+
+@pytest.fixture()
+def my_rewards(tmp_path, monkeypatch):
+    (tmp_path / "my_rewards.py").write_text(REWARDS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    data = tmp_path / "q.jsonl"
+    data.write_text(json.dumps({"question": "What is 2+2?", "answer": "4", "task": "math"}) + "\n")
+    return data
+
+
+def test_a_reward_that_raises_fails_before_the_model_loads(my_rewards, tmp_path, capsys):
+    from arpo.config import load_config
+    from arpo.errors import ArpoError
+    from arpo.recipes import train
+
+    t0 = time.perf_counter()
+    for fn, msg in (("raises", "raised ValueError: my reward has a bug"), ("returns_text", "returned str 'good'")):
+        assert main(["eval", "--model", "no_such_model_dir", "--data", str(my_rewards),
+                     "--reward", f"my_rewards:{fn}"]) == 2  # the reward is checked before the model is even looked at
+        assert msg in capsys.readouterr().err
+        cfg = load_config(train.TrainConfig, None, [f"data.path={my_rewards}", "model.name=no_such_model_dir",
+                                                    f"reward.fn=my_rewards:{fn}", f"run.dir={tmp_path / 'r'}"])
+        with pytest.raises(ArpoError, match=msg):
+            train.run(cfg, quiet=True)
+    assert time.perf_counter() - t0 < 20 and not (tmp_path / "r").exists()
+
+
+def test_rewards_may_return_a_float_a_dict_or_a_trl_list(my_rewards):
+    from arpo.rewards import get_reward_fn
+
+    ex = {"id": "q-1", "question": "What is 2+2?", "answers": ["4"], "answer": "4", "task": "math"}
+    good = "<answer>\\boxed{4}</answer>"
+    r = get_reward_fn("my_rewards:plain_float")(good, ex, tool_calls=[], tools=("python",), math_scorer="math_equal")
+    assert (r.reward, r.score, r.correct, r.answer) == (1.0, 1.0, True, "4")
+    r = get_reward_fn("my_rewards:as_dict")(good, ex, tool_calls=[], tools=("python",))
+    assert (r.reward, r.score, r.correct) == (0.5, 0.5, True)
+    r = get_reward_fn("my_rewards:trl_style")("no", ex, tools=("python",))
+    assert (r.reward, r.correct) == (0.0, False)
+
+
+def test_eval_runs_with_a_float_reward(my_rewards, tmp_path, capsys):
+    out = tmp_path / "e.json"
+    assert main(["eval", "--model", "tiny-random", "--data", str(my_rewards), "--reward", "my_rewards:plain_float",
+                 "--max-response-tokens", "4", "--quiet", "--out", str(out)]) == 0
+    rec = json.loads(out.read_text())["records"][str(my_rewards)][0]
+    assert rec["reward"] in (0.0, 1.0)

@@ -92,8 +92,17 @@ def run(args) -> int:
 
     if args.samples > 1 and args.temperature == 0:
         raise ArpoError("--samples > 1 with --temperature 0 gives identical samples; set --temperature > 0")
+    if args.engine == "vllm":
+        from arpo.engine.vllm import INSTALL_HINT, vllm_available
+
+        if not vllm_available():
+            raise ArpoError(f"--engine vllm: {INSTALL_HINT}")
     reward_fn = get_reward_fn(args.reward)
     datasets = {d: load_examples(d, args.limit) for d in args.data}
+    from arpo.rewards.custom import check_reward
+
+    for examples in datasets.values():  # a broken reward fails now, not after the model has loaded
+        check_reward(reward_fn, examples, args.math_scorer, args.reward)
     if args.out:
         from arpo.jsonl import prepare_output
 

@@ -42,6 +42,9 @@ def run(cfg: RolloutJobConfig, out_path: str, quiet: bool = False) -> dict:
 
     reward_fn = get_reward_fn(cfg.reward.fn)
     examples = load_examples(cfg.data.path, cfg.data.limit, cfg.data.task)
+    from arpo.rewards.custom import check_reward
+
+    check_reward(reward_fn, examples, cfg.reward.math_scorer, cfg.reward.fn)  # before the model loads
     tools = cfg.tools.build()
     model, tok = load_model(cfg.model.name, cfg.model.device, cfg.model.dtype)
     ro = ARPORollout(HFEngine(model, tok), tools, cfg.agent, cfg.rollout)
