@@ -180,3 +180,21 @@ def test_eval_runs_with_a_float_reward(my_rewards, tmp_path, capsys):
                  "--max-response-tokens", "4", "--quiet", "--out", str(out)]) == 0
     rec = json.loads(out.read_text())["records"][str(my_rewards)][0]
     assert rec["reward"] in (0.0, 1.0)
+
+
+# ---- D. nothing silently wrong ---------------------------------------------------------------------------------
+def test_own_data_says_what_task_it_inferred_and_task_sets_it(tmp_path, capsys):
+    from arpo.data.datasets import load_examples
+
+    data = tmp_path / "own.jsonl"
+    data.write_text(json.dumps({"question": "What is 2+2?", "answer": "4"}) + "\n")
+    assert load_examples(str(data))[0]["task"] == "qa"
+    err = capsys.readouterr().err
+    assert "1 of 1 rows have no 'task' field: 1 taken as qa (search tool" in err and "--task" in err
+    assert load_examples(str(data), task="math")[0]["task"] == "math" and capsys.readouterr().err == ""
+    load_examples("svamp:test[0:2]")
+    assert capsys.readouterr().err == ""  # built-in data: nothing to say
+    out = tmp_path / "e.json"
+    assert main(["eval", "--model", "tiny-random", "--data", str(data), "--task", "math", "--max-response-tokens",
+                 "4", "--quiet", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["results"][str(data)]["tools"] == ["python"]

@@ -31,6 +31,9 @@ def register(sub) -> None:
     p.add_argument("--data", nargs="+", required=True,
                    help="data specs: built-in names (svamp:test, gsm8k:test, hotpotqa:dev; `arpo data list`), "
                    "hf:NAME:SPLIT, JSONL/parquet files or globs")
+    p.add_argument("--task", default=None, choices=["math", "qa"],
+                   help="the task of every row: math (python, math equivalence) or qa (search, F1) "
+                   "(default: each row's `task`, else inferred, and said so on stderr)")
     p.add_argument("--limit", type=POS_INT, default=None, help="questions per dataset (default: all)")
     p.add_argument("--samples", type=POS_INT, default=1, help="samples per question, k of pass@k")
     p.add_argument("--temperature", type=NONNEG, default=0.0, help="sampling temperature; 0 = greedy")
@@ -98,7 +101,7 @@ def run(args) -> int:
         if not vllm_available():
             raise ArpoError(f"--engine vllm: {INSTALL_HINT}")
     reward_fn = get_reward_fn(args.reward)
-    datasets = {d: load_examples(d, args.limit) for d in args.data}
+    datasets = {d: load_examples(d, args.limit, args.task) for d in args.data}
     from arpo.rewards.custom import check_reward
 
     for examples in datasets.values():  # a broken reward fails now, not after the model has loaded
