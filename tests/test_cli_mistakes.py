@@ -198,3 +198,26 @@ def test_own_data_says_what_task_it_inferred_and_task_sets_it(tmp_path, capsys):
     assert main(["eval", "--model", "tiny-random", "--data", str(data), "--task", "math", "--max-response-tokens",
                  "4", "--quiet", "--out", str(out)]) == 0
     assert json.loads(out.read_text())["results"][str(data)]["tools"] == ["python"]
+
+
+def test_own_tools_are_described_on_builtin_data_and_templates_fit_the_tools(tmp_path, monkeypatch, capsys):
+    from arpo.data.prompts import prompts_for
+    from arpo.testing import tiny_tokenizer
+    from arpo.tools import build_tools
+
+    (tmp_path / "shop_tools.py").write_text('def lookup_order(order_id: str) -> str:\n'
+                                            '    """Look up an order.\n\n    Args:\n        order_id: the order\n    """\n'
+                                            '    return "shipped"\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    tok = tiny_tokenizer()
+    tools = build_tools(["python", "shop_tools:lookup_order"])
+    try:
+        ex = {"id": "q", "question": "2+2?", "answers": ["4"], "task": "math"}
+        text = tok.decode(prompts_for([ex], tok, tools, None)[0])
+        assert "<python>" in text and "<lookup_order> order_id </lookup_order>: Look up an order." in text
+        with pytest.raises(Exception, match="describes no tools, so lookup_order would be callable"):
+            prompts_for([ex], tok, tools, "calc")
+    finally:
+        tools.close()
+    assert main(["chat", "--model", "tiny-random", "--tools", "search", "--template", "calc", "hi"]) == 2
+    assert "prompt template 'calc' is written for the python tool, which is not enabled" in capsys.readouterr().err

@@ -12,6 +12,7 @@ from arpo.errors import ArpoError
 
 DEFAULT_TEMPLATES = Path(__file__).with_name("templates") / "prompts.yaml"
 TASK_TOOLS = {"math": ("python",), "calc": ("python",), "search": ("search",), "both": ("python", "search")}
+BUILTIN_TOOLS = ("python", "search")  # the tools the task templates are written for; any other tool is the user's
 
 
 @functools.lru_cache(maxsize=8)
@@ -70,8 +71,27 @@ def system_prompt(template: str, tools, path: str | None = None, tool_format: st
         template = "json" if template in (None, "math", "search", "both", "calc") else template
     if template not in data["templates"]:
         raise ArpoError(f"unknown prompt template {template!r}; choose one of {sorted(data['templates'])}")
+    if tool_format != "json":  # json: the chat template or the hermes block describes the tools
+        check_template(template, _names(tools), data["templates"][template])
     desc = "\n".join(describe_tool(n, tools[n] if hasattr(tools, "names") else None, data) for n in _names(tools))
     return data["templates"][template].replace("{tools}", desc)
+
+
+def check_template(template: str, names: list[str], text: str) -> None:
+    """A template must fit the enabled tools: a task template needs its tool (`calc` teaches python),
+    and a template without a `{tools}` slot describes no other tool (a tool the prompt never
+    mentions is callable but unknown to the model)."""
+    need = [n for n in TASK_TOOLS.get(template, ()) if template != "both" and n not in names]
+    if need:
+        raise ArpoError(f"prompt template {template!r} is written for the {', '.join(need)} tool, which is not "
+                        f"enabled (tools: {', '.join(names) or 'none'}); enable it or choose another template "
+                        f"({', '.join(k for k, v in TASK_TOOLS.items() if set(v) <= set(names)) or 'both'})")
+    if "{tools}" not in text:
+        extra = [n for n in names if n not in TASK_TOOLS.get(template, ())]
+        if extra:
+            raise ArpoError(f"prompt template {template!r} describes no tools, so {', '.join(extra)} would be "
+                            "callable but never described to the model; choose a template with a {tools} slot "
+                            "(math, search, both)")
 
 
 def render_prompt(tokenizer, question: str, system: str, tools=None, tool_format: str = "tags") -> list[int]:
@@ -97,7 +117,9 @@ def prompts_for(examples, tokenizer, tools, template: str | None, tool_format: s
     """Rendered prompts. `tools`: a ToolRegistry (its tools describe themselves) or tool names.
     Without an explicit template, a math example gets the `math` prompt (python) and a QA example
     the `search` prompt when those tools are enabled — the prompts the cold-start SFT data (arpo
-    sft-data) uses — else the template that matches the tools."""
+    sft-data) uses — else the template that matches the tools. The task's template leaves out the
+    other built-in tool, never the user's own (plug-in, MCP) tools: every enabled tool of those is
+    described."""
     out = []
     all_names = _names(tools)
     for ex in examples:
@@ -105,7 +127,7 @@ def prompts_for(examples, tokenizer, tools, template: str | None, tool_format: s
         if tmpl is None:
             tmpl = {"math": "math", "qa": "search"}.get(ex.get("task"), "")
             if tmpl and set(TASK_TOOLS[tmpl]) <= set(all_names) and len(all_names) > 1:
-                names = list(TASK_TOOLS[tmpl])
+                names = list(TASK_TOOLS[tmpl]) + [n for n in all_names if n not in BUILTIN_TOOLS]
             else:
                 tmpl = default_template(all_names)
         sub = _Subset(tools, names) if hasattr(tools, "names") else names
