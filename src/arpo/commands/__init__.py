@@ -55,6 +55,17 @@ POSITIVE = number(float, 0.0, lo_open=True)
 PROB = number(float, 0.0, 1.0, lo_open=True)  # top-p
 
 
+def TOOL_LIST(text: str) -> str:  # noqa: N802 - an argparse type, named like the others
+    """--tools: comma-separated tool names, normalized; '' or 'none' is no tools at all, in every command
+    (eval and serve used to fall back to their default tools)."""
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if names == ["none"]:
+        return ""
+    if "none" in names:
+        raise argparse.ArgumentTypeError(f"{text!r}: 'none' means no tools; it does not combine with tool names")
+    return ",".join(names)
+
+
 def deprecated(p, old: str, new: str, **kw) -> None:
     """Accept the old spelling of a renamed flag with a warning on stderr."""
 

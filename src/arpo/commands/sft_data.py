@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from arpo.commands import HELP, NONNEG, POS_INT, deprecated
+from arpo.commands import HELP, NONNEG, POS_INT, TOOL_LIST, deprecated
 from arpo.tools import SEARCH_MAX_CHARS, SEARCH_TOP_K
 
 EXAMPLES = """examples:
@@ -33,7 +33,7 @@ def register(sub) -> None:
     p.add_argument("source", choices=["gsm8k", "hotpotqa", "svamp", "tools", "rejection"],
                    help="gsm8k / hotpotqa / svamp: convert the dataset; tools: worked examples of your own tools "
                    "({question, calls: [{tool, arguments}], answer}); rejection: sample --model and keep reward > 0")
-    p.add_argument("--tools", default=None, help="tools: comma-separated tools the worked examples use "
+    p.add_argument("--tools", default=None, type=TOOL_LIST, help="tools: comma-separated tools the worked examples use "
                    "(python, search, module.path:function)")
     p.add_argument("--tool-format", default="tags", choices=["tags", "json"],
                    help="tools: write the calls as tags (<sql>...</sql>) or as native function calls (json)")
