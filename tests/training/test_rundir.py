@@ -196,3 +196,22 @@ def test_a_signal_stops_after_the_step_with_a_checkpoint(tiny_dir, tmp_path, sig
     assert ck == f"step_{last:06d}"  # the finished step was checkpointed
     assert f"stopped after step {last}/200" in err and "--resume" in err
     assert "stopped early by" in out
+
+
+def test_resume_refuses_fewer_steps_and_changed_data(tiny_dir, tmp_path):
+    """Issue 29 D: --resume steps=1 on a run at step 2 was "done" (and config.yaml said steps: 1); a
+    resume after the data file's content changed was accepted (only the path was compared)."""
+    import shutil
+
+    data = tmp_path / "q.jsonl"
+    shutil.copy(tiny_dir / "q.jsonl", data)
+    run_dir = tmp_path / "run"
+    _train(tiny_dir, run_dir, steps=2, **{"data.path": data})
+    with pytest.raises(ArpoError, match="steps=1: the run .* is already at step 2"):
+        _train(tiny_dir, run_dir, resume=True, steps=1, **{"data.path": data})
+    import yaml
+
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["steps"] == 2
+    data.write_text(data.read_text().replace('"4"', '"5"'))
+    with pytest.raises(ArpoError, match=r"the content of .*q\.jsonl changed since the run started"):
+        _train(tiny_dir, run_dir, resume=True, steps=3, **{"data.path": data})
