@@ -266,3 +266,27 @@ def test_an_empty_tool_list_means_no_tools_everywhere(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["chat", "--tools", "none,python", "hi"])
     assert "does not combine" in capsys.readouterr().err
+
+
+def test_meaningless_values_are_refused(tmp_path, monkeypatch, capsys):
+    from arpo.errors import ArpoError
+    from arpo.tools import build_tools
+
+    (tmp_path / "shop2.py").write_text("def lookup_order(order_id: str) -> str:\n    return 'x'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ArpoError, match=r"tools.options.lookup_order.timeout_s: must be a number > 0, got -5"):
+        build_tools(["shop2:lookup_order"], options={"lookup_order": {"timeout_s": -5}})
+    with pytest.raises(ArpoError, match=r"tools.options: 'lookup_ordr' is none of your enabled tools \(lookup_order\)"):
+        build_tools(["shop2:lookup_order"], options={"lookup_ordr": {"timeout_s": 5}})
+    for argv in (["plot", "run", "--window", "0"], ["analyze", "entropy", "d.jsonl", "--window", "0"]):
+        with pytest.raises(SystemExit):
+            main(argv)
+        assert "must be >= 1, got 0" in capsys.readouterr().err
+    e1, e3 = tmp_path / "e1.json", tmp_path / "e3.json"
+    for p in (e1, e3):
+        p.write_text(json.dumps({"results": {}}))
+    assert main(["compare", f"a={e1}", f"a={e3}"]) == 2
+    assert "two eval files are labelled 'a'" in capsys.readouterr().err
+    out = tmp_path / "sft.jsonl"
+    assert main(["sft-data", "gsm8k", "--data", "svamp:train[0:3]", "--out", str(out), "--quiet"]) == 2
+    assert "no SFT row checked out, nothing written" in capsys.readouterr().err and not out.exists()

@@ -206,7 +206,10 @@ def run_compare(args) -> int:
             data["results"]
         except (json.JSONDecodeError, KeyError, TypeError) as e:
             raise ArpoError(f"{p}: not an `arpo eval --out` file ({type(e).__name__}: {e})") from e
-        runs[label or p.stem] = data
+        name = label or p.stem
+        if name in runs:  # a second file under one label used to replace the first, silently
+            raise ArpoError(f"two eval files are labelled {name!r}; give each its own: LABEL=FILE")
+        runs[name] = data
     rows = compare(runs)
     from arpo.eval.paired import compare_runs
 

@@ -24,6 +24,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from arpo.errors import ArpoError
 from arpo.jsonl import write_jsonl
 from arpo.tools.base import RESULT_CLOSE, RESULT_OPEN, format_result
 
@@ -288,7 +289,7 @@ def build_sft_dataset(task: str, in_path: str, out_path: str, limit: int | None 
         rows, reasons = _convert_rows(src, convert, limit, progress, f"sft-data {task}")
     finally:
         tools.close()
-    return _stats(rows, reasons, write_jsonl(out_path, rows))
+    return _stats(rows, reasons, _write(out_path, rows, reasons))
 
 
 def _convert_rows(items, convert, limit: int | None, progress: bool, label: str) -> tuple[list[dict], Counter]:
@@ -308,6 +309,17 @@ def _convert_rows(items, convert, limit: int | None, progress: bool, label: str)
             if limit is not None and len(rows) >= limit:
                 break
     return rows, reasons
+
+
+def _write(out_path, rows: list, reasons: Counter):
+    """Write the SFT rows; none at all is an error that says why each input row was dropped (a file of
+    0 rows used to be written with exit 0, e.g. `sft-data gsm8k` on SVAMP rows)."""
+    if not rows:
+        why = ", ".join(f"{k}: {v}" for k, v in reasons.most_common() if k != "ok") or "no input rows"
+        raise ArpoError(f"no SFT row checked out, nothing written to {out_path} ({why}); is the source right "
+                        "for this data (gsm8k needs GSM8K '<<expr=value>>' solutions, svamp an 'equation', hotpotqa "
+                        "supporting facts)?")
+    return write_jsonl(out_path, rows)
 
 
 def _stats(rows: list, reasons: Counter, out) -> dict:
@@ -366,7 +378,7 @@ def build_rejection_dataset(model: str, data: str, out_path: str, *, samples: in
     finally:
         reg.close()
     rows = rejection_rows(recs, {e["id"]: e for e in exs})
-    out = write_jsonl(out_path, rows)
+    out = _write(out_path, rows, Counter({"no trajectory with reward > 0": len(exs)}))
     return {"written": len(rows), "sampled": len(recs), "questions": len(exs), "pass@1": stats["pass@1"],
             "out": str(out)}
 
@@ -449,7 +461,7 @@ def build_tool_sft(data: str, out_path: str, tool_names: list[str], tool_format:
             limit, progress, "sft-data tools")
     finally:
         tools.close()
-    return _stats(rows, reasons, write_jsonl(out_path, rows))
+    return _stats(rows, reasons, _write(out_path, rows, reasons))
 
 
 def _load_tokenizer(model: str):

@@ -27,6 +27,11 @@ def build_tools(names: list[str], *, python_timeout_s: float = 5.0, max_output_c
     from arpo.tools.function import ToolOptions, load_tool
 
     options = options or {}
+    own = [n.rsplit(":", 1)[1].rsplit(".", 1)[-1] for n in names if ":" in n]
+    stray = [k for k in options if k not in own]
+    if stray:  # a misspelt name used to be ignored, and the tool ran with the defaults
+        raise ArpoError(f"tools.options: {', '.join(map(repr, stray))} is none of your enabled tools "
+                        f"({', '.join(own) or 'none: tools.options applies to module.path:function tools'})")
     reg = _Registry(cache)
     try:
         for n in names:
@@ -51,10 +56,12 @@ def build_tools(names: list[str], *, python_timeout_s: float = 5.0, max_output_c
                 opts = dict(options.get(name) or {})
                 cacheable = bool(opts.pop("cache", False))
                 try:
-                    tool = load_tool(n, ToolOptions(**opts))
+                    topts = ToolOptions(**opts)
                 except TypeError as e:
                     raise ArpoError(f"tools.options.{name}: {e}; valid: timeout_s, max_concurrency, "
                                     "max_output_chars, cache") from e
+                topts.check(f"tools.options.{name}")
+                tool = load_tool(n, topts)
                 tool.cacheable = cacheable
                 reg.register(tool)
             else:
