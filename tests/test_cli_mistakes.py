@@ -290,3 +290,29 @@ def test_meaningless_values_are_refused(tmp_path, monkeypatch, capsys):
     out = tmp_path / "sft.jsonl"
     assert main(["sft-data", "gsm8k", "--data", "svamp:train[0:3]", "--out", str(out), "--quiet"]) == 2
     assert "no SFT row checked out, nothing written" in capsys.readouterr().err and not out.exists()
+
+
+# ---- E. friction ----------------------------------------------------------------------------------------------
+def test_eval_without_a_terminal_prints_plain_progress_and_ctrl_c_keeps_the_answers(tmp_path):
+    import signal
+
+    q = tmp_path / "q.jsonl"
+    q.write_text("".join(json.dumps({"question": f"What is {i}+{i}?", "answer": str(2 * i), "task": "math"}) + "\n"
+                         for i in range(400)))
+    out = tmp_path / "e.json"
+    p = subprocess.Popen([sys.executable, "-m", "arpo", "eval", "--model", "tiny-random", "--data", str(q),
+                          "--tools", "", "--batch-size", "1", "--max-response-tokens", "8", "--out", str(out)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    lines = []
+    for line in p.stderr:  # stderr is a pipe: plain lines, while it runs
+        lines.append(line)
+        if ": 40/400 (10 %" in line:
+            break
+    p.send_signal(signal.SIGINT)
+    rest_out, rest_err = p.communicate(timeout=120)
+    assert p.returncode == 130, "".join(lines) + rest_err
+    assert any(": 40/400 (10 %, elapsed" in x for x in lines), lines
+    assert "finished answers kept in" in rest_err and "Traceback" not in rest_err
+    saved = json.loads(out.read_text())
+    assert saved["interrupted"] and len(saved["records"][str(q)]) >= 40
+    assert saved["results"][str(q)]["questions"] >= 40

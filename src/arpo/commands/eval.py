@@ -87,17 +87,15 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from rich.progress import Progress
-
     from arpo.data.datasets import load_examples
     from arpo.engine import make_engine
     from arpo.eval.evaluate import evaluate
     from arpo.models import load_model
     from arpo.rewards import get_reward_fn
     from arpo.rollout.agent import AgentConfig
-    from arpo.tools import build_tools
-
     from arpo.commands.from_run import resolve, run_defaults, template_line
+    from arpo.tools import build_tools
+    from arpo.training.progress import Bar
 
     source = resolve(args, run_defaults(args.model))  # --model RUN_DIR: the run's tools and template
     if args.samples > 1 and args.temperature == 0:
@@ -124,40 +122,53 @@ def run(args) -> int:
     agent = AgentConfig(max_tool_calls=args.max_tool_calls, max_response_tokens=args.max_response_tokens,
                         top_p=args.top_p, top_k=args.top_k, tool_format=args.tool_format)
     results, all_records = {}, {}
-    with Progress(disable=args.quiet or args.json) as bar:
-        for path, examples in datasets.items():
-            if args.tools is not None:  # '' = no tools
-                names = [t.strip() for t in args.tools.split(",") if t.strip()]
-            else:
-                names = ["python"] if all(ex["task"] == "math" for ex in examples) else ["search"]
-            tools = build_tools(names, search_index=args.search_index, search_url=args.search_url,
-                                search_top_k=args.search_top_k, search_max_chars=args.search_max_chars,
-                                python_session=args.session)
-            if not args.quiet:
-                print(template_line("eval", args.model, args.template, source, ",".join(names)), file=sys.stderr)
-            task = bar.add_task(_label(path), total=len(examples) * args.samples)
-            recs: list = []
-            try:
-                results[path] = evaluate(
-                    engine, tools, tok, examples, reward_fn=reward_fn, agent=agent, samples=args.samples,
-                    temperature=args.temperature, template=args.template, seed=args.seed,
-                    math_scorer=args.math_scorer, batch_size=args.batch_size,
-                    progress=lambda n, t=task: bar.advance(t, n), records_out=recs,
-                )
-            finally:
-                tools.close()
-            results[path]["tools"] = list(tools.names)
-            all_records[path] = recs
+    interrupted = False
+    with Bar(enabled=not (args.quiet or args.json)) as bar:
+        try:  # Ctrl-C keeps every finished answer (written to --out), as train keeps checkpoints
+            for path, examples in datasets.items():
+                if args.tools is not None:  # '' = no tools
+                    names = [t.strip() for t in args.tools.split(",") if t.strip()]
+                else:
+                    names = ["python"] if all(ex["task"] == "math" for ex in examples) else ["search"]
+                tools = build_tools(names, search_index=args.search_index, search_url=args.search_url,
+                                    search_top_k=args.search_top_k, search_max_chars=args.search_max_chars,
+                                    python_session=args.session)
+                if not args.quiet:
+                    print(template_line("eval", args.model, args.template, source, ",".join(names)), file=sys.stderr)
+                task = bar.add_task(_label(path), total=len(examples) * args.samples)
+                recs: list = []
+                all_records[path] = recs  # filled as answers finish (also when interrupted)
+                try:
+                    results[path] = evaluate(
+                        engine, tools, tok, examples, reward_fn=reward_fn, agent=agent, samples=args.samples,
+                        temperature=args.temperature, template=args.template, seed=args.seed,
+                        math_scorer=args.math_scorer, batch_size=args.batch_size,
+                        progress=lambda n, t=task: bar.advance(t, n), records_out=recs,
+                    )
+                finally:
+                    tools.close()
+                results[path]["tools"] = list(tools.names)
+        except KeyboardInterrupt:
+            interrupted = True
+            from arpo.eval.evaluate import summarize
+
+            for path, recs in all_records.items():
+                if path not in results and recs:
+                    results[path] = summarize(recs, args.samples) | {"interrupted": True}
+            n = sum(len(r) for r in all_records.values())
+            print(f"arpo eval: interrupted; {n} finished answers kept" + (f" in {args.out}" if args.out else ""),
+                  file=sys.stderr)
     if args.out:
         from arpo.training.checkpoint import write_text_atomic
 
         write_text_atomic(Path(args.out), json.dumps({"model": args.model, "temperature": args.temperature,
-                                                      "results": results, "records": all_records}, indent=1))
+                                                      "results": results, "records": all_records,
+                                                      **({"interrupted": True} if interrupted else {})}, indent=1))
     if args.json:
         print(json.dumps({"model": args.model, "results": results}))
     else:
         print_table(results, args.model)
-    return 0
+    return 130 if interrupted else 0
 
 
 def _label(spec: str) -> str:

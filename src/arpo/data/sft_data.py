@@ -294,11 +294,11 @@ def build_sft_dataset(task: str, in_path: str, out_path: str, limit: int | None 
 
 def _convert_rows(items, convert, limit: int | None, progress: bool, label: str) -> tuple[list[dict], Counter]:
     """Convert items until `limit` rows check out: (rows, Counter of reasons, "ok" included)."""
-    from rich.progress import Progress
+    from arpo.training.progress import Bar
 
     reasons: Counter = Counter()
     rows = []
-    with Progress(disable=not progress) as bar:
+    with Bar(enabled=progress) as bar:
         t = bar.add_task(label, total=limit or len(items))
         for item in items:
             row, why = convert(item)
@@ -353,8 +353,6 @@ def build_rejection_dataset(model: str, data: str, out_path: str, *, samples: in
                             top_k: int = 3, max_chars: int = 300, max_new_tokens: int = 384,
                             progress: bool = True) -> dict:
     """Sample `samples` trajectories per question with real tools, keep those with reward > 0."""
-    from rich.progress import Progress
-
     from arpo.data.datasets import load_examples
     from arpo.engine.hf import HFEngine
     from arpo.eval.evaluate import evaluate
@@ -362,6 +360,7 @@ def build_rejection_dataset(model: str, data: str, out_path: str, *, samples: in
     from arpo.rewards import arpo_reward
     from arpo.rollout.agent import AgentConfig
     from arpo.tools import build_tools
+    from arpo.training.progress import Bar
 
     exs = load_examples(data, limit)
     names = tools or (["python"] if all(e["task"] == "math" for e in exs) else ["search"])
@@ -369,7 +368,7 @@ def build_rejection_dataset(model: str, data: str, out_path: str, *, samples: in
     m, tok = load_model(model)
     recs: list = []
     try:
-        with Progress(disable=not progress) as bar:
+        with Bar(enabled=progress) as bar:
             t = bar.add_task("rejection sampling", total=len(exs) * samples)
             stats = evaluate(HFEngine(m, tok), reg, tok, exs, reward_fn=arpo_reward,
                              agent=AgentConfig(max_response_tokens=max_new_tokens), samples=samples,
