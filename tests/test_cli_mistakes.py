@@ -316,3 +316,30 @@ def test_eval_without_a_terminal_prints_plain_progress_and_ctrl_c_keeps_the_answ
     saved = json.loads(out.read_text())
     assert saved["interrupted"] and len(saved["records"][str(q)]) >= 40
     assert saved["results"][str(q)]["questions"] >= 40
+
+
+def test_print_config_shows_the_presets_values(capsys):
+    assert main(["train", "--print-config", "algo.preset=grpo", "algo.clip_high=0.28"]) == 0
+    out = capsys.readouterr().out
+    algo = out.split("\nalgo:")[1].split("\nreward:")[0]
+    assert "the grpo preset's values" in algo and "null" not in algo and "clip_high: 0.28" in algo
+    assert "clip_low: 0.2" in algo and "ppo_epochs: 1" in algo
+
+
+def test_the_examples_in_sft_help_parse_and_chat_tool_are_quiet(capsys):
+    import shlex
+
+    from arpo.cli import build_parser
+    from arpo.commands.sft import EXAMPLES
+
+    parser = build_parser()
+    for line in EXAMPLES.splitlines():
+        if line.strip().startswith("arpo "):
+            argv = shlex.split(line.split("  #")[0].strip())[1:]
+            args, extra = parser.parse_known_args(argv)  # sft-data without --data used to exit 2 here
+            assert not [a for a in extra if not ("=" in a and not a.startswith("-"))], line
+    capsys.readouterr()
+    assert main(["chat", "--model", "tiny-random", "--quiet", "--max-response-tokens", "2", "hi"]) == 0
+    assert main(["tool", "python", "--quiet", "print(6*7)"]) == 0
+    cap = capsys.readouterr()
+    assert cap.err == "" and "42" in cap.out

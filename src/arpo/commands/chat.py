@@ -55,6 +55,7 @@ def register(sub) -> None:
     p.add_argument("--search-top-k", type=POS_INT, default=SEARCH_TOP_K, help="passages per search")
     p.add_argument("--search-max-chars", type=POS_INT, default=SEARCH_MAX_CHARS, help="characters per passage")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the transcript")
+    p.add_argument("--quiet", action="store_true", help="only the transcript (or --json): no notes or warnings on stderr")
     p.set_defaults(func=run)
 
 
@@ -67,6 +68,11 @@ def run(args) -> int:
 
     from arpo.commands.from_run import resolve, run_defaults, template_line
 
+    if args.quiet:
+        import warnings
+
+        warnings.simplefilter("ignore")
+
     source = resolve(args, run_defaults(args.model))  # --model RUN_DIR: the run's tools and template
     args.tools = "python" if args.tools is None else args.tools
     names = [t.strip() for t in args.tools.split(",") if t.strip()]
@@ -78,7 +84,7 @@ def run(args) -> int:
     t_load = time.perf_counter() - t0
     template = args.template or default_template(tools)
     system = system_prompt(template, tools, tool_format=args.tool_format)
-    if not args.json:
+    if not (args.json or args.quiet):
         import sys
 
         print(template_line("chat", args.model, template, source, ",".join(names) or "none"), file=sys.stderr)

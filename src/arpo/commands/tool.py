@@ -37,6 +37,7 @@ def register(sub) -> None:
     p.add_argument("--search-top-k", type=POS_INT, default=SEARCH_TOP_K, help="passages per search")
     p.add_argument("--search-max-chars", type=POS_INT, default=SEARCH_MAX_CHARS, help="characters per passage")
     p.add_argument("--json", action="store_true", help="print {output, ok, elapsed_s, truncated, ...}")
+    p.add_argument("--quiet", action="store_true", help="only the result: no warnings or notes on stderr")
     p.set_defaults(func=run)
 
 
@@ -46,6 +47,10 @@ def _protections(tool) -> dict:
 
 
 def run(args) -> int:
+    if args.quiet:
+        import warnings
+
+        warnings.simplefilter("ignore")  # e.g. the sandbox's note about protections this machine lacks
     from arpo.tools import build_tools
 
     text = sys.stdin.read() if args.input == "-" else args.input
