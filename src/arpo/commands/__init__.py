@@ -22,7 +22,8 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 
     def _get_help_string(self, action):
         h = action.help or ""
-        if "%(default)" in h or action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+        d = action.default  # `is`, not `in`: 0 == False, and a default of 0 must show (--seed, --temperature)
+        if "%(default)" in h or d is None or d is False or d is argparse.SUPPRESS or not action.option_strings:
             return h
         return f"{h} (default: %(default)s)"
 
