@@ -343,3 +343,9 @@ def test_the_examples_in_sft_help_parse_and_chat_tool_are_quiet(capsys):
     assert main(["tool", "python", "--quiet", "print(6*7)"]) == 0
     cap = capsys.readouterr()
     assert cap.err == "" and "42" in cap.out
+
+
+def test_style_applies_to_gsm8k_only(tmp_path, capsys):
+    assert main(["sft-data", "svamp", "--style", "stepwise", "--data", "svamp:train[0:2]", "--out",
+                 str(tmp_path / "s.jsonl"), "--quiet"]) == 2
+    assert "--style applies to gsm8k" in capsys.readouterr().err

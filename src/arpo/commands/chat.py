@@ -80,10 +80,14 @@ def run(args) -> int:
     tools = build_tools(names, search_index=args.search_index, search_url=args.search_url,
                         search_top_k=args.search_top_k, search_max_chars=args.search_max_chars,
                         python_session=args.session)
-    model, tok = load_model(args.model, device=args.device)
-    t_load = time.perf_counter() - t0
     template = args.template or default_template(tools)
-    system = system_prompt(template, tools, tool_format=args.tool_format)
+    try:  # the prompt is checked against the tools before the model loads
+        system = system_prompt(template, tools, tool_format=args.tool_format)
+        model, tok = load_model(args.model, device=args.device)
+    except BaseException:
+        tools.close()
+        raise
+    t_load = time.perf_counter() - t0
     if not (args.json or args.quiet):
         import sys
 

@@ -21,7 +21,8 @@ Corpus rows (JSONL, layouts may be mixed): {id, title, text}; HotpotQA rows (Hug
 each context paragraph becomes a document, deduplicated by title); MuSiQue rows (paragraphs).
 The index directory is written atomically: a failed build leaves the previous index untouched.
 The default index ($ARPO_CACHE_DIR/indexes/hotpotqa, what <search> uses unless told otherwise) builds
-itself on first use from the built-in HotpotQA corpus; only `arpo index build hotpotqa` writes it."""
+itself on first use from the built-in HotpotQA corpus; `arpo index build hotpotqa` rebuilds it, and no
+other `arpo index build` writes there (your corpus needs --out)."""
 
 
 def register(sub) -> None:

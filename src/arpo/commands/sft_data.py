@@ -46,8 +46,9 @@ def register(sub) -> None:
     deprecated(p, "--index", "--search-index", dest="search_index")
     p.add_argument("--search-top-k", type=POS_INT, default=SEARCH_TOP_K, help="passages per search in the trajectories")
     p.add_argument("--search-max-chars", type=POS_INT, default=SEARCH_MAX_CHARS, help="characters per passage")
-    p.add_argument("--style", choices=["stepwise", "single"], default="single",
-                   help="gsm8k: one call per solution line, or one program for all (what the quick start measured)")
+    p.add_argument("--style", choices=["stepwise", "single"], default=None,
+                   help="gsm8k only: one call per solution line, or one program for all (what the quick start "
+                   "measured) (default: single)")
     p.add_argument("--max-tool-calls", type=POS_INT, default=3, help="gsm8k stepwise: at most this many calls")
     deprecated(p, "--max-calls", "--max-tool-calls", dest="max_tool_calls", type=POS_INT)
     p.add_argument("--model", default="smollm2-135m-instruct",
@@ -59,14 +60,18 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from arpo.errors import ArpoError
     from arpo.jsonl import prepare_output
+
+    if args.style is not None and args.source != "gsm8k":  # it used to be ignored without a word
+        raise ArpoError(f"--style applies to gsm8k (its solution lines); sft-data {args.source} has one form")
+    args.style = args.style or "single"
 
     prepare_output(args.out, inputs=[args.data])  # first: a bad --out must not cost the work, nor overwrite --data
     from arpo.data.sft_data import build_rejection_dataset, build_sft_dataset
 
     if args.source == "tools":
         from arpo.data.sft_data import build_tool_sft
-        from arpo.errors import ArpoError
 
         if not args.tools:
             raise ArpoError("sft-data tools needs --tools (the tools the worked examples call)")
