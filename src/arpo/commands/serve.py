@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from arpo.commands import HELP, NONNEG, NONNEG_INT, POS_INT, PROB, TOOL_LIST, deprecated, number
 from arpo.commands.from_run import RUN_KEYS, run_defaults  # noqa: F401 - shared with chat and eval
-from arpo.errors import ArpoError
 
 EXAMPLES = """examples:
   arpo serve retriever --search-index ~/.cache/arpo/indexes/hotpotqa --port 8001

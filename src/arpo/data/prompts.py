@@ -78,20 +78,21 @@ def system_prompt(template: str, tools, path: str | None = None, tool_format: st
 
 
 def check_template(template: str, names: list[str], text: str) -> None:
-    """A template must fit the enabled tools: a task template needs its tool (`calc` teaches python),
-    and a template without a `{tools}` slot describes no other tool (a tool the prompt never
-    mentions is callable but unknown to the model)."""
-    need = [n for n in TASK_TOOLS.get(template, ()) if template != "both" and n not in names]
+    """A template without a `{tools}` slot (`calc`) must fit the enabled tools: its own tool (calc
+    teaches python) must be enabled, and it describes no other (a tool the prompt never mentions is
+    callable but unknown to the model). Templates with the slot describe whatever is enabled."""
+    if "{tools}" in text:
+        return
+    need = [n for n in TASK_TOOLS.get(template, ()) if n not in names]
     if need:
         raise ArpoError(f"prompt template {template!r} is written for the {', '.join(need)} tool, which is not "
                         f"enabled (tools: {', '.join(names) or 'none'}); enable it or choose another template "
                         f"({', '.join(k for k, v in TASK_TOOLS.items() if set(v) <= set(names)) or 'both'})")
-    if "{tools}" not in text:
-        extra = [n for n in names if n not in TASK_TOOLS.get(template, ())]
-        if extra:
-            raise ArpoError(f"prompt template {template!r} describes no tools, so {', '.join(extra)} would be "
-                            "callable but never described to the model; choose a template with a {tools} slot "
-                            "(math, search, both)")
+    extra = [n for n in names if n not in TASK_TOOLS.get(template, ())]
+    if extra:
+        raise ArpoError(f"prompt template {template!r} describes no tools, so {', '.join(extra)} would be "
+                        "callable but never described to the model; choose a template with a {tools} slot "
+                        "(math, search, both)")
 
 
 def render_prompt(tokenizer, question: str, system: str, tools=None, tool_format: str = "tags") -> list[int]:

@@ -27,7 +27,13 @@ def build_tools(names: list[str], *, python_timeout_s: float = 5.0, max_output_c
     from arpo.tools.function import ToolOptions, load_tool
 
     options = options or {}
-    own = [n.rsplit(":", 1)[1].rsplit(".", 1)[-1] for n in names if ":" in n]
+    from arpo.tools.function import _snake
+
+    def keys(spec: str) -> list[str]:  # a tool's options may be keyed by its attribute or its tool name
+        attr = spec.rsplit(":", 1)[1].rsplit(".", 1)[-1]
+        return list(dict.fromkeys([attr, _snake(attr)]))
+
+    own = [k for n in names if ":" in n for k in keys(n)]
     stray = [k for k in options if k not in own]
     if stray:  # a misspelt name used to be ignored, and the tool ran with the defaults
         raise ArpoError(f"tools.options: {', '.join(map(repr, stray))} is none of your enabled tools "
@@ -52,7 +58,7 @@ def build_tools(names: list[str], *, python_timeout_s: float = 5.0, max_output_c
                     index = load_index(search_index)
                     reg.register(SearchTool(index=index, top_k=search_top_k, max_chars=search_max_chars))
             elif ":" in n:
-                name = n.rsplit(":", 1)[1].rsplit(".", 1)[-1]
+                name = next((k for k in keys(n) if k in options), keys(n)[0])  # `Sql` or `sql`: it used to miss the second
                 opts = dict(options.get(name) or {})
                 cacheable = bool(opts.pop("cache", False))
                 try:
