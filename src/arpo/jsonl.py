@@ -94,8 +94,8 @@ def prepare_output(path: str | Path, flag: str = "--out", inputs=(), directory: 
     elif out.is_dir():
         raise ArpoError(f"{flag} {out} is a directory; give a file path")
     try:
-        (out if directory else out.parent).mkdir(parents=True, exist_ok=True)
-        for d in ([out, out.parent] if directory else [out.parent]):
+        out.parent.mkdir(parents=True, exist_ok=True)  # an output directory itself is left to its writer
+        for d in ([out.parent] + ([out] if out.is_dir() else []) if directory else [out.parent]):
             probe = d / f".{out.name}.probe-{os.getpid()}"
             probe.write_text("")
             probe.unlink()
