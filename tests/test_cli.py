@@ -38,7 +38,8 @@ def test_every_help_shows_defaults_and_one_vocabulary():
             if not a.option_strings or a.help == argparse.SUPPRESS or isinstance(a, argparse._HelpAction):
                 continue
             assert a.help, f"{name} {a.option_strings[0]}: no help text"
-            if a.default not in (None, False, argparse.SUPPRESS) and not isinstance(a, argparse._VersionAction):
+            if not (a.default is None or a.default is False or a.default is argparse.SUPPRESS) and not isinstance(
+                    a, argparse._VersionAction):
                 assert f"(default: {a.default})" in " ".join(text.split()), f"{name} {a.option_strings[0]}"
             for o in a.option_strings:
                 seen.setdefault(o, []).append((name, a.help, a.default))

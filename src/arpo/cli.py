@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
-from arpo.errors import ArpoError
+from arpo.errors import explain
 
 # module path -> registers one or more subcommands
 COMMAND_MODULES = [
@@ -67,12 +68,27 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         return int(args.func(args) or 0)
-    except ArpoError as e:
-        print(f"arpo {args.command}: error: {e}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `arpo ... | head`: the reader is gone; stop quietly, as `cat` does
+        _drop_stdout()
+        return 141  # 128 + SIGPIPE, what a shell reports for a writer the pipe stopped
+    except Exception as e:  # noqa: BLE001 - explain() decides: the user's mistake (one line) or a bug (raise)
+        msg = explain(e)
+        if msg is None or os.environ.get("ARPO_DEBUG"):
+            raise
+        print(f"arpo {args.command}: error: {msg}", file=sys.stderr)
+        return 2
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail on the closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

@@ -1,4 +1,14 @@
-"""User-facing errors: the CLI prints them without a traceback and exits with status 2."""
+"""User-facing errors: the CLI prints them without a traceback and exits with status 2.
+
+`explain(e)` is the one place that decides which exceptions are the user's input or environment (one
+line, exit 2) and which are bugs (a traceback): ArpoError, an OSError on a named path (an unwritable
+output, a missing file), a corrupt weights file and a missing optional package. `ARPO_DEBUG=1` shows
+the traceback of any of them."""
+
+# optional package (import name) -> the extra that installs it
+OPTIONAL = {"vllm": "vllm", "peft": "train", "tensorboard": "train", "matplotlib": "train", "pyarrow": "train",
+            "bm25s": "search", "fastapi": "search", "uvicorn": "search", "httpx": "search", "datasets": "hf",
+            "mcp": "mcp", "wandb": None, "trl": "bench"}
 
 
 class ArpoError(Exception):
@@ -10,3 +20,25 @@ def require(ok: bool, key: str, what: str) -> None:
     """Config validation in one line: ArpoError('<key>: <what>') unless ok."""
     if not ok:
         raise ArpoError(f"{key}: {what}")
+
+
+def explain(e: BaseException) -> str | None:
+    """One line for an exception the user can fix, None for a bug (which keeps its traceback)."""
+    if isinstance(e, ArpoError):
+        return str(e)
+    if isinstance(e, ImportError):
+        root = (e.name or "").split(".")[0]
+        if root in OPTIONAL:
+            extra = OPTIONAL[root]
+            how = f"pip install 'arpo[{extra}]'" if extra else f"pip install {root}"
+            return f"{root} is not installed ({how})"
+        if "not installed" in str(e):  # an install hint of our own (engine/vllm.py)
+            return str(e)
+        return None
+    if isinstance(e, OSError) and e.filename is not None:
+        what = e.strerror or type(e).__name__
+        two = f" -> {e.filename2}" if getattr(e, "filename2", None) else ""
+        return f"{e.filename}{two}: {what}"
+    if type(e).__name__ == "SafetensorError" or type(e).__module__.startswith("safetensors"):
+        return f"cannot read a .safetensors weights file ({e}): it is corrupt or truncated; copy or save it again"
+    return None

@@ -57,17 +57,28 @@ def write_jsonl(path: str | Path, rows: Iterable[dict]) -> Path:
     return out
 
 
-def prepare_output(path: str | Path, flag: str = "--out") -> Path:
-    """Check an output path before the work that fills it starts: its folder is created, and it
-    must be writable (a long run must not die at the end on a missing or read-only directory)."""
+def prepare_output(path: str | Path, flag: str = "--out", inputs=(), directory: bool = False) -> Path:
+    """Check an output path before the work that fills it starts (every command with an output calls
+    this first): its folder is created and must be writable (a long run must not die at the end on a
+    missing or read-only directory), and no output may overwrite an input: the output is none of
+    `inputs` (resolved paths: data.sources.input_paths of the input specs), and an output `directory`
+    holds none of them (pass inputs for a directory that is written as a whole)."""
     out = Path(path).expanduser()
-    if out.is_dir():
+    target = out.resolve()
+    for src in inputs:
+        if src == target or (directory and target in src.parents):
+            raise ArpoError(f"{flag} {out} would overwrite the input {src}; write the output somewhere else")
+    if directory:
+        if out.exists() and not out.is_dir():
+            raise ArpoError(f"{flag} {out} is a file; give a directory")
+    elif out.is_dir():
         raise ArpoError(f"{flag} {out} is a directory; give a file path")
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        probe = out.with_name(f".{out.name}.probe-{os.getpid()}")
-        probe.write_text("")
-        probe.unlink()
+        out.parent.mkdir(parents=True, exist_ok=True)  # an output directory itself is left to its writer
+        for d in ([out.parent] + ([out] if out.is_dir() else []) if directory else [out.parent]):
+            probe = d / f".{out.name}.probe-{os.getpid()}"
+            probe.write_text("")
+            probe.unlink()
     except OSError as e:
         raise ArpoError(f"{flag} {out}: cannot write there ({e.strerror or e})") from e
     return out

@@ -76,6 +76,30 @@ def test_overwrite_keeps_the_old_run_until_the_new_one_checkpoints(tiny_dir, don
     assert [json.loads(x)["step"] for x in (done_run / "metrics.jsonl").read_text().splitlines()] == [1, 2]
 
 
+def test_an_interrupted_overwrite_is_never_deleted_by_a_plain_run(tiny_dir, done_run, monkeypatch):
+    """Issue 29 A: --overwrite killed before its first checkpoint, then a plain run (or --resume): refused
+    with the restore command, which brings the old run back so that --resume continues it."""
+    old_metrics = (done_run / "metrics.jsonl").read_text()
+
+    def crash(tr, step):
+        raise RuntimeError("killed in the first step")
+
+    monkeypatch.setattr(train, "train_step", crash)
+    with pytest.raises(RuntimeError):
+        _train(tiny_dir, done_run, overwrite=True, **{"optim.lr": 5e-3})
+    monkeypatch.undo()
+    aside = done_run / ".overwritten"
+    for resume in (False, True):
+        with pytest.raises(ArpoError, match=r"\.overwritten holds the run an interrupted --overwrite") as e:
+            _train(tiny_dir, done_run, resume=resume)
+        assert (aside / "checkpoints" / "step_000001" / "state.json").is_file()
+    restore = str(e.value).split("Restore it with:\n  ")[1].split("\n")[0]
+    subprocess.run(restore, shell=True, check=True)
+    assert not aside.exists() and (done_run / "metrics.jsonl").read_text() == old_metrics
+    out = _train(tiny_dir, done_run, resume=True, steps=2)  # the old config (lr 1e-3) came back with it
+    assert out["checkpoint"].endswith("step_000002")
+
+
 def test_a_second_writer_is_refused_and_a_dead_lock_is_taken_over(tiny_dir, tmp_path):
     run_dir = tmp_path / "locked"
     holder = RunDir(run_dir, command="train").open()
@@ -171,3 +195,22 @@ def test_a_signal_stops_after_the_step_with_a_checkpoint(tiny_dir, tmp_path, sig
     assert ck == f"step_{last:06d}"  # the finished step was checkpointed
     assert f"stopped after step {last}/200" in err and "--resume" in err
     assert "stopped early by" in out
+
+
+def test_resume_refuses_fewer_steps_and_changed_data(tiny_dir, tmp_path):
+    """Issue 29 D: --resume steps=1 on a run at step 2 was "done" (and config.yaml said steps: 1); a
+    resume after the data file's content changed was accepted (only the path was compared)."""
+    import shutil
+
+    data = tmp_path / "q.jsonl"
+    shutil.copy(tiny_dir / "q.jsonl", data)
+    run_dir = tmp_path / "run"
+    _train(tiny_dir, run_dir, steps=2, **{"data.path": data})
+    with pytest.raises(ArpoError, match="steps=1: the run .* is already at step 2"):
+        _train(tiny_dir, run_dir, resume=True, steps=1, **{"data.path": data})
+    import yaml
+
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["steps"] == 2
+    data.write_text(data.read_text().replace('"4"', '"5"'))
+    with pytest.raises(ArpoError, match=r"the content of .*q\.jsonl changed since the run started"):
+        _train(tiny_dir, run_dir, resume=True, steps=3, **{"data.path": data})

@@ -22,7 +22,8 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 
     def _get_help_string(self, action):
         h = action.help or ""
-        if "%(default)" in h or action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+        d = action.default  # `is`, not `in`: 0 == False, and a default of 0 must show (--seed, --temperature)
+        if "%(default)" in h or d is None or d is False or d is argparse.SUPPRESS or not action.option_strings:
             return h
         return f"{h} (default: %(default)s)"
 
@@ -53,6 +54,17 @@ NONNEG_INT = number(int, 0)
 NONNEG = number(float, 0.0)
 POSITIVE = number(float, 0.0, lo_open=True)
 PROB = number(float, 0.0, 1.0, lo_open=True)  # top-p
+
+
+def TOOL_LIST(text: str) -> str:  # noqa: N802 - an argparse type, named like the others
+    """--tools: comma-separated tool names, normalized; '' or 'none' is no tools at all, in every command
+    (eval and serve used to fall back to their default tools)."""
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if names == ["none"]:
+        return ""
+    if "none" in names:
+        raise argparse.ArgumentTypeError(f"{text!r}: 'none' means no tools; it does not combine with tool names")
+    return ",".join(names)
 
 
 def deprecated(p, old: str, new: str, **kw) -> None:

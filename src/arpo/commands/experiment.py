@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from arpo.commands import HELP
+from arpo.commands import HELP, POS_INT
 
 EXAMPLES = """examples:
   arpo experiment arpo-vs-grpo                       # the full run: 3 seeds per method (see docs/experiment_arpo_vs_grpo.md)
@@ -29,10 +29,10 @@ def register(sub) -> None:
                        description="Run a controlled experiment end to end with arpo's own pipeline.",
                        epilog=EXAMPLES, formatter_class=HELP)
     p.add_argument("name", choices=["arpo-vs-grpo", "svamp-arpo-vs-grpo", "branching"])
-    p.add_argument("--seeds", type=int, default=None, help="RL seeds per method (default 3; --quick: 1)")
-    p.add_argument("--steps", type=int, default=None, help="RL steps per run (default 40; svamp: 30)")
+    p.add_argument("--seeds", type=POS_INT, default=None, help="RL seeds per method (default 3; --quick: 1)")
+    p.add_argument("--steps", type=POS_INT, default=None, help="RL steps per run (default 40; svamp: 30)")
     p.add_argument("--out", default=None, help="output dir (default runs/experiments/arpo_vs_grpo)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default 2)")
+    p.add_argument("--threads", type=POS_INT, default=None, help="torch CPU threads (default 2)")
     p.add_argument("--quick", action="store_true", help="tiny smoke-test settings (1 seed, few steps)")
     p.add_argument("overrides", nargs="*", help="ExperimentConfig fields as key=value right after the name, e.g. lr=2e-4")
     p.add_argument("--set", dest="more", action="append", default=[], metavar="KEY=VALUE",

@@ -21,7 +21,8 @@ Corpus rows (JSONL, layouts may be mixed): {id, title, text}; HotpotQA rows (Hug
 each context paragraph becomes a document, deduplicated by title); MuSiQue rows (paragraphs).
 The index directory is written atomically: a failed build leaves the previous index untouched.
 The default index ($ARPO_CACHE_DIR/indexes/hotpotqa, what <search> uses unless told otherwise) builds
-itself on first use from the built-in HotpotQA corpus; only `arpo index build hotpotqa` writes it."""
+itself on first use from the built-in HotpotQA corpus; `arpo index build hotpotqa` rebuilds it, and no
+other `arpo index build` writes there (your corpus needs --out)."""
 
 
 def register(sub) -> None:
@@ -59,6 +60,11 @@ def build(args) -> int:
         raise ArpoError(f"give --out DIR for the index of {' '.join(args.files)}: without --out only "
                         f"`arpo index build {DEFAULT_CORPUS}` (re)writes the default index {default_index_dir()}")
     out = Path(args.out).expanduser() if args.out else default_index_dir()
+    if args.out:
+        from arpo.data.sources import input_paths
+        from arpo.jsonl import prepare_output
+
+        prepare_output(out, inputs=input_paths(args.files), directory=True)
     t0 = time.perf_counter()
     docs = load_corpus(args.files)
     if not args.quiet:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from arpo.errors import ArpoError
 
-from arpo.commands import HELP
+from arpo.commands import HELP, POS_INT
 
 EXAMPLES = """examples:
   arpo plot runs/train                          # RUN_DIR/plots/{reward,accuracy,tool_calls,entropy,...}.png
@@ -22,13 +22,13 @@ def register(sub) -> None:
     p.add_argument("run_dir", nargs="?", help="training/SFT run directory (reads metrics.jsonl)")
     p.add_argument("--rollouts", help="an `arpo rollout` dump: plot entropy after tool results")
     p.add_argument("--out", help="output directory (default: RUN_DIR/plots or the dump's directory)")
-    p.add_argument("--window", type=int, default=50, help="token positions per segment to plot")
+    p.add_argument("--window", type=POS_INT, default=50, help="token positions per segment to plot")
     p.set_defaults(func=run_plot)
     a = sub.add_parser("analyze", help="analyses of rollout dumps (entropy after tool results)",
                        epilog=EXAMPLES, formatter_class=HELP)
     a.add_argument("what", choices=["entropy"])
     a.add_argument("dump", help="an `arpo rollout` JSONL dump")
-    a.add_argument("--window", type=int, default=50, help="token positions per segment")
+    a.add_argument("--window", type=POS_INT, default=50, help="token positions per segment")
     a.add_argument("--json", action="store_true", help="print the numbers as JSON")
     a.add_argument("--png", help="also write the figure here")
     a.set_defaults(func=run_analyze)
@@ -41,6 +41,11 @@ def run_plot(args) -> int:
 
     if not args.run_dir and not args.rollouts:
         raise ArpoError("give a RUN_DIR and/or --rollouts DUMP")
+    if args.out:
+        from arpo.data.sources import input_paths
+        from arpo.jsonl import prepare_output
+
+        prepare_output(args.out, directory=True)  # adds PNGs only
     written = []
     if args.run_dir:
         if not Path(args.run_dir).is_dir():
@@ -83,6 +88,11 @@ def print_run_table(rows: list[dict]) -> None:
 def run_analyze(args) -> int:
     from arpo.analysis.entropy import entropy_by_position, plot_entropy, read_dump
 
+    if args.png:
+        from arpo.data.sources import input_paths
+        from arpo.jsonl import prepare_output
+
+        prepare_output(args.png, "--png", inputs=input_paths([args.dump]))
     stats = entropy_by_position(read_dump(args.dump), args.window)
     if args.png:
         plot_entropy(stats, args.png)

@@ -21,8 +21,23 @@ def add_common(p, *, run_dir: bool = True) -> None:
 
 
 def print_config(cfg) -> int:
+    """The resolved config; an algorithm's fields left unset show the preset's values (they used to
+    print as null)."""
+    import dataclasses
+
     from arpo.config import explain
 
+    algo = getattr(cfg, "algo", None)
+    if algo is not None and hasattr(algo, "resolve") and hasattr(cfg, "rollout"):
+        preset = algo.resolve(cfg.rollout)
+        unset = {f.name: getattr(preset, f.name) for f in dataclasses.fields(algo)
+                 if getattr(algo, f.name) is None and hasattr(preset, f.name)}
+        if unset.get("dual_clip", 0) is None:
+            unset["dual_clip"] = 0  # the preset has none: 0 is how a config says so
+        text = explain(dataclasses.replace(cfg, algo=dataclasses.replace(algo, **unset)))
+        text = text.replace("\nalgo:", f"\nalgo:  # the {algo.preset} preset's values, except the keys you set", 1)
+        print(text)
+        return 0
     print(explain(cfg))
     return 0
 

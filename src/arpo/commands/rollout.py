@@ -45,11 +45,12 @@ def run(args) -> int:
 
         return print_config(cfg)
     from arpo.errors import ArpoError
+    from arpo.data.sources import input_paths
     from arpo.jsonl import prepare_output
 
     if not args.out:
         raise ArpoError("--out is required (the JSONL file the trajectories go to)")
-    prepare_output(args.out)
+    prepare_output(args.out, inputs=input_paths([cfg.data.path]))
     stats = rollout.run(cfg, args.out, quiet=args.quiet)
     print(json.dumps(stats))
     return 0

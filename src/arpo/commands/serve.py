@@ -3,8 +3,8 @@ agent behind an OpenAI-compatible API, serve/app.py)."""
 
 from __future__ import annotations
 
-from arpo.commands import HELP, NONNEG, NONNEG_INT, POS_INT, PROB, deprecated, number
-from arpo.errors import ArpoError
+from arpo.commands import HELP, NONNEG, NONNEG_INT, POS_INT, PROB, TOOL_LIST, deprecated, number
+from arpo.commands.from_run import RUN_KEYS, run_defaults  # noqa: F401 - shared with chat and eval
 
 EXAMPLES = """examples:
   arpo serve retriever --search-index ~/.cache/arpo/indexes/hotpotqa --port 8001
@@ -68,7 +68,7 @@ def _register_agent(s) -> None:
     a.add_argument("--model", default="smollm2-135m-instruct",
                    help="run dir, checkpoint, Hugging Face dir or built-in name")
     a.add_argument("--served-model-name", default=None, help="the model id clients ask for (default: the run's name)")
-    a.add_argument("--tools", default=None, help="comma-separated tools: python, search, web_search, browse, your own as "
+    a.add_argument("--tools", default=None, type=TOOL_LIST, help="comma-separated tools: python, search, web_search, browse, your own as "
                    "module.path:function (default: the run's, else python)")
     a.add_argument("--session", action="store_true", default=None,
                    help="python keeps variables, imports and files across one answer's calls (default: the run's)")
@@ -119,17 +119,6 @@ def run_agent(args) -> int:
     return 0
 
 
-# flag -> (the run's config.yaml key, default)
-RUN_KEYS = {
-    "tools": ("tools.enabled", ["python"]), "session": ("tools.python_session", False),
-    "search_index": ("tools.search_index", None), "search_url": ("tools.search_url", None),
-    "search_top_k": ("tools.search_top_k", 3), "search_max_chars": ("tools.search_max_chars", 300),
-    "tool_format": ("agent.tool_format", "tags"), "max_tool_calls": ("agent.max_tool_calls", 5),
-    "max_response_tokens": ("agent.max_response_tokens", 1024), "template": ("data.template", None),
-    "web": ("tools.web", {}),
-}
-
-
 def agent_config(args, run: dict, env_key: str | None = None):
     """ServeConfig from the flags; what they leave unset comes from the run's config (`run`, keyed by
     flag: run_defaults), then the defaults in RUN_KEYS. A template only follows the run's tools."""
@@ -141,11 +130,11 @@ def agent_config(args, run: dict, env_key: str | None = None):
         given = getattr(args, flag)
         return given if given is not None else run.get(flag, RUN_KEYS[flag][1])
 
-    tools = [t.strip() for t in args.tools.split(",") if t.strip()] if args.tools else pick("tools")
+    tools = [t.strip() for t in args.tools.split(",") if t.strip()] if args.tools is not None else pick("tools")
     return ServeConfig(
         model=args.model, served_model_name=args.served_model_name, tools=list(tools),
         python_session=bool(pick("session")), tool_format=pick("tool_format"),
-        template=args.template or (None if args.tools else run.get("template")),
+        template=args.template or (None if args.tools is not None else run.get("template")),
         engine=args.engine, device=args.device, max_tool_calls=pick("max_tool_calls"),
         max_response_tokens=pick("max_response_tokens"), temperature=args.temperature, top_p=args.top_p,
         top_k=args.top_k, max_batch=args.max_batch, search_index=pick("search_index"), search_url=pick("search_url"),
@@ -153,26 +142,3 @@ def agent_config(args, run: dict, env_key: str | None = None):
         web={**(run.get("web") or {}), **web_options(args)},
         api_key=args.api_key or env_key, host=args.host, port=args.port, log_level=args.log_level,
     )
-
-
-def run_defaults(model: str) -> dict:
-    """What a training run's RUN_DIR/config.yaml says about serving its agent, keyed by flag (RUN_KEYS;
-    keys it lacks are left out). {} for anything that is not a run dir."""
-    from pathlib import Path
-
-    import yaml
-
-    p = Path(model).expanduser() / "config.yaml"
-    if not p.is_file():
-        return {}
-    try:
-        cfg = yaml.safe_load(p.read_text()) or {}
-    except (OSError, yaml.YAMLError) as e:
-        raise ArpoError(f"{p}: cannot read the run's config: {e}") from e
-    out = {}
-    for flag, (key, _) in RUN_KEYS.items():
-        section, name = key.split(".")
-        sec = cfg.get(section) if isinstance(cfg, dict) else None
-        if isinstance(sec, dict) and sec.get(name) is not None:
-            out[flag] = sec[name]
-    return out

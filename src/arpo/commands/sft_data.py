@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from arpo.commands import HELP, NONNEG, POS_INT, deprecated
+from arpo.commands import HELP, NONNEG, POS_INT, TOOL_LIST, deprecated
 from arpo.tools import SEARCH_MAX_CHARS, SEARCH_TOP_K
 
 EXAMPLES = """examples:
@@ -33,7 +33,7 @@ def register(sub) -> None:
     p.add_argument("source", choices=["gsm8k", "hotpotqa", "svamp", "tools", "rejection"],
                    help="gsm8k / hotpotqa / svamp: convert the dataset; tools: worked examples of your own tools "
                    "({question, calls: [{tool, arguments}], answer}); rejection: sample --model and keep reward > 0")
-    p.add_argument("--tools", default=None, help="tools: comma-separated tools the worked examples use "
+    p.add_argument("--tools", default=None, type=TOOL_LIST, help="tools: comma-separated tools the worked examples use "
                    "(python, search, module.path:function)")
     p.add_argument("--tool-format", default="tags", choices=["tags", "json"],
                    help="tools: write the calls as tags (<sql>...</sql>) or as native function calls (json)")
@@ -46,8 +46,9 @@ def register(sub) -> None:
     deprecated(p, "--index", "--search-index", dest="search_index")
     p.add_argument("--search-top-k", type=POS_INT, default=SEARCH_TOP_K, help="passages per search in the trajectories")
     p.add_argument("--search-max-chars", type=POS_INT, default=SEARCH_MAX_CHARS, help="characters per passage")
-    p.add_argument("--style", choices=["stepwise", "single"], default="single",
-                   help="gsm8k: one call per solution line, or one program for all (what the quick start measured)")
+    p.add_argument("--style", choices=["stepwise", "single"], default=None,
+                   help="gsm8k only: one call per solution line, or one program for all (what the quick start "
+                   "measured) (default: single)")
     p.add_argument("--max-tool-calls", type=POS_INT, default=3, help="gsm8k stepwise: at most this many calls")
     deprecated(p, "--max-calls", "--max-tool-calls", dest="max_tool_calls", type=POS_INT)
     p.add_argument("--model", default="smollm2-135m-instruct",
@@ -59,11 +60,19 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from arpo.errors import ArpoError
+    from arpo.data.sources import input_paths
+    from arpo.jsonl import prepare_output
+
+    if args.style is not None and args.source != "gsm8k":  # it used to be ignored without a word
+        raise ArpoError(f"--style applies to gsm8k (its solution lines); sft-data {args.source} has one form")
+    args.style = args.style or "single"
+
+    prepare_output(args.out, inputs=input_paths([args.data]))  # first: a bad --out must not cost the work, nor overwrite --data
     from arpo.recipes.sft_data import build_rejection_dataset, build_sft_dataset
 
     if args.source == "tools":
         from arpo.recipes.sft_data import build_tool_sft
-        from arpo.errors import ArpoError
 
         if not args.tools:
             raise ArpoError("sft-data tools needs --tools (the tools the worked examples call)")

@@ -42,6 +42,7 @@ def register(sub) -> None:
     from arpo.commands.web import add_web_args
 
     add_web_args(p)
+    p.add_argument("--quiet", action="store_true", help="only the result: no warnings or notes on stderr")
     p.set_defaults(func=run)
 
 
@@ -51,6 +52,10 @@ def _protections(tool) -> dict:
 
 
 def run(args) -> int:
+    if args.quiet:
+        import warnings
+
+        warnings.simplefilter("ignore")  # e.g. the sandbox's note about protections this machine lacks
     from arpo.commands.web import web_options
     from arpo.tools import build_tools
 

@@ -33,6 +33,12 @@ def run(args) -> int:
     from arpo.errors import ArpoError
     from arpo.view.data import Catalog
 
+    if args.export:
+        from arpo.data.sources import input_paths
+        from arpo.jsonl import prepare_output
+
+        prepare_output(args.export, "--export", inputs=input_paths([s.rpartition("=")[2] for s in args.sources]),
+                       directory=True)
     catalog = Catalog(args.sources)
     if args.export:
         from arpo.view.export import export_site

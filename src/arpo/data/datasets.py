@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from arpo.data.sources import example_id_prefix, iter_rows, split_slice
+from arpo.data.sources import example_id_prefix, is_builtin, iter_rows, split_slice
 from arpo.errors import ArpoError
 
 TASKS = ("math", "qa")
@@ -44,7 +44,7 @@ def _example(where: str, i: int, row: dict, task: str | None, id_prefix: str) ->
         answers = [a]
     else:
         raise ArpoError(f"{where}: needs a field 'answer', 'answers' or 'golden_answers'")
-    t = row.get("task") or task or ("math" if "####" in str(row.get("answer", "")) else "qa")
+    t = task or row.get("task") or ("math" if "####" in str(row.get("answer", "")) else "qa")
     if t not in TASKS:
         raise ArpoError(f"{where}: field 'task' is {t!r}; expected one of {', '.join(TASKS)}")
     ex = {"id": str(row["id"]) if row.get("id") is not None else f"{id_prefix}-{i}", "question": q.strip(),
@@ -59,16 +59,38 @@ def _example(where: str, i: int, row: dict, task: str | None, id_prefix: str) ->
 def load_examples(spec: str | Path, limit: int | None = None, task: str | None = None) -> list[dict]:
     """Examples from a data spec (data/sources.py): a built-in name (`svamp:test`), `hf:NAME:SPLIT`,
     a JSONL(.gz)/parquet file or a glob; rows are GSM8K, HotpotQA, FlashRAG or
-    `{question, answer|answers, task}`."""
+    `{question, answer|answers, task}`. `task` (math | qa) wins over the rows' own; rows without
+    one are inferred (a GSM8K `####` answer: math; else qa) and a line on stderr says so."""
     if limit is not None and limit < 1:
         raise ArpoError(f"limit must be >= 1 (or unset for every row), got {limit}")
+    if task is not None and task not in TASKS:
+        raise ArpoError(f"task {task!r}: choose one of {', '.join(TASKS)}")
     out = []
     prefix = None
+    inferred: dict[str, int] = {}
     for i, (where, row) in enumerate(iter_rows(spec), split_slice(spec)[1] + 1):  # ids count from the file's start
         prefix = prefix or example_id_prefix(spec, where)
-        out.append(_example(where, i, row, task, prefix))
+        ex = _example(where, i, row, task, prefix)
+        if task is None and not row.get("task"):
+            inferred[ex["task"]] = inferred.get(ex["task"], 0) + 1
+        out.append(ex)
         if limit is not None and len(out) >= limit:
             break
     if not out:
         raise ArpoError(f"{spec}: no examples")
+    if inferred and not is_builtin(spec):
+        import sys
+
+        print(f"arpo: {spec}: {task_note(inferred, len(out))}", file=sys.stderr)
     return out
+
+
+TASK_MEANS = {"math": "python tool, math prompt, math-equivalence scoring",
+              "qa": "search tool, search prompt, F1 scoring"}
+
+
+def task_note(inferred: dict[str, int], n: int) -> str:
+    """What a command says about rows whose task it inferred."""
+    parts = "; ".join(f"{c} taken as {t} ({TASK_MEANS[t]})" for t, c in sorted(inferred.items()))
+    return (f"{sum(inferred.values())} of {n} rows have no 'task' field: {parts}. Set the task with --task "
+            "math|qa (eval), data.task=math|qa (configs), or a 'task' field per row")

@@ -22,6 +22,7 @@ from arpo.errors import ArpoError
 DEFAULT_TEMPLATES = Path(__file__).with_name("templates") / "prompts.yaml"
 TASK_TOOLS = {"math": ("python",), "calc": ("python",), "search": ("search",), "both": ("python", "search"),
               "deep_search": ("web_search", "browse")}
+BUILTIN_TOOLS = ("python", "search")  # the tools the task templates are written for; any other tool is the user's
 
 
 @functools.lru_cache(maxsize=8)
@@ -146,10 +147,32 @@ def system_prompt(template: str, tools, path: str | None = None, tool_format: st
     if tool_format == "json" and spec.result is not None:
         raise ArpoError(f"template {template!r} is the tag protocol its model was trained with (<python>, "
                         "<search>, <result>); use --tool-format tags with it")
+    if tool_format != "json":  # json: the chat template or the hermes block describes the tools
+        check_template(template, _names(tools), spec.system, spec.tools)
     if "{tools}" not in spec.system:
         return spec.system
     desc = "\n".join(describe_tool(n, tools[n] if hasattr(tools, "names") else None, data) for n in _names(tools))
     return spec.system.replace("{tools}", desc)
+
+
+def check_template(template: str, names: list[str], text: str, own=None) -> None:
+    """A template without a `{tools}` slot (`calc`, the released checkpoints' prompts) must fit the
+    enabled tools: its own tools (`own`, the template's `tools:`; else TASK_TOOLS: calc teaches
+    python) must be enabled, and it describes no other (a tool the prompt never mentions is callable
+    but unknown to the model). Templates with the slot describe whatever is enabled."""
+    if "{tools}" in text:
+        return
+    own = tuple(TASK_TOOLS.get(template, ())) if own is None else tuple(own)
+    need = [n for n in own if n not in names]
+    if need:
+        raise ArpoError(f"prompt template {template!r} is written for the {', '.join(need)} tool, which is not "
+                        f"enabled (tools: {', '.join(names) or 'none'}); enable it or choose another template "
+                        f"({', '.join(k for k, v in TASK_TOOLS.items() if set(v) <= set(names)) or 'both'})")
+    extra = [n for n in names if n not in own]
+    if extra:
+        raise ArpoError(f"prompt template {template!r} describes no tools, so {', '.join(extra)} would be "
+                        "callable but never described to the model; choose a template with a {tools} slot "
+                        "(math, search, both)")
 
 
 def render_prompt(tokenizer, question: str, system: str, tools=None, tool_format: str = "tags") -> list[int]:
@@ -173,7 +196,9 @@ def prompts_for(examples, tokenizer, tools, template: str | None, tool_format: s
     """Rendered prompts. `tools`: a ToolRegistry (its tools describe themselves) or tool names.
     Without an explicit template, a math example gets the `math` prompt (python) and a QA example
     the `search` prompt when those tools are enabled — the prompts the cold-start SFT data (arpo
-    sft-data) uses — else the template that matches the tools."""
+    sft-data) uses — else the template that matches the tools. The task's template leaves out the
+    other built-in tool, never the user's own (plug-in, MCP) tools: every enabled tool of those is
+    described."""
     out = []
     all_names = _names(tools)
     for ex in examples:
@@ -181,7 +206,7 @@ def prompts_for(examples, tokenizer, tools, template: str | None, tool_format: s
         if tmpl is None:
             tmpl = {"math": "math", "qa": "search"}.get(ex.get("task"), "")
             if tmpl and set(TASK_TOOLS[tmpl]) <= set(all_names) and len(all_names) > 1:
-                names = list(TASK_TOOLS[tmpl])
+                names = list(TASK_TOOLS[tmpl]) + [n for n in all_names if n not in BUILTIN_TOOLS]
             else:
                 tmpl = default_template(all_names)
         sub = _Subset(tools, names) if hasattr(tools, "names") else names

@@ -223,3 +223,22 @@ def count_rows(path: Path) -> int:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", encoding="utf-8") as f:
         return sum(1 for line in f if line.strip())
+
+
+def input_paths(specs) -> list[Path]:
+    """The local files and directories behind input specs (data specs with a row slice, files, globs,
+    run dirs); specs that name no local path (a Hugging Face dataset, a URL, a missing file) are skipped."""
+    out = []
+    for spec in specs:
+        if spec is None:
+            continue
+        spec = str(spec)
+        p = Path(spec).expanduser()
+        if p.is_dir():
+            out.append(p)
+            continue
+        try:
+            out += data_files(split_slice(spec)[0])
+        except ArpoError:
+            continue
+    return [p.resolve() for p in out]

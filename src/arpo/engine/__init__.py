@@ -38,7 +38,10 @@ def make_engine(kind: str = "hf", model=None, tokenizer=None, model_dir=None, **
             tokenizer = tokenizer or tok
         return HFEngine(model, tokenizer, **opts)
     if k == "vllm":
-        from arpo.engine.vllm import VLLMEngine
+        from arpo.engine.vllm import INSTALL_HINT, VLLMEngine, vllm_available
+
+        if not vllm_available():
+            raise ArpoError(f"engine vllm: {INSTALL_HINT}")
 
         return VLLMEngine.from_model(model, tokenizer, model_dir=model_dir, **opts)
     raise ArpoError(f"engine: unknown engine {kind!r}; choose one of {', '.join(ENGINES)}")

@@ -22,6 +22,23 @@ from typing import Callable, Protocol
 import torch
 
 
+
+def check_prompt_fits(prompt_len: int, context_len: int | None, what: str = "the prompt") -> int:
+    """Tokens the model's context leaves for the response: context_len - prompt_len (>= 1), or an
+    ArpoError naming both numbers. Every engine runs it in `add`, before any compute (a prompt past the
+    context used to run for minutes and die of memory); `arpo serve` answers it as HTTP 400
+    context_length_exceeded. context_len None: unknown, no check."""
+    if context_len is None:
+        return 1 << 30
+    left = int(context_len) - int(prompt_len)
+    if left < 1:
+        from arpo.errors import ArpoError
+
+        raise ArpoError(f"{what} has {prompt_len} tokens; this model's context holds {context_len}: "
+                        "shorten the question (or the system prompt), or use a model with a longer context")
+    return left
+
+
 @dataclass
 class SamplingParams:
     temperature: float = 1.0  # 0 = greedy

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from arpo.engine.base import SamplingParams, Sequence, StepOutput, stop_match
+from arpo.engine.base import SamplingParams, Sequence, StepOutput, check_prompt_fits, stop_match
 from arpo.engine.kv import KVBatch, SlotCache
 from arpo.engine.sampling import sample, sample_stats, token_stats, topk_entropy, truncate
 
@@ -65,6 +65,7 @@ class HFEngine:
         self.kv = KVBatch(cfg.num_hidden_layers, n_kv, head_dim, p.dtype, p.device)
         self.device = p.device
         self.max_prefill_tokens = max_prefill_tokens
+        self.context_len = getattr(cfg, "max_position_embeddings", None)  # add() refuses longer prompts
         self.topk_entropy = topk_entropy  # also record -sum p log p over the top-k tokens (0 = off)
         eos = set(eos_token_ids or [])
         if not eos:
@@ -96,6 +97,7 @@ class HFEngine:
         params = params or SamplingParams()
         if not prompt_ids:
             raise ValueError("empty prompt")
+        check_prompt_fits(len(prompt_ids), self.context_len)
         sid = self._new_sid()
         self.seqs[sid] = Sequence(sid, list(prompt_ids), len(prompt_ids), params, status="waiting")
         self._st[sid] = _State(None, list(prompt_ids), self._generator(params.seed), len(prompt_ids))

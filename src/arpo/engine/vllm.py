@@ -51,7 +51,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from arpo.engine.base import SamplingParams, Sequence, StepOutput, stop_match
+from arpo.engine.base import SamplingParams, Sequence, StepOutput, check_prompt_fits, stop_match
 
 _HOOK_ARG = "arpo_logits_hook"
 _HOOKS: dict[str, tuple] = {}  # request key -> (hook, base tokens, base gen_mask, prompt_len, params, sid)
@@ -331,6 +331,7 @@ class VLLMEngine:
             self.llm = LLM(**kw)
         self._core = self.llm.llm_engine
         self.max_model_len = int(self._core.model_config.max_model_len)
+        self.context_len = self.max_model_len  # add() refuses longer prompts
         eos = set(eos_token_ids or [])
         if not eos_token_ids:
             srcs = [getattr(tokenizer, "eos_token_id", None)]
@@ -392,6 +393,7 @@ class VLLMEngine:
         params = params or SamplingParams()
         if not prompt_ids:
             raise ValueError("empty prompt")
+        check_prompt_fits(len(prompt_ids), self.context_len)
         sid = self._new_sid()
         self.seqs[sid] = Sequence(sid, list(prompt_ids), len(prompt_ids), params, status="waiting")
         self._st[sid] = _State(len(prompt_ids), params.seed)

@@ -59,29 +59,36 @@ def evaluate(engine, tools, tok, examples: list[dict], *, reward_fn, agent: Agen
     cfg = dataclasses.replace(agent or AgentConfig(), temperature=temperature)
     loop = AgentLoop(engine, tools, cfg)
     names = tool_names if tool_names is not None else tools  # the registry: its tools describe themselves
-    jobs = [(ex, s) for ex in examples for s in range(samples)]
+    from arpo.engine.base import check_prompt_fits
+
+    rendered = prompts_for(examples, tok, names, template, cfg.tool_format)  # once per question
+    for ex, p in zip(examples, rendered):  # all of them before the first generation
+        check_prompt_fits(len(p), getattr(engine, "context_len", None), f"the prompt of {ex['id']}")
+    jobs = [(i, s) for i in range(len(examples)) for s in range(samples)]
     records = []
-    for b in range(0, len(jobs), batch_size):
-        chunk = jobs[b : b + batch_size]
-        prompts = prompts_for([ex for ex, _ in chunk], tok, names, template, cfg.tool_format)
-        trajs = loop.run(prompts, seeds=[seed * 1_000_003 + b + i for i in range(len(chunk))])
-        for (ex, s), tr in zip(chunk, trajs):
-            calls = [{"tool": c.tool, "ok": c.ok} for c in tr.tool_calls]
-            res = reward_fn(tr.text, ex, tool_calls=calls, math_scorer=math_scorer, tools=tools.names,
-                            tool_spans=tr.tool_spans)
-            counts: dict[str, int] = {}
-            for c in tr.tool_calls:
-                counts[c.tool] = counts.get(c.tool, 0) + 1
-            records.append({"example_id": ex["id"], "sample": s, "correct": bool(res.correct),
-                            "score": float(res.score), "reward": float(res.reward), "format_ok": bool(res.format_ok),
-                            "answer": res.answer, "gold": ex["answers"], "tool_calls": counts,
-                            "response_tokens": tr.n_generated_tokens, "finish_reason": tr.finish_reason,
-                            "text": tr.text, "tool_spans": [list(sp) for sp in tr.tool_spans]})
-            engine.release(tr.sid)
-        if progress is not None:
-            progress(len(chunk))
-    if records_out is not None:
-        records_out.extend(records)
+    try:  # an interrupted evaluation still hands over the answers it finished
+        for b in range(0, len(jobs), batch_size):
+            chunk = [(examples[i], s, rendered[i]) for i, s in jobs[b : b + batch_size]]
+            prompts = [p for _, _, p in chunk]
+            trajs = loop.run(prompts, seeds=[seed * 1_000_003 + b + i for i in range(len(chunk))])
+            for (ex, s, _), tr in zip(chunk, trajs):
+                calls = [{"tool": c.tool, "ok": c.ok} for c in tr.tool_calls]
+                res = reward_fn(tr.text, ex, tool_calls=calls, math_scorer=math_scorer, tools=tools.names,
+                                tool_spans=tr.tool_spans)
+                counts: dict[str, int] = {}
+                for c in tr.tool_calls:
+                    counts[c.tool] = counts.get(c.tool, 0) + 1
+                records.append({"example_id": ex["id"], "sample": s, "correct": bool(res.correct),
+                                "score": float(res.score), "reward": float(res.reward), "format_ok": bool(res.format_ok),
+                                "answer": res.answer, "gold": ex["answers"], "tool_calls": counts,
+                                "response_tokens": tr.n_generated_tokens, "finish_reason": tr.finish_reason,
+                                "text": tr.text, "tool_spans": [list(sp) for sp in tr.tool_spans]})
+                engine.release(tr.sid)
+            if progress is not None:
+                progress(len(chunk))
+    finally:
+        if records_out is not None:
+            records_out.extend(records)
     return summarize(records, samples)
 
 

@@ -94,6 +94,12 @@ class ExperimentConfig:
     max_tool_calls: int = 5
     max_response_tokens: int = 320
 
+    def validate(self) -> None:
+        from arpo.errors import require
+
+        for key in ("seeds", "steps", "threads", "eval_every"):
+            require(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
+
     @classmethod
     def quick(cls, **over) -> "ExperimentConfig":
         """A smoke-test size: 1 seed, a few steps, a smaller model and env (not a result)."""

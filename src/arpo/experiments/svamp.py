@@ -54,6 +54,12 @@ class SvampExperimentConfig:
     eval_every: int = 10
     eval_batch: int = 64
 
+    def validate(self) -> None:
+        from arpo.errors import require
+
+        for key in ("seeds", "steps", "threads", "eval_every"):
+            require(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
+
     @classmethod
     def quick(cls, **over) -> "SvampExperimentConfig":
         """A smoke-test size on the tiny random model (plumbing, not a result)."""

@@ -30,7 +30,7 @@ class RolloutJobConfig:
 
 
 def run(cfg: RolloutJobConfig, out_path: str, quiet: bool = False) -> dict:
-    from rich.progress import Progress
+    from arpo.training.progress import Bar
 
     from arpo.data.datasets import load_examples
     from arpo.data.prompts import prompts_for
@@ -42,12 +42,15 @@ def run(cfg: RolloutJobConfig, out_path: str, quiet: bool = False) -> dict:
 
     reward_fn = get_reward_fn(cfg.reward.fn)
     examples = load_examples(cfg.data.path, cfg.data.limit, cfg.data.task)
+    from arpo.rewards.custom import check_reward
+
+    check_reward(reward_fn, examples, cfg.reward.math_scorer, cfg.reward.fn)  # before the model loads
     tools = cfg.tools.build()
     model, tok = load_model(cfg.model.name, cfg.model.device, cfg.model.dtype)
     ro = ARPORollout(HFEngine(model, tok), tools, cfg.agent, cfg.rollout)
     stats = {"prompts": 0, "trajectories": 0, "branches": 0, "tool_calls": 0, "reward_sum": 0.0, "seconds": 0.0}
     t0 = time.perf_counter()
-    with open(out_path, "w") as f, Progress(disable=quiet, transient=False) as bar:
+    with open(out_path, "w") as f, Bar(enabled=not quiet) as bar:
         task = bar.add_task("rollout", total=len(examples))
         for b in range(0, len(examples), cfg.prompts_per_batch):
             batch = examples[b : b + cfg.prompts_per_batch]

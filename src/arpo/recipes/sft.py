@@ -155,6 +155,23 @@ def nll_loss(mask: torch.Tensor):
     return fn
 
 
+def agent_yaml(rows: list[dict]) -> dict | None:
+    """What an SFT run trained its prompts on, as config sections (RUN_DIR/agent.yaml): the template and
+    its tools when every row used the same built-in template, the call format of `sft-data tools` rows.
+    None when the rows disagree (then nothing is remembered)."""
+    from arpo.data.prompts import TASK_TOOLS
+
+    templates = {r.get("system") or ("search" if r.get("task") == "qa" else "math")
+                 for r in rows if not isinstance(r.get("system_prompt"), str)}
+    formats = {r.get("tool_format", "tags") for r in rows if isinstance(r.get("system_prompt"), str)}
+    if len(templates) == 1 and not formats:
+        t = templates.pop()
+        return {"data": {"template": t}, "tools": {"enabled": list(TASK_TOOLS[t])}}
+    if len(formats) == 1 and not templates:
+        return {"agent": {"tool_format": formats.pop()}}
+    return None
+
+
 def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False, overwrite: bool = False) -> dict:
     """validate everything → claim the run dir → load → steps (log, checkpoint) → summary.
     SIGINT/SIGTERM stop it after the current step, with a checkpoint (training/signals.py)."""
@@ -196,6 +213,14 @@ def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False, overwrite: bo
         sched = build_scheduler(opt, cfg.optim, total)
         start = load_trainer_state(ckpt, opt, sched)["step"] if ckpt is not None else 0
         rd.begin(dataclasses.asdict(cfg))
+        remembered = agent_yaml(rows)  # chat / eval / serve --model RUN_DIR prompt the way it trained
+        if remembered:
+            import yaml
+
+            from arpo.training.checkpoint import write_text_atomic
+
+            write_text_atomic(run_dir / "agent.yaml", "# the prompts this SFT run trained on (arpo.commands.from_run)\n"
+                              + yaml.safe_dump(remembered, sort_keys=False))
         log = MetricsLogger(run_dir, resume_step=start if ckpt is not None else None, tensorboard=cfg.run.tensorboard,
                             wandb_project=cfg.run.wandb, config=dataclasses.asdict(cfg))
         pad = tok.pad_token_id if tok.pad_token_id is not None else 0

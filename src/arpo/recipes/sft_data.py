@@ -24,6 +24,7 @@ import math
 import re
 from collections import Counter
 
+from arpo.errors import ArpoError
 from arpo.jsonl import write_jsonl
 from arpo.tools.base import RESULT_CLOSE, RESULT_OPEN, format_result
 
@@ -300,16 +301,16 @@ def build_sft_dataset(task: str, in_path: str, out_path: str, limit: int | None 
         rows, reasons = _convert_rows(src, convert, limit, progress, f"sft-data {task}")
     finally:
         tools.close()
-    return _stats(rows, reasons, write_jsonl(out_path, rows))
+    return _stats(rows, reasons, _write(out_path, rows, reasons))
 
 
 def _convert_rows(items, convert, limit: int | None, progress: bool, label: str) -> tuple[list[dict], Counter]:
     """Convert items until `limit` rows check out: (rows, Counter of reasons, "ok" included)."""
-    from rich.progress import Progress
+    from arpo.training.progress import Bar
 
     reasons: Counter = Counter()
     rows = []
-    with Progress(disable=not progress) as bar:
+    with Bar(enabled=progress) as bar:
         t = bar.add_task(label, total=limit or len(items))
         for item in items:
             row, why = convert(item)
@@ -320,6 +321,17 @@ def _convert_rows(items, convert, limit: int | None, progress: bool, label: str)
             if limit is not None and len(rows) >= limit:
                 break
     return rows, reasons
+
+
+def _write(out_path, rows: list, reasons: Counter):
+    """Write the SFT rows; none at all is an error that says why each input row was dropped (a file of
+    0 rows used to be written with exit 0, e.g. `sft-data gsm8k` on SVAMP rows)."""
+    if not rows:
+        why = ", ".join(f"{k}: {v}" for k, v in reasons.most_common() if k != "ok") or "no input rows"
+        raise ArpoError(f"no SFT row checked out, nothing written to {out_path} ({why}); is the source right "
+                        "for this data (gsm8k needs GSM8K '<<expr=value>>' solutions, svamp an 'equation', hotpotqa "
+                        "supporting facts)?")
+    return write_jsonl(out_path, rows)
 
 
 def _stats(rows: list, reasons: Counter, out) -> dict:
@@ -373,8 +385,6 @@ def build_rejection_dataset(model: str, data: str, out_path: str, *, samples: in
                             top_k: int = 3, max_chars: int = 300, max_new_tokens: int = 384,
                             progress: bool = True) -> dict:
     """Sample `samples` trajectories per question with real tools, keep those with reward > 0."""
-    from rich.progress import Progress
-
     from arpo.data.datasets import load_examples
     from arpo.engine.hf import HFEngine
     from arpo.eval.evaluate import evaluate
@@ -382,6 +392,7 @@ def build_rejection_dataset(model: str, data: str, out_path: str, *, samples: in
     from arpo.rewards import arpo_reward
     from arpo.rollout.agent import AgentConfig
     from arpo.tools import build_tools
+    from arpo.training.progress import Bar
 
     exs = load_examples(data, limit)
     names = tools or (["python"] if all(e["task"] == "math" for e in exs) else ["search"])
@@ -389,7 +400,7 @@ def build_rejection_dataset(model: str, data: str, out_path: str, *, samples: in
     m, tok = load_model(model)
     recs: list = []
     try:
-        with Progress(disable=not progress) as bar:
+        with Bar(enabled=progress) as bar:
             t = bar.add_task("rejection sampling", total=len(exs) * samples)
             stats = evaluate(HFEngine(m, tok), reg, tok, exs, reward_fn=arpo_reward,
                              agent=AgentConfig(max_response_tokens=max_new_tokens), samples=samples,
@@ -398,7 +409,7 @@ def build_rejection_dataset(model: str, data: str, out_path: str, *, samples: in
     finally:
         reg.close()
     rows = rejection_rows(recs, {e["id"]: e for e in exs})
-    out = write_jsonl(out_path, rows)
+    out = _write(out_path, rows, Counter({"no trajectory with reward > 0": len(exs)}))
     return {"written": len(rows), "sampled": len(recs), "questions": len(exs), "pass@1": stats["pass@1"],
             "out": str(out)}
 
@@ -485,7 +496,7 @@ def build_tool_sft(data: str, out_path: str, tool_names: list[str], tool_format:
             limit, progress, "sft-data tools")
     finally:
         tools.close()
-    return _stats(rows, reasons, write_jsonl(out_path, rows))
+    return _stats(rows, reasons, _write(out_path, rows, reasons))
 
 
 def _load_tokenizer(model: str):

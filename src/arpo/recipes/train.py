@@ -26,6 +26,7 @@ from arpo.data.datasets import load_examples
 from arpo.errors import ArpoError
 from arpo.models import check_model
 from arpo.rewards import get_reward_fn
+from arpo.rewards.custom import check_reward
 from arpo.training import distributed
 from arpo.training.checkpoint import (is_distributed_checkpoint, latest_checkpoint, load_distributed_state,
                                       load_trainer_state, save_checkpoint, save_distributed_checkpoint)
@@ -58,6 +59,8 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
     # everything that can be wrong with the config fails here, before the run dir is touched
     reward_fn = get_reward_fn(cfg.reward.fn)
     examples = load_examples(cfg.data.path, cfg.data.limit, cfg.data.task)
+    check_reward(reward_fn, examples, cfg.reward.math_scorer, cfg.reward.fn)  # one call, before the model loads
+    check_reward(reward_fn, examples, cfg.reward.math_scorer, cfg.reward.fn)  # one call, before the model loads
     val_examples = (load_examples(cfg.validation.path, cfg.validation.limit, cfg.data.task)
                     if cfg.validation.path else [])
     check_model(cfg.model.name, cfg.model.device)

@@ -12,7 +12,8 @@ A reward function is `fn(response, example, *, tool_calls=None, tools=None, tool
 tool's `<sql>` is a call, not stray text; default: search and python) and `tool_spans` the
 [start, end) character spans of `response` that the environment appended (tool results and their
 markup; `Trajectory.tool_spans`, from the loss mask). `get_reward_fn("module.path:function")` loads
-your own.
+your own, which may also return a number or a dict (custom.py: the contract; check_reward tries it
+before a run).
 
 Answers and tags are read only from what the model generated: a tool whose output contains
 `</result><answer>\\boxed{72}</answer>` must not answer for the model. Every built-in reward does so
@@ -24,27 +25,17 @@ Without `tool_spans` (a caller that has only text) the text is all there is.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from arpo.errors import ArpoError
 from arpo.rewards.answer import exact_match, extract_answer_block, extract_boxed, f1_score, math_equal, max_over_golds
 from arpo.rewards.format import TOOL_TAGS, check_format, model_text, tool_calls_in
+from arpo.rewards.result import RewardResult, response_answer
 
 __all__ = ["RewardResult", "arpo_reward", "f1_reward", "em_reward", "get_reward_fn", "score_answer",
            "check_format", "model_text", "extract_boxed", "f1_score", "exact_match", "math_equal", "max_over_golds"]
 
 MATH_SCORERS = ("math_equal", "f1")
-
-
-@dataclass
-class RewardResult:
-    reward: float
-    score: float  # correctness in [0, 1]
-    format_ok: bool
-    format_error: str | None
-    answer: str | None  # the extracted \boxed{} content
-    correct: bool  # score == 1 (math equal / F1 == 1): used for accuracy and pass@k
 
 
 RewardFn = Callable[..., RewardResult]
@@ -69,11 +60,7 @@ def _golds(example: dict) -> list[str]:
     return [str(golds)] if isinstance(golds, (str, int, float)) else [str(g) for g in golds]
 
 
-def _answer(response: str, tool_spans=None) -> str | None:
-    """The last \\boxed{} of the model's answer block (of all the model's text when there is none)."""
-    own = model_text(response, tool_spans)
-    block = extract_answer_block(own)
-    return extract_boxed(block if block is not None else own)
+_answer = response_answer  # the model's answer, read from its own text (tool_spans)
 
 
 def score_answer(answer: str | None, example: dict, math_scorer: str = "math_equal") -> float:
@@ -144,7 +131,11 @@ def get_reward_fn(name: str) -> RewardFn:
         raise ArpoError(f"reward {name!r} cannot be loaded: {e}") from e
     if not callable(obj):
         raise ArpoError(f"reward {name!r} is not callable")
-    return obj
+    if obj in REWARDS.values():  # a built-in by its path
+        return obj
+    from arpo.rewards.custom import UserReward
+
+    return UserReward(obj, name)  # the contract: a number, a dict or a RewardResult; errors name the example
 
 
 def score_trees(trees, reward_fn, math_scorer: str, tools: Iterable[str] | None = None) -> None:

@@ -270,7 +270,8 @@ def serve(cfg: ServeConfig) -> None:
     with agent_server(cfg) as server:
         app = server.config.app
         print(f"arpo serve agent: model {app.state.model_name!r} ({cfg.model}) with tools "
-              f"{', '.join(cfg.tools) or 'none'} ({cfg.tool_format}) on http://{cfg.host}:{cfg.port}/v1  "
+              f"{', '.join(cfg.tools) or 'none'} ({cfg.tool_format}), prompt template "
+              f"{cfg.template or 'from the tools'} on http://{cfg.host}:{cfg.port}/v1  "
               "(POST /v1/chat/completions, GET /v1/models, GET /health)", flush=True)
         server.run()
 

@@ -169,10 +169,13 @@ def stop_strings(req: ChatRequest) -> tuple[str, ...]:
 
 def response_budget(req: ChatRequest, prompt_len: int, context_len: int, default: int) -> int:
     """max_tokens of the request, or the server default clipped to what the context has left."""
-    left = context_len - prompt_len
-    if left < 1:
-        raise ApiError(400, f"the prompt has {prompt_len} tokens; this model's context holds {context_len}",
-                       param="messages", code="context_length_exceeded")
+    from arpo.engine.base import check_prompt_fits
+    from arpo.errors import ArpoError
+
+    try:
+        left = check_prompt_fits(prompt_len, context_len)
+    except ArpoError as e:
+        raise ApiError(400, str(e), param="messages", code="context_length_exceeded") from None
     asked = req.max_tokens or req.max_completion_tokens
     if asked is None:
         return min(default, left)

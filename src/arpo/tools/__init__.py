@@ -31,6 +31,17 @@ def build_tools(names: list[str], *, python_timeout_s: float = 5.0, max_output_c
     from arpo.tools.function import ToolOptions, load_tool
 
     options = options or {}
+    from arpo.tools.function import _snake
+
+    def keys(spec: str) -> list[str]:  # a tool's options may be keyed by its attribute or its tool name
+        attr = spec.rsplit(":", 1)[1].rsplit(".", 1)[-1]
+        return list(dict.fromkeys([attr, _snake(attr)]))
+
+    own = [k for n in names if ":" in n for k in keys(n)]
+    stray = [k for k in options if k not in own]
+    if stray:  # a misspelt name used to be ignored, and the tool ran with the defaults
+        raise ArpoError(f"tools.options: {', '.join(map(repr, stray))} is none of your enabled tools "
+                        f"({', '.join(own) or 'none: tools.options applies to module.path:function tools'})")
     reg = _Registry(cache)
     try:
         for n in names:
@@ -59,14 +70,16 @@ def build_tools(names: list[str], *, python_timeout_s: float = 5.0, max_output_c
 
                 reg.register(BrowseTool(web))
             elif ":" in n:
-                name = n.rsplit(":", 1)[1].rsplit(".", 1)[-1]
+                name = next((k for k in keys(n) if k in options), keys(n)[0])  # `Sql` or `sql`: it used to miss the second
                 opts = dict(options.get(name) or {})
                 cacheable = bool(opts.pop("cache", False))
                 try:
-                    tool = load_tool(n, ToolOptions(**opts))
+                    topts = ToolOptions(**opts)
                 except TypeError as e:
                     raise ArpoError(f"tools.options.{name}: {e}; valid: timeout_s, max_concurrency, "
                                     "max_output_chars, cache") from e
+                topts.check(f"tools.options.{name}")
+                tool = load_tool(n, topts)
                 tool.cacheable = cacheable
                 reg.register(tool)
             else:

@@ -46,6 +46,15 @@ class ToolOptions:
     max_concurrency: int = 8  # calls of this tool that may run at once (others wait their turn)
     max_output_chars: int = 4000  # the result is cut here, with a marker
 
+    def check(self, where: str) -> None:
+        """Range checks, naming the key (`where`: tools.options.NAME)."""
+        from arpo.errors import require
+
+        for key, kind in (("timeout_s", (int, float)), ("max_concurrency", int), ("max_output_chars", int)):
+            v = getattr(self, key)
+            require(isinstance(v, kind) and not isinstance(v, bool) and v > 0, f"{where}.{key}",
+                    f"must be a number > 0, got {v!r}")
+
 
 _TYPES: dict[str, type | tuple[type, ...]] = {"string": str, "integer": int, "number": (int, float), "boolean": bool,
                                               "array": list, "object": dict}

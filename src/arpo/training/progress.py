@@ -56,3 +56,51 @@ class StepProgress:
     def __exit__(self, *exc) -> None:
         if self._bar is not None:
             self._bar.__exit__(*exc)
+
+
+class Bar:
+    """Progress over items (eval answers, rollout prompts, SFT rows) with rich.progress.Progress's small
+    API (`add_task`, `advance`), on stderr: a rich bar on a terminal; without one, a plain line per
+    task at every 10 % (and at the end) — a bar there would only appear, on stdout, at the end."""
+
+    def __init__(self, enabled: bool = True, stream=None):
+        self.enabled, self.stream = enabled, stream or sys.stderr
+        self._bar = None
+        self._tasks: dict[int, list] = {}  # id -> [label, total, done, next line at, t0]
+
+    def __enter__(self) -> "Bar":
+        if self.enabled and self.stream.isatty():
+            from rich.console import Console
+            from rich.progress import Progress
+
+            self._bar = Progress(console=Console(file=self.stream))
+            self._bar.__enter__()
+        return self
+
+    def add_task(self, label: str, total: int) -> int:
+        if self._bar is not None:
+            return self._bar.add_task(label, total=total)
+        tid = len(self._tasks)
+        self._tasks[tid] = [label, total, 0, max(1, total // 10), time.perf_counter()]
+        return tid
+
+    def advance(self, tid: int, n: int = 1) -> None:
+        if not self.enabled:
+            return
+        if self._bar is not None:
+            self._bar.advance(tid, n)
+            return
+        t = self._tasks[tid]
+        t[2] += n
+        label, total, done, at, t0 = t
+        if done >= at or done >= total:
+            el = time.perf_counter() - t0
+            eta = el / max(done, 1) * max(total - done, 0)
+            print(f"{label}: {done}/{total} ({100 * done / max(total, 1):.0f} %, elapsed {el:.0f} s, eta {eta:.0f} s)",
+                  file=self.stream, flush=True)
+            while t[3] <= done:
+                t[3] += max(1, total // 10)
+
+    def __exit__(self, *exc) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(*exc)

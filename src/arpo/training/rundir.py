@@ -9,11 +9,14 @@
 * **nothing lost**: everything is validated before the run dir is touched; `--overwrite` moves the
   old checkpoints, metrics and logs into RUN_DIR/.overwritten/ and deletes them only once the new
   run has written its first checkpoint (a new run that fails early leaves the old one recoverable).
+  While .overwritten/ holds a run and RUN_DIR has no checkpoint, a plain run and `--resume` are
+  refused with the command that restores it (`restore_command`); only `--overwrite` discards it.
 * **resume keeps the run's meaning**: the config is compared with the one the run was started
   with; a changed key that changes the training (model, data, optimizer, algorithm, rollout, ...)
   is refused with the list of changes; safe keys (steps, logging, checkpoint cadence, validation,
   threads, memory knobs) may change. config.yaml holds the effective config and every start and
-  resume is kept in RUN_DIR/config_history/.
+  resume is kept in RUN_DIR/config_history/. `steps` may grow, never drop below the checkpoint's step,
+  and the data files must have the content the run started with (RUN_DIR/inputs.json: sha256 each).
 """
 
 from __future__ import annotations
@@ -61,6 +64,41 @@ def unsafe_changes(old: dict, new: dict) -> list[tuple[str, object, object]]:
     return [c for c in config_changes(old, new) if not any(fnmatch.fnmatch(c[0], p) for p in SAFE_ON_RESUME)]
 
 
+def restore_command(path: str | Path) -> str:
+    """The shell command that puts back the run an interrupted `--overwrite` moved into
+    RUN_DIR/.overwritten/ (the interrupted new run's files in RUN_DIR are removed first)."""
+    import shlex
+
+    d = shlex.quote(str(path))
+    names = " ".join(RUN_FILES + ("config.yaml", INPUTS))
+    return f"cd {d} && rm -rf {names} && mv .overwritten/* . && rmdir .overwritten"
+
+
+INPUTS = "inputs.json"  # sha256 of the run's data files: a resume must see the same content
+
+
+def input_hashes(config: dict) -> dict[str, str]:
+    """{file: sha256} of the local data files a config trains on (data.path, validation.path; a
+    built-in name, a glob or a list of files; a Hugging Face dataset has no file and is left out)."""
+    import hashlib
+
+    from arpo.jsonl import input_paths
+
+    specs = []
+    for sec in ("data", "validation"):
+        p = (config.get(sec) or {}).get("path") if isinstance(config.get(sec), dict) else None
+        specs += p if isinstance(p, list) else [p] if p else []
+    out = {}
+    for f in input_paths(specs):
+        if f.is_file():
+            h = hashlib.sha256()
+            with open(f, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(block)
+            out[str(f)] = h.hexdigest()
+    return out
+
+
 class RunDir:
     """One run's claim on its directory. `open()` checks and locks (touching nothing else);
     `begin(config)` writes the config and moves an overwritten run aside; `checkpoint_written()`
@@ -102,6 +140,14 @@ class RunDir:
         f.flush()
         self._lock = f
         old = latest_checkpoint(self.path)
+        aside = self.path / ".overwritten"
+        if aside.is_dir() and any(aside.iterdir()) and not self.overwrite and old is None:
+            # an --overwrite was interrupted before its first checkpoint: the old run is only in .overwritten/
+            self.close()
+            raise ArpoError(f"{aside} holds the run an interrupted --overwrite moved aside "
+                            f"({', '.join(sorted(p.name for p in aside.iterdir()))}); a "
+                            f"{'resumed' if self.resume else 'new'} run here would delete it. Restore it with:\n"
+                            f"  {restore_command(self.path)}\nthen --resume it; or pass --overwrite to discard it")
         if self.resume and old is None:
             self.close()
             raise ArpoError(f"--resume: no checkpoint in {self.path}/checkpoints")
@@ -128,6 +174,20 @@ class RunDir:
         except (OSError, yaml.YAMLError) as e:
             raise ArpoError(f"{saved}: cannot read the run's saved config ({e})") from e
         bad = unsafe_changes(old, config)
+        ckpt = self.checkpoint
+        done = int(ckpt.name.rpartition("_")[2]) if ckpt is not None and ckpt.name.rpartition("_")[2].isdigit() else 0
+        total = config.get("steps", config.get("max_steps"))
+        if isinstance(total, int) and total < done:
+            self.close()
+            raise ArpoError(f"--resume with steps={total}: the run in {self.path} is already at step {done}; give "
+                            f"steps > {done} to train further, or leave steps out to keep the run's "
+                            f"{old.get('steps', old.get('max_steps'))}")
+        changed = [f for f, h in input_hashes(config).items() if self._saved_inputs().get(f, h) != h]
+        if changed:
+            self.close()
+            raise ArpoError(f"--resume: the content of {', '.join(changed)} changed since the run started "
+                            f"({self.path / INPUTS} has the hashes it trained on); a resumed run must see the same "
+                            "data: restore the file, or start a new run (another run.dir, or --overwrite)")
         if bad:
             lines = "\n".join(f"  {k}: {a!r} -> {b!r}" for k, a, b in bad)
             self.close()
@@ -151,17 +211,31 @@ class RunDir:
                         shutil.rmtree(p) if p.is_dir() else p.unlink()
                 else:
                     aside.mkdir()
+                    # the old run's config and data hashes go with it (restore)
+                    moving += [n for n in ("config.yaml", INPUTS) if (self.path / n).is_file()]
                     for n in moving:
                         os.replace(self.path / n, aside / n)
         text = yaml.safe_dump(config, sort_keys=False)
         from arpo.training.checkpoint import write_text_atomic
 
         write_text_atomic(self.path / "config.yaml", text)
+        if not self.resume or not (self.path / INPUTS).is_file():
+            import json
+
+            write_text_atomic(self.path / INPUTS, json.dumps(input_hashes(config), indent=1) + "\n")
         hist = self.path / "config_history"
         hist.mkdir(exist_ok=True)
         n = len(list(hist.glob("*.yaml"))) + 1
         kind = "resume" if self.resume else "start"
         write_text_atomic(hist / f"{n:03d}_{kind}_{time.strftime('%Y%m%d-%H%M%S')}.yaml", text)
+
+    def _saved_inputs(self) -> dict:
+        import json
+
+        try:
+            return json.loads((self.path / INPUTS).read_text())
+        except (OSError, ValueError):
+            return {}  # a run from before inputs.json: nothing to compare
 
     def checkpoint_written(self) -> None:
         if self.main:

@@ -1,0 +1,112 @@
+"""Your own reward function behind arpo's contract (`reward.fn=module:function`, `--reward module:function`).
+
+The contract (README "Reward contract"): arpo calls `fn(response, example, **options)` once per
+trajectory, with `response` the model's whole response (its text and the tool results it read) and
+`example` the data row (`question`, `answers`, `task`, `id`, and the row's other fields); options
+`tool_calls` ([{tool, ok}]), `tools` (the agent's tool names) and `math_scorer` are passed only if
+the function accepts them (by name or **kwargs). A function with a `completions` parameter is called
+the TRL way: `fn(prompts=[question], completions=[response], **row fields)` and may return a list.
+
+It may return
+* a number r (TRL's convention): reward r; score = r clipped to [0, 1]; correct when r >= 1;
+* a dict with `reward` (number) and optionally `score`, `correct`, `format_ok`, `format_error`, `answer`;
+* an object with those attributes (arpo.rewards.RewardResult).
+Anything else, a NaN, or an exception is an ArpoError that names the function and the example; every
+command calls the reward once (`check_reward`) before it loads a model, so a broken reward fails in a
+second, not after the model has loaded.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from typing import Any
+
+from arpo.errors import ArpoError
+from arpo.rewards.result import RewardResult, response_answer
+
+OPTIONS = ("tool_calls", "tools", "math_scorer", "task")
+FIELDS = ("score", "correct", "format_ok", "format_error", "answer")
+CONTRACT = "return a number, a dict with a numeric 'reward', or an object with a .reward (README: Reward contract)"
+
+
+class UserReward:
+    """A user's reward function, called by the contract above; returns a RewardResult."""
+
+    def __init__(self, fn, name: str):
+        self.fn, self.name = fn, name
+        try:
+            params = inspect.signature(fn).parameters
+        except (TypeError, ValueError):  # a builtin or C callable: pass everything
+            params = {}
+        self.any_kw = not params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+        self.names = set(params)
+        self.trl = "completions" in self.names
+
+    def _options(self, kw: dict) -> dict:
+        return {k: v for k, v in kw.items() if self.any_kw or k in self.names}
+
+    def __call__(self, response: str, example: dict, **kw: Any):
+        where = f"reward {self.name} on example {example.get('id', '?')}"
+        try:
+            if self.trl:
+                rows = {k: [v] for k, v in example.items() if k not in ("prompts", "completions")}
+                out = self.fn(prompts=[example.get("question", "")], completions=[response],
+                              **self._options({**rows, **kw}))
+                if isinstance(out, (list, tuple)):
+                    if len(out) != 1:
+                        raise ArpoError(f"{where}: returned {len(out)} values for 1 completion")
+                    out = out[0]
+            else:
+                out = self.fn(response, example, **self._options(kw))
+        except ArpoError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the user's code: one line that names it
+            raise ArpoError(f"{where} raised {type(e).__name__}: {e}") from e
+        return to_result(out, response, where, kw.get("tool_spans"))
+
+
+def to_result(out, response: str, where: str, tool_spans=None):
+    """A RewardResult from what a reward function returned (see the module docstring)."""
+    if isinstance(out, RewardResult):
+        return out
+    if isinstance(out, dict):
+        if "reward" not in out:
+            raise ArpoError(f"{where}: returned a dict without 'reward' (keys: {', '.join(map(str, out)) or 'none'}); "
+                            + CONTRACT)
+        vals = dict(out)
+    elif isinstance(out, (int, float)) and not isinstance(out, complex):
+        vals = {"reward": out}
+    elif hasattr(out, "reward"):
+        vals = {k: getattr(out, k) for k in ("reward", *FIELDS) if hasattr(out, k)}
+    else:
+        raise ArpoError(f"{where}: returned {type(out).__name__} {out!r:.80}; " + CONTRACT)
+    try:
+        reward = float(vals["reward"])
+        score = float(vals["score"]) if vals.get("score") is not None else min(max(reward, 0.0), 1.0)
+    except (TypeError, ValueError) as e:
+        raise ArpoError(f"{where}: reward/score is not a number ({e}); " + CONTRACT) from e
+    if math.isnan(reward) or math.isnan(score):
+        raise ArpoError(f"{where}: returned NaN")
+    correct = bool(vals["correct"]) if vals.get("correct") is not None else score >= 1.0 - 1e-9
+    return RewardResult(reward, score, bool(vals.get("format_ok", True)), vals.get("format_error"),
+                        vals["answer"] if "answer" in vals else response_answer(response, tool_spans), correct)
+
+
+def check_reward(fn, examples: list[dict], math_scorer: str = "math_equal", name: str = "") -> None:
+    """Call the reward once, on a well-formed answer with the first example's gold, before any model
+    loads: a reward that raises or returns something else fails here (an ArpoError naming it)."""
+    if not examples:
+        return
+    ex = examples[0]
+    golds = ex.get("answers") or [ex.get("answer", "")]
+    gold = golds[0] if isinstance(golds, (list, tuple)) and golds else golds
+    response = f"<think>checking the reward</think>\n<answer>\\boxed{{{gold}}}</answer>"
+    try:
+        res = fn(response, ex, tool_calls=[], tools=(), math_scorer=math_scorer)
+    except ArpoError as e:
+        raise ArpoError(f"the reward failed its check call (a well-formed answer with the gold): {e}") from e
+    except Exception as e:  # noqa: BLE001 - a built-in reward's bug is still named
+        raise ArpoError(f"reward {name or fn!r} raised {type(e).__name__}: {e} on its check call") from e
+    if not hasattr(res, "reward"):
+        raise ArpoError(f"reward {name or fn!r}: returned {type(res).__name__}; " + CONTRACT)
