@@ -18,6 +18,7 @@ import torch
 
 from arpo.engine.base import SamplingParams, Sequence, StepOutput, stop_match
 from arpo.engine.kv import KVBatch, SlotCache
+from arpo.engine.rng import child_key, key_of, uniforms_for
 from arpo.engine.sampling import sample, sample_stats, token_stats, topk_entropy, truncate
 
 _ATTN = "arpo_sdpa_gqa"
@@ -43,12 +44,13 @@ def _register_attention() -> None:
 class _State:
     """Engine-private per-sequence data next to the public Sequence."""
 
-    __slots__ = ("past", "pending", "gen", "seg_start")
+    __slots__ = ("past", "pending", "key", "forks", "seg_start")
 
-    def __init__(self, past, pending, gen, seg_start):
+    def __init__(self, past, pending, key, seg_start):
         self.past = past  # (layers, 2, H, L, D) K/V of tokens[:L] while out of the batch, or None
         self.pending = pending  # tokens whose K/V is not cached yet (fed at the next forward)
-        self.gen = gen  # torch.Generator of this sequence
+        self.key = key  # 64-bit RNG key (engine/rng.py): token n is sampled with uniform(key, n)
+        self.forks = 0  # unseeded forks made so far (each child's key derives from key and this count)
         self.seg_start = seg_start  # token index where the current generated segment began
 
 
@@ -98,7 +100,7 @@ class HFEngine:
             raise ValueError("empty prompt")
         sid = self._new_sid()
         self.seqs[sid] = Sequence(sid, list(prompt_ids), len(prompt_ids), params, status="waiting")
-        self._st[sid] = _State(None, list(prompt_ids), self._generator(params.seed), len(prompt_ids))
+        self._st[sid] = _State(None, list(prompt_ids), key_of(params.seed), len(prompt_ids))
         return sid
 
     def append(self, sid: int, token_ids: list[int]) -> None:
@@ -135,8 +137,12 @@ class HFEngine:
                 k, s.tokens[:at], s.prompt_len, params, s.gen_mask[:r], s.logprobs[:r], s.entropies[:r],
                 s.topk_entropies[:r], status="waiting", parent=sid, fork_at=at,
             )
-            gen = self._generator(params.seed) if seeds is not None else _split(self._st[sid].gen)
-            self._st[k] = _State(past, [s.tokens[at - 1]], gen, at)
+            if seeds is not None:
+                key = key_of(params.seed)
+            else:
+                key = child_key(self._st[sid].key, self._st[sid].forks)
+                self._st[sid].forks += 1
+            self._st[k] = _State(past, [s.tokens[at - 1]], key, at)
             kids.append(k)
         return kids
 
@@ -175,14 +181,6 @@ class HFEngine:
     def _new_sid(self) -> int:
         self._next_sid += 1
         return self._next_sid - 1
-
-    def _generator(self, seed):
-        g = torch.Generator(device="cpu")
-        if seed is not None:
-            g.manual_seed(int(seed))
-        else:
-            g.seed()
-        return g
 
     def _cached_prefix(self, sid: int, n: int) -> torch.Tensor | None:
         """K/V of the sequence's first n tokens. If some of them are still pending (e.g. a fork right
@@ -240,7 +238,7 @@ class HFEngine:
         """Sequences joining with the same tokens and no K/V yet (a group's samples of one prompt)
         share one prefill: the first of each set computes all tokens but the last, the others
         reference that K/V as a fork would, and every one of them then prefills its last token
-        alone (so each samples its first token from its own logits and generator)."""
+        alone (so each samples its first token from its own logits and RNG key)."""
         same: dict[tuple[int, ...], list[int]] = {}
         for sid in sids:
             st = self._st[sid]
@@ -342,7 +340,8 @@ class HFEngine:
         u = torch.full((n,), 0.5)
         for (sid, slot), s in zip(live, seqs):
             temp[slot] = s.params.temperature
-            u[slot] = torch.rand(1, generator=self._st[sid].gen)
+        u[[slot for _, slot in live]] = uniforms_for([self._st[sid].key for sid, _ in live],
+                                                     [len(s.tokens) for s in seqs])
         eager_sample = any(s.params.logits_hook is not None or s.params.top_k > 0 or s.params.top_p < 1.0 for s in seqs)
         bias = torch.zeros(n, ptr, dtype=kv.dtype, device=d).masked_fill_(~kv.valid[:, :ptr], float("-inf"))
         self.stats["forwards"] += 1
@@ -379,7 +378,8 @@ class HFEngine:
             if s.params.logits_hook is not None:
                 logits[i] = s.params.logits_hook(s, logits[i])
         temp = torch.tensor([s.params.temperature for s in seqs], dtype=torch.float32)
-        u = uniforms if uniforms is not None else torch.cat([torch.rand(1, generator=self._st[s.sid].gen) for s in seqs])
+        u = uniforms if uniforms is not None else uniforms_for([self._st[s.sid].key for s in seqs],
+                                                               [len(s.tokens) for s in seqs])
         logits = logits.cpu()
         if not any(s.params.top_k > 0 or s.params.top_p < 1.0 for s in seqs):
             toks, chosen, ent, topk = sample_stats(logits, temp, u, self.topk_entropy)
@@ -437,9 +437,3 @@ def _with_seed(params: SamplingParams, seed: int) -> SamplingParams:
 
     return replace(params, seed=seed)
 
-
-def _split(gen: torch.Generator) -> torch.Generator:
-    """A child generator derived deterministically from the parent's stream."""
-    g = torch.Generator(device="cpu")
-    g.manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
-    return g
