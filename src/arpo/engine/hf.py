@@ -8,7 +8,9 @@ last shared token (whose K/V was not yet cached when the parent sampled past it)
 
 For Llama-family models (Llama, Qwen2, Mistral) the forward is arpo's own (engine/static.py: fused,
 prepacked matmuls; `static=False` uses the transformers module), and `compile=True` runs each decode
-step — forward, sampling, log-prob and entropies — as one torch.compile graph.
+step — forward, sampling, log-prob and entropies — as one torch.compile graph. `graph=True` runs it
+over static, bucketed buffers as one CUDA-graph replay with one device-to-host copy (engine/graph.py;
+eagerly on CPU, same results).
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ class _State:
 
 class HFEngine:
     def __init__(self, model, tokenizer, max_prefill_tokens: int = 4096, eos_token_ids=None, topk_entropy: int = 10,
-                 share_prompts: bool = True, static: bool = True, compile: bool = False):
+                 share_prompts: bool = True, static: bool = True, compile: bool = False, graph: bool = False):
         _register_attention()
         self.share_prompts = share_prompts  # identical joining prompts share one prefill
         self.model, self.tokenizer = model.eval(), tokenizer
@@ -64,7 +66,7 @@ class HFEngine:
         n_kv = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         p = next(model.parameters())
-        self.kv = KVBatch(cfg.num_hidden_layers, n_kv, head_dim, p.dtype, p.device)
+        self.kv = KVBatch(cfg.num_hidden_layers, n_kv, head_dim, p.dtype, p.device, fixed=graph)
         self.device = p.device
         self.max_prefill_tokens = max_prefill_tokens
         self.topk_entropy = topk_entropy  # also record -sum p log p over the top-k tokens (0 = off)
@@ -90,6 +92,16 @@ class HFEngine:
 
             raise ArpoError(f"engine option compile: needs arpo's own forward (Llama, Qwen2, Mistral), which is off "
                             f"for this model: {self.static_off}")
+        self._graph, self._dirty = None, True
+        if graph:
+            if self.static is None:
+                from arpo.errors import ArpoError
+
+                raise ArpoError(f"engine option graph: needs arpo's own forward (Llama, Qwen2, Mistral), which is "
+                                f"off for this model: {self.static_off}")
+            from arpo.engine.graph import GraphStep
+
+            self._graph = GraphStep(self.static, self.kv, topk_entropy)
         self.stats = {"prefill_tokens": 0, "decode_tokens": 0, "forwards": 0, "compactions": 0,
                       "shared_prefill_tokens": 0}  # prompt tokens not prefilled again: identical prompts
 
@@ -149,6 +161,7 @@ class HFEngine:
     def release(self, sid: int) -> None:
         if sid in self._slot:
             self.kv.free(self._slot.pop(sid))
+            self._dirty = True
         self._st.pop(sid, None)
         self.seqs.pop(sid, None)
 
@@ -203,12 +216,14 @@ class HFEngine:
 
     def _leave(self, sid: int) -> None:
         """Move a sequence out of the batch, taking its K/V along (for resume or fork)."""
+        self._dirty = True
         slot = self._slot.pop(sid)
         self._st[sid].past = self.kv.extract(slot)
         self.kv.free(slot)
 
     def _remap(self, mapping):
         if mapping is not None:
+            self._dirty = True
             self.stats["compactions"] += 1
             self._slot = {sid: mapping[slot] for sid, slot in self._slot.items()}
 
@@ -261,6 +276,7 @@ class HFEngine:
                 self.stats["shared_prefill_tokens"] += self._st[first].past.shape[-2]
 
     def _prefill_group(self, sids: list[int], sample_next: bool) -> list[StepOutput]:
+        self._dirty = True  # slots join
         kv, sts = self.kv, [self._st[s] for s in sids]
         q = max(len(st.pending) for st in sts)
         longest_past = max(0 if st.past is None else st.past.shape[-2] for st in sts)
@@ -280,7 +296,7 @@ class HFEngine:
         for i, (st, slot) in enumerate(zip(sts, free)):
             n, off = len(st.pending), q - len(st.pending)
             ids[i, off:] = torch.tensor(st.pending)
-            pos[i, off:] = torch.arange(int(kv.npos[slot]), int(kv.npos[slot]) + n)
+            pos[i, off:] = torch.arange(kv.lens[slot], kv.lens[slot] + n)
             mask[i, 0, off:, :end] = kv.valid[slot, :end]
             mask[i, 0, :, end:] = causal
             mask[i, 0, :, end : end + off] = False
@@ -290,10 +306,10 @@ class HFEngine:
         for i, (st, slot) in enumerate(zip(sts, free)):
             n = len(st.pending)
             kv.valid[slot, end + q - n : end + q] = True
-            kv.npos[slot] += n
+            kv.grow_len([slot], n)
             st.pending = []
         kv.ptr = end + q
-        self.stats["prefill_tokens"] += sum(int(kv.npos[slot]) for slot in free) - sum(p0 for p0 in past_lens)
+        self.stats["prefill_tokens"] += sum(kv.lens[slot] for slot in free) - sum(p0 for p0 in past_lens)
         for sid in sids:
             self.seqs[sid].status = "running"
         if not sample_next:
@@ -307,6 +323,11 @@ class HFEngine:
         self._remap(kv.ensure(0, 1))  # one column for this step's tokens
         ptr = kv.ptr
         live = [(sid, slot) for sid, slot in self._slot.items() if self.seqs[sid].status == "running"]
+        if self._graph is not None:
+            outs = self._decode_graph(live, ptr)
+            if outs is not None:
+                return outs
+            self._dirty = True  # this step runs eagerly: the graph's state must be uploaded again
         ids = torch.zeros(kv.n_slots, dtype=torch.long)
         for sid, slot in live:
             ids[slot] = self._st[sid].pending[0]
@@ -320,7 +341,7 @@ class HFEngine:
             logits = self._forward(ids[:, None], kv.npos.clone()[:, None], mask[:, None, None, :], SlotCache(kv, ptr))
             sampled, u = None, None
         kv.ptr = ptr + 1
-        kv.npos[live_rows] += 1
+        kv.grow_len([slot for _, slot in live], 1)
         for sid, _ in live:
             self._st[sid].pending = []
         self.stats["decode_tokens"] += len(live)
@@ -329,6 +350,30 @@ class HFEngine:
             return self._sample(sids, logits[live_rows], None if u is None else u[live_rows])
         toks, chosen, ent, topk = (t[live_rows.to(self.device)].cpu() for t in sampled)
         return self._record([self.seqs[s] for s in sids], toks, chosen, ent, topk if self.topk_entropy else None)
+
+    def _decode_graph(self, live, ptr) -> list[StepOutput] | None:
+        """The decode step as one graph replay (engine/graph.py), or None when a running sequence needs
+        the eager sampler (top-k/top-p, a logits hook). The per-slot state is uploaded only after
+        something changed it (`_dirty`); a steady step touches the device once: the replay and the
+        copy of its results."""
+        g, kv = self._graph, self.kv
+        seqs = [self.seqs[sid] for sid, _ in live]
+        if self._dirty:
+            if any(_eager_sampling(s.params) for s in seqs):
+                return None
+            g.upload([slot for _, slot in live], [self._st[sid].pending[0] for sid, _ in live],
+                     [s.params.temperature for s in seqs], [self._st[sid].key for sid, _ in live])
+            self._dirty = False
+        host = g.run().tolist()
+        kv.ptr = ptr + 1
+        for sid, slot in live:
+            kv.lens[slot] += 1  # the device positions moved inside the graph
+            self._st[sid].pending = []
+        self.stats["decode_tokens"] += len(live)
+        self.stats["forwards"] += 1
+        rows = [host[slot] for _, slot in live]
+        return self._record(seqs, [int(r[0]) for r in rows], [r[1] for r in rows], [r[2] for r in rows],
+                            [r[3] for r in rows] if self.topk_entropy else None)
 
     def _forward_static(self, ids, live, ptr):
         """The decode step through engine/static.decode_step, which returns the new K/V (written here at
@@ -342,7 +387,7 @@ class HFEngine:
             temp[slot] = s.params.temperature
         u[[slot for _, slot in live]] = uniforms_for([self._st[sid].key for sid, _ in live],
                                                      [len(s.tokens) for s in seqs])
-        eager_sample = any(s.params.logits_hook is not None or s.params.top_k > 0 or s.params.top_p < 1.0 for s in seqs)
+        eager_sample = any(_eager_sampling(s.params) for s in seqs)
         bias = torch.zeros(n, ptr, dtype=kv.dtype, device=d).masked_fill_(~kv.valid[:, :ptr], float("-inf"))
         self.stats["forwards"] += 1
         out = self.static.decode(ids.to(d), kv.npos.to(d), bias, kv.buf, temp.to(d), u.to(d), self.topk_entropy,
@@ -397,8 +442,8 @@ class HFEngine:
 
     def _record(self, seqs: list[Sequence], toks, chosen, ent, topk) -> list[StepOutput]:
         """Append each sequence's sampled token and its statistics; pause or finish those that stop."""
-        toks, chosen, ent = toks.tolist(), chosen.tolist(), ent.tolist()
-        topk_ent = topk.tolist() if topk is not None else None
+        toks, chosen, ent = _as_list(toks), _as_list(chosen), _as_list(ent)
+        topk_ent = _as_list(topk) if topk is not None else None
         outs = []
         for i, s in enumerate(seqs):
             t = toks[i]
@@ -437,3 +482,11 @@ def _with_seed(params: SamplingParams, seed: int) -> SamplingParams:
 
     return replace(params, seed=seed)
 
+
+def _eager_sampling(p: SamplingParams) -> bool:
+    """Whether a sequence's next token needs the eager sampler (after the step's forward)."""
+    return p.logits_hook is not None or p.top_k > 0 or p.top_p < 1.0
+
+
+def _as_list(x) -> list:
+    return x.tolist() if isinstance(x, torch.Tensor) else list(x)
