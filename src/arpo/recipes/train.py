@@ -541,18 +541,26 @@ def policy_update(tr: Trainer, trees: list, n_trees: int, off: int, step: int, l
     from arpo.algos.advantages import entropy_aware_advantage
     from arpo.training import distributed
     from arpo.training.batch import loss_and_backward, token_logprobs
+    from arpo.training.mismatch import mismatch_metrics, mismatch_sums
     from arpo.training.optim import clip_gradients
     from arpo.training.rollout_log import keep_trained_values
 
     cfg, preset, multi, par, lp_kw = tr.cfg, tr.preset, tr.multi, tr.par, tr.lp_kw
+    mismatch: dict = {}
     device = next(tr.model.parameters()).device  # the batch's tensors live with the policy
     advs = step_advantages(trees, preset, distributed.gather if multi else None)
     batch, old_ent = (build_batch(trees, preset, advs).to(device), None) if trees else (None, None)
     lap("time_batch")
+    rollout_lp = None  # what the engine recorded while sampling (for the train–inference mismatch)
     if batch is not None:
         if use_rollout_logprobs(cfg, tr.model):  # what the engine recorded while sampling: no extra forward
             batch.old_logp, old_ent = old_logprobs_from_rollout(trees, batch)
+            rollout_lp = batch.old_logp
         else:
+            try:
+                rollout_lp = old_logprobs_from_rollout(trees, batch)[0]
+            except (ValueError, KeyError):  # an engine that records no log-probs: no mismatch metrics
+                rollout_lp = None
             batch.old_logp, old_ent = token_logprobs(par.rollout, batch, with_entropy=True, **lp_kw)
         if tr.ref_model is not None:
             batch.ref_logp, _ = token_logprobs(tr.ref_model, batch, **lp_kw)
@@ -572,10 +580,11 @@ def policy_update(tr: Trainer, trees: list, n_trees: int, off: int, step: int, l
         for mb in minibatch_order(n_trees, cfg.minibatches, cfg.run.seed, step, epoch):
             local = [t - off for t in mb if off <= t < off + len(trees)]  # this rank's trees
             sub = batch.subset(local) if local else None  # None: none of mb is on this rank
-            cur = None
+            cur, record, was_first = None, None, first
             if first and sub is not None:  # weights unchanged since old_logp: reuse it (on-policy)
                 rows = [batch.rows[(t, i)] for t in local for i in range(len(batch.trees[t]["responses"]))]
                 cur = (batch.old_logp[rows][:, : sub.width], old_ent[rows][:, : sub.width])
+                record = torch.zeros(sub.mask.shape, dtype=torch.float32, device=sub.mask.device)
             elif not first:  # par.run: FSDP ranks run equally many forwards (dummies for None)
                 cur = par.run(sub, lambda: token_logprobs(par.train, sub, with_entropy=True, **lp_kw),
                               grad=False, **lp_kw)
@@ -589,7 +598,11 @@ def policy_update(tr: Trainer, trees: list, n_trees: int, off: int, step: int, l
                         else float(max(x[2] for x in shares)))  # the global padded width
             out = par.run(sub, lambda: loss_and_backward(
                 par.train, sub, make_loss_fn(sub, preset, norm), need_entropy=True, current=cur,
-                scale=scale, **lp_kw), grad=True, **lp_kw)
+                scale=scale, record=record, **lp_kw), grad=True, **lp_kw)
+            if was_first:  # the training forward before any update vs the rollout's records
+                mm = (mismatch_sums(rollout_lp[rows][:, : sub.width], record, sub.mask)
+                      if record is not None and rollout_lp is not None else (0.0, 0.0, 0.0))
+                mismatch = mismatch_metrics(distributed.gather(mm) if multi else [mm])
             par.reduce_grads()
             lap("time_backward")
             gnorms.append(clip_gradients(tr.model, cfg.optim.grad_clip))
@@ -603,6 +616,7 @@ def policy_update(tr: Trainer, trees: list, n_trees: int, off: int, step: int, l
                 diag = global_diagnostics([(x[0], x[1], d) for x, d in zip(shares, distributed.gather(diag))])
             diags.append(diag)
     m = {k: statistics.fmean(d[k] for d in diags) for k in diags[0]}
+    m.update(mismatch)
     m["grad_norm"] = statistics.fmean(gnorms)
     m["trained_tokens"] = distributed.total(batch.n_tokens(cfg.packed) if batch else 0)
     return m
