@@ -48,7 +48,8 @@ def test_smoke_run_on_cpu(gpu_check):
         for v in ("eager", "graph"):  # the decode table's variants (compiled: the CLI's --smoke runs it too)
             assert "error" not in m["variants"][v], m["variants"][v].get("traceback")
             assert set(m["variants"][v]["batches"]) == {"2", "4"}
-            assert all(r["step_ms"] > 0 and r["steps"] == 6 - 2 for r in  # the first step prefills and decodes m["variants"][v]["batches"].values())
+            # 6 new tokens: the first step prefills and decodes (2 tokens), then 4 decode steps
+            assert all(r["step_ms"] > 0 and r["steps"] == 6 - 2 for r in m["variants"][v]["batches"].values())
             mm = m["mismatch"][v]  # bf16 on CPU: engine records vs the trainer's forward, finite and small
             assert mm["mismatch/tokens"] == sizes.batch * sizes.new and 0 <= mm["mismatch/kl"] < 0.05
         assert m["variants"]["graph"]["graph_replays"] > 0
