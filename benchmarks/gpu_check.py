@@ -336,7 +336,8 @@ def count_launches(prof) -> dict:
         if e.name in LAUNCH_EVENTS:
             launches += 1
             graph_launches += "Graph" in e.name
-        elif getattr(e, "device_type", None) is not None and str(e.device_type).endswith("CUDA"):
+        elif (str(getattr(e, "device_type", "")).endswith("CUDA")
+              and not e.name.lower().startswith(("memcpy", "memset"))):
             kernels += 1
     return {"launch_calls": launches, "graph_launches": graph_launches, "device_kernels": kernels}
 
