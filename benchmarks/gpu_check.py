@@ -436,10 +436,15 @@ def bench_mismatch(model, tok, sz: Sizes, dev: Device, variants=("eager", "graph
 
     prompt = tok(DECODE_TEXT)["input_ids"]
     prompt = (prompt * (sz.prompt // max(1, len(prompt)) + 1))[: sz.prompt]
-    out = {}
+    out, first = {}, None
     for name in variants:
         eng = HFEngine(model, tok, eos_token_ids=[-1], **VARIANTS[name])
-        seqs = eng.generate([prompt] * sz.batch, SamplingParams(max_len=sz.prompt + sz.new, seed=1))
+        seqs = []
+        for i in range(sz.batch):  # a seed per sequence: the same tokens from every variant, if they agree
+            eng.add(prompt, SamplingParams(max_len=sz.prompt + sz.new, seed=1000 + i))
+        while eng.has_unfinished():
+            eng.step()
+        seqs = [eng.seq(sid) for sid in sorted(eng.seqs)]
         resp = [s.response for s in seqs]
         batch = TreeBatch.from_trees([{"prompt": prompt, "responses": resp, "parent": [-1] * len(resp),
                                        "branch_at": [0] * len(resp)}]).to(next(model.parameters()).device)
@@ -449,6 +454,14 @@ def bench_mismatch(model, tok, sz: Sizes, dev: Device, variants=("eager", "graph
         for (_, i), r in batch.rows.items():
             rollout_lp[r, : len(seqs[i].logprobs)] = torch.tensor(seqs[i].logprobs)
         out[name] = mismatch_metrics([mismatch_sums(rollout_lp, train_lp.float().cpu(), batch.mask.cpu())])
+        if first is None:
+            first = (name, resp, [s.logprobs for s in seqs])
+        else:  # the variant against the first (eager): same tokens under the same seeds?
+            same = [a == b for a, b in zip(first[1], resp)]
+            lp = [abs(x - y) for a, b, r0, r1 in zip(first[2], [s.logprobs for s in seqs], first[1], resp)
+                  if r0 == r1 for x, y in zip(a, b)]
+            out[name].update({f"sequences_equal_to_{first[0]}": sum(same), "sequences": len(same),
+                              f"max_abs_logprob_diff_to_{first[0]}": max(lp, default=None)})
         eng = None
     dev.free()
     return out
@@ -869,6 +882,9 @@ def report(res: dict) -> str:
         lambda n: err(n, "mismatch") or "; ".join(
             f"{g(n, 'mismatch', v, 'mismatch/kl'):.2e} / {g(n, 'mismatch', v, 'mismatch/max_abs'):.2e}"
             for v in ("eager", "graph")))
+    row("graph vs eager, same seeds: sequences with equal tokens; max abs log-prob diff (where equal)",
+        lambda n: err(n, "mismatch") or f"{g(n, 'mismatch', 'graph', 'sequences_equal_to_eager')} of "
+        f"{g(n, 'mismatch', 'graph', 'sequences')}; {_f(g(n, 'mismatch', 'graph', 'max_abs_logprob_diff_to_eager'), '{:.2e}')}")
 
     def rl(n, key, fmt="{:.2f}"):
         return err(n, "rl") or _f(g(n, "rl", "steady_mean", key), fmt)

@@ -53,6 +53,7 @@ def test_smoke_run_on_cpu(gpu_check):
             mm = m["mismatch"][v]  # bf16 on CPU: engine records vs the trainer's forward, finite and small
             assert mm["mismatch/tokens"] == sizes.batch * sizes.new and 0 <= mm["mismatch/kl"] < 0.05
         assert m["variants"]["graph"]["graph_replays"] > 0
+        assert m["mismatch"]["graph"]["sequences_equal_to_eager"] == m["mismatch"]["graph"]["sequences"] == sizes.batch
         rl = m["rl"]
         assert len(rl["steps"]) == 1 and rl["steps"][0]["trajectories"] == 2
         assert rl["tool_runs_total"] >= 1 and rl["sample_tool_output"] == "391"  # the real python tool ran
