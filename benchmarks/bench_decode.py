@@ -60,7 +60,8 @@ def bench_decode(model, tok, batch, prompt_len, new, repeats, variants=("static"
             model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
                            do_sample=True, top_k=0, top_p=1.0, temperature=1.0, pad_token_id=tok.eos_token_id)
 
-    opts = {"static": {}, "compiled": {"compile": True}, "hf_forward": {"static": False}}
+    opts = {"static": {}, "compiled": {"compile": True}, "hf_forward": {"static": False},
+            "graph": {"graph": True}}  # graph: on CPU the bucketed graph step runs eagerly (no capture)
     info = {}
 
     def engine_run(kw):

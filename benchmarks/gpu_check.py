@@ -13,6 +13,12 @@ Per model:
 
 a. decode tokens/s of arpo's HFEngine vs `model.generate`: same batch, prompt and new-token
    counts, sampling at T=1, EOS suppressed in both; prefill timed separately and subtracted.
+   a2. the decode step of each engine variant — eager, compiled (`compile=True`), graph
+   (`graph=True`, one CUDA-graph replay) — at batch 16, 64 and 256: ms per step, tokens/s, and on
+   CUDA the launch calls, device kernels and allocator allocations per steady step (torch.profiler,
+   torch.cuda.memory_stats).
+   a3. train-inference mismatch: engine-sampled sequences, then the trainer's forward over them
+   (training/batch.token_logprobs) in the model's dtype: KL and max |d| of the log-probs.
 b. ARPO RL steps composed from training/trainer.py's pieces exactly as `arpo train` runs them on one process
    (rollout_step -> score_trees -> rollout_metrics -> build_batch -> token_logprobs ->
    loss_and_backward -> clip -> AdamW), with the real python tool. Random weights never call tools,
@@ -28,7 +34,8 @@ e. vLLM (src/arpo/engine/vllm.py, if present and `import vllm` works): the same 
    rollout through VLLMEngine, in a child process per model; else "vLLM: skipped (reason)".
 
 Prints markdown tables (paste them into BENCHMARKS.md) and the JSON of every number. A phase that
-fails is reported with its error and the others still run. Budget: <= 8 minutes on one H100/H200
+fails is reported with its error and the others still run. Sized for <= 8 minutes on one H200 (not yet
+measured with the variants and mismatch phases)
 (`--budget-s` skips optional phases when time runs short; the .sh wrapper kills at 480 s).
 """
 
@@ -92,8 +99,8 @@ class Sizes:
     batch: int = 16  # (a) decode batch
     prompt: int = 128  # (a) prompt tokens
     new: int = 128  # (a) new tokens
-    repeats: int = 3  # (a) median of
-    steps: int = 3  # (b) RL steps
+    repeats: int = 2  # (a) median of
+    steps: int = 2  # (b) RL steps
     prompts_per_step: int = 4
     group_size: int = 8  # M
     initial_rollouts: int = 4  # N (the other M - N come from branching)
@@ -101,11 +108,16 @@ class Sizes:
     max_response_tokens: int = 1024
     micro_tokens: int = 4096
     pack_repeats: int = 2  # (c) median of (after one warm-up when > 1)
+    variant_batches: tuple = (16, 64, 256)  # (a2) decode step of each engine variant at these batches
+    variant_new: int = 64  # (a2) new tokens per timed run
+    profile_steps: int = 10  # (a2) decode steps profiled for kernel launches (CUDA)
 
 
 FULL = Sizes()
 SMOKE = Sizes(batch=4, prompt=32, new=16, repeats=1, steps=2, prompts_per_step=2, group_size=4, initial_rollouts=2,
-              free_tokens=8, max_response_tokens=256, micro_tokens=2048, pack_repeats=1)
+              free_tokens=8, max_response_tokens=256, micro_tokens=2048, pack_repeats=1, variant_batches=(2, 4),
+              variant_new=8, profile_steps=3)
+VARIANTS = {"eager": {}, "compiled": {"compile": True}, "graph": {"graph": True}}  # HFEngine options
 
 
 class Interrupted(BaseException):  # not an Exception: train.rollout_step's `except Exception` must not eat it
@@ -312,6 +324,149 @@ def bench_decode(model, tok, sz: Sizes, dev: Device) -> dict:
             "engine_total_s": t_eng, "generate_total_s": t_gen, "peak_gb": dev.peak_gb()}
 
 
+# ---- (a2) engine variants: step time, kernel launches, allocations ---------------------------------
+LAUNCH_EVENTS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx", "cudaGraphLaunch",
+                 "cuGraphLaunch")
+
+
+def count_launches(prof) -> dict:
+    """Per-profile totals: CPU-side launch calls (kernel launches + graph launches) and device kernels."""
+    launches = kernels = graph_launches = 0
+    for e in prof.events():
+        if e.name in LAUNCH_EVENTS:
+            launches += 1
+            graph_launches += "Graph" in e.name
+        elif (str(getattr(e, "device_type", "")).endswith("CUDA")
+              and not e.name.lower().startswith(("memcpy", "memset"))):
+            kernels += 1
+    return {"launch_calls": launches, "graph_launches": graph_launches, "device_kernels": kernels}
+
+
+def bench_variants(model, tok, sz: Sizes, dev: Device, budget_left, variants=tuple(VARIANTS)) -> dict:
+    """Each engine variant (eager / compiled / graph) at each batch of sz.variant_batches: the decode
+    step's time (prefill excluded; after a warm-up run of the same shape, so compiling and graph capture
+    are not timed), tokens/s, and on CUDA the kernel launches per step (torch.profiler over
+    sz.profile_steps steady steps) and the allocator's allocations per steady step."""
+    import torch
+
+    from arpo.engine.base import SamplingParams
+    from arpo.engine.hf import HFEngine
+
+    prompt = tok(DECODE_TEXT)["input_ids"]
+    prompt = (prompt * (sz.prompt // max(1, len(prompt)) + 1))[: sz.prompt]
+    out: dict = {}
+    for name in variants:
+        if budget_left() < 60:
+            out[name] = {"skipped": f"time budget ({budget_left():.0f} s left)"}
+            continue
+        t_v = time.perf_counter()
+        try:
+            eng = HFEngine(model, tok, eos_token_ids=[-1], **VARIANTS[name])
+            rows = {}
+            for b in sz.variant_batches:
+                def start(n):
+                    sids = [eng.add(prompt, SamplingParams(max_len=sz.prompt + n, seed=s)) for s in range(b)]
+                    eng.step()  # prefill + first token
+                    dev.sync()
+                    return sids
+
+                def finish(sids):
+                    while eng.has_unfinished():
+                        eng.step()
+                    for s in sids:
+                        eng.release(s)
+
+                t = time.perf_counter()
+                finish(start(sz.variant_new))  # warm-up: same shapes (compile / capture happen here)
+                warm_s = time.perf_counter() - t
+                sids = start(sz.variant_new)
+                dev.sync()
+                t = time.perf_counter()
+                steps = 0
+                while eng.has_unfinished():
+                    eng.step()
+                    steps += 1
+                dev.sync()
+                step_s = (time.perf_counter() - t) / max(steps, 1)
+                for s in sids:
+                    eng.release(s)
+                row = {"step_ms": step_s * 1e3, "tok_s": b / step_s, "steps": steps, "warmup_s": warm_s}
+                if dev.cuda:  # launches and allocations of steady steps
+                    sids = start(sz.variant_new)
+                    for _ in range(2):
+                        eng.step()
+                    dev.sync()
+                    a0 = torch.cuda.memory_stats().get("allocation.all.allocated", 0)
+                    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                            torch.profiler.ProfilerActivity.CUDA]) as prof:
+                        for _ in range(sz.profile_steps):
+                            eng.step()
+                        dev.sync()
+                    a1 = torch.cuda.memory_stats().get("allocation.all.allocated", 0)
+                    c = count_launches(prof)
+                    row.update({k + "_per_step": v / sz.profile_steps for k, v in c.items()})
+                    row["allocations_per_step"] = (a1 - a0) / sz.profile_steps  # includes the profiler's own
+                    finish(sids)
+                rows[str(b)] = row
+            g = getattr(eng, "_graph", None)
+            out[name] = {"batches": rows, "seconds": time.perf_counter() - t_v,
+                         "compile_s": getattr(eng.static, "compile_seconds", 0.0) if eng.static else 0.0,
+                         "graphs": len(g.graphs) if g is not None else None,
+                         "graph_replays": g.replays if g is not None else None}
+        except Interrupted:
+            raise
+        except Exception as e:  # noqa: BLE001 - one variant failing must not hide the others
+            out[name] = {"error": f"{type(e).__name__}: {e}"[:800], "traceback": traceback.format_exc()[-3000:]}
+            dev.free()
+        eng = None
+    return out
+
+
+# ---- (a3) train-inference mismatch -------------------------------------------------------------------
+def bench_mismatch(model, tok, sz: Sizes, dev: Device, variants=("eager", "graph")) -> dict:
+    """Sequences sampled by the engine (T=1, batch sz.batch, sz.new tokens), then the trainer's forward
+    (training/batch.token_logprobs, tree-packed) over the same tokens in the model's dtype: KL (mean k3)
+    and max |d| of the log-probs (training/mismatch.py), per engine variant."""
+    import torch
+
+    from arpo.engine.base import SamplingParams
+    from arpo.engine.hf import HFEngine
+    from arpo.training.batch import TreeBatch, token_logprobs
+    from arpo.training.mismatch import mismatch_metrics, mismatch_sums
+
+    prompt = tok(DECODE_TEXT)["input_ids"]
+    prompt = (prompt * (sz.prompt // max(1, len(prompt)) + 1))[: sz.prompt]
+    out, first = {}, None
+    for name in variants:
+        eng = HFEngine(model, tok, eos_token_ids=[-1], **VARIANTS[name])
+        seqs = []
+        for i in range(sz.batch):  # a seed per sequence: the same tokens from every variant, if they agree
+            eng.add(prompt, SamplingParams(max_len=sz.prompt + sz.new, seed=1000 + i))
+        while eng.has_unfinished():
+            eng.step()
+        seqs = [eng.seq(sid) for sid in sorted(eng.seqs)]
+        resp = [s.response for s in seqs]
+        batch = TreeBatch.from_trees([{"prompt": prompt, "responses": resp, "parent": [-1] * len(resp),
+                                       "branch_at": [0] * len(resp)}]).to(next(model.parameters()).device)
+        pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+        train_lp, _ = token_logprobs(model, batch, packed=True, max_tokens=sz.micro_tokens, pad_id=pad)
+        rollout_lp = torch.zeros(batch.mask.shape)
+        for (_, i), r in batch.rows.items():
+            rollout_lp[r, : len(seqs[i].logprobs)] = torch.tensor(seqs[i].logprobs)
+        out[name] = mismatch_metrics([mismatch_sums(rollout_lp, train_lp.float().cpu(), batch.mask.cpu())])
+        if first is None:
+            first = (name, resp, [s.logprobs for s in seqs])
+        else:  # the variant against the first (eager): same tokens under the same seeds?
+            same = [a == b for a, b in zip(first[1], resp)]
+            lp = [abs(x - y) for a, b, r0, r1 in zip(first[2], [s.logprobs for s in seqs], first[1], resp)
+                  if r0 == r1 for x, y in zip(a, b)]
+            out[name].update({f"sequences_equal_to_{first[0]}": sum(same), "sequences": len(same),
+                              f"max_abs_logprob_diff_to_{first[0]}": max(lp, default=None)})
+        eng = None
+    dev.free()
+    return out
+
+
 # ---- (b) RL steps ---------------------------------------------------------------------------------
 def bench_rl(model, tok, sz: Sizes, dev: Device, errors: list) -> tuple[dict, object]:
     """ARPO steps through training/trainer.py's own `setup` + `train_step` on one process, with timing
@@ -441,7 +596,7 @@ def bench_packing(model, trees, preset, lp_kw: dict, sz: Sizes, dev: Device) -> 
         res[f"{name}_peak_gb"] = dev.peak_gb()
     model.zero_grad(set_to_none=True)
     model.eval()
-    m = batch.mask.bool()
+    m = batch.mask.bool().cpu()  # the batch lives on the device; the log-probs are compared on the host
     res["packed_over_flat"] = res["packed_s"] / res["flat_s"]
     res["max_abs_logp_diff"] = float((logps["packed"].float().cpu() - logps["flat"].float().cpu())[m].abs().max())
     dev.free()
@@ -585,7 +740,7 @@ def run_vllm(name: str, a, remaining_s: float) -> dict:
 # ---- the check --------------------------------------------------------------------------------------
 def run_check(device: str = "cuda", smoke: bool = False, models: list[str] | None = None, sizes: Sizes | None = None,
               tokenizer: str | None = None, dtype: str = "bfloat16", vllm: bool = True, budget_s: float = 450.0,
-              cli_args=None, on_phase=None) -> dict:
+              cli_args=None, on_phase=None, variants: tuple = tuple(VARIANTS)) -> dict:
     """Run every phase for every model; returns the results dict (also what --json writes).
     `on_phase(results)` is called after each phase (the CLI writes the JSON file incrementally)."""
     import torch
@@ -633,6 +788,9 @@ def run_check(device: str = "cuda", smoke: bool = False, models: list[str] | Non
             continue
         m["model"] = {**info, "build_s": time.perf_counter() - t}
         phase(m, "decode", lambda: bench_decode(model, tok, sz, dev))
+        phase(m, "variants", lambda: bench_variants(model, tok, sz, dev,
+                                                    lambda: budget_s - (time.perf_counter() - t_start), variants))
+        phase(m, "mismatch", lambda: bench_mismatch(model, tok, sz, dev))
         errors: list = []
         holder: dict = {}
 
@@ -720,6 +878,13 @@ def report(res: dict) -> str:
         f"{g(n, 'decode', 'engine_tok_s'):.0f} / {g(n, 'decode', 'generate_tok_s'):.0f} "
         f"({g(n, 'decode', 'engine_over_generate'):.2f}x)")
     row("decode: peak mem GB", lambda n: _f(g(n, "decode", "peak_gb")))
+    row("train-inference mismatch (engine records vs trainer forward): KL / max abs, eager; graph",
+        lambda n: err(n, "mismatch") or "; ".join(
+            f"{g(n, 'mismatch', v, 'mismatch/kl'):.2e} / {g(n, 'mismatch', v, 'mismatch/max_abs'):.2e}"
+            for v in ("eager", "graph")))
+    row("graph vs eager, same seeds: sequences with equal tokens; max abs log-prob diff (where equal)",
+        lambda n: err(n, "mismatch") or f"{g(n, 'mismatch', 'graph', 'sequences_equal_to_eager')} of "
+        f"{g(n, 'mismatch', 'graph', 'sequences')}; {_f(g(n, 'mismatch', 'graph', 'max_abs_logprob_diff_to_eager'), '{:.2e}')}")
 
     def rl(n, key, fmt="{:.2f}"):
         return err(n, "rl") or _f(g(n, "rl", "steady_mean", key), fmt)
@@ -775,9 +940,46 @@ def report(res: dict) -> str:
     lines.append("|" + "---|" * len(head))
     for label, vals in rows:
         lines.append("| " + " | ".join([label] + [str(v).replace("|", "/") for v in vals]) + " |")
+    lines += ["", variants_table(res, names)]
     lines += ["", f"total {res.get('elapsed_s', 0):.0f} s" + (f"; INTERRUPTED: {res['interrupted']}"
                                                                if res.get("interrupted") else "")]
     return "\n".join(lines)
+
+
+def variants_table(res: dict, names: list[str]) -> str:
+    """Decode step per engine variant and batch: ms per step, tokens/s, and on CUDA the CPU launch
+    calls (kernel + graph launches), device kernels and allocator allocations per steady step."""
+    out = ["decode step per engine variant (prefill excluded, after a warm-up of the same shape): "
+           "ms / tok/s; CUDA: launch calls / device kernels / allocations per step", "",
+           "| variant | batch | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+    batches = []
+    for n in names:
+        for v in (res["models"][n].get("variants") or {}).values():
+            for b in (v.get("batches") or {}) if isinstance(v, dict) else ():
+                if b not in batches:
+                    batches.append(b)
+    for var in VARIANTS:
+        for b in batches or ["-"]:
+            cells = []
+            for n in names:
+                v = (res["models"][n].get("variants") or {}).get(var, {})
+                if "error" in v:
+                    cells.append(f"FAILED: {v['error'][:100]}")
+                    continue
+                if "skipped" in v:
+                    cells.append(f"skipped ({v['skipped']})")
+                    continue
+                r = (v.get("batches") or {}).get(b)
+                if not r:
+                    cells.append("-")
+                    continue
+                c = f"{r['step_ms']:.2f} ms / {r['tok_s']:.0f}"
+                if "launch_calls_per_step" in r:
+                    c += (f"; {r['launch_calls_per_step']:.0f} / {r['device_kernels_per_step']:.0f} / "
+                          f"{r['allocations_per_step']:.0f}")
+                cells.append(c)
+            out.append(f"| {var} | {b} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
 
 
 def main(argv=None) -> int:
@@ -786,12 +988,14 @@ def main(argv=None) -> int:
     ap.add_argument("--smoke", action="store_true", help="tiny models and sizes (runs on CPU in ~1-2 min)")
     ap.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
     ap.add_argument("--models", default=",".join(ARCHS), help=f"comma-separated, of: {', '.join(ARCHS)}")
-    ap.add_argument("--steps", type=int, help="RL steps per model (default 3; smoke 2)")
+    ap.add_argument("--steps", type=int, help="RL steps per model (default 2)")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     ap.add_argument("--tokenizer", help="tokenizer dir, or 'tiny' (default: SmolLM2's, found locally)")
     ap.add_argument("--threads", type=int, help="torch CPU threads (default 1 on cpu, min(8, cores) with cuda)")
     ap.add_argument("--budget-s", type=float, default=450.0, help="skip vLLM phases that would start later than this")
     ap.add_argument("--skip-vllm", action="store_true")
+    ap.add_argument("--variants", default=",".join(VARIANTS), help=f"engine variants of the decode table, of: "
+                    f"{', '.join(VARIANTS)}")
     ap.add_argument("--vllm-eager", action="store_true", help="vLLM without torch.compile / CUDA graphs (faster start)")
     ap.add_argument("--vllm-gpu-util", type=float, default=0.35, help="vLLM gpu_memory_utilization")
     ap.add_argument("--vllm-child", help=argparse.SUPPRESS)
@@ -829,7 +1033,8 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     try:
         res = run_check(a.device, a.smoke, models, sz, a.tokenizer, a.dtype, vllm=not a.skip_vllm,
-                        budget_s=a.budget_s, cli_args=a, on_phase=on_phase)
+                        budget_s=a.budget_s, cli_args=a, on_phase=on_phase,
+                        variants=tuple(v.strip() for v in a.variants.split(",") if v.strip() in VARIANTS))
     except (Interrupted, KeyboardInterrupt) as e:
         res = holder.get("res", {"meta": {}, "models": {}, "vllm": {}})
         res["interrupted"] = str(e) or type(e).__name__

@@ -1,6 +1,7 @@
 """benchmarks/gpu_check.py stays runnable: its core (run_check) on CPU with the smallest sizes —
 both architectures (SmolLM2's Llama, Qwen2.5's Qwen2 with its 151,936-row vocabulary masked down to
-the tokenizer), decode vs generate, one ARPO RL step with the real python tool, packed vs flat."""
+the tokenizer), decode vs generate, the engine variants' decode table, the train-inference mismatch,
+one ARPO RL step with the real python tool, packed vs flat."""
 
 import importlib.util
 import sys
@@ -37,12 +38,22 @@ def test_smoke_run_on_cpu(gpu_check):
     sizes = gpu_check.Sizes(batch=2, prompt=16, new=6, repeats=1, steps=1, prompts_per_step=1, group_size=2,
                             initial_rollouts=1, free_tokens=4, max_response_tokens=160, micro_tokens=1024,
                             pack_repeats=1)
-    res = gpu_check.run_check(device="cpu", smoke=True, sizes=sizes, vllm=False)
+    sizes.variant_batches, sizes.variant_new, sizes.profile_steps = (2, 4), 6, 2
+    res = gpu_check.run_check(device="cpu", smoke=True, sizes=sizes, vllm=False, variants=("eager", "graph"))
     assert set(res["models"]) == set(gpu_check.ARCHS)
     for name, m in res["models"].items():
-        for phase in ("decode", "rl", "packing"):
+        for phase in ("decode", "variants", "mismatch", "rl", "packing"):
             assert "error" not in m[phase], (name, phase, m[phase].get("traceback"))
         assert m["decode"]["engine_tok_s"] > 0 and m["decode"]["generate_tok_s"] > 0
+        for v in ("eager", "graph"):  # the decode table's variants (compiled: the CLI's --smoke runs it too)
+            assert "error" not in m["variants"][v], m["variants"][v].get("traceback")
+            assert set(m["variants"][v]["batches"]) == {"2", "4"}
+            # 6 new tokens: the first step prefills and decodes (2 tokens), then 4 decode steps
+            assert all(r["step_ms"] > 0 and r["steps"] == 6 - 2 for r in m["variants"][v]["batches"].values())
+            mm = m["mismatch"][v]  # bf16 on CPU: engine records vs the trainer's forward, finite and small
+            assert mm["mismatch/tokens"] == sizes.batch * sizes.new and 0 <= mm["mismatch/kl"] < 0.05
+        assert m["variants"]["graph"]["graph_replays"] > 0
+        assert m["mismatch"]["graph"]["sequences_equal_to_eager"] == m["mismatch"]["graph"]["sequences"] == sizes.batch
         rl = m["rl"]
         assert len(rl["steps"]) == 1 and rl["steps"][0]["trajectories"] == 2
         assert rl["tool_runs_total"] >= 1 and rl["sample_tool_output"] == "391"  # the real python tool ran
@@ -55,3 +66,4 @@ def test_smoke_run_on_cpu(gpu_check):
     assert res["models"]["qwen2.5-1.5b"]["model"]["vocab"] == 151936
     table = gpu_check.report(res)
     assert "| metric | smollm2-135m | qwen2.5-1.5b |" in table and "FAILED" not in table
+    assert "| graph | 4 |" in table

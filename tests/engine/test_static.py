@@ -119,3 +119,45 @@ def test_compiled_step_equals_the_eager_step_at_many_shapes(tiny_lm):
         outs = [f.decode(ids, pos, bias, buf, temp, u, 5, True) for f in (eager, comp)]
         for x, y in zip(*outs):
             assert x.shape == y.shape and torch.allclose(x.float(), y.float(), atol=1e-4, rtol=1e-4), (S, col, cap)
+
+
+def test_the_decode_step_selects_nothing_on_the_temperature(tiny_lm):
+    """Inductor's triton code generation failed on CUDA inside the compiled step's
+    `torch.where(temperature > 0, ...)` (issue 31). The step now takes (safe_t, do_sample) computed
+    outside it: its traced graph has no where and no comparison at all; greedy rows and sampled
+    rows still come out right (greedy = argmax, sampled = inverse CDF of the tempered softmax)."""
+    from collections import Counter
+
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from arpo.engine import static as S
+
+    sf = S.StaticForward(tiny_lm)
+    a, w = sf.arch, sf.w
+    n = 3
+    g = torch.Generator().manual_seed(0)
+    buf = torch.randn(a.n_layers, 2, n, a.n_kv, 16, a.head_dim, generator=g)
+    ids, pos = torch.tensor([1, 2, 3]), torch.tensor([5, 6, 7])
+    cos, sin = S.rotary(pos[:, None], w.inv_freq, w.rope_scale, torch.float32)
+    safe_t, do_sample = S.sampling_inputs(torch.tensor([1.0, 0.0, 0.7]))
+    u = torch.rand(n, generator=g)
+
+    def step(ids, cos, sin, bias, buf, safe_t, do_sample, u):
+        return S.decode_step(a, w.small, w.eps, ids, cos, sin, bias, buf, safe_t, do_sample, u, 5, True, fused=True)
+
+    S._ACTIVE.weights = w
+    try:
+        args = (ids, cos[:, 0], sin[:, 0], torch.zeros(n, 10), buf, safe_t, do_sample, u)
+        graph = make_fx(step)(*args)
+        logits, *_, toks, chosen, ent, topk = step(*args)
+    finally:
+        S._ACTIVE.weights = None
+    ops = Counter(str(nd.target).split(".")[1] for nd in graph.graph.nodes
+                  if nd.op == "call_function" and str(nd.target).startswith("aten."))
+    assert not {k for k in ops if k in ("where", "gt", "ge", "lt", "le", "eq", "ne")}, ops
+    assert toks[1] == logits[1].argmax()
+    logp = torch.log_softmax(logits / torch.tensor([1.0, 1.0, 0.7])[:, None], -1)
+    cdf = logp.exp().cumsum(-1)
+    for r in (0, 2):
+        assert toks[r] == torch.searchsorted(cdf[r], u[r] * cdf[r, -1])
+        assert torch.allclose(chosen[r], logp[r, toks[r]])

@@ -8,7 +8,9 @@ last shared token (whose K/V was not yet cached when the parent sampled past it)
 
 For Llama-family models (Llama, Qwen2, Mistral) the forward is arpo's own (engine/static.py: fused,
 prepacked matmuls; `static=False` uses the transformers module), and `compile=True` runs each decode
-step — forward, sampling, log-prob and entropies — as one torch.compile graph.
+step — forward, sampling, log-prob and entropies — as one torch.compile graph. `graph=True` runs it
+over static, bucketed buffers as one CUDA-graph replay with one device-to-host copy (engine/graph.py;
+eagerly on CPU, same results).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import torch
 
 from arpo.engine.base import SamplingParams, Sequence, StepOutput, check_prompt_fits, stop_match
 from arpo.engine.kv import KVBatch, SlotCache
+from arpo.engine.rng import child_key, key_of, uniforms_for
 from arpo.engine.sampling import sample, sample_stats, token_stats, topk_entropy, truncate
 
 _ATTN = "arpo_sdpa_gqa"
@@ -43,18 +46,19 @@ def _register_attention() -> None:
 class _State:
     """Engine-private per-sequence data next to the public Sequence."""
 
-    __slots__ = ("past", "pending", "gen", "seg_start")
+    __slots__ = ("past", "pending", "key", "forks", "seg_start")
 
-    def __init__(self, past, pending, gen, seg_start):
+    def __init__(self, past, pending, key, seg_start):
         self.past = past  # (layers, 2, H, L, D) K/V of tokens[:L] while out of the batch, or None
         self.pending = pending  # tokens whose K/V is not cached yet (fed at the next forward)
-        self.gen = gen  # torch.Generator of this sequence
+        self.key = key  # 64-bit RNG key (engine/rng.py): token n is sampled with uniform(key, n)
+        self.forks = 0  # unseeded forks made so far (each child's key derives from key and this count)
         self.seg_start = seg_start  # token index where the current generated segment began
 
 
 class HFEngine:
     def __init__(self, model, tokenizer, max_prefill_tokens: int = 4096, eos_token_ids=None, topk_entropy: int = 10,
-                 share_prompts: bool = True, static: bool = True, compile: bool = False):
+                 share_prompts: bool = True, static: bool = True, compile: bool = False, graph: bool = False):
         _register_attention()
         self.share_prompts = share_prompts  # identical joining prompts share one prefill
         self.model, self.tokenizer = model.eval(), tokenizer
@@ -62,7 +66,7 @@ class HFEngine:
         n_kv = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         p = next(model.parameters())
-        self.kv = KVBatch(cfg.num_hidden_layers, n_kv, head_dim, p.dtype, p.device)
+        self.kv = KVBatch(cfg.num_hidden_layers, n_kv, head_dim, p.dtype, p.device, fixed=graph)
         self.device = p.device
         self.max_prefill_tokens = max_prefill_tokens
         self.context_len = getattr(cfg, "max_position_embeddings", None)  # add() refuses longer prompts
@@ -89,6 +93,16 @@ class HFEngine:
 
             raise ArpoError(f"engine option compile: needs arpo's own forward (Llama, Qwen2, Mistral), which is off "
                             f"for this model: {self.static_off}")
+        self._graph, self._dirty = None, True
+        if graph:
+            if self.static is None:
+                from arpo.errors import ArpoError
+
+                raise ArpoError(f"engine option graph: needs arpo's own forward (Llama, Qwen2, Mistral), which is "
+                                f"off for this model: {self.static_off}")
+            from arpo.engine.graph import GraphStep
+
+            self._graph = GraphStep(self.static, self.kv, topk_entropy)
         self.stats = {"prefill_tokens": 0, "decode_tokens": 0, "forwards": 0, "compactions": 0,
                       "shared_prefill_tokens": 0}  # prompt tokens not prefilled again: identical prompts
 
@@ -100,7 +114,7 @@ class HFEngine:
         check_prompt_fits(len(prompt_ids), self.context_len)
         sid = self._new_sid()
         self.seqs[sid] = Sequence(sid, list(prompt_ids), len(prompt_ids), params, status="waiting")
-        self._st[sid] = _State(None, list(prompt_ids), self._generator(params.seed), len(prompt_ids))
+        self._st[sid] = _State(None, list(prompt_ids), key_of(params.seed), len(prompt_ids))
         return sid
 
     def append(self, sid: int, token_ids: list[int]) -> None:
@@ -137,14 +151,19 @@ class HFEngine:
                 k, s.tokens[:at], s.prompt_len, params, s.gen_mask[:r], s.logprobs[:r], s.entropies[:r],
                 s.topk_entropies[:r], status="waiting", parent=sid, fork_at=at,
             )
-            gen = self._generator(params.seed) if seeds is not None else _split(self._st[sid].gen)
-            self._st[k] = _State(past, [s.tokens[at - 1]], gen, at)
+            if seeds is not None:
+                key = key_of(params.seed)
+            else:
+                key = child_key(self._st[sid].key, self._st[sid].forks)
+                self._st[sid].forks += 1
+            self._st[k] = _State(past, [s.tokens[at - 1]], key, at)
             kids.append(k)
         return kids
 
     def release(self, sid: int) -> None:
         if sid in self._slot:
             self.kv.free(self._slot.pop(sid))
+            self._dirty = True
         self._st.pop(sid, None)
         self.seqs.pop(sid, None)
 
@@ -194,14 +213,6 @@ class HFEngine:
         self._next_sid += 1
         return self._next_sid - 1
 
-    def _generator(self, seed):
-        g = torch.Generator(device="cpu")
-        if seed is not None:
-            g.manual_seed(int(seed))
-        else:
-            g.seed()
-        return g
-
     def _cached_prefix(self, sid: int, n: int) -> torch.Tensor | None:
         """K/V of the sequence's first n tokens. If some of them are still pending (e.g. a fork right
         after a tool result that was not prefilled yet), prefill exactly those first, so parent and
@@ -223,12 +234,14 @@ class HFEngine:
 
     def _leave(self, sid: int) -> None:
         """Move a sequence out of the batch, taking its K/V along (for resume or fork)."""
+        self._dirty = True
         slot = self._slot.pop(sid)
         self._st[sid].past = self.kv.extract(slot)
         self.kv.free(slot)
 
     def _remap(self, mapping):
         if mapping is not None:
+            self._dirty = True
             self.stats["compactions"] += 1
             self._slot = {sid: mapping[slot] for sid, slot in self._slot.items()}
 
@@ -258,7 +271,7 @@ class HFEngine:
         """Sequences joining with the same tokens and no K/V yet (a group's samples of one prompt)
         share one prefill: the first of each set computes all tokens but the last, the others
         reference that K/V as a fork would, and every one of them then prefills its last token
-        alone (so each samples its first token from its own logits and generator)."""
+        alone (so each samples its first token from its own logits and RNG key)."""
         same: dict[tuple[int, ...], list[int]] = {}
         for sid in sids:
             st = self._st[sid]
@@ -281,6 +294,7 @@ class HFEngine:
                 self.stats["shared_prefill_tokens"] += self._st[first].past.shape[-2]
 
     def _prefill_group(self, sids: list[int], sample_next: bool) -> list[StepOutput]:
+        self._dirty = True  # slots join
         kv, sts = self.kv, [self._st[s] for s in sids]
         q = max(len(st.pending) for st in sts)
         longest_past = max(0 if st.past is None else st.past.shape[-2] for st in sts)
@@ -300,7 +314,7 @@ class HFEngine:
         for i, (st, slot) in enumerate(zip(sts, free)):
             n, off = len(st.pending), q - len(st.pending)
             ids[i, off:] = torch.tensor(st.pending)
-            pos[i, off:] = torch.arange(int(kv.npos[slot]), int(kv.npos[slot]) + n)
+            pos[i, off:] = torch.arange(kv.lens[slot], kv.lens[slot] + n)
             mask[i, 0, off:, :end] = kv.valid[slot, :end]
             mask[i, 0, :, end:] = causal
             mask[i, 0, :, end : end + off] = False
@@ -310,10 +324,10 @@ class HFEngine:
         for i, (st, slot) in enumerate(zip(sts, free)):
             n = len(st.pending)
             kv.valid[slot, end + q - n : end + q] = True
-            kv.npos[slot] += n
+            kv.grow_len([slot], n)
             st.pending = []
         kv.ptr = end + q
-        self.stats["prefill_tokens"] += sum(int(kv.npos[slot]) for slot in free) - sum(p0 for p0 in past_lens)
+        self.stats["prefill_tokens"] += sum(kv.lens[slot] for slot in free) - sum(p0 for p0 in past_lens)
         for sid in sids:
             self.seqs[sid].status = "running"
         if not sample_next:
@@ -327,6 +341,11 @@ class HFEngine:
         self._remap(kv.ensure(0, 1))  # one column for this step's tokens
         ptr = kv.ptr
         live = [(sid, slot) for sid, slot in self._slot.items() if self.seqs[sid].status == "running"]
+        if self._graph is not None:
+            outs = self._decode_graph(live, ptr)
+            if outs is not None:
+                return outs
+            self._dirty = True  # this step runs eagerly: the graph's state must be uploaded again
         ids = torch.zeros(kv.n_slots, dtype=torch.long)
         for sid, slot in live:
             ids[slot] = self._st[sid].pending[0]
@@ -340,7 +359,7 @@ class HFEngine:
             logits = self._forward(ids[:, None], kv.npos.clone()[:, None], mask[:, None, None, :], SlotCache(kv, ptr))
             sampled, u = None, None
         kv.ptr = ptr + 1
-        kv.npos[live_rows] += 1
+        kv.grow_len([slot for _, slot in live], 1)
         for sid, _ in live:
             self._st[sid].pending = []
         self.stats["decode_tokens"] += len(live)
@@ -349,6 +368,30 @@ class HFEngine:
             return self._sample(sids, logits[live_rows], None if u is None else u[live_rows])
         toks, chosen, ent, topk = (t[live_rows.to(self.device)].cpu() for t in sampled)
         return self._record([self.seqs[s] for s in sids], toks, chosen, ent, topk if self.topk_entropy else None)
+
+    def _decode_graph(self, live, ptr) -> list[StepOutput] | None:
+        """The decode step as one graph replay (engine/graph.py), or None when a running sequence needs
+        the eager sampler (top-k/top-p, a logits hook). The per-slot state is uploaded only after
+        something changed it (`_dirty`); a steady step touches the device once: the replay and the
+        copy of its results."""
+        g, kv = self._graph, self.kv
+        seqs = [self.seqs[sid] for sid, _ in live]
+        if self._dirty:
+            if any(_eager_sampling(s.params) for s in seqs):
+                return None
+            g.upload([slot for _, slot in live], [self._st[sid].pending[0] for sid, _ in live],
+                     [s.params.temperature for s in seqs], [self._st[sid].key for sid, _ in live])
+            self._dirty = False
+        host = g.run().tolist()
+        kv.ptr = ptr + 1
+        for sid, slot in live:
+            kv.lens[slot] += 1  # the device positions moved inside the graph
+            self._st[sid].pending = []
+        self.stats["decode_tokens"] += len(live)
+        self.stats["forwards"] += 1
+        rows = [host[slot] for _, slot in live]
+        return self._record(seqs, [int(r[0]) for r in rows], [r[1] for r in rows], [r[2] for r in rows],
+                            [r[3] for r in rows] if self.topk_entropy else None)
 
     def _forward_static(self, ids, live, ptr):
         """The decode step through engine/static.decode_step, which returns the new K/V (written here at
@@ -360,8 +403,9 @@ class HFEngine:
         u = torch.full((n,), 0.5)
         for (sid, slot), s in zip(live, seqs):
             temp[slot] = s.params.temperature
-            u[slot] = torch.rand(1, generator=self._st[sid].gen)
-        eager_sample = any(s.params.logits_hook is not None or s.params.top_k > 0 or s.params.top_p < 1.0 for s in seqs)
+        u[[slot for _, slot in live]] = uniforms_for([self._st[sid].key for sid, _ in live],
+                                                     [len(s.tokens) for s in seqs])
+        eager_sample = any(_eager_sampling(s.params) for s in seqs)
         bias = torch.zeros(n, ptr, dtype=kv.dtype, device=d).masked_fill_(~kv.valid[:, :ptr], float("-inf"))
         self.stats["forwards"] += 1
         out = self.static.decode(ids.to(d), kv.npos.to(d), bias, kv.buf, temp.to(d), u.to(d), self.topk_entropy,
@@ -397,7 +441,8 @@ class HFEngine:
             if s.params.logits_hook is not None:
                 logits[i] = s.params.logits_hook(s, logits[i])
         temp = torch.tensor([s.params.temperature for s in seqs], dtype=torch.float32)
-        u = uniforms if uniforms is not None else torch.cat([torch.rand(1, generator=self._st[s.sid].gen) for s in seqs])
+        u = uniforms if uniforms is not None else uniforms_for([self._st[s.sid].key for s in seqs],
+                                                               [len(s.tokens) for s in seqs])
         logits = logits.cpu()
         if not any(s.params.top_k > 0 or s.params.top_p < 1.0 for s in seqs):
             toks, chosen, ent, topk = sample_stats(logits, temp, u, self.topk_entropy)
@@ -415,8 +460,8 @@ class HFEngine:
 
     def _record(self, seqs: list[Sequence], toks, chosen, ent, topk) -> list[StepOutput]:
         """Append each sequence's sampled token and its statistics; pause or finish those that stop."""
-        toks, chosen, ent = toks.tolist(), chosen.tolist(), ent.tolist()
-        topk_ent = topk.tolist() if topk is not None else None
+        toks, chosen, ent = _as_list(toks), _as_list(chosen), _as_list(ent)
+        topk_ent = _as_list(topk) if topk is not None else None
         outs = []
         for i, s in enumerate(seqs):
             t = toks[i]
@@ -456,8 +501,10 @@ def _with_seed(params: SamplingParams, seed: int) -> SamplingParams:
     return replace(params, seed=seed)
 
 
-def _split(gen: torch.Generator) -> torch.Generator:
-    """A child generator derived deterministically from the parent's stream."""
-    g = torch.Generator(device="cpu")
-    g.manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
-    return g
+def _eager_sampling(p: SamplingParams) -> bool:
+    """Whether a sequence's next token needs the eager sampler (after the step's forward)."""
+    return p.logits_hook is not None or p.top_k > 0 or p.top_p < 1.0
+
+
+def _as_list(x) -> list:
+    return x.tolist() if isinstance(x, torch.Tensor) else list(x)

@@ -9,6 +9,14 @@ references that tensor's prefix (a view, no copy) until it joins a slot.
 
 Compaction (copy every live slot's valid columns, right-aligned, into a fresh buffer) runs only when
 capacity runs out or too much of the buffer is dead.
+
+`fixed=True` (the graph step, engine/graph.py): the buffer, the valid rows and the positions are views
+of one storage that is allocated in bucketed sizes (slots and columns rounded up to powers of two) and
+reused — compaction copies within it — so a captured CUDA graph that reads
+`storage[:, :, :S, :, :W]` stays valid across joins, leaves, forks and compactions. The storage is
+reallocated only when it must grow (`generation` counts that; graphs are then captured again).
+
+`lens` mirrors `npos` on the host, so bookkeeping never reads the device.
 """
 
 from __future__ import annotations
@@ -16,13 +24,26 @@ from __future__ import annotations
 import torch
 
 
+def bucket(n: int, smallest: int = 1) -> int:
+    """The smallest power of two >= max(n, smallest)."""
+    b = max(1, smallest)
+    while b < n:
+        b *= 2
+    return b
+
+
 class KVBatch:
-    def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, dtype, device):
+    def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, dtype, device, fixed: bool = False,
+                 min_slots: int = 8, min_width: int = 256):
         self.shape = (n_layers, n_kv_heads, head_dim)
         self.dtype, self.device = dtype, device
+        self.fixed, self.min_slots, self.min_width = fixed, min_slots, min_width
+        self.generation = 0  # storage reallocations (fixed mode)
+        self.store = None  # fixed mode: (buf, valid, npos) at bucketed sizes
         self.buf = torch.zeros(n_layers, 2, 0, n_kv_heads, 0, head_dim, dtype=dtype, device=device)
         self.valid = torch.zeros(0, 0, dtype=torch.bool, device=device)  # (S, cap)
         self.npos = torch.zeros(0, dtype=torch.long, device=device)  # (S,) tokens held per slot
+        self.lens: list[int] = []  # host copy of npos
         self.owner: list[int | None] = []  # slot -> sid
         self.ptr = 0
 
@@ -42,7 +63,37 @@ class KVBatch:
         return [i for i, o in enumerate(self.owner) if o is not None]
 
     def max_len(self) -> int:
-        return int(self.npos.max()) if self.n_slots else 0
+        return max(self.lens, default=0)
+
+    def grow_len(self, slots: list[int], n: int) -> None:
+        """`n` more tokens cached in each of these slots (device positions and the host copy)."""
+        for s in slots:
+            self.lens[s] += n
+        if len(slots) == 1:
+            self.npos[slots[0]] += n
+        elif slots:
+            self.npos[torch.tensor(slots, device=self.device)] += n
+
+    def _alloc(self, n_slots: int, cap: int):
+        """(buf, valid, npos) for n_slots x cap: fresh tensors, or (fixed) views of the storage, grown
+        to bucketed sizes when too small; valid and npos come back zeroed."""
+        nl, h, d = self.shape
+        if not self.fixed:
+            return (torch.zeros(nl, 2, n_slots, h, cap, d, dtype=self.dtype, device=self.device),
+                    torch.zeros(n_slots, cap, dtype=torch.bool, device=self.device),
+                    torch.zeros(n_slots, dtype=torch.long, device=self.device))
+        if self.store is None or self.store[0].shape[2] < n_slots or self.store[0].shape[4] < cap:
+            S = bucket(n_slots, max(self.min_slots, 0 if self.store is None else self.store[0].shape[2]))
+            W = bucket(cap, max(self.min_width, 0 if self.store is None else self.store[0].shape[4]))
+            self.store = None  # free the old storage first (its live content was copied out)
+            self.store = (torch.zeros(nl, 2, S, h, W, d, dtype=self.dtype, device=self.device),
+                          torch.zeros(S, W, dtype=torch.bool, device=self.device),
+                          torch.zeros(S, dtype=torch.long, device=self.device))
+            self.generation += 1
+        buf, valid, npos = self.store
+        valid.zero_()
+        npos.zero_()
+        return buf[:, :, :n_slots], valid[:n_slots], npos[:n_slots]
 
     # ---- moving sequences in and out -----------------------------------------------------------
     def extract(self, slot: int, n: int | None = None) -> torch.Tensor:
@@ -56,6 +107,7 @@ class KVBatch:
         self.owner[slot] = None
         self.valid[slot] = False
         self.npos[slot] = 0
+        self.lens[slot] = 0
 
     def reshape(self, n_slots: int, q: int, past_len: int = 0, headroom: int = 256) -> dict[int, int]:
         """Compact into a fresh buffer holding the live slots first, then empty ones, with room for a
@@ -64,19 +116,20 @@ class KVBatch:
         n_slots = max(n_slots, len(live))
         width = self.max_len()
         cap = max(width, past_len) + q + headroom
-        nl, h, d = self.shape
-        buf = torch.zeros(nl, 2, n_slots, h, cap, d, dtype=self.dtype, device=self.device)
-        valid = torch.zeros(n_slots, cap, dtype=torch.bool, device=self.device)
-        npos = torch.zeros(n_slots, dtype=torch.long, device=self.device)
+        # fixed: the new buffer is the old one's storage, so copy every live slot out first
+        moved = {old: self.extract(old) for old in live if self.lens[old]} if self.fixed else {}
+        lens = self.lens
+        buf, valid, npos = self._alloc(n_slots, cap)
         mapping = {}
         for new, old in enumerate(live):
-            n = int(self.npos[old])
+            n = lens[old]
             if n:
-                buf[:, :, new, :, width - n : width] = self.extract(old)
+                buf[:, :, new, :, width - n : width] = moved.pop(old) if self.fixed else self.extract(old)
                 valid[new, width - n : width] = True
             npos[new] = n
             mapping[old] = new
         self.owner = [self.owner[o] for o in live] + [None] * (n_slots - len(live))
+        self.lens = [lens[o] for o in live] + [0] * (n_slots - len(live))
         self.buf, self.valid, self.npos, self.ptr = buf, valid, npos, width
         return mapping
 
@@ -102,6 +155,7 @@ class KVBatch:
             self.buf[:, :, slot, :, end - n : end] = past
             self.valid[slot, end - n : end] = True
         self.npos[slot] = n
+        self.lens[slot] = n
 
 
 class SlotCache:

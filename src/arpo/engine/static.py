@@ -128,6 +128,8 @@ class Weights:
         self.packed = p.device.type == "cpu" and p.dtype == torch.float32 and torch.backends.mkldnn.is_available()
         self._seen = None
         self.refreshes = 0
+        self.layout = 0  # rebuilds that gave the tensors new addresses (not in-place value updates)
+        self.lin = []
         self.refresh()
 
     def _state(self):
@@ -150,7 +152,18 @@ class Weights:
                         self._linear(torch.cat([g.weight, u.weight]), _cat_bias((g, u))),
                         self._linear(d.weight, d.bias)]
                 small += [layer.input_layernorm.weight, layer.post_attention_layernorm.weight]
-            self.lin, self.small = lin, [t.detach() for t in small]
+            same_params = self._seen is not None and [p for p, _ in state] == [p for p, _ in self._seen]
+            if same_params and not self.packed and len(lin) == len(self.lin):
+                # only values changed (an optimizer step): update the fused copies in place, so every
+                # tensor keeps its address (captured CUDA graphs read them; engine/graph.py)
+                for (ow, ob, _), (nw, nb, _) in zip(self.lin, lin):
+                    if ow.data_ptr() != nw.data_ptr():
+                        ow.copy_(nw)
+                    if ob is not None and ob.data_ptr() != nb.data_ptr():
+                        ob.copy_(nb)
+            else:
+                self.lin, self.layout = lin, self.layout + 1
+            self.small = [t.detach() for t in small]
         self.eps = float(cfg.rms_norm_eps)
         rot = m.model.rotary_emb
         self.inv_freq, self.rope_scale = rot.inv_freq.detach().float(), float(getattr(rot, "attention_scaling", 1.0))
@@ -243,19 +256,44 @@ def attend(qh, kh, vh, keys, values, bias, scale: float, fused: bool) -> torch.T
     return (att + e_new * vh[:, :, None, :]) / z
 
 
-def decode_step(arch: Arch, small: list, eps: float, ids, cos, sin, bias, buf, temperature, uniforms,
+def step_sample(logits, safe_t, do_sample, uniforms, k_entropy: int):
+    """sampling.sample_stats for the decode step, written without a branch on the temperature: the
+    caller passes safe_t (the temperature, 1 where it is 0) and do_sample (int64 1 where T > 0, 0 for
+    greedy), computed outside the step. Same ops as token_stats + sample on the same values, so the
+    same tokens and statistics bit for bit. (Inductor's triton code generation failed on CUDA inside
+    token_stats' `torch.where(temperature > 0, ...)` with dynamic slot counts; this form has no
+    select on the temperature at all.) Returns token ids, their log-probs, full and top-k entropy (S,)."""
+    from arpo.engine.sampling import entropy_of, topk_entropy
+
+    logp = torch.log_softmax(logits.float() / safe_t[:, None], dim=-1)  # (S, V)
+    ent = entropy_of(logp)
+    cdf = logp.exp().cumsum(-1)
+    u = uniforms.to(cdf.dtype).clamp_min(1e-12) * cdf[:, -1]
+    drawn = torch.searchsorted(cdf, u[:, None]).squeeze(-1).clamp_max(logp.shape[-1] - 1)
+    greedy = logp.argmax(-1)
+    toks = greedy + (drawn - greedy) * do_sample
+    chosen = logp.gather(-1, toks[:, None]).squeeze(-1)
+    topk = topk_entropy(logp, k_entropy) if k_entropy else torch.zeros_like(ent)
+    return toks, chosen, ent, topk
+
+
+def sampling_inputs(temperature: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(safe_t, do_sample) of step_sample from per-slot temperatures (S,)."""
+    pos = temperature > 0
+    return torch.where(pos, temperature, torch.ones_like(temperature)), pos.long()
+
+
+def decode_step(arch: Arch, small: list, eps: float, ids, cos, sin, bias, buf, safe_t, do_sample, uniforms,
                 k_entropy: int, with_sample: bool, fused: bool = False):
     """One decode step of S slots, pure (writes nothing).
 
     ids (S,) this step's token per slot; cos, sin (S, 1, hd) the rotary factors of its position
     (computed outside: inside a compiled graph inductor would recompute them in every loop that reads
     q); bias (S, col) additive mask (0 or -inf) over the cached columns [0, col) of buf
-    (layers, 2, S, kv_heads, cap, head_dim); temperature,
-    uniforms (S,). Returns (logits (S, V), new_k, new_v (layers, S, kv_heads, head_dim), and when
-    with_sample: token ids, their log-probs, full entropy, top-k entropy (S,) — sampling.sample_stats).
+    (layers, 2, S, kv_heads, cap, head_dim); safe_t, do_sample, uniforms (S,) (step_sample). Returns (logits (S, V), new_k, new_v (layers, S,
+    kv_heads, head_dim), and when with_sample: token ids, their log-probs, full entropy, top-k entropy
+    (S,) — step_sample).
     fused (the compiled step): matmuls through the `arpo::linear` op, attention as multiply-and-sum."""
-    from arpo.engine.sampling import sample_stats
-
     nh, nkv, hd = arch.n_heads, arch.n_kv, arch.head_dim
     S, g, col = ids.shape[0], nh // nkv, bias.shape[1]
     x = F.embedding(ids, small[0])  # (S, D)
@@ -274,7 +312,7 @@ def decode_step(arch: Arch, small: list, eps: float, ids, cos, sin, bias, buf, t
     nk, nv = torch.stack(new_k), torch.stack(new_v)
     if not with_sample:
         return logits, nk, nv
-    return (logits, nk, nv, *sample_stats(logits, temperature, uniforms, k_entropy))
+    return (logits, nk, nv, *step_sample(logits, safe_t, do_sample, uniforms, k_entropy))
 
 
 _COMPILED: dict = {}  # one torch.compile'd decode_step per process (graphs are keyed by dynamo's guards)
@@ -287,11 +325,11 @@ def compiled_decode_step():
     return fn
 
 
-def _mark_dynamic(ids, cos, sin, bias, buf, temperature, uniforms) -> None:
+def _mark_dynamic(ids, cos, sin, bias, buf, safe_t, do_sample, uniforms) -> None:
     """Only the slot count and the cache width vary between steps; every other size (heads, head dim,
     hidden size, vocabulary) stays a constant in the compiled code, which keeps its loops vectorised
     without tails. (maybe_: a size of 1 is specialised, not an error.)"""
-    for t in (ids, cos, sin, temperature, uniforms):
+    for t in (ids, cos, sin, safe_t, do_sample, uniforms):
         torch._dynamo.maybe_mark_dynamic(t, 0)
     torch._dynamo.maybe_mark_dynamic(bias, 0)
     torch._dynamo.maybe_mark_dynamic(bias, 1)
@@ -322,13 +360,20 @@ class StaticForward:
         self.w.refresh()
         w = self.w
         cos, sin = rotary(pos[:, None], w.inv_freq, w.rope_scale, self.dtype)
-        args = (self.arch, w.small, w.eps, ids, cos[:, 0], sin[:, 0], bias, buf, temperature, uniforms,
+        safe_t, do_sample = sampling_inputs(temperature)
+        return self.step(ids, cos[:, 0], sin[:, 0], bias, buf, safe_t, do_sample, uniforms, k_entropy, with_sample)
+
+    def step(self, ids, cos, sin, bias, buf, safe_t, do_sample, uniforms, k_entropy: int, with_sample: bool):
+        """decode_step with the current weights, eager or compiled (inputs already prepared; the graph
+        step calls this inside its captured body)."""
+        w = self.w
+        args = (self.arch, w.small, w.eps, ids, cos, sin, bias, buf, safe_t, do_sample, uniforms,
                 int(k_entropy), bool(with_sample), self.compile)
         _ACTIVE.weights = w
         try:
             if not self.compile:
                 return decode_step(*args)
-            _mark_dynamic(ids, args[4], args[5], bias, buf, temperature, uniforms)
+            _mark_dynamic(ids, cos, sin, bias, buf, safe_t, do_sample, uniforms)
             graphs = _dynamo_graphs()
             t0 = time.perf_counter()
             out = compiled_decode_step()(*args)

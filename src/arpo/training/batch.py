@@ -154,12 +154,14 @@ def rollout_logprobs(batch: TreeBatch, values: dict[tuple[int, int], tuple[list[
 def loss_and_backward(model, batch: TreeBatch, loss_fn, *, packed: bool = True, max_tokens: int = 4096,
                       need_entropy: bool = False, temperature: float = 1.0, chunk_size: int = 1024,
                       pad_id: int = 0, current: tuple[torch.Tensor, torch.Tensor | None] | None = None,
-                      scale: float = 1.0):
+                      scale: float = 1.0, record: torch.Tensor | None = None):
     """loss_fn(logp (B,T), entropy (B,T)|None) -> (loss, diagnostics). Accumulates
     scale · dloss/dθ into the parameters' .grad and returns (loss, diagnostics).
 
     `current`: the batch's log-probs (and entropies) under the current parameters when already
-    known (e.g. on-policy, where they equal old_logp), saving the first forward."""
+    known (e.g. on-policy, where they equal old_logp), saving the first forward.
+    `record` (B, T): filled with the log-probs of the backward's own forward (the training forward),
+    e.g. to compare with what the rollout engine recorded (train–inference mismatch)."""
     if current is None:
         current = token_logprobs(model, batch, packed=packed, max_tokens=max_tokens, with_entropy=need_entropy,
                                  temperature=temperature, chunk_size=chunk_size, pad_id=pad_id)
@@ -181,6 +183,8 @@ def loss_and_backward(model, batch: TreeBatch, loss_fn, *, packed: bool = True, 
                 r, n = batch.rows[key], len(pi)
                 pi = pi.to(plp.device)
                 g.index_add_(0, pi, g_lp[r, :n].to(plp.device, plp.dtype))
+                if record is not None:
+                    record[r, :n] = plp.detach()[pi].to(record.device, record.dtype)
                 if ge is not None and g_en is not None:  # (g_en is set whenever ge is)
                     ge.index_add_(0, pi, g_en[r, :n].to(pen.device, pen.dtype))
             terms.append((plp * g).sum())

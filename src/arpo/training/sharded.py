@@ -44,9 +44,9 @@ class LocalComm:
     def all_stats(self, stats: list) -> list:
         return stats
 
-    def per_rank(self, n: int) -> list[int]:
-        """A number of every rank, in rank order."""
-        return [n]
+    def per_rank(self, x) -> list:
+        """A value of every rank (numbers, tuples of numbers), in rank order."""
+        return [x]
 
     def kept(self, n_trees: int) -> tuple[int, int]:
         """(trees in the step, index of this rank's first tree)."""
@@ -85,8 +85,8 @@ class ShardedComm(LocalComm):
     def all_stats(self, stats: list) -> list:
         return [s for part in distributed.gather(stats) for s in part]
 
-    def per_rank(self, n: int) -> list[int]:
-        return distributed.gather(n)
+    def per_rank(self, x) -> list:
+        return distributed.gather(x)
 
     def entropy_aware(self, batch, old_ent, alpha: float) -> None:
         adv = entropy_aware_advantage_global(*((batch.advantages, old_ent, batch.mask) if batch is not None

@@ -34,6 +34,7 @@ from arpo.rollout.arpo import ARPORollout, RolloutConfig
 from arpo.training import distributed
 from arpo.training.batch import loss_and_backward, token_logprobs
 from arpo.training.config import TrainConfig
+from arpo.training.mismatch import mismatch_metrics, mismatch_sums
 from arpo.training.optim import build_optimizer, build_scheduler, clip_gradients, load_policy
 from arpo.training.rollout_log import keep_trained_values
 from arpo.training.rollout_metrics import metrics_of, traj_stats
@@ -222,14 +223,21 @@ def policy_update(tr: Trainer, trees: list, n_trees: int, off: int, step: int, l
     """Advantages → old log-probs → PPO epochs over mini-batches of (global) trees (spec §3, §4).
     `off`: the global index of this rank's first tree; `lap(name)`: adds elapsed time to a phase."""
     cfg, preset, comm, par, lp_kw = tr.cfg, tr.preset, tr.comm, tr.par, tr.lp_kw
+    mismatch: dict = {}
     device = next(tr.model.parameters()).device  # the batch's tensors live with the policy
     advs = step_advantages(trees, preset, comm.gather, comm.rank)
     batch, old_ent = (build_batch(trees, preset, advs).to(device), None) if trees else (None, None)
     lap("time_batch")
+    rollout_lp = None  # what the engine recorded while sampling (for the train–inference mismatch)
     if batch is not None:
         if use_rollout_logprobs(cfg, tr.model):  # what the engine recorded while sampling: no extra forward
             batch.old_logp, old_ent = old_logprobs_from_rollout(trees, batch)
+            rollout_lp = batch.old_logp
         else:
+            try:
+                rollout_lp = old_logprobs_from_rollout(trees, batch)[0]
+            except (ValueError, KeyError):  # an engine that records no log-probs: no mismatch metrics
+                rollout_lp = None
             batch.old_logp, old_ent = token_logprobs(par.rollout, batch, with_entropy=True, **lp_kw)
         if tr.ref_model is not None:
             batch.ref_logp, _ = token_logprobs(tr.ref_model, batch, **lp_kw)
@@ -244,10 +252,11 @@ def policy_update(tr: Trainer, trees: list, n_trees: int, off: int, step: int, l
         for mb in minibatch_order(n_trees, cfg.minibatches, cfg.run.seed, step, epoch):
             local = [t - off for t in mb if off <= t < off + len(trees)]  # this rank's trees (one process: all)
             sub = batch.subset(local) if local else None  # None: none of mb is on this rank
-            cur = None
+            cur, record, was_first = None, None, first
             if first and sub is not None:  # weights unchanged since old_logp: reuse it (on-policy)
                 rows = [batch.rows[(t, i)] for t in local for i in range(len(batch.trees[t]["responses"]))]
                 cur = (batch.old_logp[rows][:, : sub.width], old_ent[rows][:, : sub.width])
+                record = torch.zeros(sub.mask.shape, dtype=torch.float32, device=sub.mask.device)
             elif not first:  # par.run: FSDP ranks run equally many forwards (dummies for None)
                 cur = par.run(sub, lambda: token_logprobs(par.train, sub, with_entropy=True, **lp_kw),
                               grad=False, **lp_kw)
@@ -255,7 +264,11 @@ def policy_update(tr: Trainer, trees: list, n_trees: int, off: int, step: int, l
             scale, norm, share = comm.loss_share(sub, preset)  # one process: 1, the preset's normalizer
             out = par.run(sub, lambda: loss_and_backward(
                 par.train, sub, make_loss_fn(sub, preset, norm), need_entropy=True, current=cur,
-                scale=scale, **lp_kw), grad=True, **lp_kw)
+                scale=scale, record=record, **lp_kw), grad=True, **lp_kw)
+            if was_first:  # the training forward before any update vs the rollout's records
+                mm = (mismatch_sums(rollout_lp[rows][:, : sub.width], record, sub.mask)
+                      if record is not None and rollout_lp is not None else (0.0, 0.0, 0.0))
+                mismatch = mismatch_metrics(comm.per_rank(mm))
             par.reduce_grads()
             lap("time_backward")
             gnorms.append(clip_gradients(tr.model, cfg.optim.grad_clip))
@@ -266,6 +279,7 @@ def policy_update(tr: Trainer, trees: list, n_trees: int, off: int, step: int, l
             lap("time_optimizer")
             diags.append(comm.diagnostics(share, {k: float(v) for k, v in out[1].items()} if out else None))
     m = {k: statistics.fmean(d[k] for d in diags) for k in diags[0]}
+    m.update(mismatch)
     m["grad_norm"] = statistics.fmean(gnorms)
     m["trained_tokens"] = comm.total(batch.n_tokens(cfg.packed) if batch else 0)
     return m
