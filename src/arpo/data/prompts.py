@@ -157,13 +157,15 @@ def system_prompt(template: str, tools, path: str | None = None, tool_format: st
 
 def check_template(template: str, names: list[str], text: str, own=None) -> None:
     """A template without a `{tools}` slot (`calc`, the released checkpoints' prompts) must fit the
-    enabled tools: its own tools (`own`, the template's `tools:`; else TASK_TOOLS: calc teaches
-    python) must be enabled, and it describes no other (a tool the prompt never mentions is callable
-    but unknown to the model). Templates with the slot describe whatever is enabled."""
+    enabled tools: it describes no tool beyond its own (`own`, the template's `tools:`, else
+    TASK_TOOLS; a tool the prompt never mentions is callable but unknown to the model), and `calc`'s
+    own tool (python) must be enabled; a released checkpoint's template may run with a subset of its
+    tools. Templates with the slot describe whatever is enabled."""
     if "{tools}" in text:
         return
+    declared = own is not None  # a released checkpoint's template: its tools may be a subset (math: python only)
     own = tuple(TASK_TOOLS.get(template, ())) if own is None else tuple(own)
-    need = [n for n in own if n not in names]
+    need = [] if declared else [n for n in own if n not in names]
     if need:
         raise ArpoError(f"prompt template {template!r} is written for the {', '.join(need)} tool, which is not "
                         f"enabled (tools: {', '.join(names) or 'none'}); enable it or choose another template "

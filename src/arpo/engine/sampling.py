@@ -28,16 +28,17 @@ def topk_entropy(logp: torch.Tensor, k: int, tokens: torch.Tensor | None = None)
     renormalized, plus the sampled token's term when it is outside those k. The reference reads
     vLLM's `logprobs=k` map, which holds the top k *and* the sampled token, and sums over all its
     entries (k or k + 1 of them). `tokens` (B,): the sampled ids; None leaves the sampled term out.
-    Branch-free (torch.where), so it also runs inside the compiled decode step.
+    Arithmetic only (no select, no comparison), so it also runs inside the compiled and graph decode
+    steps (inductor's CUDA code generation failed on a select there, issue 31).
     logp (B, V) -> (B,)."""
     vals, idx = logp.topk(k, dim=-1)  # (B, k)
     h = entropy_of(vals)
     if tokens is None:
         return h
-    tok = tokens.to(idx.device)[:, None]  # (B, 1)
-    outside = ~(idx == tok).any(-1)  # (B,) the sampled token is not among the top k
+    tok = tokens.to(idx.device)[:, None].long()  # (B, 1)
+    in_top = torch.zeros_like(logp).scatter_(-1, idx, 1.0).gather(-1, tok).squeeze(-1)  # (B,) 1: among the k
     extra = entropy_of(logp.gather(-1, tok))  # (B,) −p log p of the sampled token
-    return h + torch.where(outside, extra, torch.zeros_like(extra))
+    return h + extra * (1.0 - in_top)
 
 
 def truncate(logp: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:

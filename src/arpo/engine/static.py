@@ -273,7 +273,7 @@ def step_sample(logits, safe_t, do_sample, uniforms, k_entropy: int):
     greedy = logp.argmax(-1)
     toks = greedy + (drawn - greedy) * do_sample
     chosen = logp.gather(-1, toks[:, None]).squeeze(-1)
-    topk = topk_entropy(logp, k_entropy) if k_entropy else torch.zeros_like(ent)
+    topk = topk_entropy(logp, k_entropy, toks) if k_entropy else torch.zeros_like(ent)  # the sampled token counts
     return toks, chosen, ent, topk
 
 
