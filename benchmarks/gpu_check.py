@@ -805,7 +805,7 @@ def run_check(device: str = "cuda", smoke: bool = False, models: list[str] | Non
             trees, preset, lp_kw = holder["last"]
             phase(m, "packing", lambda: bench_packing(model, trees, preset, lp_kw, sz, dev))
         holder.clear()
-        model = None  # noqa: F841 - drop the last reference before the next model is built
+        model = None
         dev.free()
     reason = vllm_skip_reason() if vllm else "disabled (--skip-vllm)"
     for name in models:

@@ -56,7 +56,7 @@ POSITIVE = number(float, 0.0, lo_open=True)
 PROB = number(float, 0.0, 1.0, lo_open=True)  # top-p
 
 
-def TOOL_LIST(text: str) -> str:  # noqa: N802 - an argparse type, named like the others
+def TOOL_LIST(text: str) -> str:
     """--tools: comma-separated tool names, normalized; '' or 'none' is no tools at all, in every command
     (eval and serve used to fall back to their default tools)."""
     names = [t.strip() for t in text.split(",") if t.strip()]

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 
-from arpo.errors import ArpoError
 from arpo.tools import SEARCH_MAX_CHARS, SEARCH_TOP_K
 
 from arpo.commands import HELP, NONNEG, NONNEG_INT, POS_INT, PROB, TOOL_LIST, deprecated, number, resolve_agent_flags

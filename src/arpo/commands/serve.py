@@ -4,7 +4,7 @@ agent behind an OpenAI-compatible API, serve/app.py)."""
 from __future__ import annotations
 
 from arpo.commands import HELP, NONNEG, NONNEG_INT, POS_INT, PROB, TOOL_LIST, deprecated, number
-from arpo.commands.from_run import RUN_KEYS, run_defaults  # noqa: F401 - shared with chat and eval
+from arpo.commands.from_run import RUN_KEYS, run_defaults
 
 EXAMPLES = """examples:
   arpo serve retriever --search-index ~/.cache/arpo/indexes/hotpotqa --port 8001

@@ -129,7 +129,7 @@ class PythonTool:
                                   elapsed_s=time.monotonic() - t0)
             try:
                 return self._execute(worker, code, timeout, t0)
-            except Exception as e:  # noqa: BLE001 - a tool must never raise into the rollout
+            except Exception as e:
                 log.exception("python tool failed")
                 return ToolResult(f"Error: python tool failed: {type(e).__name__}: {e}", ok=False,
                                   elapsed_s=time.monotonic() - t0)
