@@ -82,7 +82,7 @@ def input_hashes(config: dict) -> dict[str, str]:
     built-in name, a glob or a list of files; a Hugging Face dataset has no file and is left out)."""
     import hashlib
 
-    from arpo.jsonl import input_paths
+    from arpo.data.sources import input_paths
 
     specs = []
     for sec in ("data", "validation"):
