@@ -125,7 +125,7 @@ class RunDir:
             raise ArpoError(f"run.dir {self.path} cannot be created: {e.strerror}") from e
         if not os.access(self.path, os.W_OK):
             raise ArpoError(f"run.dir {self.path} is not writable")
-        f = open(self.path / ".lock", "a+")
+        f = open(self.path / ".lock", "a+")  # noqa: SIM115 - held for the run's life: close() unlocks and closes it
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
