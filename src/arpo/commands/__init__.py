@@ -38,7 +38,8 @@ def number(kind, lo=None, hi=None, lo_open: bool = False):
         try:
             v = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, got {text!r}")
+            raise argparse.ArgumentTypeError(
+                f"expected {'an integer' if kind is int else 'a number'}, got {text!r}") from None
         if lo is not None and (v <= lo if lo_open else v < lo):
             raise argparse.ArgumentTypeError(f"must be {'>' if lo_open else '>='} {lo}, got {text}")
         if hi is not None and v > hi:
