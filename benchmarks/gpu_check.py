@@ -364,13 +364,13 @@ def bench_variants(model, tok, sz: Sizes, dev: Device, budget_left, variants=tup
             eng = HFEngine(model, tok, eos_token_ids=[-1], **VARIANTS[name])
             rows = {}
             for b in sz.variant_batches:
-                def start(n):
+                def start(n, eng=eng, b=b):
                     sids = [eng.add(prompt, SamplingParams(max_len=sz.prompt + n, seed=s)) for s in range(b)]
                     eng.step()  # prefill + first token
                     dev.sync()
                     return sids
 
-                def finish(sids):
+                def finish(sids, eng=eng):
                     while eng.has_unfinished():
                         eng.step()
                     for s in sids:
@@ -787,25 +787,28 @@ def run_check(device: str = "cuda", smoke: bool = False, models: list[str] | Non
             dev.free()
             continue
         m["model"] = {**info, "build_s": time.perf_counter() - t}
-        phase(m, "decode", lambda: bench_decode(model, tok, sz, dev))
-        phase(m, "variants", lambda: bench_variants(model, tok, sz, dev,
-                                                    lambda: budget_s - (time.perf_counter() - t_start), variants))
-        phase(m, "mismatch", lambda: bench_mismatch(model, tok, sz, dev))
+        phase(m, "decode", lambda model=model: bench_decode(model, tok, sz, dev))
+        phase(m, "variants", lambda model=model: bench_variants(model, tok, sz, dev,
+                                                                lambda: budget_s - (time.perf_counter() - t_start),
+                                                                variants))
+        phase(m, "mismatch", lambda model=model: bench_mismatch(model, tok, sz, dev))
         errors: list = []
         holder: dict = {}
 
-        def rl():
+        def rl(model=model, holder=holder, errors=errors):
             out, holder["last"] = bench_rl(model, tok, sz, dev, errors)
             return out
 
         phase(m, "rl", rl)
+        del rl  # its default holds the model, which is dropped below
         if errors:
             m["rl"]["rollout_errors"] = [e[:800] for e in errors[:3]]
         if "last" in holder:
             trees, preset, lp_kw = holder["last"]
-            phase(m, "packing", lambda: bench_packing(model, trees, preset, lp_kw, sz, dev))
+            phase(m, "packing", lambda model=model, trees=trees, preset=preset, lp_kw=lp_kw:
+                  bench_packing(model, trees, preset, lp_kw, sz, dev))
         holder.clear()
-        model = None  # noqa: F841 - drop the last reference before the next model is built
+        model = None
         dev.free()
     reason = vllm_skip_reason() if vllm else "disabled (--skip-vllm)"
     for name in models:
@@ -815,8 +818,8 @@ def run_check(device: str = "cuda", smoke: bool = False, models: list[str] | Non
         elif reason is not None:
             res["vllm"][name] = {"skipped": reason}
         else:
-            phase(res["vllm"], name, lambda: run_vllm(name, cli_args or _default_args(device, smoke, dtype, tokenizer),
-                                                      left - 10))
+            phase(res["vllm"], name, lambda name=name, left=left: run_vllm(
+                name, cli_args or _default_args(device, smoke, dtype, tokenizer), left - 10))
     res["elapsed_s"] = time.perf_counter() - t_start
     return res
 
@@ -884,7 +887,8 @@ def report(res: dict) -> str:
             for v in ("eager", "graph")))
     row("graph vs eager, same seeds: sequences with equal tokens; max abs log-prob diff (where equal)",
         lambda n: err(n, "mismatch") or f"{g(n, 'mismatch', 'graph', 'sequences_equal_to_eager')} of "
-        f"{g(n, 'mismatch', 'graph', 'sequences')}; {_f(g(n, 'mismatch', 'graph', 'max_abs_logprob_diff_to_eager'), '{:.2e}')}")
+        f"{g(n, 'mismatch', 'graph', 'sequences')}; "
+        f"{_f(g(n, 'mismatch', 'graph', 'max_abs_logprob_diff_to_eager'), '{:.2e}')}")
 
     def rl(n, key, fmt="{:.2f}"):
         return err(n, "rl") or _f(g(n, "rl", "steady_mean", key), fmt)

@@ -71,7 +71,8 @@ def _tiny_model_variants(tmp_path):
     save_tiny_model(good)
     variants = {}
     for name, edit in (("badjson", lambda d: (d / "config.json").write_text("{not json")),
-                       ("badtype", lambda d: (d / "config.json").write_text(json.dumps({"model_type": "no_such_arch"}))),
+                       ("badtype",
+                        lambda d: (d / "config.json").write_text(json.dumps({"model_type": "no_such_arch"}))),
                        ("noweights", lambda d: [p.unlink() for p in d.glob("*.safetensors")])):
         d = tmp_path / name
         subprocess.run(["cp", "-r", str(good), str(d)], check=True)

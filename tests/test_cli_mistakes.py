@@ -205,7 +205,8 @@ def test_own_tools_are_described_on_builtin_data_and_templates_fit_the_tools(tmp
     from arpo.tools import build_tools
 
     (tmp_path / "shop_tools.py").write_text('def lookup_order(order_id: str) -> str:\n'
-                                            '    """Look up an order.\n\n    Args:\n        order_id: the order\n    """\n'
+                                            '    """Look up an order.\n\n    Args:\n'
+                                            '        order_id: the order\n    """\n'
                                             '    return "shipped"\n')
     monkeypatch.syspath_prepend(str(tmp_path))
     tok = tiny_tokenizer()
@@ -260,7 +261,8 @@ def test_an_empty_tool_list_means_no_tools_everywhere(tmp_path, capsys):
     args = argparse.Namespace(model="m", served_model_name=None, tools="", session=None, tool_format=None,
                               template=None, max_tool_calls=None, max_response_tokens=None, temperature=0.6, top_p=0.95,
                               top_k=20, engine="hf", device="auto", max_batch=64, search_index=None, search_url=None,
-                              search_top_k=None, search_max_chars=None, api_key=None, host="h", port=1, log_level="info")
+                              search_top_k=None, search_max_chars=None, api_key=None, host="h", port=1,
+                              log_level="info")
     assert agent_config(args, {"tools": ["search"]}).tools == []
     with pytest.raises(SystemExit):
         main(["chat", "--tools", "none,python", "hi"])

@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `arpo ... | head`: the reader is gone; stop quietly, as `cat` does
         _drop_stdout()
         return 141  # 128 + SIGPIPE, what a shell reports for a writer the pipe stopped
-    except Exception as e:  # noqa: BLE001 - explain() decides: the user's mistake (one line) or a bug (raise)
+    except Exception as e:
         msg = explain(e)
         if msg is None or os.environ.get("ARPO_DEBUG"):
             raise

@@ -195,7 +195,7 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: s
         model = AutoModelForCausalLM.from_pretrained(d, dtype=torch_dtype, attn_implementation="sdpa")
         # PreTrainedModel.to is @wraps(nn.Module.to): mypy reads the unbound signature (self first)
         model = model.to(device)  # type: ignore[arg-type]
-    except Exception as e:  # noqa: BLE001 - transformers' and safetensors' errors: one line, with the dir
+    except Exception as e:
         if not isinstance(e, (OSError, ValueError, KeyError, RuntimeError)) and type(e).__name__ != "SafetensorError":
             raise
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

@@ -77,7 +77,7 @@ class ToolsConfig:
 
 @dataclass
 class DataConfig:
-    path: str = "gsm8k:train"  # built-in name (`arpo data list`), hf:NAME[:CONFIG]:SPLIT, JSONL(.gz)/parquet file or glob
+    path: str = "gsm8k:train"  # built-in name (`arpo data list`), hf:NAME[:CONFIG]:SPLIT, JSONL(.gz)/parquet file/glob
     limit: int | None = None  # use only the first N examples
     task: str | None = None  # force math | qa (default: per row)
     template: str | None = None  # prompt template (default: from the enabled tools)

@@ -19,7 +19,8 @@ from arpo.algos.advantages import (
 
 
 def close(a, b, tol=1e-5):
-    torch.testing.assert_close(torch.as_tensor(a, dtype=torch.float32), torch.tensor(b, dtype=torch.float32), atol=tol, rtol=0)
+    torch.testing.assert_close(torch.as_tensor(a, dtype=torch.float32), torch.tensor(b, dtype=torch.float32),
+                               atol=tol, rtol=0)
 
 
 # ---- group normalization --------------------------------------------------------------------

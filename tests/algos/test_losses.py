@@ -23,7 +23,8 @@ from arpo.algos.losses import (
 
 
 def close(a, b, tol=1e-5):
-    torch.testing.assert_close(torch.as_tensor(a, dtype=torch.float32), torch.tensor(b, dtype=torch.float32), atol=tol, rtol=0)
+    torch.testing.assert_close(torch.as_tensor(a, dtype=torch.float32), torch.tensor(b, dtype=torch.float32),
+                               atol=tol, rtol=0)
 
 
 # Seven probe tokens with ε_low = ε_high = 0.2, dual clip c = 3, plus one padding token.

@@ -24,7 +24,8 @@ def test_arpo_matches_spec_reference_settings():
     p = get_preset("arpo")
     # spec §4
     assert (p.clip_low, p.clip_high, p.dual_clip) == (0.2, 0.2, 3.0)
-    assert (p.loss_type, p.loss_agg, p.kl_type, p.kl_coef, p.entropy_coef) == ("ppo_clip", "token-mean", "low_var_kl", 0.0, 0.0)
+    assert (p.loss_type, p.loss_agg, p.kl_type, p.kl_coef, p.entropy_coef) == (
+        "ppo_clip", "token-mean", "low_var_kl", 0.0, 0.0)
     assert (p.lr, p.weight_decay, p.grad_clip, p.ppo_epochs) == (1e-6, 0.01, 1.0, 1)
     # spec §2, §3
     assert (p.group_size, p.initial_rollouts, p.branch_factor) == (16, 8, 1)

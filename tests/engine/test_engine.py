@@ -150,7 +150,8 @@ def test_stops_at_each_closing_tag(tiny_lm, tiny_tok):
     eng = HFEngine(tiny_lm, tiny_tok)
     s = eng.generate(
         [prompt(tiny_tok, "Q")],
-        SamplingParams(max_len=200, stop_regex=STOP_REGEX, logits_hook=scripted_hook(tiny_tok, ["<think> a </think> b"])),
+        SamplingParams(max_len=200, stop_regex=STOP_REGEX,
+                       logits_hook=scripted_hook(tiny_tok, ["<think> a </think> b"])),
     )[0]
     assert s.finish_reason == "eos"
 

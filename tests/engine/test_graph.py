@@ -89,7 +89,7 @@ def test_bucketed_shapes_equal_the_exact_step(tiny_lm, tiny_tok):
     ids = torch.zeros(n, dtype=torch.long)
     temp = torch.ones(n)
     u = torch.full((n,), 0.5)
-    for (sid, slot), s in zip(live, seqs):
+    for (_, slot), s in zip(live, seqs):
         ids[slot], temp[slot] = s.tokens[-1], s.params.temperature
     u[[slot for _, slot in live]] = uniforms_for([eng._st[sid].key for sid, _ in live], [len(s.tokens) for s in seqs])
     bias = torch.zeros(n, ptr).masked_fill_(~kv.valid[:, :ptr], float("-inf"))

@@ -167,7 +167,7 @@ def test_a_server_that_answers_http_errors_is_a_counted_failure(tmp_path):
     from http.server import BaseHTTPRequestHandler, HTTPServer
 
     class Refuse(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802
+        def do_POST(self):
             self.send_response(401)
             self.end_headers()
             self.wfile.write(b'{"error": "bad key"}')

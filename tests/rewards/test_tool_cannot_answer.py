@@ -61,7 +61,8 @@ def test_a_forged_answer_in_a_result_scores_nothing(tiny_lm, tiny_tok, python_to
 
 def test_the_models_own_answer_is_scored_despite_a_forged_result(tiny_lm, tiny_tok, python_tool):
     tr = _trajectory(tiny_tok, tiny_lm, python_tool,
-                     [f"<think> compute </think>{FORGE}", "<think> it printed junk </think><answer> \\boxed{5} </answer>"])
+                     [f"<think> compute </think>{FORGE}",
+                      "<think> it printed junk </think><answer> \\boxed{5} </answer>"])
     assert tr.finish_reason == "answer"
     for fn in ("em", "f1", "arpo"):
         bad = _score(tr, fn, {"answers": ["72"], "task": "math"})
@@ -69,7 +70,8 @@ def test_the_models_own_answer_is_scored_despite_a_forged_result(tiny_lm, tiny_t
         assert bad.answer == good.answer == "5" and bad.score == 0.0 and good.correct, fn
         assert good.format_ok and good.format_error is None, (fn, good.format_error)
     assert tool_calls_in(tr.text, ("python",), tr.tool_spans) == ["python"]
-    assert arpo_reward(tr.text, {"answers": ["5"], "task": "math"}, tools=["python"], tool_spans=tr.tool_spans).reward == 1.0
+    assert arpo_reward(tr.text, {"answers": ["5"], "task": "math"}, tools=["python"],
+                       tool_spans=tr.tool_spans).reward == 1.0
     assert f1_reward(tr.text, {"answers": ["5"]}, tool_spans=tr.tool_spans).score == 1.0
 
 

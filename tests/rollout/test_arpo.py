@@ -102,7 +102,8 @@ def test_branching_happens_and_shares_prefix_computation(tiny_lm, tiny_tok):
     assert len(forks) == 6  # P = α + 0 > τ = 0 always: branch at every decision until M
     shared = sum(t.branch_token_index for t in forks)
     # a fork's prefill is one token, never its shared prefix
-    assert ro.engine.stats["prefill_tokens"] < sum(len(t.traj.response_ids) for t in tree.trajectories) - shared + 8 * 40
+    assert ro.engine.stats["prefill_tokens"] < (sum(len(t.traj.response_ids) for t in tree.trajectories)
+                                                - shared + 8 * 40)
 
 
 def test_empirical_branch_rate_matches_formula(tiny_lm, tiny_tok):
@@ -282,10 +283,10 @@ def test_aepo_penalty_counts_rounds_and_scales_the_score(tiny_lm, tiny_tok):
         (tree,) = make(tiny_lm, tiny_tok, cfg).run(prompts(tiny_tok, 1))
         ds = [d for t in tree.trajectories for d in t.branch_decisions]
         for d in ds:
-            t, l = d["tool_call_index"], d["consecutive"]
-            assert l <= t and (t > 0 or l == 0)
-            assert d["probability"] == pytest.approx(want[min(l, 2)], abs=1e-6)
-            seen.add(min(l, 2))
+            t, consec = d["tool_call_index"], d["consecutive"]
+            assert consec <= t and (t > 0 or consec == 0)
+            assert d["probability"] == pytest.approx(want[min(consec, 2)], abs=1e-6)
+            seen.add(min(consec, 2))
         # several branches in round 0, and l stays 0 there
         assert sum(d["branched"] for d in ds if d["tool_call_index"] == 0) >= 2
     assert {0, 1} <= seen

@@ -102,7 +102,8 @@ def _specials_are_sampled(tr, tok, allowed=()):
 
 
 def test_encode_pieces_only_template_markup_is_special(smol_tok):
-    ids = encode_pieces(smol_tok, [("<|im_start|>user\n", False), ("<|im_end|><|im_start|>", True), ("<|im_end|>", False)])
+    ids = encode_pieces(smol_tok, [("<|im_start|>user\n", False), ("<|im_end|><|im_start|>", True),
+                                   ("<|im_end|>", False)])
     specials = [i for i in ids if i in special_ids(smol_tok)]
     assert specials == [smol_tok.convert_tokens_to_ids("<|im_start|>"), smol_tok.convert_tokens_to_ids("<|im_end|>")]
     assert smol_tok.decode(encode_tool_text(smol_tok, "<repo_name>x<|im_end|>")) == "<repo_name>x<|im_end|>"
@@ -116,14 +117,16 @@ def test_sft_rows_tokenize_tool_text_as_the_rollout_does(smol_tok, python_tool):
     from arpo.tools.formats import tool_schema
 
     reg = ToolRegistry([python_tool])
-    tags_row = {"question": "q", "system": "math", "response": f"<python>x</python>\n<result>\n{FORGED_TEXT}\n</result>\n"
+    tags_row = {"question": "q", "system": "math",
+                "response": f"<python>x</python>\n<result>\n{FORGED_TEXT}\n</result>\n"
                 "<answer> \\boxed{1} </answer>", "tool_results": [[18, 18 + len(FORGED_TEXT) + 20]]}
     _, ids, mask = tokenize_row(smol_tok, tags_row)
     assert not special_ids(smol_tok).intersection(t for t, m in zip(ids, mask) if m == 0)
 
     tok = copy.deepcopy(smol_tok)
     tok.chat_template = QWEN_TOOLS_TEMPLATE
-    worked = {"question": "q", "calls": [{"tool": "python", "arguments": {"code": FORGE + "\nprint(1)"}}], "answer": "1"}
+    worked = {"question": "q", "calls": [{"tool": "python", "arguments": {"code": FORGE + "\nprint(1)"}}],
+              "answer": "1"}
     row, why = tools_to_sft(worked, reg, tok, "json", "S", [tool_schema(python_tool)])
     assert why == "ok", why
     _, ids, mask = tokenize_row(tok, row)
@@ -148,7 +151,8 @@ def test_serve_renders_client_tool_messages_as_plain_text(smol_tok, tool_format,
 
     def render(output):
         call = {"id": "c1", "type": "function", "function": {"name": "echo", "arguments": '{"text": "abc"}'}}
-        msgs = [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "<think> t </think>", "tool_calls": [call]},
+        msgs = [{"role": "user", "content": "Q"},
+                {"role": "assistant", "content": "<think> t </think>", "tool_calls": [call]},
                 {"role": "tool", "tool_call_id": "c1", "name": "echo", "content": output},
                 {"role": "user", "content": "again"}]
         return fmt.render_messages(tok, [fmt.Message(**m) for m in msgs], "S", reg, tool_format)

@@ -185,7 +185,8 @@ def test_delete_and_chmod_file_outside(isolated):
             "import os\n"
             f"for op in (lambda: os.remove({victim!r}), lambda: os.chmod({victim!r}, 0o777),\n"
             f"           lambda: open({victim!r}, 'w'), lambda: os.rename({victim!r}, '/tmp/x')):\n"
-            "    try:\n        op()\n        print('succeeded')\n    except OSError as e:\n        print(type(e).__name__)"
+            "    try:\n        op()\n        print('succeeded')\n"
+            "    except OSError as e:\n        print(type(e).__name__)"
         )
         res = run_hostile(isolated, code)
         assert "succeeded" not in res.output
@@ -255,7 +256,8 @@ def test_kill_parent_and_test_process(isolated):
     code = (
         "import os, signal\n"
         f"for pid in (os.getppid(), 1, {os.getpid()}, {os.getppid()}, -1):\n"
-        "    try:\n        os.kill(pid, signal.SIGKILL)\n    except OSError as e:\n        print(pid, type(e).__name__)\n"
+        "    try:\n        os.kill(pid, signal.SIGKILL)\n"
+        "    except OSError as e:\n        print(pid, type(e).__name__)\n"
         "print('still here')"
     )
     run_hostile(isolated, code)  # the test process being alive to assert this is the test
@@ -407,7 +409,8 @@ def test_concurrent_calls(tool):
 
 
 def test_subprocess_inside_the_sandbox_works(tool):
-    res = tool("import subprocess, sys\nprint(subprocess.run([sys.executable, '-c', 'print(5)'], capture_output=True, text=True).stdout)")
+    res = tool("import subprocess, sys\n"
+               "print(subprocess.run([sys.executable, '-c', 'print(5)'], capture_output=True, text=True).stdout)")
     assert res.ok and res.output.strip() == "5", res.output
 
 
@@ -484,11 +487,14 @@ MEMORY_ATTACKS = {  # each tries to hold ~1 GB outside RLIMIT_AS (limit below: 2
              "print('held'); import time; time.sleep(1)",
     "sysv_shm": "import ctypes, time\nl=ctypes.CDLL(None, use_errno=True)\nl.shmat.restype=ctypes.c_void_p\n"
                 "ids=[l.shmget(0, 64<<20, 0o1600) for _ in range(16)]\n"
-                "for i in ids:\n    p=l.shmat(i, None, 0)\n    if p and p != ctypes.c_void_p(-1).value: ctypes.memset(p, 1, 64<<20)\n"
+                "for i in ids:\n    p=l.shmat(i, None, 0)\n"
+                "    if p and p != ctypes.c_void_p(-1).value: ctypes.memset(p, 1, 64<<20)\n"
                 "print('held', ids[:3]); time.sleep(1)",
     "forked_children": "import os, time\nfor _ in range(4):\n    if os.fork() == 0:\n"
-                       "        b = bytearray(230<<20)\n        time.sleep(2)\n        os._exit(0)\ntime.sleep(2.5)\nprint('held')",
-    "tmpfs_and_heap": "b = bytearray(200<<20)\nopen('/tmp/f','wb').write(bytes(60<<20))\nopen('/dev/shm/g','wb').write(bytes(15<<20))\n"
+                       "        b = bytearray(230<<20)\n        time.sleep(2)\n        os._exit(0)\n"
+                       "time.sleep(2.5)\nprint('held')",
+    "tmpfs_and_heap": "b = bytearray(200<<20)\nopen('/tmp/f','wb').write(bytes(60<<20))\n"
+                      "open('/dev/shm/g','wb').write(bytes(15<<20))\n"
                       "import time; time.sleep(1)",
 }
 
@@ -556,7 +562,8 @@ def test_uids_are_unique_per_tool_and_call(isolated):
 
 HOST_PATHS = {
     "project_source": Path(__file__).resolve(),
-    "bundled_data_with_answers": Path(__import__("arpo").__file__).parent / "data" / "builtin" / "gsm8k" / "test.jsonl.gz",
+    "bundled_data_with_answers":
+        Path(__import__("arpo").__file__).parent / "data" / "builtin" / "gsm8k" / "test.jsonl.gz",
     "home": Path.home(),
     "repository": Path(__file__).resolve().parents[2],
 }
@@ -655,7 +662,8 @@ def test_a_venv_under_tmp_is_visible_to_sandboxed_code(tmp_path):
     code = ("import sys; sys.path.insert(0, %r)\nfrom arpo.tools.python import PythonTool\n"
             "with PythonTool(pool_size=1, preimport=()) as t:\n"
             "    print(t('import subprocess, sys; print(sys.prefix); "
-            "print(subprocess.run([sys.executable, \"-c\", \"print(5)\"], capture_output=True, text=True).stdout)').output)\n"
+            "print(subprocess.run([sys.executable, \"-c\", \"print(5)\"], capture_output=True, text=True)"
+            ".stdout)').output)\n"
             % str(src))
     p = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, timeout=120,
                        env={**os.environ, "ARPO_CACHE_DIR": str(tmp_path / "cache")})

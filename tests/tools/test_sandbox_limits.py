@@ -52,7 +52,8 @@ SOCKET_FLOODS = {
     # 120 unread UDP receivers with 4 MB buffers: 953 MB queued while the call's cgroup said 9 MB
     "udp": _QUEUED + "import socket\nkeep = []\nfor i in range(120):\n"
            "    r = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); r.bind(('127.0.0.1', 0))\n"
-           "    try:\n        r.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)\n    except OSError:\n        pass\n"
+           "    try:\n        r.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)\n"
+           "    except OSError:\n        pass\n"
            "    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.setblocking(False)\n"
            "    for _ in range(150):\n        try:\n            s.sendto(b'x' * 60000, r.getsockname())\n"
            "        except OSError:\n            break\n"
@@ -135,8 +136,10 @@ KERNEL_QUEUES = {
     "posix_mqueue": "import ctypes\nl = ctypes.CDLL(None, use_errno=True)\n"
                     "r = l.mq_open(b'/q', 0o100 | 2, 0o600, None)\nprint(r, ctypes.get_errno())\n",
     "sysv_msg": "import ctypes\nl = ctypes.CDLL(None, use_errno=True)\nids = [l.msgget(0, 0o1600) for _ in range(64)]\n"
-                "buf = ctypes.create_string_buffer(8 + 8192); ctypes.memmove(buf, (1).to_bytes(8, 'little'), 8)\nn = 0\n"
-                "for i in ids:\n    while i >= 0 and l.msgsnd(i, buf, 8192, 0o4000) == 0:\n        n += 8192\nprint(n)\n",
+                "buf = ctypes.create_string_buffer(8 + 8192); ctypes.memmove(buf, (1).to_bytes(8, 'little'), 8)\n"
+                "n = 0\n"
+                "for i in ids:\n    while i >= 0 and l.msgsnd(i, buf, 8192, 0o4000) == 0:\n        n += 8192\n"
+                "print(n)\n",
 }
 
 
@@ -200,8 +203,10 @@ def test_proc_1_shows_no_config_or_host_paths(tool):
     and the host path of the sandbox's source."""
     import arpo
 
-    res = tool.run("import os\nfor p in ('/proc/1/cmdline', '/proc/self/cmdline', '/proc/self/environ', '/proc/1/environ'):\n"
-                   "    try:\n        print(p, open(p, 'rb').read())\n    except OSError as e:\n        print(p, e.errno)\n")
+    res = tool.run("import os\n"
+                   "for p in ('/proc/1/cmdline', '/proc/self/cmdline', '/proc/self/environ', '/proc/1/environ'):\n"
+                   "    try:\n        print(p, open(p, 'rb').read())\n"
+                   "    except OSError as e:\n        print(p, e.errno)\n")
     assert res.ok, res.output
     project = str(Path(arpo.__file__).resolve().parents[1])
     for needle in ('"memory_mb"', "uid_base", "preimport", project, "python.py"):
@@ -218,7 +223,8 @@ def test_close_removes_the_cgroups_after_a_call_with_many_files():
     try:
         if t.isolation != "namespaces" or not t.protections.get("memory_cgroup"):
             pytest.skip("needs namespaces and a memory cgroup")
-        res = t.run("import os\nfor i in range(250_000):\n    os.mknod(f'/dev/shm/{i}')\nprint(len(os.listdir('/dev/shm')))")
+        res = t.run("import os\nfor i in range(250_000):\n    os.mknod(f'/dev/shm/{i}')\n"
+                    "print(len(os.listdir('/dev/shm')))")
         assert last_line(res) == "250000", res.output[-300:]
         zygote = t._state.zygote.proc.pid
         parents = [Path(d) / f"arpo-sandbox-{zygote}" for d in _cgroup_dirs().values()]
@@ -291,7 +297,8 @@ def test_tool_wide_caps_are_set_and_sized_to_the_concurrency(tool):
         assert int(_read_first(_tool_cgroup(tool, "pids"), "pids.max")) == p["tool_pids"] == (16 + 1) * (64 + 4)
     if p["cpu_cgroup"]:
         d = _tool_cgroup(tool, "cpu")
-        quota = (d / "cpu.max").read_text().split()[0] if (d / "cpu.max").exists() else (d / "cpu.cfs_quota_us").read_text()
+        quota = ((d / "cpu.max").read_text().split()[0] if (d / "cpu.max").exists()
+                 else (d / "cpu.cfs_quota_us").read_text())
         assert int(quota) == int(p["cpus"] * 100_000)
 
 
@@ -304,7 +311,8 @@ def test_the_tool_wide_memory_cap_holds_across_calls():
             pytest.skip("no memory cgroup here")
         t.warm_up(60)
         with ThreadPoolExecutor(3) as ex:
-            results = list(ex.map(lambda _: t.run("b = bytearray(200 << 20)\nimport time; time.sleep(2)\nprint('held')"),
+            results = list(ex.map(lambda _: t.run("b = bytearray(200 << 20)\nimport time; time.sleep(2)\n"
+                                                  "print('held')"),
                                   range(3)))
         d = _tool_cgroup(t, "memory")
         peak = int(_read_first(d, "memory.peak", "memory.max_usage_in_bytes")) / 2**20

@@ -13,11 +13,11 @@ import pytest
 
 pytest.importorskip("httpx")
 pytest.importorskip("trafilatura")
-import httpx  # noqa: E402
+import httpx
 
-from web_servers import free_port, uvicorn_app  # noqa: E402
+from web_servers import free_port, uvicorn_app
 
-from arpo.cli import main  # noqa: E402
+from arpo.cli import main
 
 ROWS = [{"id": "a", "title": "Alpha Centauri", "text": "Alpha Centauri is the closest star system to the Sun.",
          "url": "https://stars.example/systems/alpha-centauri"},

@@ -9,15 +9,15 @@ import pytest
 
 pytest.importorskip("httpx")
 
-from web_servers import scripted_server  # noqa: E402
+from web_servers import scripted_server
 
-from arpo.errors import ArpoError  # noqa: E402
-from arpo.tools import build_tools  # noqa: E402
-from arpo.tools.base import ToolCall  # noqa: E402
-from arpo.tools.cache import ToolCache  # noqa: E402
-from arpo.tools.web_config import web_config  # noqa: E402
-from arpo.tools.web_search import WebSearchTool, format_results  # noqa: E402
-from arpo.tools.webhttp import RateLimiter, retry_delay  # noqa: E402
+from arpo.errors import ArpoError
+from arpo.tools import build_tools
+from arpo.tools.base import ToolCall
+from arpo.tools.cache import ToolCache
+from arpo.tools.web_config import web_config
+from arpo.tools.web_search import WebSearchTool, format_results
+from arpo.tools.webhttp import RateLimiter, retry_delay
 
 HITS = [("Ed Wood (film)", "https://example.org/wiki/Ed_Wood_(film)", "A 1994 film directed by Tim Burton."),
         ("Tim Burton", "https://example.org/wiki/Tim_Burton", "An American filmmaker.  Born 1958.")]

@@ -95,7 +95,8 @@ def test_sft_runs_masks_results_and_resumes(tiny_dir, tmp_path):
 
     rows = []
     for i in range(4):
-        resp = f"<think> {i}*2 </think>\n<python>print({i}*2)</python>\n<result>\n{2 * i}\n</result>\n<answer> \\boxed{{{2 * i}}} </answer>"
+        resp = (f"<think> {i}*2 </think>\n<python>print({i}*2)</python>\n<result>\n{2 * i}\n</result>\n"
+                f"<answer> \\boxed{{{2 * i}}} </answer>")
         s, e = resp.index("\n<result>"), resp.index("</result>\n") + len("</result>\n")
         rows.append({"question": f"{i}*2?", "response": resp, "system": "math", "tool_results": [[s, e]]})
     data = tmp_path / "sft.jsonl"

@@ -131,7 +131,8 @@ PRESETS: dict[str, AlgoPreset] = {
     ),
     # DAPO (arXiv 2503.14476): clip-higher 0.2/0.28, token-level loss, dynamic sampling (groups with
     # equal rewards are dropped and fresh prompts rolled out until prompts_per_step groups are kept, at
-    # most dynamic_sampling_max_rounds rounds per step: recipes/train.py), no KL, no dual clip. Its overlong reward shaping is a reward-side feature and not part of this preset.
+    # most dynamic_sampling_max_rounds rounds per step: recipes/train.py), no KL, no dual clip. Its
+    # overlong reward shaping is a reward-side feature and not part of this preset.
     "dapo": dataclasses.replace(
         _ARPO, name="dapo", source="DAPO, arXiv 2503.14476",
         clip_high=0.28, dual_clip=None, loss_agg="token-mean", kl_coef=0.0, dynamic_sampling=True, **_NO_BRANCHING,

@@ -38,7 +38,8 @@ def number(kind, lo=None, hi=None, lo_open: bool = False):
         try:
             v = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, got {text!r}")
+            raise argparse.ArgumentTypeError(
+                f"expected {'an integer' if kind is int else 'a number'}, got {text!r}") from None
         if lo is not None and (v <= lo if lo_open else v < lo):
             raise argparse.ArgumentTypeError(f"must be {'>' if lo_open else '>='} {lo}, got {text}")
         if hi is not None and v > hi:
@@ -56,7 +57,7 @@ POSITIVE = number(float, 0.0, lo_open=True)
 PROB = number(float, 0.0, 1.0, lo_open=True)  # top-p
 
 
-def TOOL_LIST(text: str) -> str:  # noqa: N802 - an argparse type, named like the others
+def TOOL_LIST(text: str) -> str:
     """--tools: comma-separated tool names, normalized; '' or 'none' is no tools at all, in every command
     (eval and serve used to fall back to their default tools)."""
     names = [t.strip() for t in text.split(",") if t.strip()]

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 
-from arpo.errors import ArpoError
 from arpo.tools import SEARCH_MAX_CHARS, SEARCH_TOP_K
 
 from arpo.commands import HELP, NONNEG, NONNEG_INT, POS_INT, PROB, TOOL_LIST, deprecated, number, resolve_agent_flags
@@ -44,7 +42,8 @@ def register(sub) -> None:
                    help="comma-separated tools: python, search, web_search, browse, your own as module.path:function "
                    "(default: the run's, else the template's, else python)")
     p.add_argument("--session", action="store_true", default=None,
-                   help="python keeps variables, imports and files across the conversation's calls (default: the run's)")
+                   help="python keeps variables, imports and files across the conversation's calls "
+                   "(default: the run's)")
     p.add_argument("--tool-format", default=None, choices=["tags", "json"],
                    help="tags: <python>...</python> (the paper's); json: the model's native function calling "
                    "(default: the run's, else tags)")
@@ -74,7 +73,8 @@ def register(sub) -> None:
     from arpo.commands.web import add_web_args
 
     add_web_args(p)
-    p.add_argument("--quiet", action="store_true", help="only the transcript (or --json): no notes or warnings on stderr")
+    p.add_argument("--quiet", action="store_true",
+                   help="only the transcript (or --json): no notes or warnings on stderr")
     p.set_defaults(func=run)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -68,8 +67,10 @@ def register(sub) -> None:
                    help="response budget in tokens, tool results included (default: 512, or the template's)")
     deprecated(p, "--max-new-tokens", "--max-response-tokens", dest="max_response_tokens", type=POS_INT)
     p.add_argument("--reward", default="arpo", help="reward/scorer: arpo, f1, em or module:function")
-    p.add_argument("--math-scorer", default="math_equal", choices=["math_equal", "f1"], help="how math answers are compared")
-    p.add_argument("--search-index", default=None, help="search tool's index dir (default: the built-in HotpotQA index)")
+    p.add_argument("--math-scorer", default="math_equal", choices=["math_equal", "f1"],
+                   help="how math answers are compared")
+    p.add_argument("--search-index", default=None,
+                   help="search tool's index dir (default: the built-in HotpotQA index)")
     p.add_argument("--search-url", default=None, help="retrieval server URL for the search tool")
     p.add_argument("--search-top-k", type=POS_INT, default=SEARCH_TOP_K, help="passages per search")
     p.add_argument("--search-max-chars", type=POS_INT, default=SEARCH_MAX_CHARS, help="characters per passage")
@@ -98,7 +99,8 @@ def register(sub) -> None:
     j.add_argument("--judge-retries", type=POS_INT, default=3, help="attempts per judgment")
     j.add_argument("--judge-timeout", type=POS_INT, default=120, help="seconds per judge request")
     j.add_argument("--judge-max-tokens", type=POS_INT, default=None, help="reply budget (default: the server's)")
-    j.add_argument("--judge-temperature", type=NONNEG, default=0.0, help="the judge's sampling temperature (default: 0)")
+    j.add_argument("--judge-temperature", type=NONNEG, default=0.0,
+                   help="the judge's sampling temperature (default: 0)")
     j.add_argument("--judge-seed", type=int, default=None, help="the judge's sampling seed (sent only when set)")
     p.add_argument("--json", action="store_true", help="print the metrics as JSON instead of a table")
     p.add_argument("--quiet", action="store_true", help="no progress output")
@@ -153,7 +155,8 @@ def run(args) -> int:
         from arpo.data.sources import input_paths
         from arpo.jsonl import prepare_output
 
-        prepare_output(args.out, inputs=input_paths(args.data))  # before the long part: a bad --out must not lose the results
+        # before the long part: a bad --out must not lose the results
+        prepare_output(args.out, inputs=input_paths(args.data))
     model, tok = load_model(args.model, device=args.device)
     if args.compile and args.engine != "hf":
         raise ArpoError("--compile: only for --engine hf (vLLM compiles its own graphs)")
@@ -295,7 +298,8 @@ def print_table(results: dict, model: str) -> None:
         t.add_column(_label(path), justify="right")
     for k in keys:
         if any(k in r for r in results.values()):
-            t.add_row(k, *[f"{r[k]:.3f}" if isinstance(r.get(k), float) else str(r.get(k, "")) for r in results.values()])
+            t.add_row(k, *[f"{r[k]:.3f}" if isinstance(r.get(k), float) else str(r.get(k, ""))
+                           for r in results.values()])
     Console().print(t)
 
 
@@ -365,7 +369,8 @@ def print_paired(con, stats: dict) -> None:
         for c in ("model", "questions", "accuracy", "95 % interval"):
             t.add_column(c, justify="right")
         for s in (s for s in stats["intervals"] if s["dataset"] == ds):
-            t.add_row(s["label"], str(s["questions"]), f"{s['accuracy']:.3f}", f"[{s['ci_low']:.3f}, {s['ci_high']:.3f}]")
+            t.add_row(s["label"], str(s["questions"]), f"{s['accuracy']:.3f}",
+                      f"[{s['ci_low']:.3f}, {s['ci_high']:.3f}]")
         con.print(t)
     if not stats["paired"]:
         return

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 
 from arpo.commands import HELP, POS_INT
 
 EXAMPLES = """examples:
-  arpo experiment arpo-vs-grpo                       # the full run: 3 seeds per method (see docs/experiment_arpo_vs_grpo.md)
+  arpo experiment arpo-vs-grpo                       # the full run: 3 seeds per method \
+(see docs/experiment_arpo_vs_grpo.md)
   arpo experiment arpo-vs-grpo --quick --out /tmp/q  # smoke test: 1 seed, a few steps (not a result)
   arpo experiment arpo-vs-grpo lr=2e-4 initial_rollouts=2 --seeds 5 --steps 60
   arpo experiment arpo-vs-grpo --seeds 1 --set sft_from=runs/experiments/arpo_vs_grpo/sft/checkpoints/step_000450/model
   arpo experiment svamp-arpo-vs-grpo                 # SVAMP, SmolLM2-135M (docs/experiment_svamp_arpo_vs_grpo.md)
   arpo experiment svamp-arpo-vs-grpo sft_from=runs/quickstart/sft --seeds 3 --steps 30
   arpo experiment svamp-arpo-vs-grpo --quick --out /tmp/sq   # tiny random model: plumbing only
-  arpo experiment branching models=[runs/quickstart/sft,runs/quickstart/arpo]   # branch rule settings (docs/branching.md)
+  arpo experiment branching models=[runs/quickstart/sft,runs/quickstart/arpo]   \
+# branch rule settings (docs/branching.md)
 
 Any field of arpo.experiments.arpo_vs_grpo.ExperimentConfig (svamp-arpo-vs-grpo:
 arpo.experiments.svamp.SvampExperimentConfig; branching: arpo.experiments.branching.BranchingConfig)
@@ -34,7 +35,8 @@ def register(sub) -> None:
     p.add_argument("--out", default=None, help="output dir (default runs/experiments/arpo_vs_grpo)")
     p.add_argument("--threads", type=POS_INT, default=None, help="torch CPU threads (default 2)")
     p.add_argument("--quick", action="store_true", help="tiny smoke-test settings (1 seed, few steps)")
-    p.add_argument("overrides", nargs="*", help="ExperimentConfig fields as key=value right after the name, e.g. lr=2e-4")
+    p.add_argument("overrides", nargs="*",
+                   help="ExperimentConfig fields as key=value right after the name, e.g. lr=2e-4")
     p.add_argument("--set", dest="more", action="append", default=[], metavar="KEY=VALUE",
                    help="an ExperimentConfig field, anywhere on the line (repeatable)")
     p.set_defaults(func=run)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -42,7 +41,6 @@ def run_plot(args) -> int:
     if not args.run_dir and not args.rollouts:
         raise ArpoError("give a RUN_DIR and/or --rollouts DUMP")
     if args.out:
-        from arpo.data.sources import input_paths
         from arpo.jsonl import prepare_output
 
         prepare_output(args.out, directory=True)  # adds PNGs only

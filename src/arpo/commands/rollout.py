@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 
 from arpo.commands import HELP
@@ -12,7 +11,8 @@ EXAMPLES = """examples:
   arpo rollout --config configs/rollout_hotpotqa.yaml --limit 2 --out hp.jsonl rollout.group_size=8
   arpo rollout --out grpo.jsonl rollout.initial_rollouts=16      # GRPO: N = M, no branching
 
-Each output line is one trajectory: prompt_id, reward (spec §5), correct, answer, format_error, traj_id, parent_id, branch_token_index,
+Each output line is one trajectory: prompt_id, reward (spec §5), correct, answer, format_error, traj_id, parent_id, \
+branch_token_index,
 response_token_ids, loss_mask, text, tool_calls, initial_entropy, step_entropies,
 branch_decisions, finish_reason."""
 

@@ -4,7 +4,7 @@ agent behind an OpenAI-compatible API, serve/app.py)."""
 from __future__ import annotations
 
 from arpo.commands import HELP, NONNEG, NONNEG_INT, POS_INT, PROB, TOOL_LIST, deprecated, number
-from arpo.commands.from_run import RUN_KEYS, run_defaults  # noqa: F401 - shared with chat and eval
+from arpo.commands.from_run import RUN_KEYS, run_defaults
 
 EXAMPLES = """examples:
   arpo serve retriever --search-index ~/.cache/arpo/indexes/hotpotqa --port 8001
@@ -68,7 +68,8 @@ def _register_agent(s) -> None:
     a.add_argument("--model", default="smollm2-135m-instruct",
                    help="run dir, checkpoint, Hugging Face dir or built-in name")
     a.add_argument("--served-model-name", default=None, help="the model id clients ask for (default: the run's name)")
-    a.add_argument("--tools", default=None, type=TOOL_LIST, help="comma-separated tools: python, search, web_search, browse, your own as "
+    a.add_argument("--tools", default=None, type=TOOL_LIST,
+                   help="comma-separated tools: python, search, web_search, browse, your own as "
                    "module.path:function (default: the run's, else python)")
     a.add_argument("--session", action="store_true", default=None,
                    help="python keeps variables, imports and files across one answer's calls (default: the run's)")
@@ -89,7 +90,8 @@ def _register_agent(s) -> None:
     a.add_argument("--search-index", default=None, help="search tool's index dir (default: the run's, else the "
                    "built-in HotpotQA index)")
     a.add_argument("--search-url", default=None, help="retrieval server URL for the search tool")
-    a.add_argument("--search-top-k", type=POS_INT, default=None, help="passages per search (default: the run's, else 3)")
+    a.add_argument("--search-top-k", type=POS_INT, default=None,
+                   help="passages per search (default: the run's, else 3)")
     a.add_argument("--search-max-chars", type=POS_INT, default=None,
                    help="characters per passage (default: the run's, else 300)")
     from arpo.commands.web import add_web_args

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
-
 from arpo.commands import HELP
 
 EXAMPLES = """examples:

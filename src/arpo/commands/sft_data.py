@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 
 from arpo.commands import HELP, NONNEG, POS_INT, TOOL_LIST, deprecated
@@ -42,7 +41,8 @@ def register(sub) -> None:
                    "file or glob")
     p.add_argument("--out", required=True, help="output JSONL")
     p.add_argument("--limit", type=POS_INT, default=None, help="rows to write (default: all that check out)")
-    p.add_argument("--search-index", default=None, help="search index dir (hotpotqa; default: the built-in HotpotQA index)")
+    p.add_argument("--search-index", default=None,
+                   help="search index dir (hotpotqa; default: the built-in HotpotQA index)")
     deprecated(p, "--index", "--search-index", dest="search_index")
     p.add_argument("--search-top-k", type=POS_INT, default=SEARCH_TOP_K, help="passages per search in the trajectories")
     p.add_argument("--search-max-chars", type=POS_INT, default=SEARCH_MAX_CHARS, help="characters per passage")
@@ -52,7 +52,8 @@ def register(sub) -> None:
     p.add_argument("--max-tool-calls", type=POS_INT, default=3, help="gsm8k stepwise: at most this many calls")
     deprecated(p, "--max-calls", "--max-tool-calls", dest="max_tool_calls", type=POS_INT)
     p.add_argument("--model", default="smollm2-135m-instruct",
-                   help="rejection: the model to sample; tools --tool-format json: the tokenizer whose chat template renders results")
+                   help="rejection: the model to sample; tools --tool-format json: the tokenizer whose chat "
+                   "template renders results")
     p.add_argument("--samples", type=POS_INT, default=4, help="rejection: samples per question")
     p.add_argument("--temperature", type=NONNEG, default=0.8, help="rejection: sampling temperature")
     p.add_argument("--quiet", action="store_true", help="no progress output")
@@ -68,7 +69,8 @@ def run(args) -> int:
         raise ArpoError(f"--style applies to gsm8k (its solution lines); sft-data {args.source} has one form")
     args.style = args.style or "single"
 
-    prepare_output(args.out, inputs=input_paths([args.data]))  # first: a bad --out must not cost the work, nor overwrite --data
+    # first: a bad --out must not cost the work, nor overwrite --data
+    prepare_output(args.out, inputs=input_paths([args.data]))
     from arpo.recipes.sft_data import build_rejection_dataset, build_sft_dataset
 
     if args.source == "tools":

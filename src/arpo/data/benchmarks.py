@@ -227,7 +227,7 @@ def _load_local(spec: str, b: Benchmark, local: str):
             ds = datasets.load_dataset(str(p))
     except ArpoError:
         raise
-    except Exception as e:  # noqa: BLE001 — unreadable copy: one clear line
+    except Exception as e:
         raise ArpoError(f"{spec}: cannot read the local copy {p} ({type(e).__name__}: "
                         f"{str(e).splitlines()[0] if str(e) else ''})") from e
     if isinstance(ds, datasets.DatasetDict):
@@ -277,7 +277,7 @@ def _load_hub(spec: str, b: Benchmark):
         raise ArpoError(offline_message(spec, b))
     try:
         return datasets.load_dataset(b.hf_id, b.config, split=b.split)
-    except Exception as e:  # noqa: BLE001 — one clear line per cause
+    except Exception as e:
         msg = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         low = msg.lower()
         if b.gated and any(w in low for w in ("gated", "401", "403", "authenticat", "access")):

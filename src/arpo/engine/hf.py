@@ -321,7 +321,7 @@ class HFEngine:
             mask[i, 0, torch.arange(off), end + torch.arange(off)] = True  # pad queries see themselves only
         kv.ptr = end
         logits = self._forward(ids, pos, mask, SlotCache(kv, end, rows))
-        for i, (st, slot) in enumerate(zip(sts, free)):
+        for st, slot in zip(sts, free):
             n = len(st.pending)
             kv.valid[slot, end + q - n : end + q] = True
             kv.grow_len([slot], n)
@@ -401,7 +401,7 @@ class HFEngine:
         seqs = [self.seqs[sid] for sid, _ in live]
         temp = torch.ones(n, dtype=torch.float32)
         u = torch.full((n,), 0.5)
-        for (sid, slot), s in zip(live, seqs):
+        for (_, slot), s in zip(live, seqs):
             temp[slot] = s.params.temperature
         u[[slot for _, slot in live]] = uniforms_for([self._st[sid].key for sid, _ in live],
                                                      [len(s.tokens) for s in seqs])

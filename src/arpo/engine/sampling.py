@@ -75,8 +75,9 @@ def sample(logp: torch.Tensor, temperature: torch.Tensor, uniforms: torch.Tensor
 def sample_stats(logits: torch.Tensor, temperature: torch.Tensor, uniforms: torch.Tensor, k_entropy: int):
     """What the engine records for one token per row when no row truncates (top-k/top-p): the sampled
     ids (greedy where temperature == 0), their log-probs, the full-vocab entropy and the top-k entropy
-    (the sampled token's term included when it is outside the top k; zeros when k_entropy == 0), all (B,). The same function runs eagerly and inside the compiled decode
-    step (engine/static.py), so both paths compute the same thing."""
+    (the sampled token's term included when it is outside the top k; zeros when k_entropy == 0), all
+    (B,). The same function runs eagerly and inside the compiled decode step (engine/static.py), so
+    both paths compute the same thing."""
     logp, ent = token_stats(logits, temperature)
     toks = sample(logp, temperature, uniforms)
     chosen = logp.gather(-1, toks[:, None]).squeeze(-1)

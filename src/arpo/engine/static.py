@@ -290,9 +290,9 @@ def decode_step(arch: Arch, small: list, eps: float, ids, cos, sin, bias, buf, s
     ids (S,) this step's token per slot; cos, sin (S, 1, hd) the rotary factors of its position
     (computed outside: inside a compiled graph inductor would recompute them in every loop that reads
     q); bias (S, col) additive mask (0 or -inf) over the cached columns [0, col) of buf
-    (layers, 2, S, kv_heads, cap, head_dim); safe_t, do_sample, uniforms (S,) (step_sample). Returns (logits (S, V), new_k, new_v (layers, S,
-    kv_heads, head_dim), and when with_sample: token ids, their log-probs, full entropy, top-k entropy
-    (S,) — step_sample).
+    (layers, 2, S, kv_heads, cap, head_dim); safe_t, do_sample, uniforms (S,) (step_sample). Returns
+    (logits (S, V), new_k, new_v (layers, S, kv_heads, head_dim), and when with_sample: token ids,
+    their log-probs, full entropy, top-k entropy (S,) — step_sample).
     fused (the compiled step): matmuls through the `arpo::linear` op, attention as multiply-and-sum."""
     nh, nkv, hd = arch.n_heads, arch.n_kv, arch.head_dim
     S, g, col = ids.shape[0], nh // nkv, bias.shape[1]

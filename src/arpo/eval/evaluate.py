@@ -79,7 +79,8 @@ def evaluate(engine, tools, tok, examples: list[dict], *, reward_fn, agent: Agen
                 for c in tr.tool_calls:
                     counts[c.tool] = counts.get(c.tool, 0) + 1
                 records.append({"example_id": ex["id"], "sample": s, "correct": bool(res.correct),
-                                "score": float(res.score), "reward": float(res.reward), "format_ok": bool(res.format_ok),
+                                "score": float(res.score), "reward": float(res.reward),
+                                "format_ok": bool(res.format_ok),
                                 "answer": res.answer, "gold": ex["answers"], "tool_calls": counts,
                                 "response_tokens": tr.n_generated_tokens, "finish_reason": tr.finish_reason,
                                 "text": tr.text, "tool_spans": [list(sp) for sp in tr.tool_spans]})

@@ -57,10 +57,12 @@ class SFTConfig:
             raise ArpoError("epochs must be >= 1")
         from arpo.errors import require
 
-        require(self.max_steps is None or self.max_steps >= 1, "max_steps", f"must be >= 1 (or null), got {self.max_steps}")
+        require(self.max_steps is None or self.max_steps >= 1, "max_steps",
+                f"must be >= 1 (or null), got {self.max_steps}")
         require(self.micro_tokens >= 1, "micro_tokens", f"must be >= 1, got {self.micro_tokens}")
         require(self.data.max_seq_len >= 1, "data.max_seq_len", f"must be >= 1, got {self.data.max_seq_len}")
-        require(self.data.limit is None or self.data.limit >= 1, "data.limit", f"must be >= 1 (or null), got {self.data.limit}")
+        require(self.data.limit is None or self.data.limit >= 1, "data.limit",
+                f"must be >= 1 (or null), got {self.data.limit}")
         for sec in (self.model, self.lora, self.run):
             sec.validate()
 

@@ -28,7 +28,7 @@ import importlib
 from typing import Any, Callable, Iterable
 
 from arpo.errors import ArpoError
-from arpo.rewards.answer import exact_match, extract_answer_block, extract_boxed, f1_score, math_equal, max_over_golds
+from arpo.rewards.answer import exact_match, extract_boxed, f1_score, math_equal, max_over_golds
 from arpo.rewards.format import TOOL_TAGS, check_format, model_text, tool_calls_in
 from arpo.rewards.result import RewardResult, response_answer
 

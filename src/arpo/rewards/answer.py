@@ -5,6 +5,7 @@ evaluation), and a real math-equivalence check (math-verify, then numeric and sy
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import math
 import re
@@ -115,11 +116,8 @@ def _too_costly(s: str) -> bool:
         rest = s[m.end() :].lstrip()
         if rest[:1] in ("{", "("):
             close = {"{": "}", "(": ")"}[rest[0]]
-            depth, k = 0, 0
-            for k, ch in enumerate(rest):
-                depth += (ch == rest[0]) - (ch == close)
-                if depth == 0:
-                    break
+            depths = itertools.accumulate((ch == rest[0]) - (ch == close) for ch in rest)
+            k = next((i for i, depth in enumerate(depths) if depth == 0), len(rest) - 1)  # the closing bracket
             exp, after = rest[1:k], rest[k + 1 :]
         else:
             tok = re.match(r"[-\w.]*", rest)
@@ -145,7 +143,7 @@ def _math_verify(pred: str, gold: str) -> bool | None:
         if not g or not p:
             return None
         return bool(verify(g, p, timeout_seconds=t))
-    except Exception:
+    except Exception:  # noqa: BLE001 - math-verify's parser raises many kinds on odd LaTeX: not comparable
         return None
 
 
@@ -168,7 +166,7 @@ def _sympy_equal(pred: str, gold: str) -> bool | None:
         import sympy
 
         return bool(sympy.simplify(sympy.sympify(exprs[0]) - sympy.sympify(exprs[1])) == 0)
-    except Exception:
+    except Exception:  # noqa: BLE001 - sympy raises many kinds on what it cannot parse: not comparable
         return None
 
 

@@ -61,7 +61,7 @@ class UserReward:
                 out = self.fn(response, example, **self._options(kw))
         except ArpoError:
             raise
-        except Exception as e:  # noqa: BLE001 - the user's code: one line that names it
+        except Exception as e:
             raise ArpoError(f"{where} raised {type(e).__name__}: {e}") from e
         return to_result(out, response, where, kw.get("tool_spans"))
 
@@ -106,7 +106,7 @@ def check_reward(fn, examples: list[dict], math_scorer: str = "math_equal", name
         res = fn(response, ex, tool_calls=[], tools=(), math_scorer=math_scorer)
     except ArpoError as e:
         raise ArpoError(f"the reward failed its check call (a well-formed answer with the gold): {e}") from e
-    except Exception as e:  # noqa: BLE001 - a built-in reward's bug is still named
+    except Exception as e:
         raise ArpoError(f"reward {name or fn!r} raised {type(e).__name__}: {e} on its check call") from e
     if not hasattr(res, "reward"):
         raise ArpoError(f"reward {name or fn!r}: returned {type(res).__name__}; " + CONTRACT)

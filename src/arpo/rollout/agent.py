@@ -144,7 +144,8 @@ class AgentLoop:
         c = self.cfg
         return SamplingParams(
             temperature=c.temperature, top_p=c.top_p, top_k=c.top_k, max_len=prompt_len + c.max_response_tokens,
-            stop=tuple(self.format.stop_strings(self.tools)), stop_regex=STOP_REGEX if self.format.name == "tags" else None,
+            stop=tuple(self.format.stop_strings(self.tools)),
+            stop_regex=STOP_REGEX if self.format.name == "tags" else None,
             seed=seed, pause_token_ids=self._pause,
             logits_hook=None if c.repetition_penalty == 1.0 else RepetitionPenalty(c.repetition_penalty),
         )
@@ -192,7 +193,8 @@ class AgentLoop:
         if s.stop_text == "</answer>":
             return self._end(sid, st, "answer")
         segment = self.tok.decode(s.tokens[st.seg_start :])
-        turn = segment[: -len(s.stop_text)] if s.tokens[-1] in self._pause and segment.endswith(s.stop_text) else segment
+        paused = s.tokens[-1] in self._pause and segment.endswith(s.stop_text)
+        turn = segment[: -len(s.stop_text)] if paused else segment
         calls = self.format.parse(turn, self.tools, s.stop_text)
         if calls is None:  # a plain finish (tags: no call; json: a turn without tool calls)
             return self._end(sid, st, "eos" if s.tokens[-1] in self._pause else "stop")

@@ -54,7 +54,7 @@ class RolloutConfig:
     group_size: int = 16  # M: trajectories per prompt (reference 16)
     initial_rollouts: int = 8  # N: global samples started per prompt (reference 8)
     branch_factor: int = 1  # Z: new partial rollouts per branch (reference 1, i.e. beam size 2)
-    entropy_weight: float = 0.2  # β (reference 0.2; on the default full/mean scale 0.34-0.37 acts like the reference's 0.2: docs/algorithm.md)
+    entropy_weight: float = 0.2  # β (reference 0.2; on the default full/mean scale, 0.34-0.37 ≈ it: docs/algorithm.md)
     branch_threshold: float = 0.5  # τ (reference 0.5)
     entropy_tokens: int = 20  # k: tokens whose entropy is measured (reference 20)
     entropy_estimator: str = "full"  # full (exact, from logits) | topk (reference: top-10 log-probs)
@@ -114,10 +114,10 @@ def _consecutive_rounds(branched_at: set[int], t: int) -> int:
     prompt branched in. A round is a tool-call depth: the AEPO code generates one segment per active
     trajectory per round, so round t holds every trajectory's decision after its t-th tool result; it
     counts a round once however many branches it made, and a round without one resets l to 0."""
-    l = 0
-    while t - 1 - l in branched_at:
-        l += 1
-    return l
+    consec = 0
+    while t - 1 - consec in branched_at:
+        consec += 1
+    return consec
 
 
 def dynamic_initial_rollouts(m: int, h_root: float, h_tool: float) -> int:
@@ -302,8 +302,8 @@ class ARPORollout:
         room = c.group_size - len(g.sids)
         if room <= 0:
             return  # branching stops once M trajectories exist
-        l = _consecutive_rounds(g.branched_at, t)
-        ctx = BranchContext(dh, c.entropy_weight, c.branch_threshold, depth=t, consecutive=l,
+        consec = _consecutive_rounds(g.branched_at, t)
+        ctx = BranchContext(dh, c.entropy_weight, c.branch_threshold, depth=t, consecutive=consec,
                             penalty=c.consecutive_branch_penalty, initial_entropy=st.initial_entropy,
                             step_entropy=st.step_entropies[t] if t < len(st.step_entropies) else None)
         p = float(self.rule(ctx))
@@ -311,7 +311,7 @@ class ARPORollout:
             raise ArpoError(f"rollout.branch_rule {c.branch_rule!r} returned {p}, not a probability in [0, 1]")
         branched = g.rng.random() < p
         st.decisions.append({"tool_call_index": t, "probability": round(p, 6), "delta_entropy": round(dh, 6),
-                             "branched": branched, "consecutive": l})
+                             "branched": branched, "consecutive": consec})
         if not branched:
             return
         g.branched_at.add(t)

@@ -70,7 +70,8 @@ def build_tools(names: list[str], *, python_timeout_s: float = 5.0, max_output_c
 
                 reg.register(BrowseTool(web))
             elif ":" in n:
-                name = next((k for k in keys(n) if k in options), keys(n)[0])  # `Sql` or `sql`: it used to miss the second
+                # `Sql` or `sql`: it used to miss the second
+                name = next((k for k in keys(n) if k in options), keys(n)[0])
                 opts = dict(options.get(name) or {})
                 cacheable = bool(opts.pop("cache", False))
                 try:

@@ -173,7 +173,8 @@ def parse_hermes(body: str, tools: ToolRegistry) -> ToolCall:
         return ToolCall("tool_call", body, error=f"Error: the tool call is not valid JSON ({e.msg} at column "
                         f"{e.colno}); write {{\"name\": ..., \"arguments\": {{...}}}}")
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-        return ToolCall("tool_call", body, error="Error: a tool call needs a string \"name\" and an \"arguments\" object")
+        return ToolCall("tool_call", body,
+                        error="Error: a tool call needs a string \"name\" and an \"arguments\" object")
     name, args = obj["name"], obj.get("arguments", {})
     if isinstance(args, str):  # some models emit the arguments as a JSON string
         try:

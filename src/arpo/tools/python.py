@@ -52,7 +52,8 @@ class PythonTool:
     description = "Runs Python code in a sandbox and returns what it prints (a final bare expression is printed too)."
     schema = {"type": "function", "function": {
         "name": "python", "description": description,
-        "parameters": {"type": "object", "properties": {"code": {"type": "string", "description": "the Python program"}},
+        "parameters": {"type": "object",
+                       "properties": {"code": {"type": "string", "description": "the Python program"}},
                        "required": ["code"]}}}
 
     def __init__(
@@ -85,7 +86,8 @@ class PythonTool:
         self._slots = threading.BoundedSemaphore(self.max_calls)
         self._state = _PoolState()
         self._finalizer = weakref.finalize(self, self._state.shutdown)
-        self._thread = threading.Thread(target=self._state.refill_loop, args=(self._cfg, self.pool_size, self.start_timeout_s),
+        self._thread = threading.Thread(target=self._state.refill_loop,
+                                        args=(self._cfg, self.pool_size, self.start_timeout_s),
                                         name="arpo-python-pool", daemon=True)
         self._thread.start()
 
@@ -129,7 +131,7 @@ class PythonTool:
                                   elapsed_s=time.monotonic() - t0)
             try:
                 return self._execute(worker, code, timeout, t0)
-            except Exception as e:  # noqa: BLE001 - a tool must never raise into the rollout
+            except Exception as e:
                 log.exception("python tool failed")
                 return ToolResult(f"Error: python tool failed: {type(e).__name__}: {e}", ok=False,
                                   elapsed_s=time.monotonic() - t0)
@@ -170,8 +172,9 @@ class PythonTool:
 
     def _result(self, raw: bytes, status: str | None, timeout: float, timed_out: bool,
                 overflow: bool, elapsed: float, mode: str) -> ToolResult:
-        return call_result(raw, status, timeout, timed_out, overflow, elapsed, mode, max_output_chars=self.max_output_chars,
-                           max_read_bytes=self.max_read_bytes, memory_mb=self._cfg["memory_mb"])
+        return call_result(raw, status, timeout, timed_out, overflow, elapsed, mode,
+                           max_output_chars=self.max_output_chars, max_read_bytes=self.max_read_bytes,
+                           memory_mb=self._cfg["memory_mb"])
 
 
 def _runner_hints(w: _Worker):

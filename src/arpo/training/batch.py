@@ -26,7 +26,9 @@ class TreeBatch:
     trees: list[dict]  # {prompt, responses, parent, branch_at} (see packing.pack_trees)
     rows: dict[tuple[int, int], int]  # (tree, traj) -> row of the flat (B, T) tensors
     lengths: torch.Tensor  # (B,) response lengths
-    mask: torch.Tensor  # (B, T) float loss weights: 1 on generated tokens (1/d on a token d trajectories share, under hard attribution), 0 on tool results / padding
+    # (B, T) float loss weights: 1 on generated tokens (1/d on a token d trajectories share, under hard
+    # attribution), 0 on tool results / padding
+    mask: torch.Tensor
     advantages: torch.Tensor | None = None  # (B, T)
     old_logp: torch.Tensor | None = None  # (B, T)
     ref_logp: torch.Tensor | None = None  # (B, T)

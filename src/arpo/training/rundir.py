@@ -82,7 +82,7 @@ def input_hashes(config: dict) -> dict[str, str]:
     built-in name, a glob or a list of files; a Hugging Face dataset has no file and is left out)."""
     import hashlib
 
-    from arpo.jsonl import input_paths
+    from arpo.data.sources import input_paths
 
     specs = []
     for sec in ("data", "validation"):
@@ -125,7 +125,7 @@ class RunDir:
             raise ArpoError(f"run.dir {self.path} cannot be created: {e.strerror}") from e
         if not os.access(self.path, os.W_OK):
             raise ArpoError(f"run.dir {self.path} is not writable")
-        f = open(self.path / ".lock", "a+")
+        f = open(self.path / ".lock", "a+")  # noqa: SIM115 - held for the run's life: close() unlocks and closes it
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

@@ -124,12 +124,12 @@ def rollout_step(ro, prompts, examples, seed: int, log_error, offset: int = 0) -
     ids = [ex["id"] for ex in examples]
     try:
         trees = ro.run(prompts, prompt_ids=ids, seed=seed, group_offset=offset)
-    except Exception:
+    except Exception:  # noqa: BLE001 - one bad rollout must not kill the run: retry one prompt at a time
         trees = []
         for k, (p, ex) in enumerate(zip(prompts, examples)):
             try:
                 trees += ro.run([p], prompt_ids=[ex["id"]], seed=seed + 7919 * (offset + k + 1))
-            except Exception as e:  # contained: logged, group dropped
+            except Exception as e:  # noqa: BLE001 - contained: logged with its traceback, group dropped
                 log_error(f"rollout of prompt {ex['id']} failed, group dropped: {type(e).__name__}: {e}\n"
                           + traceback.format_exc())
     by_id = {ex["id"]: ex for ex in examples}
@@ -258,11 +258,11 @@ def policy_update(tr: Trainer, trees: list, n_trees: int, off: int, step: int, l
                 cur = (batch.old_logp[rows][:, : sub.width], old_ent[rows][:, : sub.width])
                 record = torch.zeros(sub.mask.shape, dtype=torch.float32, device=sub.mask.device)
             elif not first:  # par.run: FSDP ranks run equally many forwards (dummies for None)
-                cur = par.run(sub, lambda: token_logprobs(par.train, sub, with_entropy=True, **lp_kw),
+                cur = par.run(sub, lambda sub=sub: token_logprobs(par.train, sub, with_entropy=True, **lp_kw),
                               grad=False, **lp_kw)
             first = False
             scale, norm, share = comm.loss_share(sub, preset)  # one process: 1, the preset's normalizer
-            out = par.run(sub, lambda: loss_and_backward(
+            out = par.run(sub, lambda sub=sub, norm=norm, cur=cur, scale=scale, record=record: loss_and_backward(
                 par.train, sub, make_loss_fn(sub, preset, norm), need_entropy=True, current=cur,
                 scale=scale, record=record, **lp_kw), grad=True, **lp_kw)
             if was_first:  # the training forward before any update vs the rollout's records

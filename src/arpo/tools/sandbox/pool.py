@@ -25,7 +25,8 @@ log = logging.getLogger(__name__)
 
 
 _warned_modes: set[str] = set()
-SANDBOX_SOURCE_NAME = "<arpo-sandbox>"  # the sandbox modules' file name in the zygote's code objects (tracebacks, faults)
+# the sandbox modules' file name in the zygote's code objects (tracebacks, faults)
+SANDBOX_SOURCE_NAME = "<arpo-sandbox>"
 # The sandbox side, in dependency order: each imports only the standard library and the ones before it.
 ZYGOTE_MODULES = ("linux", "fsview", "netns", "seccomp", "cgroups", "runner", "session", "zygote")
 ZYGOTE_PACKAGE = "_arpo_sandbox"  # their package's name inside the zygote (not `arpo`: nothing of it is imported)
@@ -202,7 +203,8 @@ class _Worker:
                     elif line == "R":
                         self.ready = True
                     elif line.startswith(("E ", "X ")) or line == "EOF":
-                        raise SandboxUnavailable(line[2:] if line.startswith("E ") else "a sandbox worker died at start")
+                        raise SandboxUnavailable(line[2:] if line.startswith("E ")
+                                                 else "a sandbox worker died at start")
 
     def kill(self) -> None:
         """Kill init: in namespace mode the kernel then kills everything the call started."""
@@ -320,7 +322,8 @@ class _PoolState:
 
     def wait_full(self, size: int, deadline: float) -> bool:
         with self.cond:
-            if not self.cond.wait_for(lambda: self.closed or len(self.pool) >= size, max(0, deadline - time.monotonic())):
+            if not self.cond.wait_for(lambda: self.closed or len(self.pool) >= size,
+                                      max(0, deadline - time.monotonic())):
                 return False
             workers = list(self.pool)
         try:

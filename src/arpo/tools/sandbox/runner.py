@@ -85,7 +85,7 @@ def _join_threads() -> None:
     if shutdown is not None:
         try:
             shutdown()
-        except Exception:
+        except Exception:  # noqa: BLE001 - the user's threads may fail anything here; the exit is reported anyway
             pass
 
 
@@ -124,7 +124,7 @@ def _run_user_code(src: str, mod: types.ModuleType | None = None) -> str:
     except BaseException as e:  # noqa: BLE001 - the model's code may raise anything
         try:
             sys.stdout.flush()
-        except Exception:
+        except Exception:  # noqa: BLE001 - the user's code may have replaced or broken sys.stdout
             pass
         tb = e.__traceback__
         while tb is not None and tb.tb_frame.f_code.co_filename != USER_FILENAME:
@@ -187,9 +187,12 @@ def _lock_down(lib, cfg: dict, mode: str, uid: int | None, workdir: str, out_w: 
     if mode == "userns":
         _drop_capabilities(lib)
     os.chdir(workdir)
-    sys.stdin = open(0, "r", encoding="utf-8", errors="replace", closefd=False)
-    sys.stdout = open(1, "w", encoding="utf-8", errors="backslashreplace", buffering=1, closefd=False)
-    sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", buffering=1, closefd=False)
+    # the sandbox's std streams for the rest of the process (closefd=False: its exit closes fds 0-2)
+    sys.stdin = open(0, "r", encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115 - see above
+    sys.stdout = open(1, "w", encoding="utf-8", errors="backslashreplace", buffering=1,  # noqa: SIM115 - see above
+                      closefd=False)
+    sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", buffering=1,  # noqa: SIM115 - see above
+                      closefd=False)
     sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
     sys.argv = [""]
     import faulthandler
@@ -235,7 +238,7 @@ def _receive_and_run(code_r: int, mod: types.ModuleType | None = None) -> str:
 def _print_exc() -> None:
     try:
         traceback.print_exc()
-    except Exception:
+    except Exception:  # noqa: BLE001 - reporting the user's exception must not fail the run's report
         pass
 
 
@@ -243,7 +246,7 @@ def _flush_std() -> None:
     try:
         sys.stdout.flush()
         sys.stderr.flush()
-    except Exception:
+    except Exception:  # noqa: BLE001 - the user's code may have replaced or broken the std streams
         pass
 
 
