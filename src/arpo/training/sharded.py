@@ -14,6 +14,8 @@ that make a step on W ranks compute the one-process step:
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import torch
 
 from arpo.algos.advantages import entropy_aware_advantage
@@ -33,7 +35,7 @@ class LocalComm:
     """One process: the step's data is all here, every reduction is the identity."""
 
     rank, multi, is_main = 0, False, True
-    gather = None  # step_advantages needs no other ranks' rewards
+    gather: Callable[[Any], list] | None = None  # step_advantages needs no other ranks' rewards
 
     def shard(self, n: int) -> range:
         return range(n)
@@ -89,10 +91,10 @@ class ShardedComm(LocalComm):
         return distributed.gather(x)
 
     def entropy_aware(self, batch, old_ent, alpha: float) -> None:
-        adv = entropy_aware_advantage_global(*((batch.advantages, old_ent, batch.mask) if batch is not None
-                                               else (None, None, None)), alpha)
-        if batch is not None:
-            batch.advantages = adv
+        if batch is None:  # no trees on this rank: it still joins the gather
+            entropy_aware_advantage_global(None, None, None, alpha)
+        else:
+            batch.advantages = entropy_aware_advantage_global(batch.advantages, old_ent, batch.mask, alpha)
 
     def loss_share(self, sub, preset):
         den = LOSS_DENOMINATORS[preset.loss_agg](sub.mask) if sub else 0.0
@@ -127,10 +129,13 @@ def entropy_aware_advantage_global(adv, ent, mask, alpha: float, eps: float = 1e
     """algos.advantages.entropy_aware_advantage (AEPO) with the entropy mean and std taken over the
     valid tokens of every rank's trees (gathered in global order: the same numbers, in the same
     order, as one process sees). adv None: this rank has no trees (it joins the gather)."""
-    h = ent.detach().float() if adv is not None else None
-    mine = h[mask.bool()] if adv is not None else torch.zeros(0)
+    if adv is None or ent is None or mask is None:
+        distributed.gather(torch.zeros(0))
+        return adv
+    h = ent.detach().float()
+    mine = h[mask.bool()]
     vals = torch.cat([v.cpu() for v in distributed.gather(mine.cpu())])
-    if adv is None or vals.numel() < 2:
+    if vals.numel() < 2:
         return adv
     z = torch.where(mask.bool(), (h - vals.mean().to(h.device)) / (vals.std().to(h.device) + eps), torch.zeros_like(h))
     return adv * (1 + alpha * z).to(adv.dtype)

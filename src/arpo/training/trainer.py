@@ -21,19 +21,24 @@ import statistics
 import time
 import traceback
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 
+from arpo.algos.presets import AlgoPreset
 from arpo.data.order import round_indices
 from arpo.data.prompts import prompts_for
 from arpo.engine import make_engine, sync_weights
+from arpo.engine.base import Engine
 from arpo.eval.evaluate import evaluate
 from arpo.models import load_model
 from arpo.rewards import score_trees
 from arpo.rollout.arpo import ARPORollout, RolloutConfig
 from arpo.training import distributed
+from arpo.tools.registry import ToolRegistry
 from arpo.training.batch import loss_and_backward, token_logprobs
 from arpo.training.config import TrainConfig
+from arpo.training.distributed import ParallelModel
 from arpo.training.mismatch import mismatch_metrics, mismatch_sums
 from arpo.training.optim import build_optimizer, build_scheduler, clip_gradients, load_policy
 from arpo.training.rollout_log import keep_trained_values
@@ -48,22 +53,22 @@ class Trainer:
     """Everything a step needs, built once by `setup` (one job per field; no per-step state)."""
 
     cfg: TrainConfig
-    preset: object  # algos.presets.AlgoPreset
-    model: object  # the policy (what is trained and checkpointed)
-    tok: object
-    par: object  # training.distributed.ParallelModel: rollout / train views of the policy
-    opt: object
-    sched: object
-    engine: object
-    tools: object
+    preset: AlgoPreset
+    model: Any  # the policy (what is trained and checkpointed): a transformers or peft model
+    tok: Any  # its tokenizer
+    par: ParallelModel  # rollout / train views of the policy
+    opt: torch.optim.Optimizer
+    sched: Any  # torch.optim.lr_scheduler.LRScheduler
+    engine: Engine
+    tools: ToolRegistry
     ro: ARPORollout
-    reward_fn: object
+    reward_fn: Callable[..., Any]  # rewards.RewardFn
     examples: list
-    ref_model: object = None
+    ref_model: Any = None  # π_ref for the KL term (None without one)
     comm: LocalComm = dataclasses.field(default_factory=LocalComm)  # ShardedComm under torchrun
-    log_error: object = print  # (message) -> None: errors.log
+    log_error: Callable[[str], None] = print  # (message) -> None: errors.log
     stale: bool = False  # the policy changed since the engine last received its weights
-    on_lap: object = None  # (phase name) -> None, called as each phase of a step ends (benchmarks: sync, memory)
+    on_lap: Callable[[str], None] | None = None  # called as each phase of a step ends (benchmarks: sync, memory)
 
     @property
     def lp_kw(self) -> dict:
@@ -191,7 +196,8 @@ def sample_groups(tr: Trainer, step: int, lap) -> tuple[list, list, int, dict]:
     equal (no signal) and rolls out fresh prompts until prompts_per_step groups are kept, counted
     over all ranks, or dynamic_sampling_max_rounds rounds ran (then the step trains on what it has)."""
     cfg, preset, comm = tr.cfg, tr.preset, tr.comm
-    trees, stats, need, used, n_rolled, n_uniform = [], [], cfg.prompts_per_step, set(), 0, 0
+    trees, stats, need, n_rolled, n_uniform = [], [], cfg.prompts_per_step, 0, 0
+    used: set[int] = set()
     rounds = preset.dynamic_sampling_max_rounds if preset.dynamic_sampling else 1
     for rnd in range(rounds):
         picked = round_indices(len(tr.examples), cfg.prompts_per_step, cfg.run.seed, step, rnd, used)
@@ -228,7 +234,7 @@ def policy_update(tr: Trainer, trees: list, n_trees: int, off: int, step: int, l
     advs = step_advantages(trees, preset, comm.gather, comm.rank)
     batch, old_ent = (build_batch(trees, preset, advs).to(device), None) if trees else (None, None)
     lap("time_batch")
-    rollout_lp = None  # what the engine recorded while sampling (for the train–inference mismatch)
+    rollout_lp: torch.Tensor | None = None  # what the engine recorded while sampling (for the train–inference mismatch)
     if batch is not None:
         if use_rollout_logprobs(cfg, tr.model):  # what the engine recorded while sampling: no extra forward
             batch.old_logp, old_ent = old_logprobs_from_rollout(trees, batch)
@@ -251,9 +257,9 @@ def policy_update(tr: Trainer, trees: list, n_trees: int, off: int, step: int, l
     for epoch in range(preset.ppo_epochs):
         for mb in minibatch_order(n_trees, cfg.minibatches, cfg.run.seed, step, epoch):
             local = [t - off for t in mb if off <= t < off + len(trees)]  # this rank's trees (one process: all)
-            sub = batch.subset(local) if local else None  # None: none of mb is on this rank
+            sub = batch.subset(local) if local and batch is not None else None  # None: none of mb is on this rank
             cur, record, was_first = None, None, first
-            if first and sub is not None:  # weights unchanged since old_logp: reuse it (on-policy)
+            if first and sub is not None and batch is not None:  # weights unchanged since old_logp: reuse it
                 rows = [batch.rows[(t, i)] for t in local for i in range(len(batch.trees[t]["responses"]))]
                 cur = (batch.old_logp[rows][:, : sub.width], old_ent[rows][:, : sub.width])
                 record = torch.zeros(sub.mask.shape, dtype=torch.float32, device=sub.mask.device)
