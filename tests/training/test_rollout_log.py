@@ -75,7 +75,7 @@ def test_train_writes_every_step_with_what_trained(tiny_run):
                 if t["parent"] is not None:  # a branch starts right after one of its parent's tool results
                     assert t["start"] in [c["result_span"][1] for c in trajs[t["parent"]]["tool_calls"]]
                 for d in t["decisions"]:
-                    assert set(d) == {"tool_call_index", "probability", "delta_entropy", "branched"}
+                    assert set(d) == {"tool_call_index", "probability", "delta_entropy", "branched", "consecutive"}
                     # P = clip(1 − τ + β·ΔH, 0, 1) with the defaults τ = 0.5, β = 0.2
                     assert d["probability"] == pytest.approx(min(1, max(0, 0.5 + 0.2 * d["delta_entropy"])), abs=1e-5)
                     decisions.append(d["branched"])

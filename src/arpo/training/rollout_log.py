@@ -52,7 +52,7 @@ def token_texts(tokenizer, ids: list[int]) -> list[str]:
     """The text piece of each token, so that ''.join(pieces) == decode(ids). A piece is decode(window +
     token) minus decode(window), with a few tokens of left context (byte-level BPE merges and leading
     spaces depend on it); a character whose bytes span several tokens belongs to the last of them.
-    Two batched decodes per call."""
+    Three decodes per call."""
     if not ids:
         return []
     starts = [max(0, i - _WINDOW) for i in range(len(ids))]
@@ -63,6 +63,10 @@ def token_texts(tokenizer, ids: list[int]) -> list[str]:
         # a character split over tokens decodes as U+FFFD until its last byte: its text goes with that token
         full, head = full.rstrip("\ufffd"), head.rstrip("\ufffd")
         out.append(full[len(head):] if full.startswith(head) else full[-1:] if full else "")
+    # a response that ends inside a character decodes with a trailing U+FFFD: it belongs to the last token
+    whole, joined = tokenizer.decode(ids), "".join(out)
+    if whole.startswith(joined) and len(whole) > len(joined):
+        out[-1] += whole[len(joined):]
     return out
 
 
