@@ -36,6 +36,30 @@ def default_lm():
 SCRIPTED_RUN = ["<python> print(17 * 23) </python>", "<python> print(2 + 2) </python>", "<answer> \\boxed{4} </answer>"]
 
 
+def train_scripted(overrides: dict, script: list, free_tokens: int = 0) -> None:
+    """Really train with `arpo train`'s recipe on the dotted config `overrides`, every rollout's text
+    scripted by `script` (arpo.testing.scripted_hook; each segment opens with `free_tokens` sampled
+    tokens). Runs on the thread count the overrides give, then restores the caller's."""
+    from arpo.config import load_config
+    from arpo.recipes import train
+    from arpo.rollout.arpo import ARPORollout
+    from arpo.testing import hook_rollout, scripted_hook
+
+    init = ARPORollout.__init__
+
+    def scripted(self, *a, **k):
+        init(self, *a, **k)
+        hook_rollout(self, scripted_hook(self.engine.tokenizer, script, free_tokens=free_tokens))
+
+    threads = torch.get_num_threads()
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(ARPORollout, "__init__", scripted)
+            train.run(load_config(train.TrainConfig, None, [f"{k}={v}" for k, v in overrides.items()]), quiet=True)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def train_scripted_run(root, steps: int = 3, **overrides):
     """Really train a few ARPO steps into root/run (a tiny random model written to root/model, the real
     python tool, the SCRIPTED_RUN agent, toy_reward): a run dir with tool calls and branches in
@@ -45,9 +69,7 @@ def train_scripted_run(root, steps: int = 3, **overrides):
     import json
     from pathlib import Path
 
-    from arpo.config import load_config
-    from arpo.recipes import train
-    from arpo.testing import hook_rollout, save_tiny_model, scripted_hook
+    from arpo.testing import save_tiny_model
 
     root = Path(root)
     if not (root / "model" / "config.json").exists():
@@ -60,22 +82,14 @@ def train_scripted_run(root, steps: int = 3, **overrides):
           "reward.fn": "arpo.testing:toy_reward",
           "steps": steps, "prompts_per_step": 2, "optim.lr": 1e-3, "run.dir": root / "run", "run.save_every": 0,
           "run.tensorboard": "false", "run.seed": 1, "run.threads": 1, **overrides}
-    from arpo.rollout.arpo import ARPORollout
-
-    init = ARPORollout.__init__
-
-    def scripted(self, *a, **k):
-        init(self, *a, **k)
-        hook_rollout(self, scripted_hook(self.engine.tokenizer, SCRIPTED_RUN, free_tokens=4))
-
-    threads = torch.get_num_threads()
-    try:
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(ARPORollout, "__init__", scripted)
-            train.run(load_config(train.TrainConfig, None, [f"{k}={v}" for k, v in ov.items()]), quiet=True)
-    finally:
-        torch.set_num_threads(threads)
+    train_scripted(ov, SCRIPTED_RUN, free_tokens=4)
     return root / "run"
+
+
+@pytest.fixture(scope="session")
+def scripted_training():
+    """train_scripted, for tests that train with a script of their own."""
+    return train_scripted
 
 
 @pytest.fixture(scope="session")

@@ -230,3 +230,16 @@ def test_no_import_cycles(level):
     found = _cycles(edges)
     detail = ["  " + " -> ".join((a, b, edges[a][b])) for c in found for a in c for b in c if b in edges.get(a, {})]
     assert not found, "import cycles:\n" + "\n".join(detail)
+
+
+def test_require_port_free_names_the_address_of_a_taken_port():
+    import socket
+
+    from arpo.errors import ArpoError
+    from arpo.ports import require_port_free
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        with pytest.raises(ArpoError, match=f"cannot listen on 127.0.0.1:{port}.*another --port"):
+            require_port_free("127.0.0.1", port)
+    require_port_free("127.0.0.1", port)  # free again once closed

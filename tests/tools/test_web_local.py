@@ -200,15 +200,11 @@ def test_serve_agent_takes_web_settings_from_flags_over_the_run(tmp_path):
     assert cfg.tools == ["web_search", "browse"] and cfg.web == {"url": "http://127.0.0.1:2", "top_k": 2}
 
 
-def test_arpo_training_steps_with_web_tools_on_the_local_web(user_web, tmp_path):
+def test_arpo_training_steps_with_web_tools_on_the_local_web(user_web, tmp_path, scripted_training):
     """`arpo train` with tools.enabled [web_search, browse] and tools.web (the example's shape): two ARPO
     steps of the tiny model whose text is scripted to search and browse the local web, scored by the
     format check that knows the web tags."""
-    import torch
-
-    from arpo.config import load_config
-    from arpo.recipes import train
-    from arpo.testing import hook_rollout, save_tiny_model, scripted_hook
+    from arpo.testing import save_tiny_model
 
     save_tiny_model(tmp_path / "model")
     data = tmp_path / "q.jsonl"
@@ -222,21 +218,7 @@ def test_arpo_training_steps_with_web_tools_on_the_local_web(user_web, tmp_path)
           "agent.max_response_tokens": 700, "rollout.group_size": 2, "rollout.initial_rollouts": 2, "steps": 2,
           "prompts_per_step": 1, "optim.lr": 1e-3, "run.dir": tmp_path / "run", "run.save_every": 0,
           "run.tensorboard": "false", "run.threads": 1}
-    from arpo.rollout.arpo import ARPORollout
-
-    init = ARPORollout.__init__
-
-    def scripted(self, *a, **k):
-        init(self, *a, **k)
-        hook_rollout(self, scripted_hook(self.engine.tokenizer, script))
-
-    threads = torch.get_num_threads()
-    try:
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(ARPORollout, "__init__", scripted)
-            train.run(load_config(train.TrainConfig, None, [f"{k}={v}" for k, v in ov.items()]), quiet=True)
-    finally:
-        torch.set_num_threads(threads)
+    scripted_training(ov, script)
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
     for r in rows:  # both calls ran against the local web and succeeded; the scripted answer is right

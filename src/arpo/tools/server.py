@@ -63,22 +63,16 @@ def create_app(index):
 def serve(index_dir: str | None, host: str = "127.0.0.1", port: int = 8001, log_level: str = "info") -> None:
     """Load the index at `index_dir` (None: the default index, built on first use) and serve it until
     interrupted (ArpoError if it cannot load)."""
-    import socket
-
     import uvicorn
 
-    from arpo.errors import ArpoError
+    from arpo.ports import require_port_free
+
     from arpo.tools import load_index
 
     index = load_index(index_dir)
     if index.has_dense:  # load the query encoder now, not inside the first request (clients time out)
         index.encoder()
-    try:  # fail with a clear message before uvicorn starts (it would only log and exit)
-        with socket.create_server((host, port)):
-            pass
-    except OSError as e:
-        raise ArpoError(f"cannot listen on {host}:{port} ({e.strerror or e}); is another server running? "
-                        "pick another --port") from e
+    require_port_free(host, port)
     print(f"arpo retriever: {len(index)} documents (dense: {index.dense is not None}) from {index.path} "
           f"on http://{host}:{port}  (POST /search, GET /health, GET /docs)", flush=True)
     uvicorn.run(create_app(index), host=host, port=port, log_level=log_level)

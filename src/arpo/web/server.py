@@ -85,16 +85,11 @@ def load_site(corpus: list[str] | None = None, search_index: str | None = None, 
 
 def serve(site: Site, host: str = "127.0.0.1", port: int = DEFAULT_PORT, per_page: int = 10,
           log_level: str = "warning") -> None:
-    import socket
-
     import uvicorn
 
-    try:  # fail with a clear message before uvicorn starts (it would only log and exit)
-        with socket.create_server((host, port)):
-            pass
-    except OSError as e:
-        raise ArpoError(f"cannot listen on {host}:{port} ({e.strerror or e}); is another server running? "
-                        "pick another --port") from e
+    from arpo.ports import require_port_free
+
+    require_port_free(host, port)
     print(f"arpo web: {len(site)} pages ({site.name}) on http://{host}:{port}  "
           f"(search: /search?q=...&format=json, pages: {site.paths[0] if site.paths else '-'} ...)", flush=True)
     uvicorn.run(create_app(site, per_page=per_page), host=host, port=port, log_level=log_level)
