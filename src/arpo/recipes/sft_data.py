@@ -241,20 +241,29 @@ def svamp_to_sft(example: dict, python_tool) -> tuple[dict | None, str]:
             "system": "calc", "response": response, "tool_results": spans, "source": "svamp-equation"}, "ok"
 
 
+def supporting_titles(row: dict, n: int) -> list[str]:
+    """The first `n` distinct titles of a HotpotQA row's supporting facts, in order (one search each)."""
+    return list(dict.fromkeys((row.get("supporting_facts") or {}).get("title", [])))[:n]
+
+
+def hop_thought(k: int, title: str) -> str:
+    """The worked example's thought before its k-th search (k from 0), for the page `title`."""
+    return f"<think> I need to find information about {title}. </think>\n" if k == 0 else \
+        f"<think> Next I need {title}. </think>\n"
+
+
 def hotpotqa_to_sft(row: dict, search_fn, max_calls: int = 2, require_answer: bool = True) -> tuple[dict | None, str]:
     """row: a raw HotpotQA line (needs supporting_facts). search_fn(query) -> the tool's output text."""
     from arpo.rewards.answer import normalize_answer
 
     answer = str(row["answer"]).strip()
-    titles = list(dict.fromkeys(row.get("supporting_facts", {}).get("title", [])))[:max_calls]
+    titles = supporting_titles(row, max_calls)
     if not titles:
         return None, "no supporting facts"
     parts, found = [], answer.lower() in ("yes", "no")
     for k, t in enumerate(titles):
-        lead = f"<think> I need to find information about {t}. </think>\n" if k == 0 else \
-            f"<think> Next I need {t}. </think>\n"
         out = search_fn(t)
-        parts += [(f"{lead}<search> {t} </search>", "model"), (format_result(out), "result")]
+        parts += [(f"{hop_thought(k, t)}<search> {t} </search>", "model"), (format_result(out), "result")]
         found = found or normalize_answer(answer) in normalize_answer(out)
     if require_answer and not found:
         return None, "answer not in search results"

@@ -28,17 +28,15 @@ def _same_title(a: str, b: str) -> bool:
 def hotpotqa_to_deep_search(row: dict, search_tool, browse_tool, max_pages: int = 2) -> tuple[dict | None, str]:
     """(row, "ok") or (None, reason). `search_tool`, `browse_tool`: the registry's web_search and
     browse tools (their results' meta carry the URLs)."""
-    from arpo.recipes.sft_data import _assemble
+    from arpo.recipes.sft_data import _assemble, hop_thought, supporting_titles
     from arpo.rewards.answer import normalize_answer
 
     answer = str(row.get("answer", "")).strip()
-    titles = list(dict.fromkeys((row.get("supporting_facts") or {}).get("title", [])))[:max_pages]
+    titles = supporting_titles(row, max_pages)
     if not answer or not titles:
         return None, "no answer or no supporting facts"
     parts, found = [], answer.lower() in ("yes", "no")
     for k, t in enumerate(titles):
-        lead = f"<think> I need to find information about {t}. </think>\n" if k == 0 else \
-            f"<think> Next I need {t}. </think>\n"
         r = search_tool(t)
         if not r.ok:
             return None, "search failed"
@@ -46,7 +44,7 @@ def hotpotqa_to_deep_search(row: dict, search_tool, browse_tool, max_pages: int 
                     if _same_title(title, t)), None)
         if url is None:
             return None, "supporting page not among the search results"
-        parts += [(f"{lead}<web_search> {t} </web_search>", "model"), (format_result(r.output), "result")]
+        parts += [(f"{hop_thought(k, t)}<web_search> {t} </web_search>", "model"), (format_result(r.output), "result")]
         page = browse_tool(f"{url} | {row['question']}")
         if not page.ok:
             return None, "browse failed"
