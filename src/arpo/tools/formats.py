@@ -107,6 +107,7 @@ class JsonFormat:
                                    outputs)
         if pieces is None:  # a template we cannot extend: ChatML, the hermes convention's home
             pieces = fill_placeholders(f"\n<|im_start|>user\n{resp}<|im_end|>\n<|im_start|>assistant\n", marks, outputs)
+            assert pieces is not None  # the ChatML text holds each mark once, in order
         return pieces
 
 

@@ -216,9 +216,9 @@ def benchmark(n: int = 50, code: str = "print(1+1)") -> dict:
             tool.warm_up(5.0)
             time.sleep(0.02)  # let the previous call's namespaces finish tearing down
             t = time.perf_counter()
-            res = tool.run(code)
+            result = tool.run(code)
             pool.append(time.perf_counter() - t)
-            assert res.ok, res.output
+            assert result.ok, result.output
         cold = []
         for _ in range(n):
             t = time.perf_counter()

@@ -24,7 +24,7 @@ from .runner import _SANDBOX_ENV
 log = logging.getLogger(__name__)
 
 
-_warned_modes: set[str] = set()
+_warned_modes: set[str | None] = set()
 # the sandbox modules' file name in the zygote's code objects (tracebacks, faults)
 SANDBOX_SOURCE_NAME = "<arpo-sandbox>"
 # The sandbox side, in dependency order: each imports only the standard library and the ones before it.
