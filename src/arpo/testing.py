@@ -251,13 +251,15 @@ def arch_model(arch: str, tokenizer=None, hidden: int = 64, layers: int = 2, hea
     """A random-weight Qwen2ForCausalLM (Qwen2.5), Qwen3ForCausalLM (q/k norms) or LlamaForCausalLM with
     Llama 3.1's rope scaling, sized for unit tests."""
     import torch
-    from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
-                              Qwen3ForCausalLM)
+    from transformers import (LlamaConfig, LlamaForCausalLM, PretrainedConfig, PreTrainedModel, Qwen2Config,
+                              Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
     tok = tokenizer or arch_tokenizer(arch)
     common = dict(vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
                   num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=4096,
                   eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    cfg: PretrainedConfig
+    cls: type[PreTrainedModel]
     if arch == "qwen2":
         cfg, cls = Qwen2Config(tie_word_embeddings=True, **common), Qwen2ForCausalLM
     elif arch == "qwen3":

@@ -228,13 +228,14 @@ def _token_owners(parent: list[int], branch_at: list[int], lengths: list[int]) -
     owners: list[torch.Tensor | None] = [None] * len(lengths)
 
     def resolve(i: int) -> torch.Tensor:
-        if owners[i] is None:
+        own = owners[i]
+        if own is None:
             own = torch.full((lengths[i],), i, dtype=torch.long)  # (L_i,)
             if parent[i] != -1:
                 b = branch_at[i]
                 own[:b] = resolve(parent[i])[:b]
             owners[i] = own
-        return owners[i]
+        return own
 
     return [resolve(i) for i in range(len(lengths))]
 

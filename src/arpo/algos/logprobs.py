@@ -62,7 +62,7 @@ class _ChunkedLogprobs(torch.autograd.Function):
             m = z.amax(-1)
             m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
             z.sub_(m[:, None])  # z - max
-            if with_entropy:
+            if ent is not None:  # with_entropy
                 ez = z.exp()
                 tot = ez.sum(-1)
                 # H = lse - Σ p z = log Σ e^{z'} - Σ e^{z'} z' / Σ e^{z'}   (z' = z - max)
@@ -119,14 +119,14 @@ class _ChunkedLogprobs(torch.autograd.Function):
                 gz.scatter_add_(-1, targets[s:e, None], g_logp[s:e].to(cdt)[:, None])
             if temp != 1.0:
                 gz.div_(temp)
-            if need_h:
+            if g_h is not None:  # need_h
                 g_h[s:e] = (gz @ w).to(hidden.dtype)
-            if need_w:
+            if g_w is not None:  # need_w
                 g_w.addmm_(gz.t(), h)
-            if need_b:
+            if g_b is not None:  # need_b
                 g_b += gz.sum(0)
             del gz
-        return (g_h, g_w.to(weight.dtype) if need_w else None, g_b.to(bias.dtype) if need_b else None,
+        return (g_h, g_w.to(weight.dtype) if g_w is not None else None, g_b.to(bias.dtype) if g_b is not None else None,
                 None, None, None, None)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import TypedDict
 
 from arpo.algos.advantages import ADVANTAGE_ESTIMATORS, ATTRIBUTIONS, get_estimator
 from arpo.algos.losses import AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES
@@ -121,7 +122,12 @@ _ARPO = AlgoPreset(
     source="ARPO (arXiv 2507.19849) and its released training scripts, spec §2 and §4",
 )
 
-_NO_BRANCHING = dict(initial_rollouts=_ARPO.group_size, branching=False)
+class _NoBranching(TypedDict):
+    initial_rollouts: int
+    branching: bool
+
+
+_NO_BRANCHING = _NoBranching(initial_rollouts=_ARPO.group_size, branching=False)
 
 PRESETS: dict[str, AlgoPreset] = {
     "arpo": _ARPO,

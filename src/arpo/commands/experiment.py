@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from arpo.commands import HELP, POS_INT
+
+if TYPE_CHECKING:
+    from arpo.experiments import arpo_vs_grpo, svamp
 
 EXAMPLES = """examples:
   arpo experiment arpo-vs-grpo                       # the full run: 3 seeds per method \
@@ -44,6 +49,10 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from arpo.config import from_dict, parse_overrides
+
+    # one of two experiments, each with its own config class and run()
+    ExperimentConfig: type[svamp.SvampExperimentConfig] | type[arpo_vs_grpo.ExperimentConfig]
+    run_experiment: Callable[[svamp.SvampExperimentConfig], dict] | Callable[[arpo_vs_grpo.ExperimentConfig], dict]
 
     if args.name == "branching":
         return run_branching(args)

@@ -48,7 +48,7 @@ def finish(what: str, out: dict, as_json: bool) -> int:
         print(json.dumps(out, default=str))
     else:
         lines = [f"arpo {what}: " + ("stopped early by " + out["stopped_by"] if out.get("stopped_by") else "done")]
-        final = out.get("final") if isinstance(out.get("final"), dict) else out
+        final = out["final"] if isinstance(out.get("final"), dict) else out
         for k, v in final.items():
             if isinstance(v, float):
                 lines.append(f"  {k:<24} {v:.4g}")

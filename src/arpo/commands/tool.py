@@ -50,6 +50,11 @@ def _protections(tool) -> dict:
     return getattr(inner, "protections", {})
 
 
+def _isolation(tool) -> str:
+    """The python tool's sandbox mode (PythonTool.isolation)."""
+    return tool.isolation
+
+
 def run(args) -> int:
     if args.quiet:
         import warnings
@@ -72,7 +77,7 @@ def run(args) -> int:
         wall = time.perf_counter() - t0
         if args.json:
             out = {"tool": args.tool, "output": r.output, "ok": r.ok, "elapsed_s": round(r.elapsed_s or wall, 4),
-                   "truncated": r.truncated, **({"isolation": tool.isolation, "protections": _protections(tool)}
+                   "truncated": r.truncated, **({"isolation": _isolation(tool), "protections": _protections(tool)}
                                                 if args.tool == "python" else {})}
             print(json.dumps(out, ensure_ascii=False))
         else:

@@ -188,6 +188,7 @@ def iter_rows(spec: str) -> Iterator[tuple[str, dict]]:
     if part == "dev":
         from arpo.jsonl import iter_jsonl
 
+        assert b.dev is not None  # parse() refuses ':dev' for a benchmark without a shipped slice
         yield from iter_jsonl(BENCH_DIR / b.dev, "dev slice")
         return
     ds = _load_local(spec, b, local) if local else _load_hub(spec, b)

@@ -100,8 +100,16 @@ class StepOutput:
     finish_reason: str | None  # None while still running
 
 
+class Tokenizer(Protocol):
+    """What the rollout uses of an engine's tokenizer (a transformers tokenizer has it)."""
+
+    def decode(self, token_ids: list[int]) -> str: ...
+
+    def __len__(self) -> int: ...
+
+
 class Engine(Protocol):
-    tokenizer: object
+    tokenizer: Tokenizer
 
     def add(self, prompt_ids: list[int], params: SamplingParams) -> int: ...
 
@@ -112,6 +120,8 @@ class Engine(Protocol):
     def fork(self, sid: int, n: int, at: int | None = None, seeds: list[int] | None = None) -> list[int]: ...
 
     def release(self, sid: int) -> None: ...
+
+    def finish(self, sid: int, reason: str = "stop") -> None: ...  # end a sequence now (with this reason)
 
     def seq(self, sid: int) -> Sequence: ...
 

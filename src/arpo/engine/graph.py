@@ -39,9 +39,10 @@ class GraphStep:
             raise ValueError("GraphStep needs a KVBatch with fixed=True (static storage)")
         self.static, self.kv, self.k = static, kv, int(k_entropy)
         self.capture = kv.device.type == "cuda" if capture is None else bool(capture)
-        self.graphs: dict[tuple[int, int], object] = {}
-        self.pool = None
-        self._key = None  # (storage generation, weight layout) the graphs and state were made for
+        self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph | None] = {}  # None: run eagerly
+        self.pool: torch.cuda._POOL_HANDLE | None = None
+        # (storage generation, weight layout) the graphs and state were made for
+        self._key: tuple[int, int] | None = None
         self.n = 0  # slots of the state tensors (= storage slots)
         self.captures = 0  # graphs captured (or, eagerly, buckets first run) since the last reset
         self.replays = 0
@@ -49,11 +50,17 @@ class GraphStep:
         self.in_body = False  # tests: True while the captured body runs
 
     # ---- state ---------------------------------------------------------------------------------
+    def _store(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The cache's fixed storage (buf, valid, npos); the engine reshapes the cache before a step."""
+        if self.kv.store is None:
+            raise RuntimeError("GraphStep: the KVBatch has no fixed storage yet (reshape it before a step)")
+        return self.kv.store
+
     def _valid_key(self) -> None:
         """State tensors sized to the storage (made anew when the storage was reallocated: the engine
         uploads after every compaction anyway); graphs dropped when the storage or the weights moved."""
         if self._key is None or self._key[0] != self.kv.generation:
-            d, S = self.kv.device, self.kv.store[0].shape[2]
+            d, S = self.kv.device, self._store()[0].shape[2]
             self.n = S
             self.ints = torch.zeros(5, S, dtype=torch.long, device=d)  # token, do_sample, k0, k1, live
             self.safe_t = torch.ones(S, dtype=torch.float32, device=d)
@@ -89,7 +96,7 @@ class GraphStep:
     def _compute(self, S: int, W: int):
         """The step's math at bucket (S, W) from the static buffers; writes nothing."""
         sf, w = self.static, self.static.w
-        buf, valid, npos = self.kv.store
+        buf, valid, npos = self._store()
         ids, do_sample, k0, k1 = self.ints[0, :S], self.ints[1, :S], self.ints[2, :S], self.ints[3, :S]
         pos = npos[:S]
         cos, sin = rotary(pos[:, None], w.inv_freq, w.rope_scale, sf.dtype)
@@ -103,7 +110,7 @@ class GraphStep:
         self.in_body = True
         try:
             _, nk, nv, toks, chosen, ent, topk = self._compute(S, W)
-            buf, valid, npos = self.kv.store
+            buf, valid, npos = self._store()
             live = self.ints[4, :S]
             buf[:, :, :S].index_copy_(4, self.ptr, torch.stack((nk, nv), 1).unsqueeze(4))
             valid[:S].index_copy_(1, self.ptr, live.bool()[:, None])
@@ -114,7 +121,7 @@ class GraphStep:
         finally:
             self.in_body = False
 
-    def _capture(self, S: int, W: int):
+    def _capture(self, S: int, W: int) -> torch.cuda.CUDAGraph:
         torch.cuda.synchronize()
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())

@@ -15,6 +15,7 @@ eagerly on CPU, same results).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -22,6 +23,10 @@ from arpo.engine.base import SamplingParams, Sequence, StepOutput, check_prompt_
 from arpo.engine.kv import KVBatch, SlotCache
 from arpo.engine.rng import child_key, key_of, uniforms_for
 from arpo.engine.sampling import sample, sample_stats, token_stats, topk_entropy, truncate
+
+if TYPE_CHECKING:
+    from arpo.engine.graph import GraphStep
+    from arpo.engine.static import StaticForward
 
 _ATTN = "arpo_sdpa_gqa"
 
@@ -81,7 +86,8 @@ class HFEngine:
         self._slot: dict[int, int] = {}  # sid -> slot while in the batch
         self._next_sid = 0
         # static: arpo's own forward (engine/static.py) when the architecture is known, else transformers'
-        self.static, self.static_off = None, "off (static=False)"
+        self.static: StaticForward | None = None
+        self.static_off: str | None = "off (static=False)"
         if static:
             from arpo.engine.static import StaticForward, unsupported
 
@@ -93,7 +99,8 @@ class HFEngine:
 
             raise ArpoError(f"engine option compile: needs arpo's own forward (Llama, Qwen2, Mistral), which is off "
                             f"for this model: {self.static_off}")
-        self._graph, self._dirty = None, True
+        self._graph: GraphStep | None = None
+        self._dirty = True
         if graph:
             if self.static is None:
                 from arpo.errors import ArpoError
@@ -255,7 +262,8 @@ class HFEngine:
         sids = sorted(sids, key=lambda s: len(self._st[s].pending))
         outs = []
         # groups of similar pending length, each one forward, bounded in tokens
-        groups, cur = [], []
+        groups: list[list[int]] = []
+        cur: list[int] = []
         for sid in sids:
             q = len(self._st[sid].pending)
             if cur and (q > 1.25 * len(self._st[cur[0]].pending) + 8 or (len(cur) + 1) * q > self.max_prefill_tokens):
@@ -342,7 +350,7 @@ class HFEngine:
         ptr = kv.ptr
         live = [(sid, slot) for sid, slot in self._slot.items() if self.seqs[sid].status == "running"]
         if self._graph is not None:
-            outs = self._decode_graph(live, ptr)
+            outs = self._decode_graph(self._graph, live, ptr)
             if outs is not None:
                 return outs
             self._dirty = True  # this step runs eagerly: the graph's state must be uploaded again
@@ -352,7 +360,7 @@ class HFEngine:
         live_rows = torch.tensor([slot for _, slot in live])
         kv.valid[live_rows, ptr] = True  # the static step's mask covers columns < ptr only
         if self.static is not None:
-            sampled, logits, u = self._forward_static(ids, live, ptr)
+            sampled, logits, u = self._forward_static(self.static, ids, live, ptr)
         else:
             mask = kv.valid[:, : ptr + 1].clone()
             mask[:, ptr] = True  # free slots attend to themselves (finite garbage, never read)
@@ -369,12 +377,12 @@ class HFEngine:
         toks, chosen, ent, topk = (t[live_rows.to(self.device)].cpu() for t in sampled)
         return self._record([self.seqs[s] for s in sids], toks, chosen, ent, topk if self.topk_entropy else None)
 
-    def _decode_graph(self, live, ptr) -> list[StepOutput] | None:
+    def _decode_graph(self, g: GraphStep, live, ptr) -> list[StepOutput] | None:
         """The decode step as one graph replay (engine/graph.py), or None when a running sequence needs
         the eager sampler (top-k/top-p, a logits hook). The per-slot state is uploaded only after
         something changed it (`_dirty`); a steady step touches the device once: the replay and the
         copy of its results."""
-        g, kv = self._graph, self.kv
+        kv = self.kv
         seqs = [self.seqs[sid] for sid, _ in live]
         if self._dirty:
             if any(_eager_sampling(s.params) for s in seqs):
@@ -393,7 +401,7 @@ class HFEngine:
         return self._record(seqs, [int(r[0]) for r in rows], [r[1] for r in rows], [r[2] for r in rows],
                             [r[3] for r in rows] if self.topk_entropy else None)
 
-    def _forward_static(self, ids, live, ptr):
+    def _forward_static(self, static: StaticForward, ids, live, ptr):
         """The decode step through engine/static.decode_step, which returns the new K/V (written here at
         column ptr) and, unless a sequence truncates or hooks its logits, the sampled tokens with their
         statistics. Returns (sampled or None, logits, the uniforms each slot's sample uses)."""
@@ -408,7 +416,7 @@ class HFEngine:
         eager_sample = any(_eager_sampling(s.params) for s in seqs)
         bias = torch.zeros(n, ptr, dtype=kv.dtype, device=d).masked_fill_(~kv.valid[:, :ptr], float("-inf"))
         self.stats["forwards"] += 1
-        out = self.static.decode(ids.to(d), kv.npos.to(d), bias, kv.buf, temp.to(d), u.to(d), self.topk_entropy,
+        out = static.decode(ids.to(d), kv.npos.to(d), bias, kv.buf, temp.to(d), u.to(d), self.topk_entropy,
                                  not eager_sample)
         logits, nk, nv = out[:3]
         kv.buf[:, 0, :, :, ptr] = nk

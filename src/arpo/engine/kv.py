@@ -39,7 +39,8 @@ class KVBatch:
         self.dtype, self.device = dtype, device
         self.fixed, self.min_slots, self.min_width = fixed, min_slots, min_width
         self.generation = 0  # storage reallocations (fixed mode)
-        self.store = None  # fixed mode: (buf, valid, npos) at bucketed sizes
+        # fixed mode: (buf, valid, npos) at bucketed sizes
+        self.store: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self.buf = torch.zeros(n_layers, 2, 0, n_kv_heads, 0, head_dim, dtype=dtype, device=device)
         self.valid = torch.zeros(0, 0, dtype=torch.bool, device=device)  # (S, cap)
         self.npos = torch.zeros(0, dtype=torch.long, device=device)  # (S,) tokens held per slot
@@ -151,7 +152,7 @@ class KVBatch:
         self.owner[slot] = sid
         self.valid[slot] = False
         n = 0 if past is None else past.shape[-2]
-        if n:
+        if past is not None and n:
             self.buf[:, :, slot, :, end - n : end] = past
             self.valid[slot, end - n : end] = True
         self.npos[slot] = n
@@ -165,7 +166,7 @@ class SlotCache:
     def __init__(self, kv: KVBatch, col: int, rows: torch.Tensor | None = None):
         self.kv, self.col, self.rows = kv, col, rows
         self.is_sliding = [False] * kv.shape[0]
-        self.layers = []
+        self.layers: list[object] = []
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.col

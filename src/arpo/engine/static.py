@@ -129,7 +129,7 @@ class Weights:
         self._seen = None
         self.refreshes = 0
         self.layout = 0  # rebuilds that gave the tensors new addresses (not in-place value updates)
-        self.lin = []
+        self.lin: list[tuple[torch.Tensor, torch.Tensor | None, int]] = []
         self.refresh()
 
     def _state(self):

@@ -260,14 +260,14 @@ def _preserve_process_state():
 
         npst = np.random.get_state()
     except Exception:  # noqa: BLE001
-        np, npst = None, None
+        npst = None
     set_threads = torch.set_num_threads
     try:
         yield
     finally:
         random.setstate(py)
         torch.random.set_rng_state(th)
-        if np is not None:
+        if npst is not None:
             np.random.set_state(npst)
         torch.set_num_threads = set_threads
 
@@ -469,8 +469,8 @@ class VLLMEngine:
         if self._asleep:
             self.wake_up()
         outs: list[StepOutput] = []
-        for sid in [sid for sid, s in self.seqs.items() if s.status == "waiting"]:
-            self._submit(sid)
+        for waiting in [sid for sid, s in self.seqs.items() if s.status == "waiting"]:
+            self._submit(waiting)
         if not self._by_req:
             return outs
         self.stats["steps"] += 1
@@ -671,12 +671,14 @@ class VLLMEngine:
             s.finish_reason = reason
             s.status = "paused" if reason == "stop" else "finished"
             if ro.finished:
-                self._by_req.pop(st.req, None)
+                if st.req is not None:
+                    self._by_req.pop(st.req, None)
                 self._end_request(st)
             else:
                 self._stop_request(sid)
         elif ro.finished:  # vLLM ended the request without a token we could attribute (e.g. aborted)
-            self._by_req.pop(st.req, None)
+            if st.req is not None:
+                self._by_req.pop(st.req, None)
             self._end_request(st)
             s.status, s.finish_reason = "finished", _vllm_reason(c) or "abort"
         return outs

@@ -72,7 +72,8 @@ def _assemble(parts: list[tuple[str, str]], tool_text: list | None = None) -> tu
     """parts: (text, kind) with kind 'model', 'result' (the environment's markup) or 'tool' (a tool's
     own text, inside a result block) -> (response, result spans: adjacent non-model parts are one
     block). The spans of the 'tool' parts are appended to `tool_text` when given."""
-    out, spans = "", []
+    out = ""
+    spans: list[list[int]] = []
     for text, kind in parts:
         if kind != "model":
             if spans and spans[-1][1] == len(out) and out:

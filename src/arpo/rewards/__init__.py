@@ -46,12 +46,11 @@ def _tools_used(response: str, tool_calls: Iterable[Any] | None, tool_spans=None
     else the top-level call tags of the response."""
     if tool_calls is None:
         return set(tool_calls_in(response, tool_spans=tool_spans))
-    used = set()
+    used: set[str] = set()
     for c in tool_calls:
-        if isinstance(c, dict):
-            used.add(c.get("tool", c.get("tag")))
-        else:
-            used.add(getattr(c, "tool", getattr(c, "tag", None)))
+        name = c.get("tool", c.get("tag")) if isinstance(c, dict) else getattr(c, "tool", getattr(c, "tag", None))
+        if name is not None:  # a record naming no tool
+            used.add(name)
     return used
 
 

@@ -121,6 +121,7 @@ def _too_costly(s: str) -> bool:
             exp, after = rest[1:k], rest[k + 1 :]
         else:
             tok = re.match(r"[-\w.]*", rest)
+            assert tok is not None  # the pattern matches the empty string
             exp, after = tok.group(0), rest[tok.end() :]
         if "^" in exp or "**" in exp or after.lstrip().startswith(("^", "**")):
             return True

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from arpo.errors import ArpoError
@@ -35,6 +36,7 @@ class UserReward:
 
     def __init__(self, fn, name: str):
         self.fn, self.name = fn, name
+        params: Mapping[str, inspect.Parameter]
         try:
             params = inspect.signature(fn).parameters
         except (TypeError, ValueError):  # a builtin or C callable: pass everything

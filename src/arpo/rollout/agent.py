@@ -19,6 +19,7 @@ import copy
 import dataclasses
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from arpo.engine.base import Engine, SamplingParams
@@ -164,7 +165,7 @@ class AgentLoop:
             self.tools.end_sessions(list(states))
         return [self.trajectory(sid, states[sid]) for sid in states]
 
-    def drive(self, states: dict[int, TrajState], on_step=None) -> None:
+    def drive(self, states: Mapping[int, TrajState], on_step=None) -> None:
         """Decode until every sequence in `states` has finished, running tool calls concurrently.
         `on_step(outs, states)` may add sequences (forks) to `states` — rollout/arpo.py does."""
         pending: dict[Future, int] = {}
@@ -190,12 +191,15 @@ class AgentLoop:
         if s.status == "finished":  # eos or length
             st.finish_reason = s.finish_reason
             return
-        if s.stop_text == "</answer>":
+        stop = s.stop_text
+        if stop is None:  # not finished: the engine paused it at a stop, and names which
+            raise RuntimeError(f"sequence {sid} paused without a stop_text (status {s.status!r})")
+        if stop == "</answer>":
             return self._end(sid, st, "answer")
         segment = self.tok.decode(s.tokens[st.seg_start :])
-        paused = s.tokens[-1] in self._pause and segment.endswith(s.stop_text)
-        turn = segment[: -len(s.stop_text)] if paused else segment
-        calls = self.format.parse(turn, self.tools, s.stop_text)
+        paused = s.tokens[-1] in self._pause and segment.endswith(stop)
+        turn = segment[: -len(stop)] if paused else segment
+        calls = self.format.parse(turn, self.tools, stop)
         if calls is None:  # a plain finish (tags: no call; json: a turn without tool calls)
             return self._end(sid, st, "eos" if s.tokens[-1] in self._pause else "stop")
         if len(st.calls) + len(calls) > self.cfg.max_tool_calls:

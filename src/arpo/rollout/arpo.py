@@ -160,6 +160,14 @@ class _Group:
     branched_at: set[int] = field(default_factory=set)  # tool-call depths t at which this prompt branched
 
 
+def _h_initial(sid: int, st: _Traj) -> float:
+    """H_initial, which is recorded before any H_t (from the first segment, or a reference-mode
+    fork's inherited H_t); an error if a decision asks for it earlier."""
+    if st.initial_entropy is None:
+        raise RuntimeError(f"trajectory {sid}: a branch decision needs H_initial, which is not recorded yet")
+    return st.initial_entropy
+
+
 def _generated_run(ents: list[float], mask: list[int], start: int, k: int) -> list[float]:
     """Entropies of up to k generated tokens from `start`, stopping at the next tool result."""
     out = []
@@ -188,10 +196,11 @@ class ARPORollout:
         c = self.cfg
         base = c.seed if seed is None else seed
         groups = [_Group(p, random.Random(f"{base}:{group_offset + i}")) for i, p in enumerate(prompts)]
-        budgets = self._probe(groups) if c.dynamic_budget else [None] * len(groups)
+        budgets: list[dict | None] = list(self._probe(groups)) if c.dynamic_budget else [None] * len(groups)
         states: dict[int, _Traj] = {}
         for gi, g in enumerate(groups):
-            g.target_globals = c.initial_rollouts if budgets[gi] is None else budgets[gi]["initial_rollouts"]
+            budget = budgets[gi]
+            g.target_globals = c.initial_rollouts if budget is None else budget["initial_rollouts"]
             for _ in range(g.target_globals):
                 self._add_global(gi, g, states)
         try:
@@ -213,7 +222,9 @@ class ARPORollout:
         N = dynamic_initial_rollouts(M, H_root, H_tool). The probe is then discarded, so exactly N
         global samples start (the probe is not one of them and never uses the branch budget).
         Returns one {h_root, h_tool, initial_rollouts} per group."""
-        c, states, sids = self.cfg, {}, []
+        c = self.cfg
+        states: dict[int, _Traj] = {}
+        sids = []
         for gi, g in enumerate(groups):
             self._add_global(gi, g, states)  # draws its seed from the group's RNG like any global
             sids.append(g.sids.pop())  # ... but it is not one of the group's trajectories
@@ -268,11 +279,11 @@ class ARPORollout:
             if c.mode == "paper":
                 if t >= len(st.step_entropies):
                     break
-                dh = st.step_entropies[t] - st.initial_entropy
+                dh = st.step_entropies[t] - _h_initial(sid, st)
             else:
                 if t > 0 and t - 1 >= len(st.step_entropies):
                     break
-                dh = 0.0 if t == 0 else st.step_entropies[t - 1] - st.initial_entropy
+                dh = 0.0 if t == 0 else st.step_entropies[t - 1] - _h_initial(sid, st)
             st.decided += 1
             self._decide(sid, st, t, starts[t + 1], dh, states, groups[st.group])
 

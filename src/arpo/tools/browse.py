@@ -29,11 +29,15 @@ import os
 import re
 import threading
 import time
+from typing import TYPE_CHECKING
 from urllib.parse import urljoin
 
 from arpo.tools.base import ToolResult
 from arpo.tools.web_config import WebConfig, web_config
 from arpo.tools.webhttp import RETRY_STATUS, WebError, check_url, host_port, retry_delay
+
+if TYPE_CHECKING:
+    import httpx
 
 FAILED = "Error: browse failed"
 _INPUT = re.compile(r"^\s*(\S+)(?:\s+page\s*[=:]?\s*(\d+))?\s*(?:\|\s*(.*?))?\s*$", re.S | re.I)
@@ -76,7 +80,7 @@ def _terms(s: str) -> list[str]:
 
 def passages(text: str, size: int = 400) -> list[str]:
     """The text's paragraphs, long ones cut into windows of `size` characters."""
-    out = []
+    out: list[str] = []
     for para in re.split(r"\n\s*\n|\n", text):
         para = para.strip()
         if para:
@@ -100,7 +104,8 @@ def excerpt(text: str, query: str, max_chars: int) -> str:
     order = sorted(range(len(ps)), key=lambda i: (-scores[i], i))
     if not scores or max(scores) == 0:
         return windows(text, max_chars)[0].strip()
-    chosen, used = [], 0
+    chosen: list[int] = []
+    used = 0
     for i in order:
         if scores[i] == 0 or used + len(ps[i]) > max_chars and chosen:
             continue
@@ -164,7 +169,7 @@ class BrowseTool:
             self.allow_hosts.append(f"{h}:{p}")
         self.calls = self.failures = self.summarized = 0
         self._lock = threading.Lock()
-        self._client = None
+        self._client: httpx.Client | None = None
 
     def __repr__(self) -> str:
         return f"BrowseTool(window_chars={self.cfg.window_chars}, summarizer={self.cfg.summarizer_model})"
@@ -244,6 +249,8 @@ class BrowseTool:
         key = os.environ.get(cfg.summarizer_key_env or "")
         if key:
             headers["Authorization"] = f"Bearer {key}"
+        if not cfg.summarizer_url:
+            raise WebError("browse: no summarizer endpoint (set tools.web.summarizer_url)")
         endpoint = cfg.summarizer_url.rstrip("/") + "/chat/completions"
         try:
             r = self._http().post(endpoint, headers=headers, timeout=max(cfg.browse_timeout_s, 60.0),

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Literal, overload
 from dataclasses import dataclass
 
 # how tools are described to the model lives with the prompts (data layer); re-exported here
@@ -107,11 +108,21 @@ class JsonFormat:
                                    outputs)
         if pieces is None:  # a template we cannot extend: ChatML, the hermes convention's home
             pieces = fill_placeholders(f"\n<|im_start|>user\n{resp}<|im_end|>\n<|im_start|>assistant\n", marks, outputs)
+            assert pieces is not None  # the ChatML text holds each mark once, in order
         return pieces
 
 
 # where a tool's output goes in a rendering (private-use characters: no template escapes them)
 PLACEHOLDER = "\ue000arpo-tool-output-{}\ue001"
+
+
+@overload
+def fill_placeholders(rendered: str, marks: list[str], outputs: list[str], strict: Literal[False]) -> Pieces: ...
+
+
+@overload
+def fill_placeholders(rendered: str | None, marks: list[str], outputs: list[str],
+                      strict: bool = True) -> Pieces | None: ...
 
 
 def fill_placeholders(rendered: str | None, marks: list[str], outputs: list[str], strict: bool = True) -> Pieces | None:

@@ -23,6 +23,7 @@ import shutil
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -96,7 +97,7 @@ def _docs_of_row(row: dict, where: str) -> list[tuple[str, Doc]]:
                     "{id, title, text}, a HotpotQA row (context) or a MuSiQue row (paragraphs)")
 
 
-def load_corpus(paths: list[str | Path] | str | Path) -> list[Doc]:
+def load_corpus(paths: Sequence[str | Path] | str | Path) -> list[Doc]:
     """Documents from data specs (JSONL files, globs, built-in names such as `hotpotqa`; see
     arpo.data.sources), one of three layouts per row:
 

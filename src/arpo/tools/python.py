@@ -20,6 +20,7 @@ import threading
 import time
 import weakref
 from dataclasses import fields
+from typing import Any
 
 from arpo.tools.base import ToolResult
 from arpo.tools.sandbox.capture import UNWATCH, run_with_limits
@@ -50,7 +51,7 @@ class PythonTool:
 
     name = "python"
     description = "Runs Python code in a sandbox and returns what it prints (a final bare expression is printed too)."
-    schema = {"type": "function", "function": {
+    schema: dict[str, Any] = {"type": "function", "function": {
         "name": "python", "description": description,
         "parameters": {"type": "object",
                        "properties": {"code": {"type": "string", "description": "the Python program"}},
@@ -162,12 +163,13 @@ class PythonTool:
         w.ctl.sendall(b"C" + header)  # arms init's own deadline
         deadline = time.monotonic() + timeout
         status = None
+        out_r, code_w, rep_r = w.runner_pipes()
         try:
-            _write_all(w.code_w, header + data)
+            _write_all(code_w, header + data)
         except OSError:
             status = "E the sandbox worker died before it got the code"
-        watch = {w.rep_r: lambda: _runner_hints(w), w.ctl.fileno(): lambda: _init_status(w)}
-        got = run_with_limits(w.out_r, watch, deadline, self.max_read_bytes, status=status, stop=w.kill)
+        watch = {rep_r: lambda: _runner_hints(w), w.ctl.fileno(): lambda: _init_status(w)}
+        got = run_with_limits(out_r, watch, deadline, self.max_read_bytes, status=status, stop=w.kill)
         return self._result(got.raw, got.status, timeout, got.timed_out, got.overflow, time.monotonic() - t0, w.mode)
 
     def _result(self, raw: bytes, status: str | None, timeout: float, timed_out: bool,
@@ -216,9 +218,9 @@ def benchmark(n: int = 50, code: str = "print(1+1)") -> dict:
             tool.warm_up(5.0)
             time.sleep(0.02)  # let the previous call's namespaces finish tearing down
             t = time.perf_counter()
-            res = tool.run(code)
+            result = tool.run(code)
             pool.append(time.perf_counter() - t)
-            assert res.ok, res.output
+            assert result.ok, result.output
         cold = []
         for _ in range(n):
             t = time.perf_counter()

@@ -40,16 +40,25 @@ from arpo.tools.base import ToolResult
 from arpo.tools.python import PythonTool
 from arpo.tools.sandbox.capture import run_with_limits
 from arpo.tools.sandbox.linux import _write_all
-from arpo.tools.sandbox.pool import _PoolState
+from arpo.tools.sandbox.pool import _PoolState, _Worker
 from arpo.tools.sandbox.runner import _CODE_HEADER
 
 
 @dataclass
 class _Family:
-    worker: object  # sandbox.pool._Worker (its ctl talks to the family's init)
+    worker: _Worker | None  # its ctl talks to the family's init; None: a restarted session's dead placeholder
     lock: threading.Lock = field(default_factory=threading.Lock)
     live: set = field(default_factory=set)  # state ids alive in it
     dead: bool = False
+
+    def ctl(self) -> socket.socket:
+        if self.worker is None:  # a dead placeholder is never sent to (its callers check `dead` first)
+            raise OSError("this python session family has no sandbox")
+        return self.worker.ctl
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()  # kills init: the kernel kills every process of the family
 
 
 @dataclass
@@ -133,7 +142,7 @@ class PythonSessionTool:
             fam, dst = src.family, str(next(self._ids))
             with fam.lock:
                 try:
-                    fam.worker.ctl.sendall(f"F {src.states[n_calls]} {dst}\n".encode())
+                    fam.ctl().sendall(f"F {src.states[n_calls]} {dst}\n".encode())
                 except OSError:
                     return
                 fam.live.add(dst)
@@ -159,7 +168,7 @@ class PythonSessionTool:
         with self._cond:
             fams, self._families, self._sessions = self._families, [], {}
         for fam in fams:
-            fam.worker.close()  # kills init: the kernel kills every process of the family
+            fam.close()  # kills init: the kernel kills every process of the family
         self._pool.shutdown()
         self._inner.close()
 
@@ -174,12 +183,12 @@ class PythonSessionTool:
                 if sid in fam.live:
                     fam.live.discard(sid)
                     try:
-                        fam.worker.ctl.sendall(f"Q {sid}\n".encode())
+                        fam.ctl().sendall(f"Q {sid}\n".encode())
                     except OSError:
                         pass
             if not fam.live and fam in self._families:
                 self._families.remove(fam)
-                fam.worker.close()
+                fam.close()
 
     def _get_or_start(self, key: str, t0: float) -> _Session:
         with self._cond:
@@ -194,7 +203,7 @@ class PythonSessionTool:
                     raise RuntimeError(f"{self.max_sessions} python sessions are live (max_sessions); none ended in "
                                        f"{self.queue_timeout_s:g} s")
         w = self._pool.acquire(t0 + self.start_timeout_s)
-        for fd in (w.out_r, w.code_w, w.rep_r):  # session workers use per-call pipes
+        for fd in w.runner_pipes():  # session workers use per-call pipes
             try:
                 os.close(fd)
             except OSError:
@@ -232,7 +241,7 @@ class PythonSessionTool:
         rep_r, rep_w = os.pipe2(os.O_CLOEXEC)
         try:
             with fam.lock:
-                socket.send_fds(fam.worker.ctl, [f"X {src} {dst}\n".encode()], [code_r, out_w, rep_w])
+                socket.send_fds(fam.ctl(), [f"X {src} {dst}\n".encode()], [code_r, out_w, rep_w])
                 fam.live.add(dst)
         except OSError as e:
             for fd in (out_r, out_w, code_r, code_w, rep_r, rep_w):
@@ -274,7 +283,7 @@ class PythonSessionTool:
         if ended:  # the call's process is killed; the next call starts a fresh session, saying so
             with fam.lock:
                 try:
-                    fam.worker.ctl.sendall(f"K {dst}\nQ {dst}\n".encode())
+                    fam.ctl().sendall(f"K {dst}\nQ {dst}\n".encode())
                 except OSError:
                     pass
                 fam.live.discard(dst)

@@ -28,14 +28,19 @@ import os
 import threading
 import time
 
+from typing import TYPE_CHECKING
+
 from arpo.tools.base import ToolResult
 from arpo.tools.web_config import WebConfig, web_config
 from arpo.tools.webhttp import WebError, limiter_for, request
 
+if TYPE_CHECKING:
+    import httpx
+
 FAILED = "Error: web search failed"
 
 
-def _cut(text: str, n: int) -> str:
+def _cut(text: str | None, n: int) -> str:
     text = " ".join(str(text or "").split())
     return text if len(text) <= n else text[:n].rstrip() + "…"
 
@@ -108,7 +113,7 @@ class WebSearchTool:
         self.limiter = limiter_for(self.cfg.provider, self.cfg.base_url, self.cfg.requests_per_s)
         self.calls = self.failures = 0
         self._lock = threading.Lock()
-        self._client = None
+        self._client: httpx.Client | None = None
 
     def __repr__(self) -> str:
         return f"WebSearchTool({self.cfg.provider}, {self.cfg.base_url or 'ddgs'}, top_k={self.cfg.top_k})"

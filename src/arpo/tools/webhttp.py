@@ -136,7 +136,7 @@ def check_url(url: str, *, allow_private: bool = False, allow_hosts=()) -> None:
     except socket.gaierror as e:
         raise WebError(f"cannot resolve {host} ({e.strerror or e})") from e
     for info in infos:
-        ip = ipaddress.ip_address(info[4][0].split("%", 1)[0])
+        ip = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])  # an IPv4/IPv6 sockaddr: (host str, port, ...)
         if ip.is_loopback or ip.is_private or ip.is_link_local or ip.is_reserved or ip.is_multicast \
                 or ip.is_unspecified:
             kind = "loopback" if ip.is_loopback else "private or reserved"

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
-    from rich.progress import Progress
+    from rich.progress import Progress, TaskID
 
 
 def _info(metrics: dict) -> str:
@@ -65,7 +65,7 @@ class Bar:
 
     def __init__(self, enabled: bool = True, stream=None):
         self.enabled, self.stream = enabled, stream or sys.stderr
-        self._bar = None
+        self._bar: Progress | None = None
         self._tasks: dict[int, list] = {}  # id -> [label, total, done, next line at, t0]
 
     def __enter__(self) -> "Bar":
@@ -88,7 +88,7 @@ class Bar:
         if not self.enabled:
             return
         if self._bar is not None:
-            self._bar.advance(tid, n)
+            self._bar.advance(cast("TaskID", tid), n)  # add_task gave rich's TaskID (an int)
             return
         t = self._tasks[tid]
         t[2] += n

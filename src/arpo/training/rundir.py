@@ -27,6 +27,7 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import IO
 
 import yaml
 
@@ -111,7 +112,7 @@ class RunDir:
             raise ArpoError("--resume and --overwrite contradict each other: --resume continues the run in "
                             f"{path}, --overwrite starts it over; pass one of them")
         self.path, self.resume, self.overwrite, self.main, self.command = Path(path), resume, overwrite, main, command
-        self._lock = None
+        self._lock: IO[str] | None = None
 
     # -- before anything is written ----------------------------------------------------------------
     def open(self) -> "RunDir":
@@ -206,15 +207,15 @@ class RunDir:
             moving = [n for n in RUN_FILES if (self.path / n).exists()]
             if moving:
                 if aside.exists():  # an earlier --overwrite never reached its checkpoint: keep the older run
-                    for n in moving:
-                        p = self.path / n
+                    for name in moving:
+                        p = self.path / name
                         shutil.rmtree(p) if p.is_dir() else p.unlink()
                 else:
                     aside.mkdir()
                     # the old run's config and data hashes go with it (restore)
                     moving += [n for n in ("config.yaml", INPUTS) if (self.path / n).is_file()]
-                    for n in moving:
-                        os.replace(self.path / n, aside / n)
+                    for name in moving:
+                        os.replace(self.path / name, aside / name)
         text = yaml.safe_dump(config, sort_keys=False)
         from arpo.training.checkpoint import write_text_atomic
 

@@ -232,6 +232,7 @@ def policy_update(tr: Trainer, trees: list, n_trees: int, off: int, step: int, l
     mismatch: dict = {}
     device = next(tr.model.parameters()).device  # the batch's tensors live with the policy
     advs = step_advantages(trees, preset, comm.gather, comm.rank)
+    old_ent: torch.Tensor | None
     batch, old_ent = (build_batch(trees, preset, advs).to(device), None) if trees else (None, None)
     lap("time_batch")
     rollout_lp: torch.Tensor | None = None  # what the engine recorded while sampling (for the train–inference mismatch)
@@ -261,6 +262,7 @@ def policy_update(tr: Trainer, trees: list, n_trees: int, off: int, step: int, l
             cur, record, was_first = None, None, first
             if first and sub is not None and batch is not None:  # weights unchanged since old_logp: reuse it
                 rows = [batch.rows[(t, i)] for t in local for i in range(len(batch.trees[t]["responses"]))]
+                assert batch.old_logp is not None and old_ent is not None  # both computed with the batch
                 cur = (batch.old_logp[rows][:, : sub.width], old_ent[rows][:, : sub.width])
                 record = torch.zeros(sub.mask.shape, dtype=torch.float32, device=sub.mask.device)
             elif not first:  # par.run: FSDP ranks run equally many forwards (dummies for None)
@@ -273,7 +275,7 @@ def policy_update(tr: Trainer, trees: list, n_trees: int, off: int, step: int, l
                 scale=scale, record=record, **lp_kw), grad=True, **lp_kw)
             if was_first:  # the training forward before any update vs the rollout's records
                 mm = (mismatch_sums(rollout_lp[rows][:, : sub.width], record, sub.mask)
-                      if record is not None and rollout_lp is not None else (0.0, 0.0, 0.0))
+                      if record is not None and rollout_lp is not None and sub is not None else (0.0, 0.0, 0.0))
                 mismatch = mismatch_metrics(comm.per_rank(mm))
             par.reduce_grads()
             lap("time_backward")
@@ -283,7 +285,10 @@ def policy_update(tr: Trainer, trees: list, n_trees: int, off: int, step: int, l
             tr.opt.zero_grad(set_to_none=True)
             tr.stale = True
             lap("time_optimizer")
-            diags.append(comm.diagnostics(share, {k: float(v) for k, v in out[1].items()} if out else None))
+            diag = comm.diagnostics(share, {k: float(v) for k, v in out[1].items()} if out else None)
+            # one process: every mini-batch has trees here; several: the gathered dict (sharded.py)
+            assert diag is not None
+            diags.append(diag)
     m = {k: statistics.fmean(d[k] for d in diags) for k in diags[0]}
     m.update(mismatch)
     m["grad_norm"] = statistics.fmean(gnorms)

@@ -81,7 +81,8 @@ class _CallCgroups:
     tool share its CPU quota fairly. Empty children are removed as the zygote goes."""
 
     def __init__(self, cfg: dict):
-        self.cfg, self.parents, self.live, self.why, self.v1 = cfg, {}, [], "", False
+        self.cfg, self.parents, self.why, self.v1 = cfg, {}, "", False
+        self.live: list[tuple[float, list[str]]] = []  # (made at, the call's cgroup dirs)
         self.cpu_why = ""
         dirs = _cgroup_dirs()
         if "memory" not in dirs:

@@ -48,7 +48,7 @@ def _mount(lib, src, target, fstype, flags, data=None) -> None:
 def _kill_descendants() -> None:
     """Without a pid namespace: kill everything reparented to us (we are a subreaper)."""
     for _ in range(50):
-        kids = set()
+        kids: set[int] = set()
         try:
             for tid in os.listdir("/proc/self/task"):
                 with open(f"/proc/self/task/{tid}/children") as f:

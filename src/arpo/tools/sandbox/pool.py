@@ -24,7 +24,7 @@ from .runner import _SANDBOX_ENV
 log = logging.getLogger(__name__)
 
 
-_warned_modes: set[str] = set()
+_warned_modes: set[str | None] = set()
 # the sandbox modules' file name in the zygote's code objects (tracebacks, faults)
 SANDBOX_SOURCE_NAME = "<arpo-sandbox>"
 # The sandbox side, in dependency order: each imports only the standard library and the ones before it.
@@ -140,7 +140,11 @@ class _Worker:
     """
 
     def __init__(self, ctl: socket.socket, out_r: int, code_w: int, rep_r: int, mode: str, session: bool = False):
-        self.ctl, self.out_r, self.code_w, self.rep_r, self.mode = ctl, out_r, code_w, rep_r, mode
+        self.ctl, self.mode = ctl, mode
+        # the runner pipes; None once a session family closed them (python_session.py: per-call pipes)
+        self.out_r: int | None = out_r
+        self.code_w: int | None = code_w
+        self.rep_r: int | None = rep_r
         self.session = session  # a session family: "R" comes from init, the runner pipes are unused
         self.ctl.setblocking(False)
         self.pidfd: int | None = None
@@ -148,6 +152,12 @@ class _Worker:
         self.ctl_buf = self.rep_buf = b""
         self.ready = False
         self.lock = threading.Lock()  # warm_up() may wait on a worker that a call then takes
+
+    def runner_pipes(self) -> tuple[int, int, int]:
+        """(out_r, code_w, rep_r), which every worker has until a session family closes them."""
+        if self.out_r is None or self.code_w is None or self.rep_r is None:
+            raise SandboxUnavailable("this python sandbox worker's runner pipes are closed (a session family's)")
+        return self.out_r, self.code_w, self.rep_r
 
     def read_ctl(self) -> list[str]:
         """Status lines from init (and init's pidfd, attached to the first one); 'EOF' at the end."""
@@ -171,7 +181,7 @@ class _Worker:
     def read_rep(self) -> list[str]:
         """Lines from the runner; the model's code can write here too, so they are only hints."""
         try:
-            data = os.read(self.rep_r, 4096)
+            data = os.read(self.runner_pipes()[2], 4096)
         except BlockingIOError:
             return []
         if not data:
@@ -187,7 +197,7 @@ class _Worker:
     def _wait_ready(self, deadline: float) -> None:
         poller = select.poll()
         poller.register(self.ctl.fileno(), select.POLLIN)
-        poller.register(self.rep_r, select.POLLIN)
+        poller.register(self.runner_pipes()[2], select.POLLIN)
         while not (self.ready and self.pidfd is not None):
             remaining = deadline - time.monotonic()
             if remaining <= 0:

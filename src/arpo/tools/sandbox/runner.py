@@ -98,14 +98,16 @@ def _run_user_code(src: str, mod: types.ModuleType | None = None) -> str:
     """
     if mod is None:  # a one-shot call: a fresh namespace (a session passes its own, kept across calls)
         mod = types.ModuleType("__main__")
-        mod.__builtins__ = builtins
+        mod.__dict__["__builtins__"] = builtins  # (typeshed's ModuleType has no __builtins__ attribute)
     sys.modules["__main__"] = mod
     linecache.cache[USER_FILENAME] = (len(src), None, src.splitlines(True), USER_FILENAME)
     try:
         tree = ast.parse(src, USER_FILENAME, "exec")
         last = None
-        if tree.body and isinstance(tree.body[-1], ast.Expr):
-            last = ast.Expression(tree.body.pop().value)
+        tail = tree.body[-1] if tree.body else None
+        if isinstance(tail, ast.Expr):
+            tree.body.pop()
+            last = ast.Expression(tail.value)
         exec(compile(tree, USER_FILENAME, "exec"), mod.__dict__)
         if last is not None:
             value = eval(compile(last, USER_FILENAME, "eval"), mod.__dict__)
@@ -193,7 +195,8 @@ def _lock_down(lib, cfg: dict, mode: str, uid: int | None, workdir: str, out_w: 
                       closefd=False)
     sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", buffering=1,  # noqa: SIM115 - see above
                       closefd=False)
-    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
+    # typeshed declares sys.__std*__ Final; the sandbox points them at its own streams on purpose
+    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr  # type: ignore[misc]
     sys.argv = [""]
     import faulthandler
     import random

@@ -86,7 +86,8 @@ def _load_seccomp(deny: tuple[str, ...]) -> bool:
     sc.seccomp_attr_set(ctx, 7, 1)
     sc.seccomp_attr_set(ctx, 8, 2)  # SCMP_FLTATR_CTL_OPTIMIZE: a binary tree instead of a linear scan
     try:
-        rules = [(name, err(errno.EPERM), []) for name in deny] + [("clone3", err(errno.ENOSYS), [])]
+        rules: list[tuple[str, int, list[_ScmpArgCmp]]] = [(name, err(errno.EPERM), []) for name in deny]
+        rules += [("clone3", err(errno.ENOSYS), [])]
         # SCMP_CMP_MASKED_EQ compares (arg & mask) == datum: one rule per namespace flag
         rules += [("clone", err(errno.EPERM), [_ScmpArgCmp(0, 7, 1 << b, 1 << b)])
                   for b in range(32) if _CLONE_NS_FLAGS & (1 << b)]

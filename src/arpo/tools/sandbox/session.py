@@ -139,7 +139,7 @@ def _session_init(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket
             null = os.open("/dev/null", os.O_WRONLY)
             _lock_down(lib, cfg, mode, uid, "/tmp/s0", null, {b.fileno()})
             mod = types.ModuleType("__main__")
-            mod.__builtins__ = builtins
+            mod.__dict__["__builtins__"] = builtins  # (typeshed's ModuleType has no __builtins__ attribute)
             b.sendall(f"P {os.getpid()}\n".encode())
             _session_state_loop(b, "/tmp/s0", mod)
         except BaseException:  # noqa: BLE001

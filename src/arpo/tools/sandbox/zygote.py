@@ -132,7 +132,7 @@ def _init_main(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket, p
 
 
 def _spawn_worker(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket, pipes: tuple[int, int, int],
-                  cgroups: list[str] = ()) -> None:
+                  cgroups: list[str] | tuple[str, ...] = ()) -> None:
     """In the zygote's child (c1): join the call's cgroups, enter new namespaces, fork init, hand
     init's pidfd upward."""
     flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
@@ -168,7 +168,7 @@ def _spawn_worker(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket
 def _probe_mode(lib, cfg: dict) -> tuple[str, str]:
     """Find the strongest isolation this machine allows by trying it once in a throwaway child."""
     candidates = ["namespaces", "userns"] if os.geteuid() == 0 else ["userns"]
-    errors = []
+    errors: list[str] = []
     for mode in candidates:
         r, w = os.pipe()
         pid = os.fork()
@@ -247,9 +247,9 @@ def _zygote_main(cfg: dict, sock: socket.socket) -> None:
     protections = {
         "namespaces": mode != "none", "fs_view": cfg.get("_fs_view", "unknown"), "uid_switch": switch_uid,
         "memory_cgroup": cfg["_memcg"], "memory_cgroup_why": memcg_why,
-        "memory_bound_mb": cgs.bound_mb() if cfg["_memcg"] else None,
+        "memory_bound_mb": cgs.bound_mb() if cgs and cfg["_memcg"] else None,
         "socket_memory": ("not bounded" if not cfg["_memcg"] else f"own limit of {SOCKET_MEM_MB} MB (cgroup v1)"
-                          if cgs.v1 else "in the memory limit (cgroup v2)"),
+                          if cgs and cgs.v1 else "in the memory limit (cgroup v2)"),
         "pids_cgroup": bool(cgs and "pids" in cgs.parents), "seccomp": seccomp,
         "cpu_cgroup": bool(cgs and cgs.cpu), "cpu_cgroup_why": (cgs.cpu_why or "no cpu cgroup controller mounted"
                                                                if cgs and not cgs.cpu else ""),
