@@ -8,7 +8,6 @@ import re
 import socket
 import sys
 import textwrap
-import threading
 import time
 import urllib.request
 
@@ -39,28 +38,30 @@ def _default(help_text: str, flag: str) -> str:
 def test_every_agent_command_shows_the_same_defaults_in_its_help(capsys):
     """Each command's parser, built as the CLI builds it: the shared budgets, caps and search sizes have
     one default (the dataclass's), and the ones a command changes are the documented overrides."""
+    flags = ("--max-response-tokens", "--max-tool-calls", "--search-top-k", "--search-max-chars")
+    seen: dict[str, dict[str, str]] = {}
+    for name, argv in COMMANDS.items():
+        text = _help(argv[:2] if name == "serve" else argv[:1], capsys)
+        seen[name] = {flag: _default(text, flag) for flag in flags if f"{flag} " in text}
+        for flag in ("--temperature", "--top-p", "--top-k", "--seed"):
+            if f"{flag} " in text:  # every --help shows the default (0 included)
+                assert _default(text, flag) != "", (name, flag)
+    # the budget is train's 1024 in every command (eval and chat had 512, serve 1024)
+    assert [seen[c].get("--max-response-tokens") for c in ("chat", "eval", "serve", "sft-data")] == ["1024"] * 4
+    for flag in flags[1:]:
+        assert len({seen[c][flag] for c in ("chat", "eval", "serve")}) == 1, flag
+    assert _default(_help(["eval"], capsys), "--temperature") == "0.0"  # eval's override: greedy
+
     from arpo.settings import COMMAND_DEFAULTS, AgentConfig, ToolsConfig
 
     agent, tools = AgentConfig(), ToolsConfig()
     shared = {"--max-response-tokens": agent.max_response_tokens, "--max-tool-calls": agent.max_tool_calls,
               "--search-top-k": tools.search_top_k, "--search-max-chars": tools.search_max_chars}
-    assert agent.max_response_tokens == 1024  # train's, now everyone's (eval and chat had 512)
-    seen: dict[str, dict[str, str]] = {}
-    for name, argv in COMMANDS.items():
-        text = _help(argv[:2] if name in ("serve",) else argv[:1], capsys)
-        seen[name] = {}
-        for flag, value in shared.items():
-            if f"{flag} " not in text:
-                continue
-            want = COMMAND_DEFAULTS[name].get("agent", {}).get(flag[2:].replace("-", "_"), value)
-            seen[name][flag] = _default(text, flag)
-            assert seen[name][flag] == str(want), (name, flag, seen[name][flag])
-        for flag in ("--temperature", "--top-p", "--top-k", "--seed"):
-            if f"{flag} " in text:  # every --help shows the default (0 included)
-                assert _default(text, flag) != "", (name, flag)
-    assert seen["chat"]["--max-response-tokens"] == seen["eval"]["--max-response-tokens"] == \
-        seen["serve"]["--max-response-tokens"] == seen["sft-data"]["--max-response-tokens"] == "1024"
-    assert _default(_help(["eval"], capsys), "--temperature") == "0.0"  # eval's override: greedy
+    assert agent.max_response_tokens == 1024
+    for name, values in seen.items():  # a command differs only where COMMAND_DEFAULTS says so
+        for flag, shown in values.items():
+            want = COMMAND_DEFAULTS[name].get("agent", {}).get(flag[2:].replace("-", "_"), shared[flag])
+            assert shown == str(want), (name, flag, shown)
 
 
 def test_every_agent_command_resolves_the_same_agent_section():
@@ -155,32 +156,32 @@ def test_chat_and_eval_take_mcp_tools_from_tools_config(mcp_run, tmp_path, capsy
 
 
 def test_serve_agent_keeps_a_runs_mcp_tools(mcp_run):
-    pytest.importorskip("fastapi")
-    from arpo.commands.serve import agent_config
-    from arpo.commands.from_run import run_settings
-    from arpo.serve.app import agent_server
+    """`arpo serve agent --model RUN_DIR`, a real server process: GET /v1/models lists the run's MCP tool
+    (it used to serve the run's enabled tools only)."""
+    import os
+    import subprocess
 
-    run, _, entry = mcp_run
+    pytest.importorskip("fastapi")
+    run, _, _ = mcp_run
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    args = build_parser().parse_args(["serve", "agent", "--model", str(run), "--port", str(port), "--device", "cpu",
-                                      "--log-level", "warning"])
-    cfg = agent_config(args, run_settings(str(run)))
-    assert cfg.tools.mcp == [entry] and cfg.tools.cache is False and cfg.agent.max_tool_calls == 2
-    with agent_server(cfg) as server:
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        try:
-            deadline = time.time() + 60
-            while not server.started and thread.is_alive() and time.time() < deadline:
-                time.sleep(0.1)
-            assert server.started
-            card = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=10).read())
-            assert card["data"][0]["tools"] == ["python", "multiply"]
-        finally:
-            server.should_exit = True
-            thread.join(30)
+    proc = subprocess.Popen([sys.executable, "-m", "arpo", "serve", "agent", "--model", str(run), "--port", str(port),
+                             "--device", "cpu", "--log-level", "warning"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    try:
+        deadline, card = time.time() + 180, None
+        while card is None and proc.poll() is None and time.time() < deadline:
+            try:
+                card = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5).read())
+            except OSError:
+                time.sleep(0.5)
+        assert card is not None, proc.stderr.read() if proc.poll() is not None else "no answer in 180 s"
+        assert card["data"][0]["tools"] == ["python", "multiply"]
+    finally:
+        proc.terminate()
+        out, err = proc.communicate(timeout=30)
+    assert "with tools python, multiply" in out
 
 
 # ---- `arpo tool` with your own tool and an MCP server's --------------------------------------------
