@@ -186,7 +186,7 @@ def test_serve_agent_keeps_a_runs_mcp_tools(mcp_run):
 
 # ---- `arpo tool` with your own tool and an MCP server's --------------------------------------------
 def test_arpo_tool_runs_a_plugin_tool_and_an_mcp_tool(mcp_run, tmp_path, monkeypatch, capsys):
-    (tmp_path / "shop_tools.py").write_text(textwrap.dedent('''
+    (tmp_path / "cli_settings_shop.py").write_text(textwrap.dedent('''
         def lookup_order(order_id: str, verbose: bool = False) -> str:
             """Look up an order.
 
@@ -197,9 +197,9 @@ def test_arpo_tool_runs_a_plugin_tool_and_an_mcp_tool(mcp_run, tmp_path, monkeyp
             return f"order {order_id}: shipped" + (" (2 items)" if verbose else "")
     '''))
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert main(["tool", "shop_tools:lookup_order", '{"order_id": "A17", "verbose": true}']) == 0
+    assert main(["tool", "cli_settings_shop:lookup_order", '{"order_id": "A17", "verbose": true}']) == 0
     assert capsys.readouterr().out.strip() == "order A17: shipped (2 items)"
-    assert main(["tool", "shop_tools:lookup_order", '{"order": 1}', "--json"]) == 1  # a bad call: ok false
+    assert main(["tool", "cli_settings_shop:lookup_order", '{"order": 1}', "--json"]) == 1  # a bad call: ok false
     assert json.loads(capsys.readouterr().out)["ok"] is False
     cfg = tmp_path / "mcp.yaml"
     cfg.write_text(yaml.safe_dump({"mcp": [mcp_run[2]]}))
