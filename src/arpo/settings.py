@@ -79,7 +79,7 @@ class ToolsConfig:
 
 @dataclass
 class AgentConfig:
-    max_tool_calls: int = 5  # a call beyond this many ends the trajectory (reference default 5)
+    max_tool_calls: int = 5  # tool calls per trajectory; a call beyond this many ends it
     max_response_tokens: int = 1024  # response budget in tokens, tool results included
     temperature: float = 1.0  # sampling temperature; 0 = greedy (training: spec §2 uses 1.0)
     top_p: float = 1.0  # sampling: nucleus probability mass (1 = off)

@@ -60,6 +60,16 @@ COMMAND_FLAGS = {
              "tools_config"],
 }
 RESOLVING = ("chat", "eval", "serve")
+# where a flag means something narrower in one command, what its help says first
+USE = {("sft-data", "tools"): "tools: the worked examples' tools; rejection: the tools to sample with (default: "
+       "the task's).", ("sft-data", "tool_format"): "tools: how the calls are written.",
+       ("sft-data", "template"): "tools: the system prompt.",
+       ("sft-data", "max_tool_calls"): "gsm8k --style stepwise: at most this many calls.",
+       ("sft-data", "max_response_tokens"): "rejection:", ("sft-data", "temperature"): "rejection:",
+       ("sft-data", "search_index"): "hotpotqa, rejection:",
+       ("serve", "temperature"): "of a request that sets none:", ("serve", "top_p"): "of a request that sets none:",
+       ("serve", "top_k"): "of a request that sets none:", ("serve", "repetition_penalty"): "of a request "
+       "that sets none:", ("serve", "max_response_tokens"): "of a request without max_tokens:"}
 # eval alone: with no tools from a flag, the run or a template, each dataset gets its task's tools
 AUTO_TOOLS = {"eval": "python for math rows, search for QA rows"}
 
@@ -86,6 +96,8 @@ def _help(command: str, dest: str) -> str:
     if dest == "tools":  # the flag's own format: a comma-separated list
         doc = ("comma-separated tools: python, search, web_search, browse, your own as module.path:function; "
                "none: no tools")
+    if (command, dest) in USE:
+        doc = f"{USE[command, dest]} {doc}"
     if command not in RESOLVING:
         return doc
     v = default_of(command, dest)
@@ -106,6 +118,10 @@ def add_agent_flags(p, command: str, only: list[str] | None = None) -> None:
     for dest in only or COMMAND_FLAGS[command]:
         flag = "--" + dest.replace("_", "-")
         if dest == "template":
+            if not resolving:
+                p.add_argument(flag, default=None, help=USE.get((command, dest), "") + " prompt template: math, calc, "
+                               "search, both, deep_search (default: chosen from the tools)")
+                continue
             p.add_argument(flag, default=None, help="prompt template: math, calc, search, both, deep_search, or a "
                            "released ARPO checkpoint's (arpo-reasoning, arpo-deepsearch, ...: also its tools, budgets "
                            "and sampling) (default: the run's, else chosen from the tools and the task)")
