@@ -131,14 +131,14 @@ def test_progress_is_plain_lines_when_not_a_terminal(tmp_path):
     data = tmp_path / "sft.jsonl"
     data.write_text(json.dumps({"question": "1+1?", "response": "<answer> \\boxed{2} </answer>"}) + "\n")
     p = subprocess.run([sys.executable, "-m", "arpo", "sft", f"model.name={tmp_path / 'm'}", f"data.path=[{data}]",
-                        "batch_size=1", "max_steps=2", f"run.dir={tmp_path / 'run'}", "run.tensorboard=false"],
+                        "prompts_per_step=1", "steps=2", f"run.dir={tmp_path / 'run'}", "run.tensorboard=false"],
                        capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
     lines = [x for x in p.stderr.splitlines() if x.startswith("sft step")]
     assert [x.split()[2] for x in lines] == ["1/2", "2/2"] and "loss" in lines[0]
     assert p.stdout.startswith("arpo sft: done") and "final_loss" in p.stdout  # a readable summary
     q = subprocess.run([sys.executable, "-m", "arpo", "sft", f"model.name={tmp_path / 'm'}", f"data.path=[{data}]",
-                        "batch_size=1", "max_steps=3", f"run.dir={tmp_path / 'run'}", "run.tensorboard=false",
+                        "prompts_per_step=1", "steps=3", f"run.dir={tmp_path / 'run'}", "run.tensorboard=false",
                         "--resume", "--json", "--quiet"], capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert q.returncode == 0, q.stderr[-2000:]

@@ -224,7 +224,7 @@ def test_own_tools_are_described_on_builtin_data_and_templates_fit_the_tools(tmp
 
 
 def test_a_trained_run_remembers_its_prompt_template_and_tools(tmp_path, capsys):
-    from arpo.commands.from_run import run_defaults
+    from arpo.commands.from_run import run_settings
     from arpo.config import load_config
     from arpo.recipes import sft
 
@@ -232,10 +232,11 @@ def test_a_trained_run_remembers_its_prompt_template_and_tools(tmp_path, capsys)
     data.write_text(json.dumps({"question": "1+1?", "system": "calc",
                                 "response": "<think>add</think>\n<answer> \\boxed{2} </answer>"}) + "\n")
     run = tmp_path / "sft_run"
-    sft.run(load_config(sft.SFTConfig, None, ["model.name=tiny-random", f"data.path=[{data}]", "batch_size=1",
-                                              "max_steps=1", f"run.dir={run}", "run.tensorboard=false"]), quiet=True)
+    sft.run(load_config(sft.SFTConfig, None, ["model.name=tiny-random", f"data.path=[{data}]", "prompts_per_step=1",
+                                              "steps=1", f"run.dir={run}", "run.tensorboard=false"]), quiet=True)
     ckpt = run / "checkpoints" / "step_000001" / "model"
-    assert run_defaults(str(run)) == run_defaults(str(ckpt)) == {"template": "calc", "tools": ["python"]}
+    assert run_settings(str(run)) == run_settings(str(ckpt)) == {"template": "calc",
+                                                                 "tools": {"enabled": ["python"]}}
     assert main(["chat", "--model", str(run), "--max-response-tokens", "2", "--temperature", "0", "2+2?"]) == 0
     assert "prompt template calc (the run's), tools python" in capsys.readouterr().err
     q = tmp_path / "q.jsonl"
@@ -254,16 +255,11 @@ def test_an_empty_tool_list_means_no_tools_everywhere(tmp_path, capsys):
     assert main(["eval", "--model", "tiny-random", "--tools", "", "--data", str(q), "--max-response-tokens", "2",
                  "--quiet", "--out", str(out)]) == 0  # it used to fall back to python
     assert json.loads(out.read_text())["results"][str(q)]["tools"] == []
-    import argparse
-
+    from arpo.cli import build_parser
     from arpo.commands.serve import agent_config
 
-    args = argparse.Namespace(model="m", served_model_name=None, tools="", session=None, tool_format=None,
-                              template=None, max_tool_calls=None, max_response_tokens=None, temperature=0.6, top_p=0.95,
-                              top_k=20, engine="hf", device="auto", max_batch=64, search_index=None, search_url=None,
-                              search_top_k=None, search_max_chars=None, api_key=None, host="h", port=1,
-                              log_level="info")
-    assert agent_config(args, {"tools": ["search"]}).tools == []
+    args = build_parser().parse_args(["serve", "agent", "--model", "m", "--tools", ""])
+    assert agent_config(args, {"tools": {"enabled": ["search"]}}).tools.enabled == []
     with pytest.raises(SystemExit):
         main(["chat", "--tools", "none,python", "hi"])
     assert "does not combine" in capsys.readouterr().err

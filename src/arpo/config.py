@@ -82,6 +82,7 @@ def from_dict(cls, data: dict, prefix: str = "", where: str = ""):
     """Build dataclass `cls` from a dict, recursively, rejecting unknown keys."""
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
+    data = renamed(cls, data, prefix, where)
     for k in data:
         if k not in names:
             close = [n for n in names if n.startswith(str(k)[:3])]
@@ -93,6 +94,27 @@ def from_dict(cls, data: dict, prefix: str = "", where: str = ""):
     if hasattr(obj, "validate"):
         obj.validate()
     return obj
+
+
+def renamed(cls, data: dict, prefix: str = "", where: str = "") -> dict:
+    """`data` with the old spellings of `cls`'s renamed keys (its class attribute RENAMED: {old: new})
+    replaced by the new ones, each with a warning on stderr; both spellings at once is an error."""
+    import sys
+
+    old_new = getattr(cls, "RENAMED", None) or {}
+    if not any(k in old_new for k in data):
+        return data
+    out = dict(data)
+    for old, new in old_new.items():
+        if old not in out:
+            continue
+        if new in out:
+            raise ArpoError(f"{where}{prefix}{old} and {prefix}{new} are the same key ({old} is its old name); "
+                            f"give only {prefix}{new}")
+        print(f"arpo: config key {prefix}{old} is deprecated, use {prefix}{new} (the name `arpo train` uses)",
+              file=sys.stderr)
+        out[new] = out.pop(old)
+    return out
 
 
 def to_dict(obj) -> dict:

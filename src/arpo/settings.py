@@ -1,5 +1,7 @@
-"""Config sections shared by the commands and recipes (model, tools, data, optim, lora, run, reward),
-each field documented once; training/config.py composes them into the RL run's TrainConfig."""
+"""Config sections shared by the commands and recipes (model, tools, agent, data, optim, lora, run,
+reward), each field documented once; training/config.py composes them into the RL run's TrainConfig,
+and the agent commands' flags (chat, eval, serve agent, sft-data, tool) are made from the tools and
+agent sections (commands/agent_flags.py), with the per-command defaults of COMMAND_DEFAULTS."""
 
 from __future__ import annotations
 
@@ -30,12 +32,12 @@ class ModelConfig:
 
 @dataclass
 class ToolsConfig:
-    enabled: list[str] = field(default_factory=lambda: ["python"])  # python, search, your own: module.path:function
+    enabled: list[str] = field(default_factory=lambda: ["python"])  # python, search, web_search, browse, mod.path:fn
     python_timeout_s: float = 5.0  # wall-clock limit of one python call
     python_session: bool = False  # python keeps variables and files per trajectory, forking with the tree
     max_output_chars: int = 2000  # python output cut to this many characters (marked)
     search_index: str | None = None  # local index dir (default: $ARPO_CACHE_DIR/indexes/hotpotqa)
-    search_url: str | None = None  # or a retrieval server (arpo serve retriever)
+    search_url: str | None = None  # a retrieval server instead of the local index (arpo serve retriever)
     search_top_k: int = 3  # passages per search (reference 10; the same default in eval/chat/tool/sft-data)
     search_max_chars: int = 300  # characters per passage (reference 1000)
     cache: bool = True  # answer identical calls once (successful results only; tools/cache.py)
@@ -73,6 +75,64 @@ class ToolsConfig:
                            search_index=self.search_index, search_url=self.search_url, search_top_k=self.search_top_k,
                            search_max_chars=self.search_max_chars, cache=cache, options=self.options, mcp=self.mcp,
                            python_session=self.python_session, web=self.web)
+
+
+@dataclass
+class AgentConfig:
+    max_tool_calls: int = 5  # tool calls per trajectory; a call beyond this many ends it
+    max_response_tokens: int = 1024  # response budget in tokens, tool results included
+    temperature: float = 1.0  # sampling temperature; 0 = greedy (training: spec §2 uses 1.0)
+    top_p: float = 1.0  # sampling: nucleus probability mass (1 = off)
+    top_k: int = 0  # sampling: keep the k most likely tokens (0 = off)
+    tool_workers: int = 8  # tool calls that may run at once
+    tool_format: str = "tags"  # tags (<name>input</name>, the paper's) | json (native function calling, hermes)
+    result_template: str | None = None  # tags: how a result is appended, "{output}" the result (None: spec §1's)
+    repetition_penalty: float = 1.0  # > 1 discourages tokens already in the sequence (vLLM's rule); 1 = off
+
+    def validate(self) -> None:
+        require(self.max_tool_calls >= 0, "agent.max_tool_calls", f"must be >= 0, got {self.max_tool_calls}")
+        require(self.max_response_tokens >= 1, "agent.max_response_tokens",
+                f"must be >= 1, got {self.max_response_tokens}")
+        require(self.temperature >= 0, "agent.temperature", f"must be >= 0 (0 = greedy), got {self.temperature}")
+        require(0 < self.top_p <= 1, "agent.top_p", f"must be in (0, 1], got {self.top_p}")
+        require(self.top_k >= 0, "agent.top_k", f"must be >= 0 (0 = off), got {self.top_k}")
+        require(self.tool_workers >= 1, "agent.tool_workers", f"must be >= 1, got {self.tool_workers}")
+        require(self.tool_format in ("tags", "json"), "agent.tool_format", f"{self.tool_format!r}; choose tags or json")
+        require(self.result_template is None or "{output}" in self.result_template, "agent.result_template",
+                f"must contain {{output}}, got {self.result_template!r}")
+        require(self.repetition_penalty > 0, "agent.repetition_penalty", f"must be > 0 (1 = off), got "
+                f"{self.repetition_penalty}")
+
+
+# The one place where a command's defaults differ from the sections' (train's), each with its reason.
+# `--help` of each command shows the value in use; a flag, the run dir or a template still win.
+COMMAND_DEFAULTS: dict[str, dict[str, dict]] = {
+    "train": {},
+    # greedy: deterministic numbers that compare across runs (--samples > 1 needs --temperature > 0)
+    "eval": {"agent": {"temperature": 0.0}, "tools": {"cache": False}},
+    # sampling of an answer shown to a person: Qwen's recommended chat settings
+    "chat": {"agent": {"temperature": 0.6, "top_p": 0.95, "top_k": 20}, "tools": {"cache": False}},
+    # the same, for a request that sets no sampling of its own; no cache shared between clients
+    "serve": {"agent": {"temperature": 0.6, "top_p": 0.95, "top_k": 20}, "tools": {"cache": False}},
+    # rejection sampling explores a little (0.8); gsm8k --style stepwise merges into at most 3 calls
+    "sft-data": {"agent": {"temperature": 0.8, "max_tool_calls": 3}, "tools": {"cache": False}},
+    "tool": {"tools": {"cache": False}},  # one call by hand: always run it
+}
+
+
+def command_defaults(command: str, section: str) -> dict:
+    """{field: value} where `command`'s default of `section` (agent | tools) differs from the dataclass's."""
+    return dict(COMMAND_DEFAULTS[command].get(section, {}))
+
+
+def agent_defaults(command: str, **over) -> AgentConfig:
+    """The agent section with `command`'s defaults (COMMAND_DEFAULTS), `over` on top."""
+    return AgentConfig(**{**command_defaults(command, "agent"), **over})
+
+
+def tools_defaults(command: str, **over) -> ToolsConfig:
+    """The tools section with `command`'s defaults (COMMAND_DEFAULTS), `over` on top."""
+    return ToolsConfig(**{**command_defaults(command, "tools"), **over})
 
 
 @dataclass
@@ -129,7 +189,7 @@ class LoraConfig:
 @dataclass
 class RunConfig:
     dir: str = "runs/default"  # RUN_DIR: metrics.jsonl, tensorboard/, checkpoints/, config.yaml
-    seed: int = 0
+    seed: int = 0  # seed of sampling (and of the data order in training)
     save_every: int = 50  # checkpoint every n steps (and at the end); 0: only at the end
     keep_checkpoints: int = 2
     log_every: int = 1

@@ -3,7 +3,6 @@ prompts verbatim, the tag protocol with `<result>OUTPUT</result>` appended, and 
 sampling of its evaluation — run through the real agent loop and the real python tool with
 random-weight models of the checkpoints' architectures (Qwen2.5, Qwen3, Llama 3.1, built in code)."""
 
-import argparse
 import hashlib
 import json
 
@@ -56,19 +55,16 @@ def test_a_bad_template_mapping_names_the_key(tmp_path):
 
 
 def test_flags_win_over_the_template_and_the_template_over_the_defaults():
-    from arpo.commands import resolve_agent_flags
+    from arpo.cli import build_parser
+    from arpo.commands.agent_flags import resolve
 
-    fallbacks = {"tools": "python", "max_tool_calls": 5, "temperature": 0.0, "top_k": 0, "repetition_penalty": 1.0}
-    a = argparse.Namespace(template="arpo-reasoning", tools=None, max_tool_calls=None, temperature=0.0, top_k=None,
-                           repetition_penalty=None)
-    resolve_agent_flags(a, fallbacks)
-    assert (a.tools, a.max_tool_calls, a.temperature, a.top_k, a.repetition_penalty, a.result_template) == (
-        "python,search", 15, 0.0, 20, 1.1, "<result>{output}</result>")
-    b = argparse.Namespace(template=None, tools=None, max_tool_calls=None, temperature=None, top_k=None,
-                           repetition_penalty=None)
-    resolve_agent_flags(b, fallbacks)
-    assert (b.tools, b.max_tool_calls, b.temperature, b.top_k, b.repetition_penalty, b.result_template) == (
-        "python", 5, 0.0, 0, 1.0, None)
+    a = resolve(build_parser().parse_args(["eval", "--data", "x", "--template", "arpo-reasoning", "--temperature",
+                                           "0"]), "eval")
+    assert (a.tools.enabled, a.agent.max_tool_calls, a.agent.temperature, a.agent.top_k, a.agent.repetition_penalty,
+            a.agent.result_template) == (["python", "search"], 15, 0.0, 20, 1.1, "<result>{output}</result>")
+    b = resolve(build_parser().parse_args(["eval", "--data", "x"]), "eval")
+    assert (b.tools_chosen, b.agent.max_tool_calls, b.agent.temperature, b.agent.top_k, b.agent.repetition_penalty,
+            b.agent.result_template) == (False, 5, 0.0, 0, 1.0, None)  # eval: the task's tools, greedy
 
 
 def test_the_repetition_penalty_is_vllms_rule():
@@ -154,12 +150,12 @@ def test_arpo_chat_and_eval_with_a_checkpoint_dir_and_its_template(arch, tmp_pat
 
 
 def test_a_released_checkpoints_name_gets_a_hint(capsys):
-    from arpo.commands import resolve_agent_flags
+    from arpo.cli import build_parser
+    from arpo.commands.agent_flags import resolve
     from arpo.data.prompts import checkpoint_template_for
 
     assert checkpoint_template_for("dongguanting/Qwen3-14B-ARPO-DeepSearch") == "arpo-deepsearch"
     assert checkpoint_template_for("/models/qwen2.5-7b-arpo/") == "arpo-reasoning"
     assert checkpoint_template_for("smollm2-135m-instruct") is None
-    resolve_agent_flags(argparse.Namespace(template=None, model="./Llama3.1-8B-ARPO", temperature=None),
-                        {"temperature": 0.0})
+    resolve(build_parser().parse_args(["eval", "--data", "x", "--model", "./Llama3.1-8B-ARPO"]), "eval")
     assert "--template arpo-reasoning" in capsys.readouterr().err

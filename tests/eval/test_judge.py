@@ -204,6 +204,7 @@ def test_arpo_eval_judge_against_arpo_serve_agent(tmp_path, capsys):
 
     from arpo.cli import main
     from arpo.serve.app import ServeConfig, agent_server
+    from arpo.settings import ToolsConfig, agent_defaults
     from arpo.testing import save_tiny_model
 
     model = save_tiny_model(tmp_path / "tiny")
@@ -212,8 +213,9 @@ def test_arpo_eval_judge_against_arpo_serve_agent(tmp_path, capsys):
                             for i in range(3)))
     port = _free_port()
     threads = torch.get_num_threads()
-    with agent_server(ServeConfig(model=model, served_model_name="judge", tools=[], port=port, log_level="warning",
-                                  max_response_tokens=12, device="cpu")) as server:
+    with agent_server(ServeConfig(model=model, served_model_name="judge", tools=ToolsConfig(enabled=[]), port=port,
+                                  log_level="warning", agent=agent_defaults("serve", max_response_tokens=12),
+                                  device="cpu")) as server:
         thread = _start(server)
         try:
             out = tmp_path / "ev.json"

@@ -40,7 +40,7 @@ def test_the_example_pipeline_runs_with_a_tiny_model(tmp_path, monkeypatch, caps
     assert main(["sft-data", "tools", "--data", "examples/sql/train.jsonl", "--tools", TOOL, "--limit", "2",
                  "--tool-format", "json", "--model", model, "--out", str(tmp_path / "j.jsonl"), "--quiet"]) == 0
     capsys.readouterr()
-    assert main(["sft", f"model.name={model}", f"data.path=[{sft_data}]", "batch_size=2", "max_steps=2",
+    assert main(["sft", f"model.name={model}", f"data.path=[{sft_data}]", "prompts_per_step=2", "steps=2",
                  f"run.dir={tmp_path / 'sft'}", "run.tensorboard=false", "--quiet", "--json"]) == 0
     capsys.readouterr()
     assert main(["train", "--config", "examples/sql/train.yaml", f"model.name={tmp_path / 'sft'}", "steps=1",

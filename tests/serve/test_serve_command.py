@@ -1,44 +1,47 @@
 """The `arpo serve agent` command: defaults from a training run's config, the served model id, and the
 server it builds (model dir, real python tool) answering the openai client."""
 
-import argparse
 import socket
 import threading
 import time
 
 import pytest
 
-from arpo.commands.serve import agent_config, run_defaults
+from arpo.commands.serve import agent_config, run_settings
 from arpo.errors import ArpoError
 from arpo.serve.app import ServeConfig, agent_server, serve, served_name
+from arpo.settings import ToolsConfig
 
 
-def _args(**kw):
-    base = dict(model="m", served_model_name=None, tools=None, session=None, tool_format=None, template=None,
-                max_tool_calls=None, max_response_tokens=None, temperature=0.6, top_p=0.95, top_k=20, engine="hf",
-                device="auto", max_batch=64, search_index=None, search_url=None, search_top_k=None,
-                search_max_chars=None, api_key=None, host="127.0.0.1", port=8000, log_level="info")
-    return argparse.Namespace(**(base | kw))
+def _args(*argv):
+    from arpo.cli import build_parser
+
+    return build_parser().parse_args(["serve", "agent", *argv])
 
 
 def test_a_run_dirs_config_gives_the_defaults_and_flags_win(tmp_path):
     (tmp_path / "config.yaml").write_text(
         "tools: {enabled: [search], python_session: true, search_top_k: 5, cache: true}\n"
         "data: {template: search}\nagent: {max_tool_calls: 3, max_response_tokens: 256, tool_format: json}\n")
-    run = run_defaults(str(tmp_path))
-    assert run == {"tools": ["search"], "session": True, "search_top_k": 5, "tool_format": "json",
-                   "max_tool_calls": 3, "max_response_tokens": 256, "template": "search"}
-    cfg = agent_config(_args(model=str(tmp_path)), run)
-    assert (cfg.tools, cfg.template, cfg.max_tool_calls, cfg.max_response_tokens) == (["search"], "search", 3, 256)
-    assert (cfg.python_session, cfg.tool_format, cfg.search_top_k, cfg.search_max_chars) == (True, "json", 5, 300)
-    cfg = agent_config(_args(model=str(tmp_path), tools="python", max_tool_calls=1, tool_format="tags"), run,
-                       env_key="k")
-    assert (cfg.tools, cfg.template, cfg.max_tool_calls, cfg.tool_format, cfg.api_key) == (
+    run = run_settings(str(tmp_path))
+    assert run == {"tools": {"enabled": ["search"], "python_session": True, "search_top_k": 5, "cache": True},
+                   "agent": {"max_tool_calls": 3, "max_response_tokens": 256, "tool_format": "json"},
+                   "template": "search"}
+    cfg = agent_config(_args("--model", str(tmp_path)), run)
+    assert (cfg.tools.enabled, cfg.template, cfg.agent.max_tool_calls, cfg.agent.max_response_tokens) == (
+        ["search"], "search", 3, 256)
+    assert (cfg.tools.python_session, cfg.agent.tool_format, cfg.tools.search_top_k, cfg.tools.search_max_chars) == (
+        True, "json", 5, 300)
+    assert cfg.tools.cache is False  # training's tool cache is not the server's
+    cfg = agent_config(_args("--model", str(tmp_path), "--tools", "python", "--max-tool-calls", "1", "--tool-format",
+                             "tags"), run, env_key="k")
+    assert (cfg.tools.enabled, cfg.template, cfg.agent.max_tool_calls, cfg.agent.tool_format, cfg.api_key) == (
         ["python"], None, 1, "tags", "k")  # the run's template went with the run's tools
-    assert run_defaults(str(tmp_path / "nothing")) == {}
+    assert run_settings(str(tmp_path / "nothing")) == {}
     plain = agent_config(_args(), {})
-    assert (plain.tools, plain.max_response_tokens, plain.tool_format, plain.python_session) == (
-        ["python"], 1024, "tags", False)
+    assert (plain.tools.enabled, plain.agent.max_response_tokens, plain.agent.tool_format,
+            plain.tools.python_session) == (["python"], 1024, "tags", False)
+    assert (plain.agent.temperature, plain.agent.top_p, plain.agent.top_k) == (0.6, 0.95, 20)
 
 
 def test_bad_flags_are_argparse_errors(capsys):
@@ -72,7 +75,8 @@ def test_the_server_loads_a_model_dir_with_real_tools(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    with agent_server(ServeConfig(model=model, port=port, tools=["python"], log_level="warning")) as server:
+    cfg = ServeConfig(model=model, port=port, tools=ToolsConfig(enabled=["python"]), log_level="warning")
+    with agent_server(cfg) as server:
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
         try:

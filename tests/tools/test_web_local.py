@@ -191,13 +191,13 @@ def test_serve_agent_takes_web_settings_from_flags_over_the_run(tmp_path):
     import yaml
 
     from arpo.cli import build_parser
-    from arpo.commands.serve import agent_config, run_defaults
+    from arpo.commands.serve import agent_config, run_settings
 
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(
         {"tools": {"enabled": ["web_search", "browse"], "web": {"url": "http://127.0.0.1:1", "top_k": 2}}}))
     args = build_parser().parse_args(["serve", "agent", "--model", str(tmp_path), "--web-url", "http://127.0.0.1:2"])
-    cfg = agent_config(args, run_defaults(str(tmp_path)))
-    assert cfg.tools == ["web_search", "browse"] and cfg.web == {"url": "http://127.0.0.1:2", "top_k": 2}
+    cfg = agent_config(args, run_settings(str(tmp_path)))
+    assert cfg.tools.enabled == ["web_search", "browse"] and cfg.tools.web == {"url": "http://127.0.0.1:2", "top_k": 2}
 
 
 def test_arpo_training_steps_with_web_tools_on_the_local_web(user_web, tmp_path, scripted_training):

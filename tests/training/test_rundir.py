@@ -150,11 +150,11 @@ def test_sft_resume_refuses_a_new_model(tiny_dir, tmp_path):
 
     data = tmp_path / "sft.jsonl"
     data.write_text(json.dumps({"question": "1+1?", "response": "<answer> \\boxed{2} </answer>"}) + "\n")
-    ov = [f"model.name={tiny_dir / 'model'}", f"data.path=[{data}]", "batch_size=1", "max_steps=1",
+    ov = [f"model.name={tiny_dir / 'model'}", f"data.path=[{data}]", "prompts_per_step=1", "steps=1",
           f"run.dir={tmp_path / 'sft'}", "run.tensorboard=false"]
     sft.run(load_config(sft.SFTConfig, None, ov), quiet=True)
     with pytest.raises(ArpoError, match="model.name: .* -> 'tiny-random'"):
-        sft.run(load_config(sft.SFTConfig, None, ov + ["model.name=tiny-random", "max_steps=2"]), resume=True,
+        sft.run(load_config(sft.SFTConfig, None, ov + ["model.name=tiny-random", "steps=2"]), resume=True,
                 quiet=True)
 
 

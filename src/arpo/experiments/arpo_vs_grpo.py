@@ -233,7 +233,7 @@ def train_sft(cfg: ExperimentConfig, env: dict, out: Path) -> dict:
         optim=OptimConfig(lr=cfg.sft_lr, schedule="constant", warmup_steps=cfg.sft_warmup, weight_decay=0.0),
         run=RunConfig(dir=str(sft_dir), seed=cfg.env_seed, save_every=0, keep_checkpoints=1, tensorboard=False,
                       threads=cfg.threads),
-        batch_size=cfg.sft_batch,
+        prompts_per_step=cfg.sft_batch,
     )
     if cfg.sft_max_steps < 1:
         raise ArpoError(f"sft_max_steps must be >= 1, got {cfg.sft_max_steps}")
@@ -243,7 +243,7 @@ def train_sft(cfg: ExperimentConfig, env: dict, out: Path) -> dict:
     t0 = time.perf_counter()
     while step < cfg.sft_max_steps:
         step = min(step + cfg.sft_check_every, cfg.sft_max_steps)
-        scfg.max_steps = step
+        scfg.steps = step
         res = sft_run(scfg, resume=step > cfg.sft_check_every, quiet=True)
         dev = evaluate_model(res["model"], env["dev"], env["tools"], cfg)
         checks.append({"step": step, "loss": res["final_loss"], "dev_accuracy": dev["pass@1"],

@@ -65,7 +65,7 @@ class SvampExperimentConfig:
         """A smoke-test size on the tiny random model (plumbing, not a result)."""
         base: dict[str, Any] = dict(
                     seeds=1, sft_data="svamp:train[0:8]", eval_data="svamp:test[0:4]", steps=2, eval_every=2,
-                    sft_overrides=["model.name=tiny-random", "max_steps=2", "batch_size=4"],
+                    sft_overrides=["model.name=tiny-random", "steps=2", "prompts_per_step=4"],
                     train_overrides=["prompts_per_step=2", "rollout.group_size=4", "rollout.initial_rollouts=2",
                                      "agent.max_response_tokens=24", "rollout.branch_threshold=0.0"])
         base.update(over)

@@ -20,6 +20,7 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 
@@ -44,21 +45,22 @@ class SFTConfig:
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=2e-5, schedule="cosine", warmup_steps=2))
     lora: LoraConfig = field(default_factory=LoraConfig)
     run: RunConfig = field(default_factory=lambda: RunConfig(dir="runs/sft"))
-    batch_size: int = 8  # rows per optimizer step
+    prompts_per_step: int = 8  # rows (prompts with their responses) per optimizer step (was: batch_size)
     epochs: int = 1
-    max_steps: int | None = None  # stop after this many steps (default: epochs over the data)
+    steps: int | None = None  # stop after this many steps (default: epochs over the data) (was: max_steps)
     micro_tokens: int = 2048  # tokens per forward/backward micro-batch (bounds activation memory)
+    # the old spellings, still read with a warning: `arpo train`'s names are the ones (issue 29)
+    RENAMED: ClassVar[dict[str, str]] = {"max_steps": "steps", "batch_size": "prompts_per_step"}
 
     def validate(self) -> None:
         self.optim.validate()
-        if self.batch_size < 1:
-            raise ArpoError("batch_size must be >= 1")
+        if self.prompts_per_step < 1:
+            raise ArpoError(f"prompts_per_step must be >= 1, got {self.prompts_per_step}")
         if self.epochs < 1:
             raise ArpoError("epochs must be >= 1")
         from arpo.errors import require
 
-        require(self.max_steps is None or self.max_steps >= 1, "max_steps",
-                f"must be >= 1 (or null), got {self.max_steps}")
+        require(self.steps is None or self.steps >= 1, "steps", f"must be >= 1 (or null), got {self.steps}")
         require(self.micro_tokens >= 1, "micro_tokens", f"must be >= 1, got {self.micro_tokens}")
         require(self.data.max_seq_len >= 1, "data.max_seq_len", f"must be >= 1, got {self.data.max_seq_len}")
         require(self.data.limit is None or self.data.limit >= 1, "data.limit",
@@ -209,8 +211,8 @@ def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False, overwrite: bo
             data.append((p, ids, m))
         if not data:
             raise ArpoError(f"every SFT row is longer than data.max_seq_len={cfg.data.max_seq_len}")
-        per_epoch = (len(data) + cfg.batch_size - 1) // cfg.batch_size
-        total = cfg.max_steps or per_epoch * cfg.epochs
+        per_epoch = (len(data) + cfg.prompts_per_step - 1) // cfg.prompts_per_step
+        total = cfg.steps or per_epoch * cfg.epochs
         opt = build_optimizer(model, cfg.optim)
         sched = build_scheduler(opt, cfg.optim, total)
         start = load_trainer_state(ckpt, opt, sched)["step"] if ckpt is not None else 0
@@ -230,7 +232,7 @@ def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False, overwrite: bo
         with GracefulStop() as stop, StepProgress("sft", total, start, enabled=not quiet) as bar:
             for step in range(start, total):
                 t0 = time.perf_counter()
-                items = [data[i] for i in batch_indices(len(data), cfg.batch_size, cfg.run.seed, step)]
+                items = [data[i] for i in batch_indices(len(data), cfg.prompts_per_step, cfg.run.seed, step)]
                 trees = [{"prompt": p, "responses": [ids], "parent": [-1], "branch_at": [0]} for p, ids, _ in items]
                 batch = TreeBatch.from_trees(trees, [[m] for _, _, m in items])
                 loss, _ = loss_and_backward(model, batch, nll_loss(batch.mask), packed=False,

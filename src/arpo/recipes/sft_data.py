@@ -26,6 +26,7 @@ from collections import Counter
 
 from arpo.errors import ArpoError
 from arpo.jsonl import write_jsonl
+from arpo.settings import AgentConfig, ToolsConfig, agent_defaults, tools_defaults
 from arpo.tools.base import RESULT_CLOSE, RESULT_OPEN, format_result
 
 _ANNOT = re.compile(r"<<([^<>]*)=([^<>=]*)>>")
@@ -279,18 +280,23 @@ def hotpotqa_to_sft(row: dict, search_fn, max_calls: int = 2, require_answer: bo
 SFT_SOURCES = ("gsm8k", "hotpotqa", "svamp")
 
 
-def build_sft_dataset(task: str, in_path: str, out_path: str, limit: int | None = None, *, search_index=None,
-                      top_k: int = 3, max_chars: int = 300, progress: bool = True,
-                      style: str = "single", max_calls: int = 3) -> dict:
-    """Convert `limit` rows (kept rows, not read rows) and write JSONL atomically. Returns stats."""
+def build_sft_dataset(task: str, in_path: str, out_path: str, limit: int | None = None, *,
+                      tools_cfg: ToolsConfig | None = None, progress: bool = True,
+                      style: str = "single", max_calls: int | None = None) -> dict:
+    """Convert `limit` rows (kept rows, not read rows) and write JSONL atomically. Returns stats.
+    `tools_cfg`: the search / python settings (default: sft-data's, settings.COMMAND_DEFAULTS);
+    `max_calls`: gsm8k stepwise's cap (default: sft-data's agent.max_tool_calls)."""
+    from dataclasses import replace
+
     from arpo.errors import ArpoError
-    from arpo.tools import build_tools
 
     if task not in SFT_SOURCES:
         raise ArpoError(f"unknown SFT source {task!r}; use {', '.join(SFT_SOURCES)}")
+    if max_calls is None:
+        max_calls = agent_defaults("sft-data").max_tool_calls
     p = in_path  # a data spec: built-in name (gsm8k:train), file, glob or hf:...
-    tools = build_tools(["search"] if task == "hotpotqa" else ["python"], search_index=search_index,
-                        search_top_k=top_k, search_max_chars=max_chars)
+    tcfg = tools_cfg or tools_defaults("sft-data")
+    tools = replace(tcfg, enabled=["search"] if task == "hotpotqa" else ["python"], mcp=[], options={}).build()
     try:
         if task in ("gsm8k", "svamp"):
             from arpo.data.datasets import load_examples
@@ -390,31 +396,33 @@ def _own_text(text: str, tool_spans) -> tuple[str, list[list[int]]]:
     return out, [[a, min(b, len(out))] for a, b in spans if a < len(out)]
 
 
-def build_rejection_dataset(model: str, data: str, out_path: str, *, samples: int = 4, temperature: float = 0.8,
-                            limit: int | None = None, tools: list[str] | None = None, search_index=None,
-                            top_k: int = 3, max_chars: int = 300, max_new_tokens: int = 384,
-                            progress: bool = True) -> dict:
-    """Sample `samples` trajectories per question with real tools, keep those with reward > 0."""
+def build_rejection_dataset(model: str, data: str, out_path: str, *, samples: int = 4, limit: int | None = None,
+                            agent: AgentConfig | None = None, tools_cfg: ToolsConfig | None = None,
+                            tools: list[str] | None = None, progress: bool = True) -> dict:
+    """Sample `samples` trajectories per question with real tools, keep those with reward > 0.
+    `agent`: budgets and sampling (default: sft-data's, settings.COMMAND_DEFAULTS); `tools_cfg`: the
+    tools' settings; `tools`: their names (default: python for math rows, search for QA rows)."""
+    from dataclasses import replace
+
     from arpo.data.datasets import load_examples
     from arpo.engine.hf import HFEngine
     from arpo.eval.evaluate import evaluate
     from arpo.models import load_model
     from arpo.rewards import arpo_reward
-    from arpo.rollout.agent import AgentConfig
-    from arpo.tools import build_tools
     from arpo.training.progress import Bar
 
+    agent = agent or agent_defaults("sft-data")
     exs = load_examples(data, limit)
     names = tools or (["python"] if all(e["task"] == "math" for e in exs) else ["search"])
-    reg = build_tools(names, search_index=search_index, search_top_k=top_k, search_max_chars=max_chars)
+    reg = replace(tools_cfg or tools_defaults("sft-data"), enabled=names).build()
     m, tok = load_model(model)
     recs: list = []
     try:
         with Bar(enabled=progress) as bar:
             t = bar.add_task("rejection sampling", total=len(exs) * samples)
             stats = evaluate(HFEngine(m, tok), reg, tok, exs, reward_fn=arpo_reward,
-                             agent=AgentConfig(max_response_tokens=max_new_tokens), samples=samples,
-                             temperature=temperature, tool_names=names, records_out=recs,
+                             agent=agent, samples=samples,
+                             temperature=agent.temperature, tool_names=names, records_out=recs,
                              progress=lambda n: bar.advance(t, n))
     finally:
         reg.close()
@@ -489,15 +497,17 @@ def tools_to_sft(row: dict, tools, tokenizer, tool_format: str, system: str, sch
 
 def build_tool_sft(data: str, out_path: str, tool_names: list[str], tool_format: str = "tags",
                    model: str = "smollm2-135m-instruct", template: str | None = None, limit: int | None = None,
-                   progress: bool = True) -> dict:
-    """`arpo sft-data tools`: worked examples of your tools -> SFT JSONL (rows that check out)."""
+                   progress: bool = True, tools_cfg: ToolsConfig | None = None) -> dict:
+    """`arpo sft-data tools`: worked examples of your tools -> SFT JSONL (rows that check out).
+    `tools_cfg`: the tools' settings (tools.options of yours, MCP servers, ...), `tool_names` enabled."""
+    from dataclasses import replace
+
     from arpo.data.prompts import default_template, system_prompt
     from arpo.data.sources import iter_rows
-    from arpo.tools import build_tools
     from arpo.tools.formats import tool_schema
 
     tok = _load_tokenizer(model)
-    tools = build_tools(tool_names)
+    tools = replace(tools_cfg or tools_defaults("sft-data"), enabled=list(tool_names)).build()
     try:
         system = system_prompt(template or default_template(tools), tools, tool_format=tool_format)
         schemas = [tool_schema(tools[n]) for n in tools.names]

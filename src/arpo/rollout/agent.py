@@ -23,39 +23,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from arpo.engine.base import Engine, SamplingParams
+from arpo.settings import AgentConfig  # the agent section (settings.py), used and re-exported here
 from arpo.tools.base import STOP_REGEX, ToolResult
 from arpo.tools.registry import ToolRegistry
 from arpo.tools.formats import get_format
 from arpo.tools.tokens import Pieces, encode_pieces
-
-
-@dataclass
-class AgentConfig:
-    max_tool_calls: int = 5  # a call beyond this many ends the trajectory (reference default 5)
-    max_response_tokens: int = 1024  # budget for everything after the prompt, tool results included
-    temperature: float = 1.0  # sampling temperature (training: spec §2 uses 1.0; 0 = greedy)
-    top_p: float = 1.0  # sampling: nucleus probability mass (1.0 = off)
-    top_k: int = 0  # sampling: keep the k most likely tokens (0 = off)
-    tool_workers: int = 8  # tool calls that may run at once
-    tool_format: str = "tags"  # tags (<name>input</name>, the paper's) | json (native function calling, hermes)
-    result_template: str | None = None  # tags: how a result is appended, "{output}" the result (None: spec §1's)
-    repetition_penalty: float = 1.0  # > 1 discourages tokens already in the sequence (vLLM's rule); 1 = off
-
-    def validate(self) -> None:
-        from arpo.errors import require
-
-        require(self.max_tool_calls >= 0, "agent.max_tool_calls", f"must be >= 0, got {self.max_tool_calls}")
-        require(self.max_response_tokens >= 1, "agent.max_response_tokens",
-                f"must be >= 1, got {self.max_response_tokens}")
-        require(self.temperature >= 0, "agent.temperature", f"must be >= 0 (0 = greedy), got {self.temperature}")
-        require(0 < self.top_p <= 1, "agent.top_p", f"must be in (0, 1], got {self.top_p}")
-        require(self.top_k >= 0, "agent.top_k", f"must be >= 0 (0 = off), got {self.top_k}")
-        require(self.tool_workers >= 1, "agent.tool_workers", f"must be >= 1, got {self.tool_workers}")
-        require(self.tool_format in ("tags", "json"), "agent.tool_format", f"{self.tool_format!r}; choose tags or json")
-        require(self.result_template is None or "{output}" in self.result_template, "agent.result_template",
-                f"must contain {{output}}, got {self.result_template!r}")
-        require(self.repetition_penalty > 0, "agent.repetition_penalty", f"must be > 0 (1 = off), got "
-                f"{self.repetition_penalty}")
 
 
 class RepetitionPenalty:

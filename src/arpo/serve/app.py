@@ -24,6 +24,7 @@ from arpo.errors import ArpoError
 from arpo.rollout.agent import Trajectory
 from arpo.serve import openai_format as fmt
 from arpo.serve.scheduler import AgentScheduler, Busy, Done, Failed, Request, Step, Tokens
+from arpo.settings import AgentConfig, ToolsConfig, agent_defaults, tools_defaults
 
 DISCONNECT_POLL_S = 0.25  # how often a non-streaming request checks that its client is still there
 
@@ -32,24 +33,15 @@ DISCONNECT_POLL_S = 0.25  # how often a non-streaming request checks that its cl
 class ServeConfig:
     model: str = "smollm2-135m-instruct"  # HF dir, built-in name, checkpoint or run dir (its latest checkpoint)
     served_model_name: Optional[str] = None  # the `model` clients ask for (default: from `model`)
-    tools: list[str] = field(default_factory=lambda: ["python"])  # python, search, your own as module.path:function
-    python_session: bool = False  # python keeps its state across one conversation's calls
-    tool_format: str = "tags"  # tags | json (agent.tool_format)
+    # the agent and its tools: the sections of settings.py, with serve's defaults (settings.COMMAND_DEFAULTS:
+    # sampling of a request that sets none; max_response_tokens: the budget of a request without max_tokens)
+    agent: AgentConfig = field(default_factory=lambda: agent_defaults("serve"))
+    tools: ToolsConfig = field(default_factory=lambda: tools_defaults("serve"))
     template: Optional[str] = None  # system-prompt template (default: from the tools)
     engine: str = "hf"  # hf | vllm
     device: str = "auto"
-    max_tool_calls: int = 5  # a call beyond this many ends the conversation (finish_reason length)
-    max_response_tokens: int = 1024  # response budget (tool results included) of a request without max_tokens
-    temperature: float = 0.6  # sampling defaults of requests that set none
-    top_p: float = 0.95
-    top_k: int = 20
     max_batch: int = 64  # conversations decoded together; more wait in a queue
     max_waiting: int = 1024  # beyond this many queued conversations, requests get HTTP 503
-    search_index: Optional[str] = None
-    search_url: Optional[str] = None
-    search_top_k: int = 3  # passages per search
-    search_max_chars: int = 300  # characters per passage
-    web: dict = field(default_factory=dict)  # web_search / browse settings (tools/web_config.py; the run's tools.web)
     api_key: Optional[str] = None  # if set, requests need `Authorization: Bearer <api_key>`
     host: str = "127.0.0.1"
     port: int = 8000
@@ -270,7 +262,7 @@ def serve(cfg: ServeConfig) -> None:
     with agent_server(cfg) as server:
         app = server.config.app
         print(f"arpo serve agent: model {app.state.model_name!r} ({cfg.model}) with tools "
-              f"{', '.join(cfg.tools) or 'none'} ({cfg.tool_format}), prompt template "
+              f"{', '.join(app.state.tools) or 'none'} ({cfg.agent.tool_format}), prompt template "
               f"{cfg.template or 'from the tools'} on http://{cfg.host}:{cfg.port}/v1  "
               "(POST /v1/chat/completions, GET /v1/models, GET /health)", flush=True)
         server.run()
@@ -289,29 +281,26 @@ def agent_server(cfg: ServeConfig):
         raise ArpoError(f"arpo serve agent needs {e.name}: pip install 'arpo[search]'") from e
 
     from arpo.data.prompts import default_template, system_prompt
-    from arpo.rollout.agent import AgentConfig
-    from arpo.tools import build_tools
 
-    agent = AgentConfig(max_tool_calls=cfg.max_tool_calls, max_response_tokens=cfg.max_response_tokens,
-                        temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, tool_format=cfg.tool_format)
+    agent = cfg.agent
     agent.validate()
+    cfg.tools.validate()
     try:  # fail with a clear message before loading anything (uvicorn would only log and exit)
         with socket.create_server((cfg.host, cfg.port)):
             pass
     except OSError as e:
         raise ArpoError(f"cannot listen on {cfg.host}:{cfg.port} ({e.strerror or e}); pick another --port") from e
-    tools = build_tools(cfg.tools, search_index=cfg.search_index, search_url=cfg.search_url,
-                        search_top_k=cfg.search_top_k, search_max_chars=cfg.search_max_chars,
-                        python_session=cfg.python_session, web=cfg.web)
+    tools = cfg.tools.build()  # MCP servers and your own tools too
     engine = sched = None
     try:
-        system = system_prompt(cfg.template or default_template(tools), tools, tool_format=cfg.tool_format)
+        system = system_prompt(cfg.template or default_template(tools), tools, tool_format=agent.tool_format)
         engine, tokenizer, context_len = _load_engine(cfg)
         sched = AgentScheduler(engine, tools, agent, max_batch=cfg.max_batch, max_waiting=cfg.max_waiting)
         app = create_app(sched, tokenizer, model_name=cfg.served_model_name or served_name(cfg.model), system=system,
-                         context_len=context_len, max_response_tokens=cfg.max_response_tokens, api_key=cfg.api_key,
-                         info={"tools": list(tools.names), "tool_format": cfg.tool_format, "engine": cfg.engine,
+                         context_len=context_len, max_response_tokens=agent.max_response_tokens, api_key=cfg.api_key,
+                         info={"tools": list(tools.names), "tool_format": agent.tool_format, "engine": cfg.engine,
                                "context_length": context_len})
+        app.state.tools = list(tools.names)
         yield uvicorn.Server(uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level=cfg.log_level))
     finally:
         if sched is not None:

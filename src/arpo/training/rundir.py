@@ -44,6 +44,19 @@ SAFE_ON_RESUME = ("steps", "max_steps", "epochs", "run.save_every", "run.keep_ch
                   "tools.web.summarizer_url")
 
 
+# top-level keys renamed since a run may have been saved ({old: new}; recipes/sft.py SFTConfig.RENAMED)
+RENAMED = {"max_steps": "steps", "batch_size": "prompts_per_step"}
+
+
+def _new_names(saved: dict, config: dict) -> dict:
+    """A saved config with its renamed keys under their new names, where the new config uses those."""
+    out = dict(saved)
+    for old, new in RENAMED.items():
+        if old in out and new not in out and new in config and old not in config:
+            out[new] = out.pop(old)
+    return out
+
+
 def _flatten(d: dict, prefix: str = "") -> dict:
     out = {}
     for k, v in d.items():
@@ -174,6 +187,7 @@ class RunDir:
             old = yaml.safe_load(saved.read_text()) or {}
         except (OSError, yaml.YAMLError) as e:
             raise ArpoError(f"{saved}: cannot read the run's saved config ({e})") from e
+        old = _new_names(old, config)
         bad = unsafe_changes(old, config)
         ckpt = self.checkpoint
         done = int(ckpt.name.rpartition("_")[2]) if ckpt is not None and ckpt.name.rpartition("_")[2].isdigit() else 0
