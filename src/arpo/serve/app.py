@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from arpo.errors import ArpoError
+from arpo.ports import require_port_free
 from arpo.rollout.agent import Trajectory
 from arpo.serve import openai_format as fmt
 from arpo.serve.scheduler import AgentScheduler, Busy, Done, Failed, Request, Step, Tokens
@@ -272,7 +273,6 @@ def serve(cfg: ServeConfig) -> None:
 def agent_server(cfg: ServeConfig):
     """A uvicorn.Server for the agent (not yet running: call `.run()`, or run it in a thread and set
     `.should_exit`); the engine thread, tools and engine are shut down when the block ends."""
-    import socket
 
     try:
         import fastapi  # noqa: F401
@@ -285,11 +285,7 @@ def agent_server(cfg: ServeConfig):
     agent = cfg.agent
     agent.validate()
     cfg.tools.validate()
-    try:  # fail with a clear message before loading anything (uvicorn would only log and exit)
-        with socket.create_server((cfg.host, cfg.port)):
-            pass
-    except OSError as e:
-        raise ArpoError(f"cannot listen on {cfg.host}:{cfg.port} ({e.strerror or e}); pick another --port") from e
+    require_port_free(cfg.host, cfg.port)  # before loading anything (uvicorn would only log and exit)
     tools = cfg.tools.build()  # MCP servers and your own tools too
     engine = sched = None
     try:
