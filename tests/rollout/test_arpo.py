@@ -62,7 +62,8 @@ def check_tree(tree, cfg, agent, prompt):
             i = d["tool_call_index"]
             start = tr.tool_calls[i].result_span[1]
             seg = []
-            for e, m in zip(tr.entropies[start : start + cfg.entropy_tokens], tr.loss_mask[start:]):
+            # the window is the entropies' slice; the mask runs to the end of the response
+            for e, m in zip(tr.entropies[start : start + cfg.entropy_tokens], tr.loss_mask[start:], strict=False):
                 if not m:
                     break
                 seg.append(e)
@@ -82,7 +83,7 @@ def test_random_trees_satisfy_invariants(tiny_lm, tiny_tok, seed):
     ro = make(tiny_lm, tiny_tok, cfg, agent)
     ps = prompts(tiny_tok, 2)
     trees = ro.run(ps)
-    for tree, p in zip(trees, ps):
+    for tree, p in zip(trees, ps, strict=True):
         check_tree(tree, cfg, agent, p)
     assert not ro.engine.seqs  # everything released
 

@@ -163,7 +163,7 @@ class _Group:
 def _generated_run(ents: list[float], mask: list[int], start: int, k: int) -> list[float]:
     """Entropies of up to k generated tokens from `start`, stopping at the next tool result."""
     out = []
-    for e, m in zip(ents[start : start + k], mask[start : start + k]):
+    for e, m in zip(ents[start : start + k], mask[start : start + k], strict=True):
         if not m:
             break
         out.append(e)
