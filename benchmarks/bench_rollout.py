@@ -41,7 +41,7 @@ def naive_rollout(model, tok, tools, prompts, m, max_resp, temperature, max_call
             out = model.generate(input_ids=ids, attention_mask=att, max_new_tokens=budget, do_sample=True,
                                  temperature=temperature, top_p=1.0, top_k=0, stop_strings=stops, tokenizer=tok,
                                  pad_token_id=pad)
-        for c, row in zip(live, out[:, width:].tolist()):
+        for c, row in zip(live, out[:, width:].tolist(), strict=True):
             # generate pads finished rows (pad may equal eos): drop trailing pad/eos, then read the text
             new = list(row)
             ended = False

@@ -152,7 +152,7 @@ def make_trl_trainer(model, tok, examples, system, a, total_steps: int, out_dir:
         # the same reward arpo computes, on the same text arpo scores (the decoded completion tokens)
         return [float(arpo_reward(tok.decode(ids), {"answers": ans, "task": tk}, tool_calls=[],
                                   math_scorer="math_equal").reward)
-                for ids, ans, tk in zip(completion_ids, answers, task)]
+                for ids, ans, tk in zip(completion_ids, answers, task, strict=True)]
 
     rows = [{"prompt": [{"role": "system", "content": system}, {"role": "user", "content": ex["question"]}],
              "answers": list(ex["answers"]), "task": ex["task"], "id": ex["id"]} for ex in examples]
@@ -359,8 +359,8 @@ def main() -> int:
                  "warmup_peak_rss_increase_gb": round(trl_runs[0]["peak_rss_increase_gb"], 2)},
         "ratio": a_s / t_s,
         # each pair ran back to back, so its ratio is less exposed to load drift than the ratio of medians
-        "pair_ratios": [round(x["seconds"] / y["seconds"], 3) for x, y in zip(arpo_m, trl_m)],
-        "median_pair_ratio": statistics.median(x["seconds"] / y["seconds"] for x, y in zip(arpo_m, trl_m)),
+        "pair_ratios": [round(x["seconds"] / y["seconds"], 3) for x, y in zip(arpo_m, trl_m, strict=True)],
+        "median_pair_ratio": statistics.median(x["seconds"] / y["seconds"] for x, y in zip(arpo_m, trl_m, strict=True)),
         "per_token_ratio": (a_s / max(a_tok, 1)) / (t_s / max(t_tok, 1)),
         "goal": "<= 0.5",
     }

@@ -457,9 +457,9 @@ def bench_mismatch(model, tok, sz: Sizes, dev: Device, variants=("eager", "graph
         if first is None:
             first = (name, resp, [s.logprobs for s in seqs])
         else:  # the variant against the first (eager): same tokens under the same seeds?
-            same = [a == b for a, b in zip(first[1], resp)]
-            lp = [abs(x - y) for a, b, r0, r1 in zip(first[2], [s.logprobs for s in seqs], first[1], resp)
-                  if r0 == r1 for x, y in zip(a, b)]
+            same = [a == b for a, b in zip(first[1], resp, strict=True)]
+            lp = [abs(x - y) for a, b, r0, r1 in zip(first[2], [s.logprobs for s in seqs], first[1], resp, strict=True)
+                  if r0 == r1 for x, y in zip(a, b, strict=True)]
             out[name].update({f"sequences_equal_to_{first[0]}": sum(same), "sequences": len(same),
                               f"max_abs_logprob_diff_to_{first[0]}": max(lp, default=None)})
         eng = None
@@ -559,7 +559,7 @@ def bench_rl(model, tok, sz: Sizes, dev: Device, errors: list) -> tuple[dict, ob
            "sample_tool_output": tool_log[0][2] if tool_log else None,
            "tool_outputs_ok": sum(r[1] for r in tool_log), "tool_runs_total": len(tool_log),
            "max_sampled_id": max((i for t in trees for x in t.trajectories for i, g in
-                                  zip(x.traj.response_ids, x.traj.loss_mask) if g), default=None),
+                                  zip(x.traj.response_ids, x.traj.loss_mask, strict=True) if g), default=None),
            "preset": preset.name, "tool_workers": cfg.agent.tool_workers, "training_error": None}
     return out, (trees, preset, tr.lp_kw)
 

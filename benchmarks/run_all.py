@@ -43,7 +43,7 @@ def rows(res: dict) -> list[tuple]:
     if "decode_tok_s_engine" in d:
         batches = [(d["batch"], d)] + [(int(k[6:]), v) for k, v in d.items() if k.startswith("batch_")]
         for b, r in batches:
-            what = "decode tok/s, batch %d, %d+%d tokens" % (b, d["prompt_tokens"], d["new_tokens"])
+            what = f"decode tok/s, batch {b}, {d['prompt_tokens']}+{d['new_tokens']} tokens"
             base = f"HF generate {r['decode_tok_s_generate']:.1f}"
             out.append((what + ", arpo's forward (default)", "bench_decode.py", f"{r['decode_tok_s_engine']:.1f}", base,
                         f"{r['decode_ratio_vs_generate']:.2f}x", ">= 2.0x"))

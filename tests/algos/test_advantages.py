@@ -163,13 +163,14 @@ def test_hard_attribution_matches_brute_force_on_random_trees():
             parent.append(p), branch_at.append(b), lengths.append(n)
         adv = torch.randn(m, generator=g)
         expected = _brute_force_hard(adv, parent, branch_at, lengths)
-        for got, exp in zip(hard_attribution(adv, parent, branch_at, lengths), expected):
+        for got, exp in zip(hard_attribution(adv, parent, branch_at, lengths), expected, strict=True):
             close(got, exp)
 
 
 def test_hard_attribution_without_forks_equals_soft():
     adv = torch.tensor([0.5, -1.0, 2.0])
-    for h, s in zip(hard_attribution(adv, [-1, -1, -1], [0, 0, 0], [2, 3, 1]), soft_attribution(adv, [2, 3, 1])):
+    for h, s in zip(hard_attribution(adv, [-1, -1, -1], [0, 0, 0], [2, 3, 1]), soft_attribution(adv, [2, 3, 1]),
+                    strict=True):
         close(h, s.tolist())
 
 

@@ -30,7 +30,7 @@ def test_values_and_grads_match_naive(chunk, temperature, bias):
         lp, en = fn(h, w, y, chunk_size=chunk, temperature=temperature, with_entropy=True, bias=b)
         grads = torch.autograd.grad((lp * up_lp).sum() + (en * up_en).sum(), params)
         outs.append((lp, en, *grads))
-    for a, r in zip(*outs):
+    for a, r in zip(*outs, strict=True):
         assert torch.allclose(a, r, **TOL)
 
 
@@ -45,7 +45,7 @@ def test_one_output_used_grad_of_other_is_none(which, chunk):
         lp, en = fn(h, w, y, chunk_size=chunk, temperature=0.8, with_entropy=True)
         out = lp if which == "logp" else en
         outs.append(torch.autograd.grad((out * up).sum(), [h, w]))
-    for a, r in zip(*outs):
+    for a, r in zip(*outs, strict=True):
         assert torch.allclose(a, r, **TOL)
 
 
@@ -120,7 +120,7 @@ def test_model_token_logprobs_matches_logits():
     ref_lp, ref_en = lsm.gather(-1, ids[:, 1:, None])[..., 0], -(lsm.exp() * lsm).sum(-1)
     assert torch.allclose(lp, ref_lp, atol=1e-10) and torch.allclose(en, ref_en, atol=1e-10)
     g_ref = torch.autograd.grad((ref_lp * up).sum() + (0.1 * ref_en * up).sum(), params, allow_unused=True)
-    for a, r in zip(g, g_ref):
+    for a, r in zip(g, g_ref, strict=True):
         assert (a is None) == (r is None)
         if a is not None:
             assert torch.allclose(a, r, atol=1e-10)

@@ -14,7 +14,7 @@ def full_logprobs(model, tokens, temperature=1.0):
 
 def assert_matches_recompute(model, seq, tol=1e-4):
     lp = full_logprobs(model, seq.tokens)
-    for i, (g, rec_lp, rec_h) in enumerate(zip(seq.gen_mask, seq.logprobs, seq.entropies)):
+    for i, (g, rec_lp, rec_h) in enumerate(zip(seq.gen_mask, seq.logprobs, seq.entropies, strict=True)):
         if not g:
             continue
         pos = seq.prompt_len + i
@@ -187,9 +187,9 @@ def test_identical_prompts_share_one_prefill(tiny_lm, tiny_tok):
     (e0, plain), (e1, shared) = runs[False], runs[True]
     assert e1.stats["shared_prefill_tokens"] == 3 * (len(p1) - 1) + 2 * (len(p2) - 1)
     assert e0.stats["prefill_tokens"] - e1.stats["prefill_tokens"] == e1.stats["shared_prefill_tokens"]
-    for a, b in zip(plain, shared):
+    for a, b in zip(plain, shared, strict=True):
         assert a.tokens == b.tokens
-        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-4
         assert_matches_recompute(tiny_lm, b)
 
 

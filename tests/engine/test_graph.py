@@ -20,7 +20,7 @@ def prompts(tok):
 def scenario(engine, tok, params, tool_tokens):
     """Run to the end: a seeded and an unseeded fork at step 5, a release at step 9, and every pause
     at a stop string answered with appended tokens (at most twice per sequence, then finish)."""
-    sids = [engine.add(p, sp) for p, sp in zip(prompts(tok), params)]
+    sids = [engine.add(p, sp) for p, sp in zip(prompts(tok), params, strict=False)]  # a prompt per params: 3 or 4
     answered: dict[int, int] = {}
     steps = 0
     while engine.has_unfinished():
@@ -43,10 +43,10 @@ def scenario(engine, tok, params, tool_tokens):
 
 def assert_same(a, b, tol=1e-5):
     assert len(a) == len(b)
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         assert x.tokens == y.tokens and x.gen_mask == y.gen_mask
         for u, v in ((x.logprobs, y.logprobs), (x.entropies, y.entropies), (x.topk_entropies, y.topk_entropies)):
-            assert max(abs(p - q) for p, q in zip(u, v)) < tol
+            assert max(abs(p - q) for p, q in zip(u, v, strict=True)) < tol
 
 
 def test_graph_step_equals_the_eager_step(tiny_lm, tiny_tok):
@@ -89,7 +89,7 @@ def test_bucketed_shapes_equal_the_exact_step(tiny_lm, tiny_tok):
     ids = torch.zeros(n, dtype=torch.long)
     temp = torch.ones(n)
     u = torch.full((n,), 0.5)
-    for (_, slot), s in zip(live, seqs):
+    for (_, slot), s in zip(live, seqs, strict=True):
         ids[slot], temp[slot] = s.tokens[-1], s.params.temperature
     u[[slot for _, slot in live]] = uniforms_for([eng._st[sid].key for sid, _ in live], [len(s.tokens) for s in seqs])
     bias = torch.zeros(n, ptr).masked_fill_(~kv.valid[:, :ptr], float("-inf"))
@@ -102,7 +102,7 @@ def test_bucketed_shapes_equal_the_exact_step(tiny_lm, tiny_tok):
         assert 2 * S0 <= kv.store[0].shape[2] and 4 * W0 <= kv.store[0].shape[4]
         got = g._compute(S, W)[3:]
         assert torch.equal(got[0][rows], exact[0][rows]), (S, W)
-        for x, y in zip(got[1:], exact[1:]):
+        for x, y in zip(got[1:], exact[1:], strict=True):
             assert torch.allclose(x[rows], y[rows], atol=1e-5, rtol=1e-5), (S, W)
 
 

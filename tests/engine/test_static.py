@@ -11,7 +11,7 @@ from arpo.errors import ArpoError
 
 
 def run(engine, prompts, params_list, forks_at=None):
-    sids = [engine.add(p, sp) for p, sp in zip(prompts, params_list)]
+    sids = [engine.add(p, sp) for p, sp in zip(prompts, params_list, strict=True)]
     steps = 0
     while engine.has_unfinished():
         engine.step()
@@ -27,11 +27,11 @@ def prompts(tok):
 
 
 def assert_same(a, b, tol=1e-4):
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         assert x.tokens == y.tokens
-        assert max(abs(p - q) for p, q in zip(x.logprobs, y.logprobs)) < tol
-        assert max(abs(p - q) for p, q in zip(x.entropies, y.entropies)) < tol
-        assert max(abs(p - q) for p, q in zip(x.topk_entropies, y.topk_entropies)) < tol
+        assert max(abs(p - q) for p, q in zip(x.logprobs, y.logprobs, strict=True)) < tol
+        assert max(abs(p - q) for p, q in zip(x.entropies, y.entropies, strict=True)) < tol
+        assert max(abs(p - q) for p, q in zip(x.topk_entropies, y.topk_entropies, strict=True)) < tol
 
 
 def test_static_forward_equals_the_transformers_forward(tiny_lm, tiny_tok):
@@ -117,7 +117,7 @@ def test_compiled_step_equals_the_eager_step_at_many_shapes(tiny_lm):
         bias[-1] = float("-inf")
         temp, u = torch.rand(S, generator=g) + 0.5, torch.rand(S, generator=g)
         outs = [f.decode(ids, pos, bias, buf, temp, u, 5, True) for f in (eager, comp)]
-        for x, y in zip(*outs):
+        for x, y in zip(*outs, strict=True):
             assert x.shape == y.shape and torch.allclose(x.float(), y.float(), atol=1e-4, rtol=1e-4), (S, col, cap)
 
 

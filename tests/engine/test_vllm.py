@@ -127,7 +127,8 @@ def assert_matches_recompute(model, seq, tol=1e-4, temperature=1.0):
     """Every generated token's log-prob and top-k entropy equal a from-scratch HF forward's."""
     lp = full_logprobs(model, seq.tokens, temperature)
     n = 0
-    for i, (g, rec_lp, rec_h, rec_k) in enumerate(zip(seq.gen_mask, seq.logprobs, seq.entropies, seq.topk_entropies)):
+    for i, (g, rec_lp, rec_h, rec_k) in enumerate(zip(seq.gen_mask, seq.logprobs, seq.entropies, seq.topk_entropies,
+                                                      strict=True)):
         if not g:
             assert rec_lp == 0.0 and rec_h == 0.0 and rec_k == 0.0
             continue
@@ -146,11 +147,11 @@ def test_greedy_matches_hf_backend(noeos, setup, tiny_tok):
     params = SamplingParams(max_len=48, temperature=0.0)
     want = hf.generate(prompts, params)
     got = noeos.generate(prompts, params)
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         assert g.finish_reason == "length" and len(g.tokens) == 48
         assert g.tokens == w.tokens  # the full 48 tokens, not only a first few
         assert len(set(g.response)) > 5  # not a degenerate repetition
-        for x, y in zip(g.topk_entropies, w.topk_entropies):
+        for x, y in zip(g.topk_entropies, w.topk_entropies, strict=True):
             assert abs(x - y) < 1e-4
         assert_matches_recompute(a, g)
     # top-k 1 sampling is greedy
@@ -310,7 +311,7 @@ def test_arpo_rollout_trees_satisfy_invariants(veng, tiny_tok):
     ro = _rollout(veng, ToolRegistry([t.Echo()]), tiny_tok, cfg, agent, t.SCRIPT)
     ps = t.prompts(tiny_tok, 2)
     trees = ro.run(ps)
-    for tree, p in zip(trees, ps):
+    for tree, p in zip(trees, ps, strict=True):
         t.check_tree(tree, cfg, agent, p)
         for tr in tree.trajectories:
             assert [c.output for c in tr.traj.tool_calls] == ["a", "bb", "ccc"][: len(tr.traj.tool_calls)]

@@ -54,11 +54,11 @@ def test_expert_traces_get_full_reward_with_the_real_tools(env):
     qs = kbenv.make_questions(kb, 30, seed=2)
     rows, dropped = kbenv.sft_rows(qs, tools)
     assert dropped == 0 and len(rows) == 30
-    for row, q in zip(rows, qs):
+    for row, q in zip(rows, qs, strict=True):
         assert check_format(row["response"]) is None
         assert arpo_reward(row["response"], q).reward == pytest.approx(1.1)  # correct + multi-tool bonus
         # every needed fact is on the first page the real search returned; the python output is the answer
-        for out, fact in zip(row["tool_outputs"], q["plan"]["evidence"]):
+        for out, fact in zip(row["tool_outputs"], q["plan"]["evidence"], strict=False):  # the python output: no fact
             assert fact in out.split("\n\nPage 2:")[0]
         assert row["tool_outputs"][-1].strip() == q["answers"][0]
         # the masked spans are exactly the environment's result blocks
@@ -94,7 +94,7 @@ def test_calls_to_reach_interpolates():
 def test_summary_ratio_on_hand_made_curves():
     def run(seed, calls, accs):
         return {"seed": seed, "curve": [{"step": 5 * i, "tool_calls": c, "accuracy": a}
-                                        for i, (c, a) in enumerate(zip(calls, accs))]}
+                                        for i, (c, a) in enumerate(zip(calls, accs, strict=True))]}
 
     runs = {"arpo": [run(0, [0, 50, 100], [0.2, 0.4, 0.5])], "grpo": [run(0, [0, 100, 200], [0.2, 0.3, 0.4])]}
     s = X.summarize(runs, start_acc=0.2)

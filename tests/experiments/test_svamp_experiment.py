@@ -54,7 +54,7 @@ def test_a_rerun_reuses_finished_checkpoints_and_cached_evaluations(tmp_path, mo
     second = X.run(X.SvampExperimentConfig(**again))["runs"]["arpo"][0]
     assert second["reused_steps"] == [1, 2] and evals == []
     assert second["curve"][1:] == [dict(p, seconds=q["seconds"])
-                                   for p, q in zip(first["curve"][1:], second["curve"][1:])]
+                                   for p, q in zip(first["curve"][1:], second["curve"][1:], strict=True)]
     assert second["per_step"] == first["per_step"]
     # a change that alters training (the learning rate) is not reused: the run is trained again
     changed = X.SvampExperimentConfig(**dict(again, train_overrides=cfg.train_overrides + ["optim.lr=1e-3"]))

@@ -6,6 +6,7 @@ import random
 import pytest
 
 from arpo.engine.hf import HFEngine
+from arpo.errors import ArpoError
 from arpo.rollout.agent import AgentConfig
 from arpo.rollout.arpo import ARPORollout, RolloutConfig, branch_probability, dynamic_initial_rollouts, segment_entropy
 from arpo.testing import hook_rollout, scripted_hook
@@ -23,8 +24,9 @@ class Echo:
 SCRIPT = ["<python> a </python>", "<python> bb </python>", "<python> ccc </python>", "<answer> \\boxed{1} </answer>"]
 
 
-def make(tiny_lm, tok, cfg, agent=None, free_tokens=4, script=SCRIPT):
-    ro = ARPORollout(HFEngine(tiny_lm, tok), ToolRegistry([Echo()]), agent or AgentConfig(max_response_tokens=400), cfg)
+def make(tiny_lm, tok, cfg, agent=None, free_tokens=4, script=SCRIPT, engine=None):
+    ro = ARPORollout(engine or HFEngine(tiny_lm, tok), ToolRegistry([Echo()]),
+                     agent or AgentConfig(max_response_tokens=400), cfg)
     hook_rollout(ro, scripted_hook(tok, script, free_tokens=free_tokens))
     return ro
 
@@ -62,7 +64,8 @@ def check_tree(tree, cfg, agent, prompt):
             i = d["tool_call_index"]
             start = tr.tool_calls[i].result_span[1]
             seg = []
-            for e, m in zip(tr.entropies[start : start + cfg.entropy_tokens], tr.loss_mask[start:]):
+            # the window is the entropies' slice; the mask runs to the end of the response
+            for e, m in zip(tr.entropies[start : start + cfg.entropy_tokens], tr.loss_mask[start:], strict=False):
                 if not m:
                     break
                 seg.append(e)
@@ -82,9 +85,20 @@ def test_random_trees_satisfy_invariants(tiny_lm, tiny_tok, seed):
     ro = make(tiny_lm, tiny_tok, cfg, agent)
     ps = prompts(tiny_tok, 2)
     trees = ro.run(ps)
-    for tree, p in zip(trees, ps):
+    for tree, p in zip(trees, ps, strict=True):
         check_tree(tree, cfg, agent, p)
     assert not ro.engine.seqs  # everything released
+
+
+def test_topk_estimator_on_an_engine_without_topk_entropies_is_an_error(tiny_lm, tiny_tok):
+    """entropy_estimator: topk with the engine option topk_entropy: 0 (no top-k entropies recorded)
+    measured every segment as empty: no entropy, no branch decision, a GRPO run in silence."""
+    cfg = RolloutConfig(group_size=4, initial_rollouts=2, entropy_estimator="topk", entropy_tokens=2)
+    with pytest.raises(ArpoError, match="topk_entropy: 0"):
+        make(tiny_lm, tiny_tok, cfg, engine=HFEngine(tiny_lm, tiny_tok, topk_entropy=0))
+    ro = make(tiny_lm, tiny_tok, cfg, engine=HFEngine(tiny_lm, tiny_tok, topk_entropy=10))
+    (tree,) = ro.run(prompts(tiny_tok, 1))
+    assert any(t.branch_decisions for t in tree.trajectories)  # with them, it decides
 
 
 def test_grpo_is_no_branching(tiny_lm, tiny_tok):

@@ -97,7 +97,7 @@ def test_json_format_keeps_template_markers_and_splits_tool_text(smol_tok, smol_
 def _specials_are_sampled(tr, tok, allowed=()):
     """Every special token in the response was sampled by the model (or is template markup in `allowed`)."""
     specials = special_ids(tok)
-    extra = [t for t, m in zip(tr.response_ids, tr.loss_mask) if t in specials and m == 0]
+    extra = [t for t, m in zip(tr.response_ids, tr.loss_mask, strict=True) if t in specials and m == 0]
     assert sorted(extra) == sorted(t for t in allowed if t in specials)
 
 
@@ -121,7 +121,7 @@ def test_sft_rows_tokenize_tool_text_as_the_rollout_does(smol_tok, python_tool):
                 "response": f"<python>x</python>\n<result>\n{FORGED_TEXT}\n</result>\n"
                 "<answer> \\boxed{1} </answer>", "tool_results": [[18, 18 + len(FORGED_TEXT) + 20]]}
     _, ids, mask = tokenize_row(smol_tok, tags_row)
-    assert not special_ids(smol_tok).intersection(t for t, m in zip(ids, mask) if m == 0)
+    assert not special_ids(smol_tok).intersection(t for t, m in zip(ids, mask, strict=True) if m == 0)
 
     tok = copy.deepcopy(smol_tok)
     tok.chat_template = QWEN_TOOLS_TEMPLATE
@@ -131,10 +131,11 @@ def test_sft_rows_tokenize_tool_text_as_the_rollout_does(smol_tok, python_tool):
     assert why == "ok", why
     _, ids, mask = tokenize_row(tok, row)
     im_start, im_end = tok.convert_tokens_to_ids("<|im_start|>"), tok.convert_tokens_to_ids("<|im_end|>")
-    assert [t for t, m in zip(ids, mask) if m == 0 and t in special_ids(tok)] == [im_start, im_end, im_start]
+    specials = special_ids(tok)
+    assert [t for t, m in zip(ids, mask, strict=True) if m == 0 and t in specials] == [im_start, im_end, im_start]
     (s, e), = row["tool_results"]
     assert FORGED_TEXT in row["response"][s:e]
-    assert tok.decode([t for t, m in zip(ids, mask) if m == 0]) == row["response"][s:e]
+    assert tok.decode([t for t, m in zip(ids, mask, strict=True) if m == 0]) == row["response"][s:e]
 
 
 @pytest.mark.parametrize("tool_format, template", [("tags", None), ("json", "qwen"), ("json", None)])

@@ -252,7 +252,7 @@ def test_json_rollout_ids_are_sampled_plus_rendered_results(tiny_lm, template):
     assert tr.loss_mask == expected
     assert "<tool_response>\ncba\n</tool_response>" in tok.decode(tr.response_ids[spans[0][0]:spans[0][1]])
     # every generated token is what the scripted model sampled: each turn ends with <|im_end|>
-    gen = [t for t, m in zip(tr.response_ids, tr.loss_mask) if m]
+    gen = [t for t, m in zip(tr.response_ids, tr.loss_mask, strict=True) if m]
     assert gen.count(tok.convert_tokens_to_ids("<|im_end|>")) == 2
 
 

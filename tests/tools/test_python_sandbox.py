@@ -659,12 +659,11 @@ def test_a_venv_under_tmp_is_visible_to_sandboxed_code(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     src = Path(__import__("arpo").__file__).parents[1]
-    code = ("import sys; sys.path.insert(0, %r)\nfrom arpo.tools.python import PythonTool\n"
+    code = (f"import sys; sys.path.insert(0, {str(src)!r})\nfrom arpo.tools.python import PythonTool\n"
             "with PythonTool(pool_size=1, preimport=()) as t:\n"
             "    print(t('import subprocess, sys; print(sys.prefix); "
             "print(subprocess.run([sys.executable, \"-c\", \"print(5)\"], capture_output=True, text=True)"
-            ".stdout)').output)\n"
-            % str(src))
+            ".stdout)').output)\n")
     p = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, timeout=120,
                        env={**os.environ, "ARPO_CACHE_DIR": str(tmp_path / "cache")})
     lines = p.stdout.split()

@@ -164,16 +164,17 @@ def test_sessions_fork_with_the_arpo_tree(tiny_lm, tiny_tok):
 
 
 def test_no_process_is_left_after_sigint(tmp_path):
-    code = textwrap.dedent('''
+    src = os.path.dirname(os.path.dirname(__import__("arpo").__file__))
+    code = textwrap.dedent(f'''
         import sys, time
-        sys.path.insert(0, %r)
+        sys.path.insert(0, {src!r})
         from arpo.tools.python_session import PythonSessionTool
         t = PythonSessionTool(timeout_s=30)
         t.run_session("a", "x = 1")
         t.fork("a", "b", 1)
         print(t._inner.uid_range[0], t._inner.uid_range[1], flush=True)
         t.run_session("b", "import time; time.sleep(60)")
-    ''' % str(os.path.dirname(os.path.dirname(__import__("arpo").__file__))))
+    ''')
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
                          env={**os.environ, "ARPO_CACHE_DIR": str(tmp_path)})
     lo, hi = map(int, p.stdout.readline().split())

@@ -137,7 +137,7 @@ def test_5xx_retried_with_exponential_backoff_then_an_error_result():
         r = tool("q")
         assert not r.ok and r.output.startswith("Error: web search failed: HTTP 503 from searxng")
         assert "upstream down" in r.output and "after 3 attempts" in r.output
-        gaps = [b.t - a.t for a, b in zip(srv.requests, srv.requests[1:])]
+        gaps = [b.t - a.t for a, b in zip(srv.requests, srv.requests[1:], strict=False)]  # consecutive pairs
         assert len(srv.requests) == 3 and gaps[0] >= 0.09 and gaps[1] >= 0.19  # 0.1 s, then 0.2 s
 
 
@@ -154,7 +154,7 @@ def test_rate_limit_spaces_requests_per_provider():
         t0 = time.monotonic()
         for j in range(4):
             assert tool(f"q{j}").ok
-        gaps = [b.t - a.t for a, b in zip(srv.requests, srv.requests[1:])]
+        gaps = [b.t - a.t for a, b in zip(srv.requests, srv.requests[1:], strict=False)]  # consecutive pairs
         assert min(gaps) >= 0.14 and time.monotonic() - t0 >= 0.59  # 5 per second: 0.2 s apart (server-side jitter)
         other = WebSearchTool({"provider": "searxng", "url": srv.url, "rate_limit": 5.0})  # same endpoint: shared
         assert other.limiter is tool.limiter

@@ -78,7 +78,7 @@ def _weights(run_dir, step=None):
 
 def _assert_rows_close(a, b, rel=1e-5, abs_=1e-9):
     assert [r["step"] for r in a] == [r["step"] for r in b]
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         assert x.keys() == y.keys()
         for k in x:
             if isinstance(x[k], float):

@@ -60,8 +60,8 @@ def test_packed_logprobs_equal_flat_float64(model64, seed):
             assert torch.allclose(lp[row, : len(r)], r, rtol=1e-9, atol=1e-10)
     # each shared token is computed once: the pack holds the prompt once plus every own segment
     packs = pack_trees(trees)
-    for p, tr in zip(packs, trees):
-        own = sum(len(r) - b for r, b in zip(tr["responses"], tr["branch_at"]))
+    for p, tr in zip(packs, trees, strict=True):
+        own = sum(len(r) - b for r, b in zip(tr["responses"], tr["branch_at"], strict=True))
         assert p.n_tokens == len(tr["prompt"]) + own
     assert batch.n_tokens(packed=True) < batch.n_tokens(packed=False)
 
@@ -98,8 +98,8 @@ def test_packed_loss_and_gradients_equal_flat(model64, attribution, agg):
     rng = random.Random(11)
     trees = [random_tree(rng, 200, m=5) for _ in range(2)]
     masks = [[[rng.random() < 0.8 for _ in r] for r in t["responses"]] for t in trees]
-    for t, ms in zip(trees, masks):  # a shared token has one mask value in every sharer
-        for i, (p, b) in enumerate(zip(t["parent"], t["branch_at"])):
+    for t, ms in zip(trees, masks, strict=True):  # a shared token has one mask value in every sharer
+        for i, (p, b) in enumerate(zip(t["parent"], t["branch_at"], strict=True)):
             if p != -1:
                 ms[i][:b] = ms[p][:b]
     batch = TreeBatch.from_trees(trees, [[[int(x) for x in m] for m in ms] for ms in masks])

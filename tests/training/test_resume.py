@@ -104,7 +104,7 @@ def test_sft_runs_masks_results_and_resumes(tiny_dir, tmp_path):
     from arpo.testing import tiny_tokenizer
 
     p, ids, mask = sft.tokenize_row(tiny_tokenizer(), rows[0])
-    text_masked = tiny_tokenizer().decode([t for t, m in zip(ids, mask) if m == 0])
+    text_masked = tiny_tokenizer().decode([t for t, m in zip(ids, mask, strict=True) if m == 0])
     assert text_masked.strip().startswith("<result>") and text_masked.strip().endswith("</result>")
     assert ids[-1] == tiny_tokenizer().eos_token_id and mask[-1] == 1
     ov = [f"model.name={tiny_dir / 'model'}", f"data.path=[{data}]", "prompts_per_step=2", "epochs=2", "optim.lr=1e-3",

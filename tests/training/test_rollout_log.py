@@ -41,7 +41,7 @@ def test_train_writes_every_step_with_what_trained(tiny_run):
     assert [f.name for f in files] == ["step_1.jsonl.gz", "step_2.jsonl.gz", "step_3.jsonl.gz"]
     metrics = [json.loads(x) for x in (tiny_run / "metrics.jsonl").read_text().splitlines()]
     decisions = []
-    for f, m in zip(files, metrics):
+    for f, m in zip(files, metrics, strict=True):
         trees = _trees(f)
         assert len(trees) == 2  # prompts_per_step
         assert sum(len(t["trajectories"]) for t in trees) == m["trajectories"]

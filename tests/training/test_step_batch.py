@@ -45,8 +45,8 @@ def test_build_batch_carries_the_step_level_advantages(tiny_lm, tiny_tok):
     ro = ARPORollout(HFEngine(tiny_lm, tiny_tok), build_tools([]), AgentConfig(max_response_tokens=5),
                      RolloutConfig(group_size=4, initial_rollouts=4))
     trees = ro.run([tiny_tok.encode("question a"), tiny_tok.encode("question b")], seed=0)
-    for tree, rewards in zip(trees, ([1, 0, 0, 0], [1, 1, 1, 0])):
-        for t, r in zip(tree.trajectories, rewards):
+    for tree, rewards in zip(trees, ([1, 0, 0, 0], [1, 1, 1, 0]), strict=True):
+        for t, r in zip(tree.trajectories, rewards, strict=True):
             t.reward = float(r)
     batch = build_batch(trees, get_preset("reinforce_pp"))
     per_traj = [float(batch.advantages[batch.rows[(ti, i)], 0]) for ti in range(2) for i in range(4)]

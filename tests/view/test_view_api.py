@@ -128,7 +128,7 @@ def test_an_arpo_rollout_dump_is_shown_as_trees(tmp_path, tiny_run):
     assert page["total"] == 2 and [t["trajectories"] for t in page["trees"]] == [3, 3]
     tree = c.get("/api/runs/0/steps/0/trees/0").json()
     mine = [r for r in recs if r["prompt_id"] == tree["prompt_id"]]
-    for t, r in zip(tree["trajectories"], mine):
+    for t, r in zip(tree["trajectories"], mine, strict=True):
         assert t["tokens"] == r["tokens"][t["start"]:] and t["reward"] == r["reward"] and t["advantage"] is None
     assert c.get("/api/runs/0/metrics").json()["rows"] == []
     assert c.get("/api/runs/0/entropy").json()["trajectories"] >= 2

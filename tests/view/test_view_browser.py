@@ -163,7 +163,8 @@ def test_clicking_a_path_shows_its_tokens_shaded_by_entropy(server, browser, sho
     alphas = [float(re.search(r"rgba\(240, 110, 20, ([\d.]+)\)", t.get_attribute("style")).group(1)) for t in toks]
     assert len(set(alphas)) > 3  # shaded, not uniform
     order = sorted(range(len(hs)), key=hs.__getitem__)
-    assert all(alphas[a] <= alphas[b] + 1e-9 for a, b in zip(order, order[1:]))  # more entropy, darker
+    # consecutive pairs in entropy order: more entropy, darker
+    assert all(alphas[a] <= alphas[b] + 1e-9 for a, b in zip(order, order[1:], strict=False))
     assert "entropy" in toks[0].get_attribute("title") and "advantage" in toks[0].get_attribute("title")
     results = box.find_elements(By.CSS_SELECTOR, ".resultblock")
     assert len(results) == 2 and "391" in results[0].text and "python result 1" in results[0].text

@@ -201,7 +201,7 @@ def _check_tree(parent: list[int], branch_at: list[int], lengths: list[int]) -> 
     m = len(lengths)
     if not (len(parent) == len(branch_at) == m):
         raise ValueError(f"parent, branch_at, lengths must all have M={m} entries")
-    for i, (p, b, n) in enumerate(zip(parent, branch_at, lengths)):
+    for i, (p, b, n) in enumerate(zip(parent, branch_at, lengths, strict=True)):
         if n < 0:
             raise ValueError(f"trajectory {i}: negative length {n}")
         if p == -1:

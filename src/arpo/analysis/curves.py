@@ -37,7 +37,7 @@ def plot_run(rows: list[dict], out_dir: str | Path) -> list[Path]:
         fig, ax = plt.subplots(figsize=(6.5, 3.8))
         for k in present:
             pts = [(r["step"], r[k]) for r in rows if isinstance(r.get(k), (int, float))]
-            ax.plot(*zip(*pts), marker="o" if len(pts) < 30 else None, label=k)
+            ax.plot(*zip(*pts, strict=True), marker="o" if len(pts) < 30 else None, label=k)
         ax.set_xlabel("step")
         ax.set_title(name)
         ax.grid(alpha=0.3)

@@ -86,13 +86,13 @@ def plot_entropy(stats: dict, out_png: str | Path, title: str = "") -> Path:
     xs = list(range(stats["window"]))
     for name, curve, style in (("response start (initial)", stats["initial"], "-"),
                                ("after any tool result", stats["after_tool"], "-")):
-        pts = [(x, y) for x, y in zip(xs, curve) if y is not None]
+        pts = [(x, y) for x, y in zip(xs, curve, strict=True) if y is not None]
         if pts:
-            ax.plot(*zip(*pts), style, label=name, linewidth=2)
+            ax.plot(*zip(*pts, strict=True), style, label=name, linewidth=2)
     for j, curve in list(stats["after_tool_by_call"].items())[:3]:
-        pts = [(x, y) for x, y in zip(xs, curve) if y is not None]
+        pts = [(x, y) for x, y in zip(xs, curve, strict=True) if y is not None]
         if pts:
-            ax.plot(*zip(*pts), ":", label=f"after tool result {j}")
+            ax.plot(*zip(*pts, strict=True), ":", label=f"after tool result {j}")
     ax.set_xlabel("token position within the segment")
     ax.set_ylabel("token entropy (nats)")
     ax.set_title(title or f"entropy after tool results ({stats['trajectories']} trajectories, "

@@ -310,7 +310,7 @@ class HFEngine:
         end = max(kv.ptr, longest_past)  # past K/V end here; the new block is [end, end + q)
         free = kv.free_slots()[: len(sids)]
         past_lens = [0 if st.past is None else st.past.shape[-2] for st in sts]
-        for sid, st, slot in zip(sids, sts, free):
+        for sid, st, slot in zip(sids, sts, free, strict=True):
             kv.place(slot, sid, st.past, end)
             st.past = None
             self._slot[sid] = slot
@@ -319,7 +319,7 @@ class HFEngine:
         pos = torch.zeros(len(sids), q, dtype=torch.long)
         mask = torch.zeros(len(sids), 1, q, end + q, dtype=torch.bool)
         causal = torch.ones(q, q, dtype=torch.bool).tril()
-        for i, (st, slot) in enumerate(zip(sts, free)):
+        for i, (st, slot) in enumerate(zip(sts, free, strict=True)):
             n, off = len(st.pending), q - len(st.pending)
             ids[i, off:] = torch.tensor(st.pending)
             pos[i, off:] = torch.arange(kv.lens[slot], kv.lens[slot] + n)
@@ -329,7 +329,7 @@ class HFEngine:
             mask[i, 0, torch.arange(off), end + torch.arange(off)] = True  # pad queries see themselves only
         kv.ptr = end
         logits = self._forward(ids, pos, mask, SlotCache(kv, end, rows))
-        for st, slot in zip(sts, free):
+        for st, slot in zip(sts, free, strict=True):
             n = len(st.pending)
             kv.valid[slot, end + q - n : end + q] = True
             kv.grow_len([slot], n)
@@ -409,7 +409,7 @@ class HFEngine:
         seqs = [self.seqs[sid] for sid, _ in live]
         temp = torch.ones(n, dtype=torch.float32)
         u = torch.full((n,), 0.5)
-        for (_, slot), s in zip(live, seqs):
+        for (_, slot), s in zip(live, seqs, strict=True):
             temp[slot] = s.params.temperature
         u[[slot for _, slot in live]] = uniforms_for([self._st[sid].key for sid, _ in live],
                                                      [len(s.tokens) for s in seqs])

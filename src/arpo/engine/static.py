@@ -156,7 +156,7 @@ class Weights:
             if same_params and not self.packed and len(lin) == len(self.lin):
                 # only values changed (an optimizer step): update the fused copies in place, so every
                 # tensor keeps its address (captured CUDA graphs read them; engine/graph.py)
-                for (ow, ob, _), (nw, nb, _) in zip(self.lin, lin):
+                for (ow, ob, _), (nw, nb, _) in zip(self.lin, lin, strict=True):
                     if ow.data_ptr() != nw.data_ptr():
                         ow.copy_(nw)
                     if ob is not None and ob.data_ptr() != nb.data_ptr():

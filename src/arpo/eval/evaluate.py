@@ -62,7 +62,7 @@ def evaluate(engine, tools, tok, examples: list[dict], *, reward_fn, agent: Agen
     from arpo.engine.base import check_prompt_fits
 
     rendered = prompts_for(examples, tok, names, template, cfg.tool_format)  # once per question
-    for ex, p in zip(examples, rendered):  # all of them before the first generation
+    for ex, p in zip(examples, rendered, strict=True):  # all of them before the first generation
         check_prompt_fits(len(p), getattr(engine, "context_len", None), f"the prompt of {ex['id']}")
     jobs = [(i, s) for i in range(len(examples)) for s in range(samples)]
     records = []
@@ -71,7 +71,7 @@ def evaluate(engine, tools, tok, examples: list[dict], *, reward_fn, agent: Agen
             chunk = [(examples[i], s, rendered[i]) for i, s in jobs[b : b + batch_size]]
             prompts = [p for _, _, p in chunk]
             trajs = loop.run(prompts, seeds=[seed * 1_000_003 + b + i for i in range(len(chunk))])
-            for (ex, s, _), tr in zip(chunk, trajs):
+            for (ex, s, _), tr in zip(chunk, trajs, strict=True):
                 calls = [{"tool": c.tool, "ok": c.ok} for c in tr.tool_calls]
                 res = reward_fn(tr.text, ex, tool_calls=calls, math_scorer=math_scorer, tools=tools.names,
                                 tool_spans=tr.tool_spans)

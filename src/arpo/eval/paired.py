@@ -93,7 +93,7 @@ def compare_runs(runs: dict[str, dict]) -> dict:
         for ds, recs in (runs[label].get("records") or {}).items():
             if recs:
                 intervals.append({"dataset": ds, "label": label, **accuracy_interval(recs)})
-    for a, b in zip(labels, labels[1:]):
+    for a, b in zip(labels, labels[1:], strict=False):  # consecutive pairs: one fewer than labels
         ra, rb = runs[a].get("records") or {}, runs[b].get("records") or {}
         for ds in ra:
             if ra[ds] and rb.get(ds):

@@ -363,7 +363,7 @@ def summarize(runs: dict[str, list[dict]], start_acc: float, a: str = "arpo", b:
     s["ratio_levels"] = levels
     s["tool_call_ratio"] = levels["1.00"]["ratio"] if target > start_acc + 1e-9 else None
     pairs = []
-    for ra, rb in zip(runs[a], runs[b]):
+    for ra, rb in zip(runs[a], runs[b], strict=True):
         acc_a = [p["accuracy"] for p in ra["curve"]]
         acc_b = [p["accuracy"] for p in rb["curve"]]
         x = min(max(acc_a), max(acc_b))
@@ -394,8 +394,8 @@ def plot(results: dict, out: Path) -> list[Path]:
             for r in rs:
                 ax.plot([p[xkey] for p in r["curve"]], [p["accuracy"] for p in r["curve"]], color=col, alpha=0.25, lw=1)
             xs = c["step"] if xkey == "step" else c["tool_calls_mean"]
-            lo = [mu - sd for mu, sd in zip(c["accuracy_mean"], c["accuracy_std"])]
-            hi = [mu + sd for mu, sd in zip(c["accuracy_mean"], c["accuracy_std"])]
+            lo = [mu - sd for mu, sd in zip(c["accuracy_mean"], c["accuracy_std"], strict=True)]
+            hi = [mu + sd for mu, sd in zip(c["accuracy_mean"], c["accuracy_std"], strict=True)]
             ax.plot(xs, c["accuracy_mean"], color=col, lw=2, marker="o", ms=3,
                     label=f"{m.upper()} (mean of {len(rs)} seeds, band ±1 sd)")
             ax.fill_between(xs, lo, hi, color=col, alpha=0.15)

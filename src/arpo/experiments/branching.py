@@ -153,7 +153,7 @@ def measure(model_dir: str, cfg: BranchingConfig, examples: list[dict]) -> dict:
                 chunk = examples[b: b + cfg.prompts_per_batch]
                 got = ro.run(prompts_for(chunk, tok, cfg.tools, cfg.template), prompt_ids=[e["id"] for e in chunk],
                              seed=cfg.seed * 1000 + b)
-                for tr, ex in zip(got, chunk):
+                for tr, ex in zip(got, chunk, strict=True):
                     tr.example = ex
                 trees += got
             score_trees(trees, get_reward_fn(reward.fn), reward.math_scorer, tools.names)

@@ -102,9 +102,9 @@ def make_kb(n_towns: int = 40, seed: int = 0) -> KB:
     while True:
         perm = names[:]
         rng.shuffle(perm)
-        if all(a != b for a, b in zip(names, perm)):
+        if all(a != b for a, b in zip(names, perm, strict=True)):
             break
-    return KB([_town(rng, nm, tw) for nm, tw in zip(names, perm)], seed)
+    return KB([_town(rng, nm, tw) for nm, tw in zip(names, perm, strict=True)], seed)
 
 
 def _town(rng: random.Random, name: str, twin: str) -> Town:
@@ -228,7 +228,8 @@ def trace_is_valid(row: dict, example: dict) -> tuple[bool, str]:
     page and arpo's reward of the response (with its tool calls) is 1 + the 0.1 multi-tool bonus."""
     from arpo.rewards import arpo_reward
 
-    for out, fact in zip(row["tool_outputs"], example["plan"]["evidence"]):
+    # one fact per search; the last output is the python call's (no fact): zip stops before it
+    for out, fact in zip(row["tool_outputs"], example["plan"]["evidence"], strict=False):
         first_page = out.split("\n\nPage 2:")[0]
         if fact not in first_page.split("\n", 1)[-1]:
             return False, f"fact {fact!r} not on the first page of {out[:80]!r}"
@@ -245,7 +246,7 @@ def sft_rows(examples: list[dict], tools, workers: int = 8) -> tuple[list[dict],
 
     with ThreadPoolExecutor(workers) as pool:
         rows = list(pool.map(lambda ex: expert_trace(ex, tools), examples))
-    kept = [r for r, ex in zip(rows, examples) if trace_is_valid(r, ex)[0]]
+    kept = [r for r, ex in zip(rows, examples, strict=True) if trace_is_valid(r, ex)[0]]
     return kept, len(rows) - len(kept)
 
 

@@ -249,8 +249,8 @@ def plot(results: dict, out: Path) -> list[Path]:
                 ax.plot([p[xkey] for p in r["curve"]], [p["accuracy"] for p in r["curve"]], color=colors.get(m),
                         alpha=0.3, lw=1)
             xs = c["step"] if xkey == "step" else c["tool_calls_mean"]
-            lo = [mu - sd for mu, sd in zip(c["accuracy_mean"], c["accuracy_std"])]
-            hi = [mu + sd for mu, sd in zip(c["accuracy_mean"], c["accuracy_std"])]
+            lo = [mu - sd for mu, sd in zip(c["accuracy_mean"], c["accuracy_std"], strict=True)]
+            hi = [mu + sd for mu, sd in zip(c["accuracy_mean"], c["accuracy_std"], strict=True)]
             ax.plot(xs, c["accuracy_mean"], color=colors.get(m), lw=2, marker="o", ms=3,
                     label=f"{m.upper()} (mean of {len(rs)} seeds, band ±1 sd)")
             ax.fill_between(xs, lo, hi, color=colors.get(m), alpha=0.15)

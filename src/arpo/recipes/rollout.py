@@ -56,7 +56,7 @@ def run(cfg: RolloutJobConfig, out_path: str, quiet: bool = False) -> dict:
             batch = examples[b : b + cfg.prompts_per_batch]
             prompts = prompts_for(batch, tok, tools, cfg.data.template, cfg.agent.tool_format)
             trees = ro.run(prompts, prompt_ids=[ex["id"] for ex in batch], seed=cfg.rollout.seed + b)
-            for tree, ex in zip(trees, batch):
+            for tree, ex in zip(trees, batch, strict=True):
                 tree.example = ex
             score_trees(trees, reward_fn, cfg.reward.math_scorer, tools.names)
             for tree in trees:

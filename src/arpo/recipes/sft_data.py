@@ -182,7 +182,8 @@ def gsm8k_to_sft(example: dict, python_tool, max_chars: int = 1500, max_calls: i
             outs = r.output.strip().splitlines()
             if not r.ok:
                 return None, "program failed"
-            if len(outs) != len(st["calls"]) or not all(_same(o, v) for o, (_, v) in zip(outs, st["calls"])):
+            if len(outs) != len(st["calls"]) or not all(_same(o, v)
+                                                     for o, (_, v) in zip(outs, st["calls"], strict=True)):
                 return None, "program output != annotation"
             values += outs
             parts += [(f"<think> {st['think']} </think>\n<python>\n{code}\n</python>", "model"),

@@ -40,7 +40,7 @@ def hotpotqa_to_deep_search(row: dict, search_tool, browse_tool, max_pages: int 
         r = search_tool(t)
         if not r.ok:
             return None, "search failed"
-        url = next((u for u, title in zip(r.meta.get("urls", []), r.meta.get("titles", []))
+        url = next((u for u, title in zip(r.meta.get("urls", []), r.meta.get("titles", []), strict=True)
                     if _same_title(title, t)), None)
         if url is None:
             return None, "supporting page not among the search results"

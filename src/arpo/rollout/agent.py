@@ -201,7 +201,7 @@ class AgentLoop:
         results, pieces = out
         s = self.engine.seq(sid)
         recs = st.calls[len(st.calls) - len(results):]
-        for rec, r in zip(recs, results):
+        for rec, r in zip(recs, results, strict=True):
             rec.output, rec.ok, rec.elapsed_s = r.output, r.ok, r.elapsed_s
         ids = encode_pieces(self.tok, pieces)
         if len(s.tokens) + len(ids) >= s.params.max_len:

@@ -171,7 +171,7 @@ def _h_initial(sid: int, st: _Traj) -> float:
 def _generated_run(ents: list[float], mask: list[int], start: int, k: int) -> list[float]:
     """Entropies of up to k generated tokens from `start`, stopping at the next tool result."""
     out = []
-    for e, m in zip(ents[start : start + k], mask[start : start + k]):
+    for e, m in zip(ents[start : start + k], mask[start : start + k], strict=True):
         if not m:
             break
         out.append(e)
@@ -183,6 +183,11 @@ class ARPORollout:
                  cfg: RolloutConfig | None = None):
         self.cfg = cfg or RolloutConfig()
         self.cfg.validate()
+        if self.cfg.entropy_estimator == "topk" and getattr(engine, "topk_entropy", None) == 0:
+            # the engine records no top-k entropies: every H would be measured on an empty segment
+            raise ArpoError("rollout.entropy_estimator: topk, but the engine records no top-k entropies "
+                            "(engine option topk_entropy: 0); set topk_entropy >= 1 (e.g. 10) or use "
+                            "entropy_estimator: full")
         self.loop = AgentLoop(engine, tools, agent)
         self.engine = engine
         self.vocab = len(engine.tokenizer)

@@ -97,7 +97,7 @@ class RolloutTree:
                     prev = node_of_end[(anc, own_start)]
                     break
                 anc = self.trajectories[anc].parent_id
-            for a, b in zip(bounds, bounds[1:]):
+            for a, b in zip(bounds, bounds[1:], strict=False):  # consecutive bounds: one span each
                 if a == b:
                     continue
                 members = tuple(sorted(self.shared_with(i, a)))

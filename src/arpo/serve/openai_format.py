@@ -309,9 +309,9 @@ def call_text(name: str, arguments: str, tool_format: str = "tags") -> str:
 def tool_messages(calls: list[ToolCallRecord], text: str, call_ids: list[str]) -> list[dict]:
     """The assistant message that made `calls` (one pause: its turn's `text`) and a tool message per call."""
     out = [{"role": "assistant", "content": text,
-            "tool_calls": [openai_tool_call(c, i) for c, i in zip(calls, call_ids)]}]
+            "tool_calls": [openai_tool_call(c, i) for c, i in zip(calls, call_ids, strict=True)]}]
     return out + [{"role": "tool", "tool_call_id": i, "name": c.tool, "content": c.output, "ok": c.ok}
-                  for c, i in zip(calls, call_ids)]
+                  for c, i in zip(calls, call_ids, strict=True)]
 
 
 def split_trajectory(tokenizer, traj: Trajectory, completion_id: str, index: int, stop: str | None = None):

@@ -99,7 +99,7 @@ class JsonFormat:
         as pieces — the template's markup (real special tokens) and each output (plain text)."""
         marks = [PLACEHOLDER.format(i) for i in range(len(outputs))]
         if template_supports_tools(tokenizer):
-            tool_msgs = [{"role": "tool", "name": c.tag, "content": m} for c, m in zip(calls, marks)]
+            tool_msgs = [{"role": "tool", "name": c.tag, "content": m} for c, m in zip(calls, marks, strict=True)]
             pieces = fill_placeholders(_template_delta(tokenizer, turn_text, tool_msgs), marks, outputs)
             if pieces is not None:
                 return pieces
@@ -133,7 +133,7 @@ def fill_placeholders(rendered: str | None, marks: list[str], outputs: list[str]
         return None
     if strict and any(rendered.count(m) != 1 for m in marks):
         return None
-    by_mark = dict(zip(marks, outputs))
+    by_mark = dict(zip(marks, outputs, strict=True))
     pieces: Pieces = []
     pos = 0
     order = []

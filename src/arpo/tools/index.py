@@ -71,7 +71,7 @@ def _docs_of_row(row: dict, where: str) -> list[tuple[str, Doc]]:
         if len(ctx["title"]) != len(ctx["sentences"]):
             raise ArpoError(f"{where}: 'context' has {len(ctx['title'])} titles but "
                             f"{len(ctx['sentences'])} sentence lists")
-        return [(t, Doc(t, t, "".join(s).strip())) for t, s in zip(ctx["title"], ctx["sentences"])]
+        return [(t, Doc(t, t, "".join(s).strip())) for t, s in zip(ctx["title"], ctx["sentences"], strict=True)]
     if "paragraphs" in row:  # MuSiQue: paragraphs[{title, paragraph_text}]
         ps = row["paragraphs"]
         if not isinstance(ps, list):
@@ -296,7 +296,8 @@ class Index:
         with self._lock:
             ids, scores = self.bm25.retrieve(toks, k=k, show_progress=False, n_threads=0)
         # score 0: no query term in the document (or a query of stopwords only): not a hit
-        return [[(int(i), float(s)) for i, s in zip(ri, rs) if s > 0] for ri, rs in zip(ids, scores)]
+        return [[(int(i), float(s)) for i, s in zip(ri, rs, strict=True) if s > 0]
+                for ri, rs in zip(ids, scores, strict=True)]
 
     def encoder(self) -> DenseEncoder:
         if self._encoder is None:
@@ -343,7 +344,7 @@ class Index:
             ranked = self._dense(queries, k)
         else:
             ranked = []
-            for ra, rb in zip(self._bm25(queries, 4 * k), self._dense(queries, 4 * k)):
+            for ra, rb in zip(self._bm25(queries, 4 * k), self._dense(queries, 4 * k), strict=True):
                 score: dict[int, float] = {}
                 for lst in (ra, rb):
                     for rank, (i, _) in enumerate(lst, 1):

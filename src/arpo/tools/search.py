@@ -169,7 +169,7 @@ class SearchTool:
                 for j in todo:
                     out[j] = ToolResult(error, ok=False, elapsed_s=dt)
             else:
-                for j, hits in zip(todo, results):
+                for j, hits in zip(todo, results, strict=True):
                     if hits:
                         text, cut = _format(hits, self.max_chars)
                         titles = [_title_text(h)[0] for h in hits]

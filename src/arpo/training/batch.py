@@ -60,7 +60,8 @@ class TreeBatch:
         """Tokens the model must process for this batch: packed counts each shared token once."""
         if packed:
             return sum(len(t["prompt"]) + sum(len(r) - (b if p != -1 else 0)
-                       for r, p, b in zip(t["responses"], t["parent"], t["branch_at"])) for t in self.trees)
+                       for r, p, b in zip(t["responses"], t["parent"], t["branch_at"], strict=True))
+                       for t in self.trees)
         return sum(len(t["prompt"]) * len(t["responses"]) + sum(len(r) for r in t["responses"]) for t in self.trees)
 
     def to(self, device) -> "TreeBatch":
@@ -125,7 +126,7 @@ def token_logprobs(model, batch: TreeBatch, *, packed: bool = True, max_tokens: 
         for group in _micro_packs(batch, packed, max_tokens):
             for (lp, en), p in zip(packed_token_logprobs(model, group, with_entropy=with_entropy,
                                                          chunk_size=chunk_size, temperature=temperature,
-                                                         pad_id=pad_id), group):
+                                                         pad_id=pad_id), group, strict=True):
                 lps.append(lp)
                 ens.append(en)
                 all_packs.append(p)
@@ -177,11 +178,11 @@ def loss_and_backward(model, batch: TreeBatch, loss_fn, *, packed: bool = True, 
         outs = packed_token_logprobs(model, group, with_entropy=g_en is not None, chunk_size=chunk_size,
                                      temperature=temperature, pad_id=pad_id)
         terms = []
-        for (plp, pen), p in zip(outs, group):
+        for (plp, pen), p in zip(outs, group, strict=True):
             # a pair may belong to several rows (shared tokens): index_add sums their gradients
             g = torch.zeros_like(plp)
             ge = torch.zeros_like(pen) if (g_en is not None and pen is not None) else None
-            for key, pi in zip(p.members, p.pair_index):
+            for key, pi in zip(p.members, p.pair_index, strict=True):
                 r, n = batch.rows[key], len(pi)
                 pi = pi.to(plp.device)
                 g.index_add_(0, pi, g_lp[r, :n].to(plp.device, plp.dtype))

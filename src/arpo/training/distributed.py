@@ -236,7 +236,7 @@ class ParallelModel:
         params = [p for p in self.model.parameters() if p.requires_grad]
         # a parameter without gradient on every rank keeps none (as in one process); else zeros join in
         has = all_reduce([float(p.grad is not None) for p in params], op="max")
-        for p, h in zip(params, has):
+        for p, h in zip(params, has, strict=True):
             if h and p.grad is None:
                 p.grad = torch.zeros_like(p)
         grads = [p.grad for p in params if p.grad is not None]
@@ -247,6 +247,6 @@ class ParallelModel:
             if nxt is None or nxt.dtype != g.dtype or sum(b.numel() for b in bucket) >= 2**25:
                 flat = torch._utils._flatten_dense_tensors(bucket)  # one all-reduce per ~32M values
                 dist.all_reduce(flat)
-                for b, s in zip(bucket, torch._utils._unflatten_dense_tensors(flat, bucket)):
+                for b, s in zip(bucket, torch._utils._unflatten_dense_tensors(flat, bucket), strict=True):
                     b.copy_(s)
                 bucket = []

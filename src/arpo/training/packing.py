@@ -56,7 +56,7 @@ def _depth_order(parent: list[int]) -> list[int]:
 
 
 def _check(responses: list[list[int]], parent: list[int], branch_at: list[int]) -> None:
-    for i, (p, b) in enumerate(zip(parent, branch_at)):
+    for i, (p, b) in enumerate(zip(parent, branch_at, strict=True)):
         if p == -1:
             if b != 0:
                 raise ValueError(f"trajectory {i} is a root but branch_at={b}")
@@ -164,7 +164,7 @@ def pack_trees(trees: list[dict], max_tokens: int | None = None) -> list[Pack]:
         chunks: list[list[list[int]]] = []
         cur: list[list[int]] = []
         n_cur = len(prompt)
-        for g, n in zip(groups, own):
+        for g, n in zip(groups, own, strict=True):
             if cur and max_tokens is not None and n_cur + n > max_tokens:
                 chunks.append(cur)
                 cur, n_cur = [], len(prompt)
@@ -223,7 +223,7 @@ def packed_token_logprobs(model, packs: list[Pack], *, with_entropy: bool = Fals
     sizes = [int(p.targets.numel()) for p in packs]
     lps = logp.split(sizes)
     ents = ent.split(sizes) if ent is not None else [None] * len(packs)
-    return list(zip(lps, ents))
+    return list(zip(lps, ents, strict=True))
 
 
 def unpack(packs: list[Pack], values: list[torch.Tensor], rows: dict[tuple[int, int], int], length: int,
@@ -234,8 +234,8 @@ def unpack(packs: list[Pack], values: list[torch.Tensor], rows: dict[tuple[int, 
         offsets.append(o)
         o += v.numel()
     r_idx, c_idx, src = [], [], []
-    for p, off in zip(packs, offsets):
-        for key, pi in zip(p.members, p.pair_index):
+    for p, off in zip(packs, offsets, strict=True):
+        for key, pi in zip(p.members, p.pair_index, strict=True):
             r_idx.append(torch.full_like(pi, rows[key]))
             c_idx.append(torch.arange(len(pi)))
             src.append(pi + off)

@@ -59,7 +59,7 @@ def token_texts(tokenizer, ids: list[int]) -> list[str]:
     with_tok = tokenizer.batch_decode([ids[s : i + 1] for i, s in enumerate(starts)])
     without = tokenizer.batch_decode([ids[s:i] for i, s in enumerate(starts)])
     out = []
-    for full, head in zip(with_tok, without):
+    for full, head in zip(with_tok, without, strict=True):
         # a character split over tokens decodes as U+FFFD until its last byte: its text goes with that token
         full, head = full.rstrip("\ufffd"), head.rstrip("\ufffd")
         out.append(full[len(head):] if full.startswith(head) else full[-1:] if full else "")

@@ -105,10 +105,10 @@ class ShardedComm(LocalComm):
         return scale, norm, shares
 
     def diagnostics(self, share, diag: dict | None) -> dict | None:
-        return global_diagnostics([(x[0], x[1], d) for x, d in zip(share, distributed.gather(diag))])
+        return global_diagnostics([(x[0], x[1], d) for x, d in zip(share, distributed.gather(diag), strict=True)])
 
     def slowest(self, times: dict) -> dict:
-        return dict(zip(times, distributed.all_reduce(list(times.values()), op="max")))
+        return dict(zip(times, distributed.all_reduce(list(times.values()), op="max"), strict=True))
 
 
 def step_comm(multi: bool) -> LocalComm:

@@ -65,7 +65,7 @@ def build_batch(trees, preset, advantages: list[torch.Tensor] | None = None):
     batch = TreeBatch.from_trees([t for t, _ in layouts], [m for _, m in layouts])
     adv = torch.zeros(batch.mask.shape)
     advantages = step_advantages(trees, preset) if advantages is None else advantages
-    for ti, (tr, a_traj) in enumerate(zip(trees, advantages)):
+    for ti, (tr, a_traj) in enumerate(zip(trees, advantages, strict=True)):
         for i, a in enumerate(token_advantages(tr, a_traj, preset.attribution)):
             adv[batch.rows[(ti, i)], : len(a)] = a
     batch.advantages = adv

@@ -131,7 +131,7 @@ def rollout_step(ro, prompts, examples, seed: int, log_error, offset: int = 0) -
         trees = ro.run(prompts, prompt_ids=ids, seed=seed, group_offset=offset)
     except Exception:  # noqa: BLE001 - one bad rollout must not kill the run: retry one prompt at a time
         trees = []
-        for k, (p, ex) in enumerate(zip(prompts, examples)):
+        for k, (p, ex) in enumerate(zip(prompts, examples, strict=True)):
             try:
                 trees += ro.run([p], prompt_ids=[ex["id"]], seed=seed + 7919 * (offset + k + 1))
             except Exception as e:  # noqa: BLE001 - contained: logged with its traceback, group dropped

@@ -373,6 +373,6 @@ def _merge(profs, key: str, counts: str, window: int) -> list[float | None]:
 
 
 def _head(curve: list, counts: list, k: int = 20) -> float | None:
-    pts = [(y, c) for y, c in zip(curve[:k], counts[:k]) if y is not None and c]
+    pts = [(y, c) for y, c in zip(curve[:k], counts[:k], strict=True) if y is not None and c]
     return sum(y * c for y, c in pts) / sum(c for _, c in pts) if pts else None
 
