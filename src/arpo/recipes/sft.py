@@ -39,13 +39,14 @@ class SFTDataConfig:
 
 @dataclass
 class SFTConfig:
-    model: ModelConfig = field(default_factory=ModelConfig)
-    data: SFTDataConfig = field(default_factory=SFTDataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)  # the model to fine-tune
+    data: SFTDataConfig = field(default_factory=SFTDataConfig)  # worked examples (rows: `arpo sft-data`)
+    # optimizer and learning-rate schedule
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=2e-5, schedule="cosine", warmup_steps=2))
-    lora: LoraConfig = field(default_factory=LoraConfig)
-    run: RunConfig = field(default_factory=lambda: RunConfig(dir="runs/sft"))
+    lora: LoraConfig = field(default_factory=LoraConfig)  # train a LoRA adapter instead of all weights
+    run: RunConfig = field(default_factory=lambda: RunConfig(dir="runs/sft"))  # where and how it is saved
     batch_size: int = 8  # rows per optimizer step
-    epochs: int = 1
+    epochs: int = 1  # passes over the data (unless max_steps stops earlier)
     max_steps: int | None = None  # stop after this many steps (default: epochs over the data)
     micro_tokens: int = 2048  # tokens per forward/backward micro-batch (bounds activation memory)
 

@@ -60,7 +60,6 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
     reward_fn = get_reward_fn(cfg.reward.fn)
     examples = load_examples(cfg.data.path, cfg.data.limit, cfg.data.task)
     check_reward(reward_fn, examples, cfg.reward.math_scorer, cfg.reward.fn)  # one call, before the model loads
-    check_reward(reward_fn, examples, cfg.reward.math_scorer, cfg.reward.fn)  # one call, before the model loads
     val_examples = (load_examples(cfg.validation.path, cfg.validation.limit, cfg.data.task)
                     if cfg.validation.path else [])
     check_model(cfg.model.name, cfg.model.device)
@@ -100,9 +99,10 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
                 done = step + 1
                 if val_examples and cfg.validation.every and done % cfg.validation.every == 0:
                     metrics.update(validate(tr, val_examples))
-                log.log(done, metrics)
                 last = metrics
                 stopping = stop.requested(multi)
+                if done % cfg.run.log_every == 0 or done == cfg.steps or stopping:
+                    log.log(done, metrics)
                 if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps or stopping:
                     save = save_distributed_checkpoint if multi else save_checkpoint
                     save(run_dir, done, tr.model, tr.tok, tr.opt, tr.sched, {"kind": "train", "total_steps": cfg.steps},
