@@ -113,7 +113,10 @@ class OptimConfig:
 
 @dataclass
 class LoraConfig:
-    enabled: bool = False  # train a LoRA adapter (peft) instead of all weights
+    # train a LoRA adapter (peft) instead of all weights. null: true when model.name is itself a LoRA
+    # adapter (a run of sft/train with lora), whose adapter then trains on, with its own r, alpha,
+    # dropout, target_modules; false on such a model merges the adapter and trains all weights
+    enabled: bool | None = None
     r: int = 16  # adapter rank
     alpha: int = 32  # scaling: the adapter's update is multiplied by alpha / r
     dropout: float = 0.0  # dropout on the adapter's input
@@ -125,6 +128,22 @@ class LoraConfig:
         require(self.r >= 1, "lora.r", f"must be >= 1, got {self.r}")
         require(self.alpha > 0, "lora.alpha", f"must be > 0, got {self.alpha}")
         require(0 <= self.dropout < 1, "lora.dropout", f"must be in [0, 1), got {self.dropout}")
+
+    def resolve(self, model: str) -> LoraConfig:
+        """The LoRA in effect for `model` (enabled never null): a model that is a LoRA adapter
+        continues it with its own shape unless enabled is false; any other model: these fields."""
+        from dataclasses import replace
+
+        from arpo.models import lora_adapter
+
+        found = lora_adapter(model) if self.enabled is not False else None
+        if found is None:
+            return replace(self, enabled=bool(self.enabled))
+        ad = found[1]
+        targets = ad.get("target_modules") or self.target_modules
+        return replace(self, enabled=True, r=int(ad.get("r", self.r)), alpha=ad.get("lora_alpha", self.alpha),
+                       dropout=float(ad.get("lora_dropout", self.dropout)),
+                       target_modules=sorted(targets) if isinstance(targets, list) else [str(targets)])
 
 
 @dataclass
