@@ -1,0 +1,30 @@
+"""The README's code snippets run as shown (issue 29's fresh-clone pass): a newcomer copies them."""
+
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _python_block(marker: str) -> str:
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+    (block,) = [b for b in blocks if b.startswith(marker)]
+    return block
+
+
+def test_the_bring_your_own_tool_snippet_runs(tmp_path, monkeypatch):
+    """`# mytools.py` as printed, then `--tools mytools:lookup_order`: the tool answers (it used to
+    use a DB it never defined, so every call was a NameError result)."""
+    from arpo.tools import build_tools
+
+    (tmp_path / "mytools.py").write_text(_python_block("# mytools.py"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "mytools", raising=False)
+    reg = build_tools(["mytools:lookup_order"])
+    try:
+        res = reg["lookup_order"].call({"order_id": "A-1042"})
+        assert res.ok and "Error" not in res.output and res.output != "no such order", res.output
+        assert reg["lookup_order"].call({"order_id": "Z-0"}).output == "no such order"
+    finally:
+        reg.close()
