@@ -28,3 +28,17 @@ def test_the_bring_your_own_tool_snippet_runs(tmp_path, monkeypatch):
         assert reg["lookup_order"].call({"order_id": "Z-0"}).output == "no such order"
     finally:
         reg.close()
+
+
+def test_analyze_entropy_says_why_a_number_is_missing(tmp_path, capsys):
+    """`arpo analyze entropy` on a dump without tool results printed 'after a tool result None'."""
+    import json
+
+    from arpo.cli import main
+
+    dump = tmp_path / "r.jsonl"
+    dump.write_text(json.dumps({"prompt_id": "p", "traj_id": 0, "parent_id": None, "response_token_ids": [1, 2],
+                                "loss_mask": [1, 1], "entropies": [0.5, 0.7]}) + "\n")
+    assert main(["analyze", "entropy", str(dump)]) == 0
+    out = capsys.readouterr().out
+    assert "None" not in out and "after a tool result n/a (no tool results in the dump)" in out
