@@ -1,4 +1,5 @@
-"""The README's code snippets run as shown (issue 29's fresh-clone pass): a newcomer copies them."""
+"""What a fresh-clone pass over the README's and examples/' commands found (issue 29): the README's
+snippets run as shown, and the commands' output says what it means."""
 
 import re
 import sys
@@ -42,3 +43,18 @@ def test_analyze_entropy_says_why_a_number_is_missing(tmp_path, capsys):
     assert main(["analyze", "entropy", str(dump)]) == 0
     out = capsys.readouterr().out
     assert "None" not in out and "after a tool result n/a (no tool results in the dump)" in out
+
+
+def test_index_build_without_a_terminal_prints_plain_lines(tmp_path, capsys):
+    """Piped or logged, `arpo index build` wrote bm25s' tqdm bars (carriage returns, it/s) to stderr."""
+    import json
+
+    from arpo.cli import main
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"id": str(i), "title": f"T{i}", "text": f"document number {i}"}) + "\n"
+                              for i in range(50)))
+    assert main(["index", "build", str(corpus), "--out", str(tmp_path / "idx")]) == 0
+    io = capsys.readouterr()
+    assert json.loads(io.out)["docs"] == 50
+    assert "loaded 50 documents" in io.err and "\r" not in io.err and "it/s" not in io.err, io.err
