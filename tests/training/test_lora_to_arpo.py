@@ -52,6 +52,10 @@ def test_train_continues_the_sft_adapter_without_repeating_lora(lora_sft, tmp_pa
     assert (ck / "adapter_model.safetensors").is_file() and not (ck / "model.safetensors").exists()
     conf = json.loads((ck / "adapter_config.json").read_text())
     assert conf["r"] == 4 and Path(conf["base_model_name_or_path"]) == lora_sft / "model"
+    import yaml
+
+    saved = yaml.safe_load((tmp_path / "rl" / "config.yaml").read_text())["lora"]  # the LoRA in effect
+    assert saved["enabled"] is True and saved["r"] == 4
     before, after = _adapter(sft_model), _adapter(ck)
     assert before.keys() == after.keys()
     bs = [k for k in before if "lora_B" in k]
@@ -63,6 +67,23 @@ def test_train_continues_the_sft_adapter_without_repeating_lora(lora_sft, tmp_pa
 def test_lora_false_merges_the_adapter_and_trains_all_weights(lora_sft, tmp_path):
     ck = _train(lora_sft, tmp_path / "full", "lora.enabled=false")
     assert (ck / "model.safetensors").is_file() and not (ck / "adapter_config.json").exists()
+
+
+def test_a_plain_run_records_lora_false_and_resumes(lora_sft, tmp_path):
+    """lora.enabled's default is null (resolved against model.name); config.yaml keeps the resolved
+    false that runs always recorded, so a run started before resumes (a null was a 'changed key')."""
+    import yaml
+
+    from arpo.recipes import train
+
+    ov = [f"model.name={lora_sft / 'model'}", f"data.path={lora_sft / 'q.jsonl'}", "tools.enabled=[]",
+          "agent.max_response_tokens=8", "rollout.group_size=2", "rollout.initial_rollouts=2",
+          "reward.fn=arpo.testing:half_uniform_reward", "prompts_per_step=2", f"run.dir={tmp_path / 'r'}",
+          "run.tensorboard=false"]
+    train.run(load_config(train.TrainConfig, None, [*ov, "steps=1"]), quiet=True)
+    assert yaml.safe_load((tmp_path / "r" / "config.yaml").read_text())["lora"]["enabled"] is False
+    out = train.run(load_config(train.TrainConfig, None, [*ov, "steps=2"]), resume=True, quiet=True)
+    assert out["checkpoint"].endswith("step_000002")
 
 
 def test_print_config_shows_the_lora_in_effect(lora_sft, capsys):

@@ -188,6 +188,7 @@ def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False, overwrite: bo
     from arpo.training.signals import GracefulStop
 
     cfg.validate()
+    cfg = dataclasses.replace(cfg, lora=cfg.lora.resolve(cfg.model.name))  # as in recipes/train.py
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
     rows = read_sft_rows(cfg.data.path, cfg.data.limit)  # bad data fails here, before the run dir is touched

@@ -46,6 +46,9 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
     """The recipe: validate everything → claim the run dir → setup → steps (log, validate,
     checkpoint) → summary. SIGINT/SIGTERM stop it after the current step, with a checkpoint."""
     cfg.validate()
+    # the LoRA in effect (a LoRA run as model.name continues its adapter): config.yaml records it, and a
+    # resume compares it as runs always recorded it (true/false, never null)
+    cfg = dataclasses.replace(cfg, lora=cfg.lora.resolve(cfg.model.name))
     preset = cfg.algo.resolve(cfg.rollout)
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
