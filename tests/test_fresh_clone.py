@@ -58,3 +58,55 @@ def test_index_build_without_a_terminal_prints_plain_lines(tmp_path, capsys):
     io = capsys.readouterr()
     assert json.loads(io.out)["docs"] == 50
     assert "loaded 50 documents" in io.err and "\r" not in io.err and "it/s" not in io.err, io.err
+
+
+def _descendants(pid: int) -> list[int]:
+    import os
+
+    kids: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                stat = open(f"/proc/{d}/stat").read()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            kids.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += kids.get(p, [])
+    return out
+
+
+def test_ctrl_c_does_not_kill_the_python_sandbox(capfd):
+    """Ctrl-C reaches every process of the terminal's foreground group, the sandbox's zygote and its
+    ready workers too: they died with a KeyboardInterrupt traceback, and the calls of the step that
+    train finishes after Ctrl-C failed ('python tool failed', BrokenPipeError). The trainer decides
+    when to stop; the sandbox ignores SIGINT."""
+    import os
+    import signal
+    import time
+
+    from arpo.tools.python import PythonTool
+
+    tool = PythonTool(pool_size=2)
+    try:
+        assert tool.run("print(1)").output == "1"
+        tool._state.wait_full(2, time.monotonic() + 60)
+        zygote = tool._state.zygote.proc.pid
+        procs = _descendants(zygote)
+        assert len(procs) >= 2  # the zygote and at least one ready worker
+        for p in procs:
+            try:
+                os.kill(p, signal.SIGINT)
+            except ProcessLookupError:
+                pass
+        time.sleep(1.0)
+        assert tool._state.zygote.proc.poll() is None, "the zygote died of SIGINT"
+        results = [tool.run(f"print({i} * 7)") for i in range(3)]
+        assert [r.output for r in results] == ["0", "7", "14"] and all(r.ok for r in results)
+    finally:
+        tool.close()
+    assert "Traceback" not in capfd.readouterr().err
