@@ -67,7 +67,7 @@ def _descendants(pid: int) -> list[int]:
     for d in os.listdir("/proc"):
         if d.isdigit():
             try:
-                stat = open(f"/proc/{d}/stat").read()
+                stat = Path(f"/proc/{d}/stat").read_text()
             except OSError:
                 continue
             ppid = int(stat.rsplit(")", 1)[1].split()[1])

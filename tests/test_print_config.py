@@ -54,7 +54,8 @@ def test_algo_shows_the_presets_values_and_loads_back(preset, capsys):
     cfg = from_dict(TrainConfig, data)
     assert cfg.rollout.group_size == 8
     default = from_dict(TrainConfig, {"algo": {"preset": preset}, "rollout": {"group_size": 8}})
-    assert dataclasses.asdict(cfg.algo.resolve(cfg.rollout)) == dataclasses.asdict(default.algo.resolve(default.rollout))
+    got, want = cfg.algo.resolve(cfg.rollout), default.algo.resolve(default.rollout)
+    assert dataclasses.asdict(got) == dataclasses.asdict(want)
 
 
 def test_train_honours_run_log_every(tmp_path, scripted_run):

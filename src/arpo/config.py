@@ -185,7 +185,7 @@ def field_comments(cls) -> dict[str, tuple[str, bool]]:
         for line, name in line_field.items():
             if line in trailing:
                 continue
-            above = []
+            above: list[str] = []
             j = line - 2  # 0-based index of the line above
             while j >= 0 and lines[j].startswith("    #") and not lines[j].startswith("     "):
                 above.insert(0, lines[j].strip().lstrip("#").strip())
@@ -204,7 +204,7 @@ def explain(obj, indent: int = 0) -> str:
     """The resolved config as YAML, each field with its documentation as a comment: on its line, or
     (a longer one) on the lines above it. A section's own line carries the parent's comment on it."""
     docs = field_comments(type(obj))
-    out = []
+    out: list[str] = []
     pad = "  " * indent
     for f in dataclasses.fields(obj):
         v = getattr(obj, f.name)

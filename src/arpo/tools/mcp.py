@@ -22,6 +22,7 @@ is `mcp.server.mcpserver.MCPServer` there): run it with a python of an environme
 from __future__ import annotations
 
 import asyncio
+import builtins
 import concurrent.futures
 import tempfile
 import threading
@@ -46,9 +47,12 @@ class MCPServerTools:
         elif "command" in spec:
             from mcp.client.stdio import stdio_client
 
-            params = mcp.StdioServerParameters(command=str(spec["command"]), args=[str(a) for a in spec.get("args", [])],
+            params = mcp.StdioServerParameters(command=str(spec["command"]),
+                                               args=[str(a) for a in spec.get("args", [])],
                                                env=spec.get("env"), cwd=spec.get("cwd"))
-            self._errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace", prefix="arpo-mcp-")
+            # closed in close(); the server process writes to it for the connection's whole life
+            self._errlog = tempfile.TemporaryFile(  # noqa: SIM115
+                "w+", encoding="utf-8", errors="replace", prefix="arpo-mcp-")
             target = stdio_client(params, errlog=self._errlog)
         else:
             raise ArpoError(f"tools.mcp entry {spec!r}: needs a command (stdio) or a url (HTTP)")
@@ -129,7 +133,8 @@ class MCPServerTools:
 
 def _innermost(e: BaseException) -> BaseException:
     """The first leaf of nested exception groups (anyio's task groups wrap the real error)."""
-    while isinstance(e, BaseExceptionGroup) and e.exceptions:
+    groups = getattr(builtins, "BaseExceptionGroup", ())  # Python 3.11+ (anyio's backport before)
+    while isinstance(e, groups) and getattr(e, "exceptions", None):
         e = e.exceptions[0]
     return e
 
