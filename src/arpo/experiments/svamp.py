@@ -138,6 +138,7 @@ def reusable_steps(run_dir: Path, tc, eval_steps: list[int]) -> list[int]:
     if not saved.is_file():
         return []
     old = yaml.safe_load(saved.read_text()) or {}
+    tc = dataclasses.replace(tc, lora=tc.lora.resolve(tc.model.name))  # as train.run records it in config.yaml
     if [c for c in unsafe_changes(old, dataclasses.asdict(tc)) if c[0] != "run.dir"]:
         return []
     have = []
