@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "arpo.commands.sft_data",
     "arpo.commands.sft",
     "arpo.commands.train",
+    "arpo.commands.export",
     "arpo.commands.eval",
     "arpo.commands.plot",
     "arpo.commands.view",

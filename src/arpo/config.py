@@ -178,14 +178,15 @@ def load_config(cls, path: str | None = None, overrides: list[str] | None = None
 
 
 # ---- the config explained (`--print-config`) ------------------------------------------------------
-def field_docs(cls) -> dict[str, str]:
-    """{field: its documentation}: the trailing `# comment` of the field's line in the dataclass
-    source (the one place each field is documented), inherited fields included."""
+def field_comments(cls) -> dict[str, tuple[str, bool]]:
+    """{field: (its documentation, whether it stands above the field)}: the trailing `# comment` of
+    the field's line in the dataclass source, else the block of `#` lines right above the field (the
+    one place each field is documented), inherited fields included."""
     import inspect
     import io
     import tokenize
 
-    docs: dict[str, str] = {}
+    docs: dict[str, tuple[str, bool]] = {}
     for klass in reversed(cls.__mro__):
         if not (isinstance(klass, type) and dataclasses.is_dataclass(klass)):
             continue
@@ -193,24 +194,46 @@ def field_docs(cls) -> dict[str, str]:
             src = inspect.getsource(klass)
         except (OSError, TypeError):
             continue
+        lines = src.splitlines()
         names = {f.name for f in dataclasses.fields(klass)}
         line_field: dict[int, str] = {}
+        trailing: set[int] = set()
         for tok in tokenize.generate_tokens(io.StringIO(src).readline):
             if tok.type == tokenize.NAME and tok.start[1] == 4 and tok.string in names:
                 line_field.setdefault(tok.start[0], tok.string)
-            elif tok.type == tokenize.COMMENT and tok.start[0] in line_field:
-                docs[line_field[tok.start[0]]] = tok.string.lstrip("# ").strip()
+            elif tok.type == tokenize.COMMENT and tok.start[0] in line_field and tok.start[1] > 4:
+                docs[line_field[tok.start[0]]] = (tok.string.lstrip("# ").strip(), False)
+                trailing.add(tok.start[0])
+        for line, name in line_field.items():
+            if line in trailing:
+                continue
+            above: list[str] = []
+            j = line - 2  # 0-based index of the line above
+            while j >= 0 and lines[j].startswith("    #") and not lines[j].startswith("     "):
+                above.insert(0, lines[j].strip().lstrip("#").strip())
+                j -= 1
+            if above:
+                docs[name] = ("\n".join(above), True)
     return docs
 
 
+def field_docs(cls) -> dict[str, str]:
+    """{field: its documentation on one line} (field_comments)."""
+    return {k: " ".join(v.split("\n")) for k, (v, _) in field_comments(cls).items()}
+
+
 def explain(obj, indent: int = 0) -> str:
-    """The resolved config as YAML, each field followed by its documentation as a comment."""
-    docs = field_docs(type(obj))
-    out = []
+    """The resolved config as YAML, each field with its documentation as a comment: on its line, or
+    (a longer one) on the lines above it. A section's own line carries the parent's comment on it."""
+    docs = field_comments(type(obj))
+    out: list[str] = []
     pad = "  " * indent
     for f in dataclasses.fields(obj):
         v = getattr(obj, f.name)
-        doc = f"  # {docs[f.name]}" if f.name in docs else ""
+        text, above = docs.get(f.name, ("", False))
+        if above:
+            out.extend(f"{pad}# {line}".rstrip() for line in text.split("\n"))
+        doc = f"  # {text}" if text and not above else ""
         if dataclasses.is_dataclass(v):
             out.append(f"{pad}{f.name}:{doc}")
             out.append(explain(v, indent + 1))

@@ -164,9 +164,36 @@ def check_model(name_or_path: str, device: str = "auto") -> Path:
     return d
 
 
-def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto"):
+def lora_adapter(name_or_path: str) -> tuple[Path, dict] | None:
+    """(directory, adapter_config) when `name_or_path` is a LoRA adapter: an adapter directory, or a
+    run / checkpoint of `arpo sft` or `arpo train` with lora (its latest checkpoint's model); None
+    otherwise. Reads one small JSON file; a built-in name is never resolved (no conversion)."""
+    import json
+
+    if not Path(name_or_path).expanduser().is_dir():
+        return None
+    try:
+        d = resolve_model_dir(name_or_path)
+    except ArpoError:
+        return None
+    f = d / "adapter_config.json"
+    if not f.is_file():
+        return None
+    try:
+        cfg = json.loads(f.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ArpoError(f"{f}: not valid JSON ({e})") from e
+    if not isinstance(cfg, dict) or not cfg.get("base_model_name_or_path"):
+        raise ArpoError(f"{f} names no base model (base_model_name_or_path)")
+    return d, cfg
+
+
+def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto",
+               merge_adapter: bool = True):
     """(model, tokenizer) in eval mode. dtype auto = float32 on CPU (bf16 is ~5x slower on these
-    CPUs), bfloat16 on GPU."""
+    CPUs), bfloat16 on GPU. A LoRA adapter (lora_adapter) is loaded onto its base model and merged
+    into it (every weight trainable, as a plain model's); merge_adapter=False: the peft model with
+    the adapter's weights trainable, to train that adapter further."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -178,16 +205,22 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: s
         torch_dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     else:
         torch_dtype = getattr(torch, dtype)
-    if (d / "adapter_config.json").exists():  # a LoRA adapter (arpo sft/train with lora.enabled): merge it
+    if (d / "adapter_config.json").exists():  # a LoRA adapter (arpo sft/train with lora.enabled)
         import json
 
         base = json.loads((d / "adapter_config.json").read_text()).get("base_model_name_or_path")
         if not base:
             raise ArpoError(f"{d}/adapter_config.json names no base model")
         model, _ = load_model(base, device, dtype)
-        from peft import PeftModel
+        try:
+            from peft import PeftModel
+        except ImportError as e:
+            raise ArpoError(f"{d} is a LoRA adapter; loading it needs peft: pip install 'arpo[train]'") from e
 
-        model = PeftModel.from_pretrained(model, str(d)).merge_and_unload()
+        model = PeftModel.from_pretrained(model, str(d), is_trainable=not merge_adapter)
+        if merge_adapter:
+            # peft froze every base weight when it wrapped the model; merged, it is a plain model again
+            model = model.merge_and_unload().requires_grad_(True)
         tok = AutoTokenizer.from_pretrained(d if (d / "tokenizer_config.json").exists() else resolve_model_dir(base))
         return model.eval(), tok
     try:

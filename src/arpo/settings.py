@@ -149,11 +149,11 @@ class DataConfig:
 
 @dataclass
 class OptimConfig:
-    lr: float = 1e-6  # AdamW learning rate (ARPO reference: 1e-6, constant)
-    weight_decay: float = 0.01
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    lr: float = 1e-6  # AdamW peak learning rate (the ARPO reference trains RL at 1e-6, constant)
+    weight_decay: float = 0.01  # AdamW decoupled weight decay
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # AdamW (β1, β2)
     schedule: str = "constant"  # constant | cosine | linear (after warmup)
-    warmup_steps: int = 0
+    warmup_steps: int = 0  # linear warmup from 0 to lr over this many steps
     min_lr_ratio: float = 0.0  # cosine/linear decay down to lr * this
     grad_clip: float = 1.0  # max global gradient norm (0 disables)
 
@@ -173,10 +173,14 @@ class OptimConfig:
 
 @dataclass
 class LoraConfig:
-    enabled: bool = False  # train a LoRA adapter (peft) instead of all weights
-    r: int = 16
-    alpha: int = 32
-    dropout: float = 0.0
+    # train a LoRA adapter (peft) instead of all weights. null: true when model.name is itself a LoRA
+    # adapter (a run of sft/train with lora), whose adapter then trains on, with its own r, alpha,
+    # dropout, target_modules; false on such a model merges the adapter and trains all weights
+    enabled: bool | None = None
+    r: int = 16  # adapter rank
+    alpha: int = 32  # scaling: the adapter's update is multiplied by alpha / r
+    dropout: float = 0.0  # dropout on the adapter's input
+    # the linear layers that get an adapter (names inside each decoder layer)
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj",
                                                                 "gate_proj", "up_proj", "down_proj"])
 
@@ -185,15 +189,31 @@ class LoraConfig:
         require(self.alpha > 0, "lora.alpha", f"must be > 0, got {self.alpha}")
         require(0 <= self.dropout < 1, "lora.dropout", f"must be in [0, 1), got {self.dropout}")
 
+    def resolve(self, model: str) -> LoraConfig:
+        """The LoRA in effect for `model` (enabled never null): a model that is a LoRA adapter
+        continues it with its own shape unless enabled is false; any other model: these fields."""
+        from dataclasses import replace
+
+        from arpo.models import lora_adapter
+
+        found = lora_adapter(model) if self.enabled is not False else None
+        if found is None:
+            return replace(self, enabled=bool(self.enabled))
+        ad = found[1]
+        targets = ad.get("target_modules") or self.target_modules
+        return replace(self, enabled=True, r=int(ad.get("r", self.r)), alpha=ad.get("lora_alpha", self.alpha),
+                       dropout=float(ad.get("lora_dropout", self.dropout)),
+                       target_modules=sorted(targets) if isinstance(targets, list) else [str(targets)])
+
 
 @dataclass
 class RunConfig:
     dir: str = "runs/default"  # RUN_DIR: metrics.jsonl, tensorboard/, checkpoints/, config.yaml
-    seed: int = 0  # seed of sampling (and of the data order in training)
+    seed: int = 0  # the run's randomness: data order, sampling, initialisation of new weights
     save_every: int = 50  # checkpoint every n steps (and at the end); 0: only at the end
-    keep_checkpoints: int = 2
-    log_every: int = 1
-    tensorboard: bool = True
+    keep_checkpoints: int = 2  # older checkpoints are deleted (the newest n kept)
+    log_every: int = 1  # metrics.jsonl / tensorboard row every n steps (and the last)
+    tensorboard: bool = True  # also write RUN_DIR/tensorboard/ (metrics.jsonl is always written)
     wandb: str | None = None  # a W&B project name to also log there (needs `pip install wandb`)
     threads: int = 0  # torch CPU threads (0: leave torch's default)
 

@@ -60,3 +60,26 @@ def test_a_rerun_reuses_finished_checkpoints_and_cached_evaluations(tmp_path, mo
     changed = X.SvampExperimentConfig(**dict(again, train_overrides=cfg.train_overrides + ["optim.lr=1e-3"]))
     with pytest.raises(AssertionError, match="trained again"):
         X.run(changed)
+
+
+def test_ctrl_c_ends_the_experiment(tmp_path, monkeypatch):
+    """Ctrl-C during an RL run: that run checkpoints and stops, and so does the experiment (it used to
+    go on with the next segment and method, and end with a summary as if complete)."""
+    import os
+    import signal
+
+    from arpo.recipes import train
+
+    real_step = train.train_step
+
+    def signalled_step(tr, step):
+        os.kill(os.getpid(), signal.SIGINT)  # caught by train.run's GracefulStop: finish this step, stop
+        return real_step(tr, step)
+
+    monkeypatch.setattr(train, "train_step", signalled_step)
+    cfg = X.SvampExperimentConfig.quick(out=str(tmp_path / "q"), threads=2, steps=2, eval_every=1)
+    with pytest.raises(KeyboardInterrupt):
+        X.run(cfg)
+    rl = tmp_path / "q" / "rl"
+    assert sorted(p.name for p in rl.iterdir()) == [f"{cfg.methods[0]}_seed0"]  # the second method never started
+    assert not (tmp_path / "q" / "results.json").exists()

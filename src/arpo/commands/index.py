@@ -69,7 +69,8 @@ def build(args) -> int:
     if not args.quiet:
         print(f"loaded {len(docs)} documents from {len(args.files)} file(s) in {time.perf_counter() - t0:.1f}s; "
               f"indexing into {out}", file=sys.stderr, flush=True)
-    idx = Index.build(docs, out, dense=args.dense, progress=not args.quiet,
+    # bm25s' tqdm bars only on a terminal: piped or logged, stderr gets the plain lines above and below
+    idx = Index.build(docs, out, dense=args.dense, progress=not args.quiet and sys.stderr.isatty(),
                       sources=[f if is_builtin(f) else str(Path(f).expanduser().resolve()) for f in args.files])
     print(json.dumps({"index": str(idx.path), "docs": len(idx), "dense": args.dense,
                       "seconds": round(time.perf_counter() - t0, 2)}))

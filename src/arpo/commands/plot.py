@@ -99,6 +99,9 @@ def run_analyze(args) -> int:
         return 0
     i, a = stats["initial_first20_mean"], stats["after_tool_first20_mean"]
     print(f"{stats['trajectories']} trajectories, {stats['tool_results']} tool results")
-    print(f"mean entropy of the first 20 tokens: response start {i if i is None else round(i, 4)}, "
-          f"after a tool result {a if a is None else round(a, 4)}")
+    def show(v, why):
+        return f"{v:.4f}" if v is not None else f"n/a ({why})"
+
+    print(f"mean entropy of the first 20 tokens: response start {show(i, 'no trajectories')}, "
+          f"after a tool result {show(a, 'no tool results in the dump')}")
     return 0

@@ -27,6 +27,8 @@ def print_config(cfg) -> int:
 
     from arpo.config import explain
 
+    if getattr(cfg, "lora", None) is not None and hasattr(cfg, "model"):  # null: resolved against model.name
+        cfg = dataclasses.replace(cfg, lora=cfg.lora.resolve(cfg.model.name))
     algo = getattr(cfg, "algo", None)
     if algo is not None and hasattr(algo, "resolve") and hasattr(cfg, "rollout"):
         preset = algo.resolve(cfg.rollout)

@@ -6,3 +6,12 @@
     arpo_vs_grpo.py  ARPO vs GRPO under the same rollout budget, several seeds:
                      `arpo experiment arpo-vs-grpo`
 """
+
+
+def stop_if_signalled(res: dict) -> dict:
+    """A train/sft run that Ctrl-C or SIGTERM stopped (it wrote its checkpoint) ends the whole
+    experiment, as the signal asked: KeyboardInterrupt (the CLI: 'interrupted', exit 130). An
+    experiment used to go on with its next segment and run after each stop."""
+    if res.get("stopped_by"):
+        raise KeyboardInterrupt
+    return res

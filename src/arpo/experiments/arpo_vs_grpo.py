@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from arpo.errors import ArpoError
-from arpo.experiments import kbenv
+from arpo.experiments import kbenv, stop_if_signalled
 from arpo.settings import ToolsConfig
 from arpo.tools.registry import ToolRegistry
 
@@ -244,7 +244,7 @@ def train_sft(cfg: ExperimentConfig, env: dict, out: Path) -> dict:
     while step < cfg.sft_max_steps:
         step = min(step + cfg.sft_check_every, cfg.sft_max_steps)
         scfg.steps = step
-        res = sft_run(scfg, resume=step > cfg.sft_check_every, quiet=True)
+        res = stop_if_signalled(sft_run(scfg, resume=step > cfg.sft_check_every, quiet=True))
         dev = evaluate_model(res["model"], env["dev"], env["tools"], cfg)
         checks.append({"step": step, "loss": res["final_loss"], "dev_accuracy": dev["pass@1"],
                        "dev_format_error_rate": dev["format_error_rate"]})
@@ -285,7 +285,7 @@ def run_rl(cfg: ExperimentConfig, method: str, seed: int, sft_model: str, env: d
     t0 = time.perf_counter()
     for end in range(cfg.eval_every, cfg.steps + 1, cfg.eval_every):
         tcfg.steps = end
-        res = train.run(tcfg, resume=end > cfg.eval_every, quiet=True)
+        res = stop_if_signalled(train.run(tcfg, resume=end > cfg.eval_every, quiet=True))
         ev = measure(Path(res["checkpoint"]) / "model", env, cfg)
         curve.append({"step": end, "tool_calls": counting.counts["calls"],
                       "executed_tool_calls": counting.counts["executed"], **ev, "seconds": time.perf_counter() - t0})

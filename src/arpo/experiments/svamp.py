@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from arpo.experiments import stop_if_signalled
 from arpo.experiments.arpo_vs_grpo import log, summarize
 
 
@@ -115,7 +116,7 @@ def make_sft(cfg: SvampExperimentConfig, out: Path) -> dict:
                                       "run.tensorboard=false"]
     sc = load_config(SFTConfig, cfg.sft_config, over)
     t0 = time.perf_counter()
-    res = sft_run(sc, overwrite=True, quiet=True)
+    res = stop_if_signalled(sft_run(sc, overwrite=True, quiet=True))
     return {"model": res["model"], "data": stats, "steps": res["steps"], "final_loss": res["final_loss"],
             "seconds": time.perf_counter() - t0}
 
@@ -137,6 +138,7 @@ def reusable_steps(run_dir: Path, tc, eval_steps: list[int]) -> list[int]:
     if not saved.is_file():
         return []
     old = yaml.safe_load(saved.read_text()) or {}
+    tc = dataclasses.replace(tc, lora=tc.lora.resolve(tc.model.name))  # as train.run records it in config.yaml
     if [c for c in unsafe_changes(old, dataclasses.asdict(tc)) if c[0] != "run.dir"]:
         return []
     have = []
@@ -192,7 +194,7 @@ def run_rl(cfg: SvampExperimentConfig, method: str, seed: int, sft_model: str, e
         ckpt = run_dir / "checkpoints" / f"step_{end:06d}"
         if end not in have:
             tc.steps = end
-            res = train.run(tc, resume=(run_dir / "checkpoints").is_dir(), quiet=True)
+            res = stop_if_signalled(train.run(tc, resume=(run_dir / "checkpoints").is_dir(), quiet=True))
             ckpt = Path(res["checkpoint"])
         m, recs = cached_eval(run_dir, end, str(ckpt / "model"), tc, cfg, examples)
         rows = [r for r in step_rows(run_dir) if r["step"] <= end]

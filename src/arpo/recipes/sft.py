@@ -40,13 +40,14 @@ class SFTDataConfig:
 
 @dataclass
 class SFTConfig:
-    model: ModelConfig = field(default_factory=ModelConfig)
-    data: SFTDataConfig = field(default_factory=SFTDataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)  # the model to fine-tune
+    data: SFTDataConfig = field(default_factory=SFTDataConfig)  # worked examples (rows: `arpo sft-data`)
+    # optimizer and learning-rate schedule
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=2e-5, schedule="cosine", warmup_steps=2))
-    lora: LoraConfig = field(default_factory=LoraConfig)
-    run: RunConfig = field(default_factory=lambda: RunConfig(dir="runs/sft"))
+    lora: LoraConfig = field(default_factory=LoraConfig)  # train a LoRA adapter instead of all weights
+    run: RunConfig = field(default_factory=lambda: RunConfig(dir="runs/sft"))  # where and how it is saved
     prompts_per_step: int = 8  # rows (prompts with their responses) per optimizer step (was: batch_size)
-    epochs: int = 1
+    epochs: int = 1  # passes over the data (unless steps stops earlier)
     steps: int | None = None  # stop after this many steps (default: epochs over the data) (was: max_steps)
     micro_tokens: int = 2048  # tokens per forward/backward micro-batch (bounds activation memory)
     # the old spellings, still read with a warning: `arpo train`'s names are the ones (issue 29)
@@ -189,6 +190,7 @@ def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False, overwrite: bo
     from arpo.training.signals import GracefulStop
 
     cfg.validate()
+    cfg = dataclasses.replace(cfg, lora=cfg.lora.resolve(cfg.model.name))  # as in recipes/train.py
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
     rows = read_sft_rows(cfg.data.path, cfg.data.limit)  # bad data fails here, before the run dir is touched

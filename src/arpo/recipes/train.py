@@ -46,6 +46,9 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
     """The recipe: validate everything → claim the run dir → setup → steps (log, validate,
     checkpoint) → summary. SIGINT/SIGTERM stop it after the current step, with a checkpoint."""
     cfg.validate()
+    # the LoRA in effect (a LoRA run as model.name continues its adapter): config.yaml records it, and a
+    # resume compares it as runs always recorded it (true/false, never null)
+    cfg = dataclasses.replace(cfg, lora=cfg.lora.resolve(cfg.model.name))
     preset = cfg.algo.resolve(cfg.rollout)
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
@@ -59,7 +62,6 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
     # everything that can be wrong with the config fails here, before the run dir is touched
     reward_fn = get_reward_fn(cfg.reward.fn)
     examples = load_examples(cfg.data.path, cfg.data.limit, cfg.data.task)
-    check_reward(reward_fn, examples, cfg.reward.math_scorer, cfg.reward.fn)  # one call, before the model loads
     check_reward(reward_fn, examples, cfg.reward.math_scorer, cfg.reward.fn)  # one call, before the model loads
     val_examples = (load_examples(cfg.validation.path, cfg.validation.limit, cfg.data.task)
                     if cfg.validation.path else [])
@@ -100,9 +102,10 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
                 done = step + 1
                 if val_examples and cfg.validation.every and done % cfg.validation.every == 0:
                     metrics.update(validate(tr, val_examples))
-                log.log(done, metrics)
                 last = metrics
                 stopping = stop.requested(multi)
+                if done % cfg.run.log_every == 0 or done == cfg.steps or stopping:
+                    log.log(done, metrics)
                 if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps or stopping:
                     save = save_distributed_checkpoint if multi else save_checkpoint
                     save(run_dir, done, tr.model, tr.tok, tr.opt, tr.sched, {"kind": "train", "total_steps": cfg.steps},

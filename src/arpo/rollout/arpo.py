@@ -67,7 +67,7 @@ class RolloutConfig:
     # the branch probability: auto (aepo with a penalty, else the mode's: arpo | reference) | arpo | reference |
     # aepo | tree_grpo | module.path:function (rollout/branch_rules.py)
     branch_rule: str = "auto"
-    seed: int = 0
+    seed: int = 0  # arpo rollout's sampling seed (arpo train derives its seeds from run.seed)
 
     def validate(self) -> None:
         def need(ok, key, msg):

@@ -10,11 +10,21 @@ own name, description and input schema (so both call formats work). The SDK is a
 loop thread per server owns the connection; tool calls from the rollout's worker threads are
 submitted to it. A call's error (the server reports `isError`, the server died, a timeout) is an
 error result; the trajectory goes on.
+
+A stdio server's stderr goes to a temporary file, not the terminal: a server that fails to start
+(an import error, a crash) is one error line naming the server and the last line it printed, not
+the SDK's "ExceptionGroup: unhandled errors in a TaskGroup" after the server's traceback. A server
+written for mcp 1.x (`from mcp.server.fastmcp import FastMCP`) cannot import under mcp 2 (FastMCP
+is `mcp.server.mcpserver.MCPServer` there): run it with a python of an environment that has mcp<2
+(`{command: /path/to/venv1/bin/python, args: [server.py]}`; the protocol is the same).
 """
 
 from __future__ import annotations
 
 import asyncio
+import builtins
+import concurrent.futures
+import tempfile
 import threading
 
 from arpo.errors import ArpoError
@@ -31,11 +41,19 @@ class MCPServerTools:
         except ImportError as e:
             raise ArpoError("tools.mcp needs the MCP SDK: pip install 'arpo[mcp]'") from e
         self.spec, self.timeout_s = dict(spec), float(spec.get("timeout_s", timeout_s))
+        self._errlog = None
         if "url" in spec:
             target = spec["url"]
         elif "command" in spec:
-            target = mcp.StdioServerParameters(command=spec["command"], args=[str(a) for a in spec.get("args", [])],
+            from mcp.client.stdio import stdio_client
+
+            params = mcp.StdioServerParameters(command=str(spec["command"]),
+                                               args=[str(a) for a in spec.get("args", [])],
                                                env=spec.get("env"), cwd=spec.get("cwd"))
+            # closed in close(); the server process writes to it for the connection's whole life
+            self._errlog = tempfile.TemporaryFile(  # noqa: SIM115
+                "w+", encoding="utf-8", errors="replace", prefix="arpo-mcp-")
+            target = stdio_client(params, errlog=self._errlog)
         else:
             raise ArpoError(f"tools.mcp entry {spec!r}: needs a command (stdio) or a url (HTTP)")
         self.label = spec.get("url") or " ".join([spec["command"], *map(str, spec.get("args", []))])
@@ -47,14 +65,39 @@ class MCPServerTools:
             self._run(self._client.__aenter__(), start_timeout_s)
             listed = self._run(self._client.list_tools(), start_timeout_s)
         except Exception as e:
+            cause = self._cause(e, start_timeout_s)
             self.close()
-            raise ArpoError(f"MCP server {self.label}: cannot connect or list its tools "
-                            f"({type(e).__name__}: {e})") from e
+            raise ArpoError(f"MCP server {self.label}: cannot connect or list its tools: {cause}"
+                            + _hint(cause)) from e
         self._tools = [MCPTool(self, t.name, t.description or "", _field(t, "input_schema", "inputSchema")
                                or {"type": "object", "properties": {}}) for t in listed.tools]
 
     def _run(self, coro, timeout: float):
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def _cause(self, e: BaseException, timeout: float) -> str:
+        """One line on why a request failed: the last line the server printed to stderr (a stdio
+        server that crashed says why there), else the innermost SDK exception (an ExceptionGroup of
+        the SDK's task group is unwrapped)."""
+        last = self.stderr_tail()
+        if last:
+            return f"the server printed: {last}"
+        e = _innermost(e)
+        if isinstance(e, (TimeoutError, concurrent.futures.TimeoutError)):
+            return f"no answer within {timeout:g} s"
+        return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+
+    def stderr_tail(self) -> str:
+        """The last non-empty line of a stdio server's stderr ('' for none or an HTTP server)."""
+        if self._errlog is None or self._errlog.closed:
+            return ""
+        try:
+            self._errlog.flush()
+            self._errlog.seek(0)
+            lines = [x.strip() for x in self._errlog.read()[-20000:].splitlines() if x.strip()]
+        except (OSError, ValueError):
+            return ""
+        return lines[-1][:500] if lines else ""
 
     def tools(self) -> list["MCPTool"]:
         return list(self._tools)
@@ -63,7 +106,7 @@ class MCPServerTools:
         try:
             res = self._run(self._client.call_tool(name, args), self.timeout_s + 5)
         except Exception as e:  # noqa: BLE001 - a dead server or a timeout: an error result
-            return ToolResult(f"Error: MCP tool {name} failed: {type(e).__name__}: {e}", ok=False)
+            return ToolResult(f"Error: MCP tool {name} failed: {self._cause(e, self.timeout_s + 5)}", ok=False)
         parts = []
         for c in getattr(res, "content", []) or []:
             text = getattr(c, "text", None)
@@ -84,6 +127,23 @@ class MCPServerTools:
         if self._loop.is_running():
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(5)
+        if self._errlog is not None:
+            self._errlog.close()
+
+
+def _innermost(e: BaseException) -> BaseException:
+    """The first leaf of nested exception groups (anyio's task groups wrap the real error)."""
+    groups = getattr(builtins, "BaseExceptionGroup", ())  # Python 3.11+ (anyio's backport before)
+    while isinstance(e, groups) and getattr(e, "exceptions", None):
+        e = e.exceptions[0]
+    return e
+
+
+def _hint(cause: str) -> str:
+    """What to do about a server written for mcp 1.x (FastMCP) under arpo's mcp 2."""
+    if "mcp.server.fastmcp" not in cause:
+        return ""
+    return "; to run it as it is, give tools.mcp the python of an environment with mcp<2 as its command"
 
 
 def _field(obj, *names):

@@ -21,15 +21,15 @@ class AlgoConfig:
     # grpo | dr_grpo | reinforce_pp | reinforce_pp_baseline | tree_grpo | module.path:function (algos/advantages.py)
     advantage_estimator: str | None = None
     attribution: str | None = None  # soft | hard
-    loss_type: str | None = None
-    loss_agg: str | None = None
-    clip_low: float | None = None
-    clip_high: float | None = None
-    dual_clip: float | None = None  # 0 disables
-    kl_coef: float | None = None
+    loss_type: str | None = None  # ppo_clip | gspo (sequence-level ratio) | entropy_balanced (AEPO)
+    loss_agg: str | None = None  # token-mean | seq-mean-token-sum | seq-mean-token-mean | seq-mean-token-sum-norm
+    clip_low: float | None = None  # ε_low: the ratio's lower clip is 1 - clip_low
+    clip_high: float | None = None  # ε_high: upper clip 1 + clip_high (DAPO clip-higher when > clip_low)
+    dual_clip: float | None = None  # c: bound of the loss for negative advantages (0 disables)
+    kl_coef: float | None = None  # β_KL to the initial model (0: no reference model is kept)
     kl_type: str | None = None  # k1 | k2 | k3 (unclamped; verl's "k3" is low_var_kl) | low_var_kl
-    entropy_coef: float | None = None
-    ppo_epochs: int | None = None
+    entropy_coef: float | None = None  # entropy bonus coefficient (0: off)
+    ppo_epochs: int | None = None  # passes over each step's rollouts
     dynamic_sampling: bool | None = None  # DAPO: drop uniform-reward groups and sample more (any preset)
     dynamic_sampling_max_rounds: int | None = None  # cap on generation rounds per step (preset default 10)
 
@@ -53,9 +53,9 @@ class AlgoConfig:
 @dataclass
 class ValidationConfig:
     path: str | None = None  # held-out data spec (e.g. svamp:test, a file); None disables validation
-    limit: int = 16
+    limit: int = 16  # held-out examples used (the first n)
     every: int = 10  # steps
-    samples: int = 1
+    samples: int = 1  # answers sampled per held-out example (pass@k-style metrics when > 1)
     temperature: float = 0.0  # 0: greedy
 
     def validate(self) -> None:
@@ -83,19 +83,19 @@ class TrainRunConfig(RunConfig):
 
 @dataclass
 class TrainConfig:
-    model: ModelConfig = field(default_factory=ModelConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    tools: ToolsConfig = field(default_factory=ToolsConfig)
-    agent: AgentConfig = field(default_factory=AgentConfig)
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    algo: AlgoConfig = field(default_factory=AlgoConfig)
-    reward: RewardConfig = field(default_factory=RewardConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    lora: LoraConfig = field(default_factory=LoraConfig)
-    run: TrainRunConfig = field(default_factory=lambda: TrainRunConfig(dir="runs/train"))
-    validation: ValidationConfig = field(default_factory=ValidationConfig)
-    steps: int = 10
-    prompts_per_step: int = 4
+    model: ModelConfig = field(default_factory=ModelConfig)  # the policy to train
+    data: DataConfig = field(default_factory=DataConfig)  # the training prompts (rows: README "Your own data")
+    tools: ToolsConfig = field(default_factory=ToolsConfig)  # the tools the agent may call
+    agent: AgentConfig = field(default_factory=AgentConfig)  # one trajectory: sampling and tool-call budget
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)  # the ARPO tree per prompt (spec §2)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)  # advantages and loss: a preset, keys set override it
+    reward: RewardConfig = field(default_factory=RewardConfig)  # how a finished trajectory is scored
+    optim: OptimConfig = field(default_factory=OptimConfig)  # optimizer and learning-rate schedule
+    lora: LoraConfig = field(default_factory=LoraConfig)  # train a LoRA adapter instead of all weights
+    run: TrainRunConfig = field(default_factory=lambda: TrainRunConfig(dir="runs/train"))  # where and how it is saved
+    validation: ValidationConfig = field(default_factory=ValidationConfig)  # held-out evaluation during training
+    steps: int = 10  # optimizer steps of the run (each: prompts_per_step prompts, rollout, update)
+    prompts_per_step: int = 4  # prompts whose trees make one step's batch
     minibatches: int = 1  # optimizer steps per PPO epoch (trees split evenly)
     packed: bool = True  # tree-packed log-probs/backward (False: flat per-trajectory)
     micro_tokens: int = 4096  # model tokens per forward/backward micro-batch

@@ -105,17 +105,24 @@ def base_model(model):
 
 def load_policy(model_cfg, lora_cfg, ckpt=None):
     """(model, tokenizer) to train: the configured model, or a checkpoint's weights on resume; with
-    LoRA, the base model wrapped in an adapter (restored from the checkpoint on resume)."""
-    from arpo.models import load_model
+    LoRA, the base model wrapped in an adapter (restored from the checkpoint on resume). A model
+    that is a LoRA adapter (a run of sft/train with lora) trains that adapter on (lora.enabled
+    null or true), or is merged into its base and trains all weights (lora.enabled false)."""
+    from arpo.models import load_model, lora_adapter
 
-    src = str(ckpt / "model") if ckpt is not None and not lora_cfg.enabled else model_cfg.name
-    model, tok = load_model(src, model_cfg.device, model_cfg.dtype)
+    lora = lora_cfg.resolve(model_cfg.name)
+    if getattr(model_cfg, "train_layers", 0) and lora.enabled:
+        raise ArpoError("model.train_layers and lora.enabled do not combine; choose one"
+                        + (f" (model.name {model_cfg.name} is a LoRA adapter: set lora.enabled=false to merge it "
+                           "and train the top layers)" if lora_cfg.enabled is None else ""))
+    continued = lora.enabled and lora_adapter(model_cfg.name) is not None
+    src = str(ckpt / "model") if ckpt is not None and not lora.enabled else model_cfg.name
+    model, tok = load_model(src, model_cfg.device, model_cfg.dtype, merge_adapter=not continued)
     if getattr(model_cfg, "train_layers", 0):
-        if lora_cfg.enabled:
-            raise ArpoError("model.train_layers and lora.enabled do not combine; choose one")
         freeze_lower_layers(model, model_cfg.train_layers)
-    if lora_cfg.enabled:
-        model = apply_lora(model, lora_cfg)
+    if lora.enabled:
+        if not continued:
+            model = apply_lora(model, lora)
         if ckpt is not None:
             from peft import set_peft_model_state_dict
             from safetensors.torch import load_file

@@ -37,7 +37,11 @@ ZYGOTE_PACKAGE = "_arpo_sandbox"  # their package's name inside the zygote (not 
 # bloat or break the zygote; each is compiled under SANDBOX_SOURCE_NAME, so frames do not show
 # its host path. What the zygote's forks run later is all loaded here: nothing is imported from
 # the host tree inside a call's filesystem view.
+# SIGINT is ignored first thing, and so by every worker forked from the zygote: Ctrl-C in a terminal
+# signals the whole foreground process group, and the trainer, not the sandbox, decides when to stop
+# (train finishes its step after Ctrl-C, with working tools, then closes the sandbox).
 _ZYGOTE_BOOT = (
+    "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
     "import json, socket, sys, types\n"
     "sock = socket.socket(fileno=int(sys.argv[1]))\n"
     "setup = json.loads(sock.recv(1 << 20))\n"
