@@ -45,13 +45,14 @@ def stored_dtype(model_dir: Path) -> str:
 
 
 def remembered_agent(model: str) -> dict:
-    """The run's agent settings (template, tools, call format, ...) as config sections, for DIR/agent.yaml."""
-    from arpo.commands.from_run import RUN_KEYS, run_defaults
+    """The run's agent settings (template, tools, call format, ...) as config sections, for DIR/agent.yaml
+    (read back by commands/from_run.py like a run's own)."""
+    from arpo.commands.from_run import run_settings
 
-    out: dict = {}
-    for flag, value in run_defaults(model).items():
-        section, key = RUN_KEYS[flag][0].split(".")
-        out.setdefault(section, {})[key] = value
+    got = run_settings(model)
+    out = {k: got[k] for k in ("tools", "agent") if got.get(k)}
+    if got.get("template") is not None:
+        out["data"] = {"template": got["template"]}
     return out
 
 
