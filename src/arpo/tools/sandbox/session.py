@@ -20,31 +20,33 @@ from .runner import EXIT_HARNESS, _exit_code, _flush_std, _lock_down, _print_exc
 # ---- stateful sessions (PythonSessionTool, tools/python_session.py) --------------------------------
 # A session family is one sandbox (namespaces, cgroup, uid) whose init manages *state processes*:
 # python processes holding a session's variables (a persistent __main__) and its working directory
-# (/tmp/s<pid>). A call runs in a fork of the session's current state (the state stays as the
-# snapshot "after the previous call", from which a branch of the rollout tree forks its own state:
-# copy-on-write memory, a copied directory); when the code is done, the call's process forks the new
-# state and exits. Its status is that exit status, read by init (the call's process is
-# double-forked, so init adopts it) and written by init to the call's report pipe, which the code
-# never holds — as in the one-shot tool, the code can only end its process, as any program can.
-# Threads a program started do not survive into the next call (fork copies one thread).
+# (/tmp/s<pid>). A call runs in a *runner*, a fork of the session's current state (the state stays
+# as the snapshot "after the previous call", from which a branch of the rollout tree forks its own
+# state: copy-on-write memory, a copied directory), in a copy of the state's directory. When the
+# code is done the runner forks a child that carries the session on, and exits: the call's status
+# is that exit status, read by init (a runner is always init's child once its parent has exited)
+# and written by init to the call's report pipe, which the code never holds — as in the one-shot
+# tool, the code can only end its process, as any program can. Threads a program started do not
+# survive into the next call (fork copies one thread).
 #
-# Speed (issue 27): each state forks its next call's process as soon as it exists (the *runner*,
-# waiting on a socket), while the model generates, so no fork is on a call's path but the one that
-# hands the state on. Before it exits, the runner starts a *holder* (a process sharing its memory,
-# a sibling that init can kill through a pidfd): its exit then only drops a reference and init
-# reads the status at once; init kills the holder after the report, and the kernel frees the
-# memory off the call's path. No step waits on a timer: init wakes on SIGCHLD, the trainer on pipes.
+# Speed (issue 27): a call's runner exists before the call comes, so the only fork on a call's path
+# is the one that carries the session on. That child forks the new state (the snapshot) and stays
+# its runner, waiting for the next call while the model generates. Other states (the root, a
+# branch's, a snapshot called twice) double-fork their runner, so that init adopts it. Before the
+# code runs, a runner starts a *holder* (CLONE_VM: it shares the runner's memory and only sleeps;
+# init's child, its pidfd sent to init): the runner's exit then does not tear its memory down
+# (2-5 ms for an interpreter with numpy and sympy), init reads the status at once and kills the
+# holder after the report. Nothing waits on a timer: init wakes on SIGCHLD, the trainer on pipes.
 
 def _session_process(chan: socket.socket, workdir: str, mod: types.ModuleType) -> None:
     """A session's processes, all forks of the root state: each is a state or a runner, and a fork
     that changes role goes round this loop again (no recursion: a session may run many calls)."""
-    runner_sock = None
+    role, sock = "state", None
     while True:
-        if runner_sock is None:
-            chan, workdir, runner_sock = _be_state(chan, workdir)
+        if role == "state":
+            role, chan, workdir, sock = _be_state(chan, workdir, sock)
         else:
-            chan, workdir = _be_runner(runner_sock, workdir, mod)
-            runner_sock = None
+            role, chan, workdir, sock = _be_runner(sock, workdir, mod)
 
 
 def _own_workdir(workdir: str) -> str:
@@ -60,16 +62,18 @@ def _own_workdir(workdir: str) -> str:
     return newdir
 
 
-def _be_state(chan: socket.socket, workdir: str) -> tuple:
-    """A state process: say so to init, fork the runner of the next call, then wait for init's
-    commands on `chan`: b"X" + fds [code_r, out_w, new_chan]: the runner runs a call; b"F" + fds
-    [new_chan]: a child becomes a branch's state; EOF: end (the snapshot is dropped). Returns only
-    in a forked child: (chan, workdir, runner_sock): a runner's socket, or None for a branch's state."""
+def _be_state(chan: socket.socket, workdir: str, ready: socket.socket | None) -> tuple:
+    """A state process: say so to init, have a runner for the next call (`ready`: the socket of
+    one forked with us; else fork one), then wait for init's commands on `chan`: b"X" + fds
+    [code_r, out_w, new_chan]: the runner runs a call; b"F" + fds [new_chan]: a child becomes a
+    branch's state; EOF: end (the snapshot is dropped). Returns only in a forked child:
+    (role, chan, workdir, socket) for _session_process."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # states never wait for their children: auto-reaped
     chan.sendall(f"P {os.getpid()}\n".encode())  # init learns this process's pid from the kernel (SO_PASSCRED)
-    ready, child = _fork_runner(chan)
-    if child is not None:
-        return None, workdir, child
+    if ready is None:
+        ready, child = _fork_runner(chan)
+        if child is not None:
+            return "runner", None, workdir, child
     while True:
         try:
             msg, fds, _, _ = socket.recv_fds(chan, 64, 4)
@@ -84,7 +88,7 @@ def _be_state(chan: socket.socket, workdir: str) -> tuple:
                     if child is not None:
                         for fd in fds:
                             os.close(fd)
-                        return None, workdir, child
+                        return "runner", None, workdir, child
                     if ready is None:
                         break
                 try:
@@ -110,7 +114,7 @@ def _be_state(chan: socket.socket, workdir: str) -> tuple:
         chan.close()
         if ready is not None:
             ready.close()
-        return socket.socket(fileno=fds[-1]), _own_workdir(workdir), None
+        return "state", socket.socket(fileno=fds[-1]), _own_workdir(workdir), None
 
 
 def _fork_runner(chan: socket.socket) -> tuple:
@@ -140,7 +144,8 @@ def _fork_runner(chan: socket.socket) -> tuple:
 
 def _be_runner(sock: socket.socket, workdir: str, mod: types.ModuleType) -> tuple:
     """A runner: wait for its call's descriptors, run the call in a copy of the state's directory,
-    fork the new state and report by exiting. Returns only in the new state: (chan, workdir)."""
+    fork the child that carries the session on, and report by exiting. Returns only in that
+    child's forks: (role, chan, workdir, socket) of the new state, or of the next call's runner."""
     try:
         msg, fds, _, _ = socket.recv_fds(sock, 64, 4)
     except OSError:
@@ -159,13 +164,32 @@ def _be_runner(sock: socket.socket, workdir: str, mod: types.ModuleType) -> tupl
     if holder is not None:
         os.close(holder)
     status = _session_call(code_r, out_w, mod)
-    try:
-        if os.fork() != 0:  # the report is our exit; "S" first: the state lives on in our child
-            chan.sendall(b"S\n")
-            os._exit(_exit_code(status))
+    try:  # the report is our exit; first the state lives on in our child ("S" says so)
+        pid = os.fork()
     except OSError:
         os._exit(EXIT_HARNESS)
-    return chan, workdir
+    if pid != 0:
+        try:
+            chan.sendall(b"S\n")
+        except OSError:
+            pass
+        os._exit(_exit_code(status))
+    # Our child: init adopts it when we exit. It forks the new state (the snapshot after this call)
+    # and stays its runner: the next call's process exists before that call comes, with one fork
+    # on this call's path (ours) and none on the next one's.
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        pid = os.fork()
+    except OSError:  # no runner now: we are the state, which forks one when its call comes
+        a.close()
+        b.close()
+        return "state", chan, workdir, None
+    if pid == 0:
+        b.close()
+        return "state", chan, workdir, a
+    a.close()
+    chan.close()
+    return "runner", None, workdir, b
 
 
 _LIBC: list = []
@@ -176,9 +200,10 @@ def _hold_memory() -> int | None:
     """Start a process that shares this runner's memory (CLONE_VM) and only sleeps: the runner's
     exit then does not tear its address space down (2-5 ms for an interpreter with numpy and
     sympy, on the call's path before init can read the exit status). It is init's child
-    (CLONE_PARENT; the runner's parent is init) and comes with a pidfd (CLONE_PIDFD), which init
-    gets with "C" and uses to kill it after the report. Returns the pidfd, or None (no holder:
-    the call is only slower)."""
+    (CLONE_PARENT: a runner's parent is init, or an intermediate that is about to exit), so the
+    call's code cannot wait for it, and comes with a pidfd (CLONE_PIDFD), which init gets with "C"
+    and uses to kill it after the report. Returns the pidfd, or None (no holder: the call is only
+    slower)."""
     import ctypes
 
     CLONE_VM, CLONE_PIDFD, CLONE_PARENT, SIGCHLD = 0x100, 0x1000, 0x8000, 17
@@ -234,7 +259,7 @@ def _sender_pid(sock: socket.socket) -> tuple[bytes, int | None, list[int]]:
 
 
 def _pidfd_pid(fd: int) -> int | None:
-    """The pid a pidfd refers to (None: not a pidfd, or its process is gone)."""
+    """The pid a pidfd refers to (None: unknown, not a pidfd, or its process is gone)."""
     try:
         with open(f"/proc/self/fdinfo/{fd}") as f:
             for line in f:
@@ -263,7 +288,9 @@ def _session_init(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket
     """init of a session family: start the root state, then relay the trainer's commands to states.
     Trainer -> init (ctl): "X src dst" + fds [code_r, out_w, rep_w]; "F src dst"; "Q id" (drop a state);
     "K id" (kill a state's or a running call's process). init -> trainer: "R" (ready), "X dead id" (a
-    state vanished); on a call's rep_w (kept by init, never passed on): "D wexit N" / "D signal N"."""
+    state vanished); on a call's rep_w (kept by init, never passed on): "D wexit N" / "D signal N".
+    On a state's channel (senders' pids from the kernel): "P" (a state), "C" + its holder's pidfd (a
+    runner starts a call: its exit is the report), "S" (that runner's child carries the state on)."""
     for fd in pipes:
         os.close(fd)
     a, b = _session_chan()
@@ -285,7 +312,7 @@ def _session_init(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket
     b.close()
     chans: dict[str, socket.socket] = {"0": a}
     pids: dict[str, int] = {}
-    calls: dict[str, dict] = {}  # dst -> {"rep": rep_w, "pid": the call's process once it said "C"}
+    calls: dict[str, dict] = {}  # dst -> {"rep": rep_w, "pid": the call's runner once it said "C", "holder"}
     exited: dict[int, tuple] = {}  # pid -> (wait status, when) of the processes init reaped
     bufs: dict[str, bytes] = {}
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -363,8 +390,8 @@ def _session_init(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket
                 call = calls.get(k)
                 if line == b"C" and call is not None and call["pid"] is None and sender:
                     call["pid"] = pids[k] = sender  # the process that runs the call: its exit is the report
-                    if fds and _pidfd_pid(fds[0]) not in (None, os.getpid()):
-                        call["holder"] = fds.pop(0)  # its memory holder (sent before the code ran): killed after the report
+                    if fds and _pidfd_pid(fds[0]) != os.getpid():  # its memory holder (sent before the
+                        call["holder"] = fds.pop(0)  # code ran): killed after the report
                 elif line == b"S" and call is not None and sender == call["pid"]:
                     call["state"] = True
                 elif line.startswith(b"P ") and sender:
