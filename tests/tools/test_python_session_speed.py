@@ -60,8 +60,9 @@ def test_a_calls_process_is_forked_before_the_call_comes(sess, how):
 
 def test_session_calls_are_not_much_slower_than_one_shot_calls(sess):
     """Trivial calls, session and one-shot interleaved in one process (the machine's load hits
-    both alike). Measured idle on a 2-core machine (p50): one-shot ~2 ms, session ~4 ms after
-    the fix, ~30 ms with the call's process forked on the critical path; before issue 27, 9 ms."""
+    both alike), p50s. Measured on this 2-core machine at load 15: session / one-shot 1.5-1.7
+    (24-32 ms vs 14-21 ms); with the call's process forked after the call came (de74316) 7.6-12
+    (80-92 ms vs 8-11 ms). The bound, 5x plus 3 ms, is 3x the measured ratio."""
     one = PythonTool(timeout_s=10, memory_mb=256, pool_size=2)
     try:
         one.warm_up()
@@ -82,4 +83,4 @@ def test_session_calls_are_not_much_slower_than_one_shot_calls(sess):
     finally:
         one.close()
     p_sess, p_one = statistics.median(ts_sess), statistics.median(ts_one)
-    assert p_sess < 6 * p_one + 0.005, f"session p50 {p_sess * 1e3:.1f} ms vs one-shot p50 {p_one * 1e3:.1f} ms"
+    assert p_sess < 5 * p_one + 0.003, f"session p50 {p_sess * 1e3:.1f} ms vs one-shot p50 {p_one * 1e3:.1f} ms"
