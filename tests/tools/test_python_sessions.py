@@ -72,6 +72,15 @@ def test_a_branch_starts_from_the_parent_at_the_branch_point(sess):
     sess.end("fresh")
 
 
+def test_a_calls_subprocesses_report_their_exit_status(sess):
+    """A call's process waits for its children as any program does (SIGCHLD not ignored: at
+    de74316 every subprocess exited 0)."""
+    code = "import subprocess, sys\nprint(subprocess.run([sys.executable, '-c', 'raise SystemExit(3)']).returncode)"
+    assert sess.run_session("sp", code).output == "3"
+    assert sess.run_session("sp", code).output == "3"
+    sess.end("sp")
+
+
 def test_limits_hold_per_session_and_a_failed_session_restarts(sess):
     sess.run_session("m", "keep = 5")
     r = sess.run_session("m", "x = bytearray(2 * 1024**3)")
