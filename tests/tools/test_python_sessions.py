@@ -72,6 +72,15 @@ def test_a_branch_starts_from_the_parent_at_the_branch_point(sess):
     sess.end("fresh")
 
 
+def test_a_calls_subprocesses_report_their_exit_status(sess):
+    """A call's process waits for its children as any program does (SIGCHLD not ignored: at
+    de74316 every subprocess exited 0)."""
+    code = "import subprocess, sys\nprint(subprocess.run([sys.executable, '-c', 'raise SystemExit(3)']).returncode)"
+    assert sess.run_session("sp", code).output == "3"
+    assert sess.run_session("sp", code).output == "3"
+    sess.end("sp")
+
+
 def test_limits_hold_per_session_and_a_failed_session_restarts(sess):
     sess.run_session("m", "keep = 5")
     r = sess.run_session("m", "x = bytearray(2 * 1024**3)")
@@ -91,8 +100,8 @@ def test_sessions_end_with_their_trajectories_and_leave_no_process(sess):
     sess.run_session("warm", "1")
     sess.end("warm")
     time.sleep(1.0)
-    ready = _procs_in(sess._inner.uid_range)  # the pool's ready sandboxes (one root state each)
-    assert ready <= 2
+    ready = _procs_in(sess._inner.uid_range)  # the pool's ready sandboxes (a root state and its runner each)
+    assert ready <= 4
     for k in range(6):
         sess.run_session(f"e{k}", "import subprocess, sys\np = subprocess.Popen([sys.executable, '-c', "
                                    "'import time; time.sleep(60)'])\nx = 1")
@@ -158,7 +167,8 @@ def test_sessions_fork_with_the_arpo_tree(tiny_lm, tiny_tok):
             assert len(calls) == 2 and calls[1].output == "11", (t.traj_id, outs)  # every path computed 1 + 10
         assert any(t.parent_id is not None for t in tree.trajectories)
         assert tool.live_sessions == 0  # ended with the rollout
-        assert _wait(lambda: _procs_in(tool._inner.uid_range) <= 2)  # at most the pool's ready sandboxes
+        # at most the pool's ready sandboxes (a root state and its runner each)
+        assert _wait(lambda: _procs_in(tool._inner.uid_range) <= 4), _procs_in(tool._inner.uid_range)
     finally:
         tool.close()
 

@@ -20,7 +20,8 @@ and uid per family of sessions), separated from its siblings by process and work
 Limits: each call's process has the one-shot tool's rlimits; the memory cgroup bounds the family.
 A call's status is unforgeable as in the one-shot tool: it is how the call's process ended (its exit
 status, read by the sandbox's init and written to the call's report pipe, which the code never
-holds); the process then hands the session's state to a fork of itself. A program that ends its
+holds); before it exits, the process hands the session's state to a fork of itself. The call's
+process is forked before the call comes (docs/sandbox.md, "Sessions"). A program that ends its
 process itself (`os._exit`) ends the session too (the next call starts a fresh one, saying so).
 Not defended: a process a call leaves running shares the session's uid and namespaces, so it can
 interfere with that session's later calls (it is code of the same trajectory).

@@ -20,22 +20,62 @@ from .runner import EXIT_HARNESS, _exit_code, _flush_std, _lock_down, _print_exc
 # ---- stateful sessions (PythonSessionTool, tools/python_session.py) --------------------------------
 # A session family is one sandbox (namespaces, cgroup, uid) whose init manages *state processes*:
 # python processes holding a session's variables (a persistent __main__) and its working directory
-# (/tmp/s<pid>). A call runs in a fork of the session's current state (the process it was forked
-# from stays as the snapshot "after the previous call", from which a branch of the rollout tree forks
-# its own state: copy-on-write memory, a copied directory); when the code is done, the call's process
-# forks the new state and exits. Its status is that exit status, read by init (the call's process is
-# double-forked, so init adopts it) and written by init to the call's report pipe, which the code
-# never holds — as in the one-shot tool, the code can only end its process, as any program can.
-# Threads a program started do not survive into the next call (fork copies one thread).
+# (/tmp/s<pid>). A call runs in a *runner*, a fork of the session's current state (the state stays
+# as the snapshot "after the previous call", from which a branch of the rollout tree forks its own
+# state: copy-on-write memory, a copied directory), in a copy of the state's directory. When the
+# code is done the runner forks a child that carries the session on, and exits: the call's status
+# is that exit status, read by init (a runner is always init's child once its parent has exited)
+# and written by init to the call's report pipe, which the code never holds — as in the one-shot
+# tool, the code can only end its process, as any program can. Threads a program started do not
+# survive into the next call (fork copies one thread).
+#
+# Speed (issue 27): a call's runner exists before the call comes, so the only fork on a call's path
+# is the one that carries the session on. That child forks the new state (the snapshot) and stays
+# its runner, waiting for the next call while the model generates. Other states (the root, a
+# branch's, a snapshot called twice) double-fork their runner, so that init adopts it. Before the
+# code runs, a runner starts a *holder* (CLONE_VM: it shares the runner's memory and only sleeps;
+# init's child, its pidfd sent to init): the runner's exit then does not tear its memory down
+# (2-5 ms for an interpreter with numpy and sympy), init reads the status at once and kills the
+# holder after the report. Nothing waits on a timer: init wakes on SIGCHLD, the trainer on pipes.
 
-def _session_state_loop(chan: socket.socket, workdir: str, mod: types.ModuleType) -> None:
-    """A state process: wait for init's commands on `chan`; never returns.
-    b"X" + fds [code_r, out_w, new_chan]: run one call in a process init adopts; it forks the new
-    state and reports by exiting; b"F" + fds [new_chan]: a child that becomes a branch's state; EOF:
-    end (the snapshot is dropped)."""
+def _session_process(chan: socket.socket, workdir: str, mod: types.ModuleType) -> None:
+    """A session's processes, all forks of the root state: each is a state or a runner, and a fork
+    that changes role goes round this loop again (no recursion: a session may run many calls)."""
+    role: str = "state"
+    sock: socket.socket | None = None
+    while True:
+        if role == "state":
+            role, chan, workdir, sock = _be_state(chan, workdir, sock)
+        else:
+            assert sock is not None  # a runner is always handed its socket
+            role, chan, workdir, sock = _be_runner(sock, workdir, mod)
+
+
+def _own_workdir(workdir: str) -> str:
+    """Copy the state's working directory to /tmp/s<pid> and enter it; the new directory."""
     import shutil
 
+    newdir = f"/tmp/s{os.getpid()}"
+    try:
+        shutil.copytree(workdir, newdir, symlinks=True)
+    except OSError:
+        os.makedirs(newdir, exist_ok=True)
+    os.chdir(newdir)
+    return newdir
+
+
+def _be_state(chan: socket.socket, workdir: str, ready: socket.socket | None) -> tuple:
+    """A state process: say so to init, have a runner for the next call (`ready`: the socket of
+    one forked with us; else fork one), then wait for init's commands on `chan`: b"X" + fds
+    [code_r, out_w, new_chan]: the runner runs a call; b"F" + fds [new_chan]: a child becomes a
+    branch's state; EOF: end (the snapshot is dropped). Returns only in a forked child:
+    (role, chan, workdir, socket) for _session_process."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # states never wait for their children: auto-reaped
+    chan.sendall(f"P {os.getpid()}\n".encode())  # init learns this process's pid from the kernel (SO_PASSCRED)
+    if ready is None:
+        ready, child = _fork_runner(chan)
+        if child is not None:
+            return "runner", None, workdir, child
     while True:
         try:
             msg, fds, _, _ = socket.recv_fds(chan, 64, 4)
@@ -43,37 +83,146 @@ def _session_state_loop(chan: socket.socket, workdir: str, mod: types.ModuleType
             os._exit(0)
         if not msg or not fds:
             os._exit(0)
-        pid = os.fork()
+        if msg[:1] == b"X":  # to the waiting runner (a second call from this snapshot: a new one)
+            for _ in range(2):  # a runner that died meanwhile is replaced once; else init reports a crash
+                if ready is None:
+                    ready, child = _fork_runner(chan)
+                    if child is not None:
+                        for fd in fds:
+                            os.close(fd)
+                        return "runner", None, workdir, child
+                    if ready is None:
+                        break
+                try:
+                    socket.send_fds(ready, [b"X"], fds)
+                    sent = True
+                except OSError:
+                    sent = False
+                ready.close()
+                ready = None
+                if sent:
+                    break
+            for fd in fds:
+                os.close(fd)
+            continue
+        try:
+            pid = os.fork()
+        except OSError:
+            pid = -1
         if pid != 0:
             for fd in fds:
                 os.close(fd)
             continue
         chan.close()
-        chan = socket.socket(fileno=fds[-1])
-        if msg[:1] == b"X":  # the call's process is orphaned: init adopts it and reads how it ends
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # (one that ends before we do stays a zombie for init)
-            if os.fork() != 0:
-                os._exit(0)
-            signal.signal(signal.SIGCHLD, signal.SIG_IGN)
-        newdir = f"/tmp/s{os.getpid()}"
+        if ready is not None:
+            ready.close()
+        return "state", socket.socket(fileno=fds[-1]), _own_workdir(workdir), None
+
+
+def _fork_runner(chan: socket.socket) -> tuple:
+    """Fork this state's next runner, double-forked so that init adopts it and reads its exit
+    status. Returns (the socket its call comes on, None) in the state, (None, the runner's end) in
+    the runner; (None, None) when no process can be forked now (the call is then reported crashed)."""
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        pid = os.fork()
+    except OSError:
+        a.close()
+        b.close()
+        return None, None
+    if pid != 0:
+        b.close()
+        return a, None
+    a.close()
+    chan.close()
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # a runner that ends before we do stays a zombie for init
+    try:
+        if os.fork() != 0:
+            os._exit(0)
+    except OSError:
+        os._exit(EXIT_HARNESS)
+    return None, b
+
+
+def _be_runner(sock: socket.socket, workdir: str, mod: types.ModuleType) -> tuple:
+    """A runner: wait for its call's descriptors, run the call in a copy of the state's directory,
+    fork the child that carries the session on, and report by exiting. Returns only in that
+    child's forks: (role, chan, workdir, socket) of the new state, or of the next call's runner."""
+    try:
+        msg, fds, _, _ = socket.recv_fds(sock, 64, 4)
+    except OSError:
+        os._exit(0)
+    sock.close()
+    if msg[:1] != b"X" or len(fds) != 3:
+        os._exit(0)  # the state was dropped
+    code_r, out_w = fds[0], fds[1]
+    chan = socket.socket(fileno=fds[2])
+    workdir = _own_workdir(workdir)
+    holder = _hold_memory()
+    try:  # init learns our pid from the kernel (SO_PASSCRED), and gets the holder's pidfd
+        socket.send_fds(chan, [b"C\n"], [holder] if holder is not None else [])
+    except OSError:
+        os._exit(EXIT_HARNESS)
+    if holder is not None:
+        os.close(holder)
+    status = _session_call(code_r, out_w, mod)
+    try:  # the report is our exit; first the state lives on in our child ("S" says so)
+        pid = os.fork()
+    except OSError:
+        os._exit(EXIT_HARNESS)
+    if pid != 0:
         try:
-            shutil.copytree(workdir, newdir, symlinks=True)
+            chan.sendall(b"S\n")
         except OSError:
-            os.makedirs(newdir, exist_ok=True)
-        workdir = newdir
-        os.chdir(workdir)
-        if msg[:1] != b"X":
-            chan.sendall(f"P {os.getpid()}\n".encode())
-            continue
-        chan.sendall(b"C\n")  # init learns this process's pid from the kernel (SO_PASSCRED)
-        status = _session_call(fds[0], fds[1], mod)
-        try:
-            if os.fork() != 0:  # the report is our exit; "S" first: the state lives on in our child
-                chan.sendall(b"S\n")
-                os._exit(_exit_code(status))
-        except OSError:
-            os._exit(EXIT_HARNESS)
-        chan.sendall(f"P {os.getpid()}\n".encode())
+            pass
+        os._exit(_exit_code(status))
+    # Our child: init adopts it when we exit. It forks the new state (the snapshot after this call)
+    # and stays its runner: the next call's process exists before that call comes, with one fork
+    # on this call's path (ours) and none on the next one's.
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        pid = os.fork()
+    except OSError:  # no runner now: we are the state, which forks one when its call comes
+        a.close()
+        b.close()
+        return "state", chan, workdir, None
+    if pid == 0:
+        b.close()
+        return "state", chan, workdir, a
+    a.close()
+    chan.close()
+    return "runner", None, workdir, b
+
+
+_LIBC: list = []
+_HOLDER_STACK: list = []
+
+
+def _hold_memory() -> int | None:
+    """Start a process that shares this runner's memory (CLONE_VM) and only sleeps: the runner's
+    exit then does not tear its address space down (2-5 ms for an interpreter with numpy and
+    sympy, on the call's path before init can read the exit status). It is init's child
+    (CLONE_PARENT: a runner's parent is init, or an intermediate that is about to exit), so the
+    call's code cannot wait for it, and comes with a pidfd (CLONE_PIDFD), which init gets with "C"
+    and uses to kill it after the report. Returns the pidfd, or None (no holder: the call is only
+    slower)."""
+    import ctypes
+
+    CLONE_VM, CLONE_PIDFD, CLONE_PARENT, SIGCHLD = 0x100, 0x1000, 0x8000, 17
+    try:
+        if not _LIBC:
+            lib = ctypes.CDLL(None, use_errno=True)
+            _LIBC.append((lib.clone, lib.pause))
+            _HOLDER_STACK.append(ctypes.create_string_buffer(1 << 14))  # shared memory: one per process image
+        clone, pause = _LIBC[0]
+        stack = _HOLDER_STACK[0]
+        top = (ctypes.addressof(stack) + len(stack) - 64) & ~0xF
+        pidfd = ctypes.c_int(-1)
+        pid = clone(ctypes.cast(pause, ctypes.c_void_p), ctypes.c_void_p(top),
+                    ctypes.c_int(CLONE_VM | CLONE_PIDFD | CLONE_PARENT | SIGCHLD), None, ctypes.byref(pidfd))
+    except Exception:  # noqa: BLE001 - no holder: the call is only slower
+        return None
+    return pidfd.value if pid > 0 and pidfd.value >= 0 else None
 
 
 def _session_call(code_r: int, out_w: int, mod: types.ModuleType) -> str:
@@ -98,13 +247,31 @@ def _session_call(code_r: int, out_w: int, mod: types.ModuleType) -> str:
     return status
 
 
-def _sender_pid(sock: socket.socket) -> tuple[bytes, int | None]:
-    """(data, the sending process's pid as the kernel reports it) from a socket with SO_PASSCRED."""
-    data, anc, _, _ = sock.recvmsg(4096, socket.CMSG_SPACE(12))
+def _sender_pid(sock: socket.socket) -> tuple[bytes, int | None, list[int]]:
+    """(data, the sending process's pid as the kernel reports it, descriptors that came with it)
+    from a socket with SO_PASSCRED; the caller owns (and closes) the descriptors."""
+    data, anc, _, _ = sock.recvmsg(4096, socket.CMSG_SPACE(12) + socket.CMSG_SPACE(4 * 4))
+    pid: int | None = None
+    fds: list[int] = []
     for level, kind, raw in anc:
         if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(raw) >= 12:
-            return data, struct.unpack("3i", raw[:12])[0]
-    return data, None
+            pid = struct.unpack("3i", raw[:12])[0]
+        elif level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds += struct.unpack(f"{len(raw) // 4}i", raw[: len(raw) - len(raw) % 4])
+    return data, pid, fds
+
+
+def _pidfd_pid(fd: int) -> int | None:
+    """The pid a pidfd refers to (None: unknown, not a pidfd, or its process is gone)."""
+    try:
+        with open(f"/proc/self/fdinfo/{fd}") as f:
+            for line in f:
+                if line.startswith("Pid:"):
+                    pid = int(line.split()[1])
+                    return pid if pid > 0 else None
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def _session_chan() -> tuple[socket.socket, socket.socket]:
@@ -124,7 +291,9 @@ def _session_init(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket
     """init of a session family: start the root state, then relay the trainer's commands to states.
     Trainer -> init (ctl): "X src dst" + fds [code_r, out_w, rep_w]; "F src dst"; "Q id" (drop a state);
     "K id" (kill a state's or a running call's process). init -> trainer: "R" (ready), "X dead id" (a
-    state vanished); on a call's rep_w (kept by init, never passed on): "D wexit N" / "D signal N"."""
+    state vanished); on a call's rep_w (kept by init, never passed on): "D wexit N" / "D signal N".
+    On a state's channel (senders' pids from the kernel): "P" (a state), "C" + its holder's pidfd (a
+    runner starts a call: its exit is the report), "S" (that runner's child carries the state on)."""
     for fd in pipes:
         os.close(fd)
     a, b = _session_chan()
@@ -140,14 +309,13 @@ def _session_init(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket
             _lock_down(lib, cfg, mode, uid, "/tmp/s0", null, {b.fileno()})
             mod = types.ModuleType("__main__")
             mod.__dict__["__builtins__"] = builtins  # (typeshed's ModuleType has no __builtins__ attribute)
-            b.sendall(f"P {os.getpid()}\n".encode())
-            _session_state_loop(b, "/tmp/s0", mod)
+            _session_process(b, "/tmp/s0", mod)
         except BaseException:  # noqa: BLE001
             os._exit(1)
     b.close()
     chans: dict[str, socket.socket] = {"0": a}
     pids: dict[str, int] = {}
-    calls: dict[str, dict] = {}  # dst -> {"rep": rep_w, "pid": the call's process once it said "C"}
+    calls: dict[str, dict] = {}  # dst -> {"rep": rep_w, "pid": the call's runner once it said "C", "holder"}
     exited: dict[int, tuple] = {}  # pid -> (wait status, when) of the processes init reaped
     bufs: dict[str, bytes] = {}
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -204,9 +372,9 @@ def _session_init(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket
                 continue
             k = by_fd[fd]
             try:
-                data, sender = _sender_pid(chans[k])
+                data, sender, fds = _sender_pid(chans[k])
             except OSError:
-                data, sender = b"", None
+                data, sender, fds = b"", None, []
             if not data:
                 chans.pop(k).close()
                 call = calls.get(k)
@@ -225,6 +393,8 @@ def _session_init(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket
                 call = calls.get(k)
                 if line == b"C" and call is not None and call["pid"] is None and sender:
                     call["pid"] = pids[k] = sender  # the process that runs the call: its exit is the report
+                    if fds and _pidfd_pid(fds[0]) != os.getpid():  # its memory holder (sent before the
+                        call["holder"] = fds.pop(0)  # code ran): killed after the report
                 elif line == b"S" and call is not None and sender == call["pid"]:
                     call["state"] = True
                 elif line.startswith(b"P ") and sender:
@@ -232,13 +402,17 @@ def _session_init(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket
                     if k == "0" and not ready_sent:
                         ready_sent = True
                         ctl.sendall(b"R\n")
+            for fd in fds:  # anything else a call's code sent us
+                os.close(fd)
         for k, call in list(calls.items()):
             if call["pid"] in exited:
                 if k in chans and not call.get("state"):  # its "S" was sent before it exited: read it first
                     chans[k].setblocking(False)
                     try:
                         while True:
-                            data, sender = _sender_pid(chans[k])
+                            data, sender, fds = _sender_pid(chans[k])
+                            for fd in fds:
+                                os.close(fd)
                             if not data:
                                 break
                             lines = (bufs.get(k, b"") + data).split(b"\n")
@@ -257,12 +431,20 @@ def _session_init(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket
 
 
 def _report(calls: dict, k: str, line: str) -> None:
+    """Write a call's report; then kill its memory holder (its memory is freed off the call's path)."""
     call = calls.pop(k)
     try:
         os.write(call["rep"], line.encode())
     except OSError:
         pass
     os.close(call["rep"])
+    holder = call.get("holder")
+    if holder is not None:
+        try:
+            signal.pidfd_send_signal(holder, signal.SIGKILL)
+        except OSError:
+            pass
+        os.close(holder)
 
 
 def _session_command(cmd: str, fds: list[int], chans: dict, pids: dict, calls: dict) -> None:
