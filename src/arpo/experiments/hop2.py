@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from arpo.data import hop2 as data
+from arpo.errors import ArpoError
 from arpo.experiments import protocol as P
 from arpo.experiments import svamp
 from arpo.experiments.arpo_vs_grpo import log
@@ -111,7 +112,7 @@ class Hop2ExperimentConfig(svamp.SvampExperimentConfig):
         """A smoke-test size on the tiny random model (plumbing, not a result)."""
         base: dict[str, Any] = dict(
             seeds=1, sft_data="hop2:train[0:8]", eval_data="hop2:dev[0:4]", test_data="hop2:test[0:4]", steps=2,
-            eval_every=2, sft_overrides=["model.name=tiny-random", "max_steps=2", "batch_size=4"],
+            eval_every=2, sft_overrides=["model.name=tiny-random", "max_steps=2", "batch_size=4", "data.max_seq_len=4096"],
             train_overrides=["prompts_per_step=2", "rollout.group_size=4", "rollout.initial_rollouts=2",
                              "agent.max_response_tokens=24", "rollout.branch_threshold=0.0"])
         base.update(over)
@@ -201,6 +202,10 @@ def run(cfg: Hop2ExperimentConfig) -> dict:
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     ledger = P.Ledger(out / "protocol.json")
+    done = ledger.frozen if ledger.data.get("test_reported_for") else None
+    if cfg.report_test and done is not None and done["selection"]["settings"] != _frozen_settings(cfg):
+        raise ArpoError(f"{ledger.path}: test was already reported in this directory with other settings; a test "
+                        "split is reported once. Use a new --out to experiment further (on dev).")
     t0 = time.perf_counter()
     if cfg.sft_from:
         sft: dict[str, Any] = {"model": cfg.sft_from, "reused": True}
@@ -270,4 +275,4 @@ def run(cfg: Hop2ExperimentConfig) -> dict:
 def _frozen_settings(cfg: Hop2ExperimentConfig) -> dict:
     """The settings that define what was selected (not where it is written or how it is reported)."""
     skip = {"out", "report_test", "threads", "eval_batch"}
-    return {k: v for k, v in dataclasses.asdict(cfg).items() if k not in skip}
+    return json.loads(json.dumps({k: v for k, v in dataclasses.asdict(cfg).items() if k not in skip}, default=str))
