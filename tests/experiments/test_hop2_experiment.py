@@ -57,3 +57,17 @@ def test_quick_experiment_is_blind_end_to_end(tmp_path):
     assert [e["split"] for e in led["entries"]][-2:] == ["test", "test"] and led["test_reported_for"]
     with pytest.raises(ArpoError, match="reported once"):
         X.run(X.Hop2ExperimentConfig.quick(out=str(out), threads=2, report_test=True, steps=4))
+
+
+def test_default_configs_load(tmp_path):
+    """The full-size defaults: the SFT overrides and the RL config are valid (caught 'lr' vs 'optim.lr')."""
+    from arpo.config import load_config
+    from arpo.experiments import svamp
+    from arpo.recipes.sft import SFTConfig
+
+    cfg = X.Hop2ExperimentConfig()
+    sc = load_config(SFTConfig, cfg.sft_config, list(cfg.sft_overrides))
+    assert sc.optim.lr == 1e-4 and sc.max_steps == 15
+    tc = svamp.train_config(cfg, "some/sft", "grpo", 1, tmp_path / "r")
+    assert tc.tools.enabled == ["arpo.data.hop2:lookup"] and tc.data.template == "hop2"
+    assert tc.algo.preset == "grpo" and tc.run.keep_checkpoints == cfg.keep_checkpoints

@@ -96,7 +96,7 @@ class Hop2ExperimentConfig(svamp.SvampExperimentConfig):
     methods: list[str] = field(default_factory=lambda: ["arpo", "grpo"])  # e.g. [arpo,grpo,aepo]
     sft_config: str = "configs/sft_quickstart.yaml"
     sft_data: str = "hop2:train[0:120]"  # scripted trajectories of these questions
-    sft_overrides: list[str] = field(default_factory=lambda: ["max_steps=15", "batch_size=8", "lr=1e-4"])
+    sft_overrides: list[str] = field(default_factory=lambda: ["max_steps=15", "batch_size=8", "optim.lr=1e-4"])
     train_config: str = "configs/hop2_rl.yaml"  # RL on hop2:train[120:240]
     steps: int = 20
     eval_data: str = "hop2:dev"  # the selection split (every curve point)
