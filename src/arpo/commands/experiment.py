@@ -22,7 +22,8 @@ EXAMPLES = """examples:
 # branch rule settings (docs/branching.md)
 
 Any field of arpo.experiments.arpo_vs_grpo.ExperimentConfig (svamp-arpo-vs-grpo:
-arpo.experiments.svamp.SvampExperimentConfig; hop2-arpo-vs-grpo: arpo.experiments.hop2.Hop2ExperimentConfig; branching: arpo.experiments.branching.BranchingConfig)
+arpo.experiments.svamp.SvampExperimentConfig; hop2-arpo-vs-grpo: arpo.experiments.hop2.Hop2ExperimentConfig;
+branching: arpo.experiments.branching.BranchingConfig)
 can be set as key=value. Writes
 OUT/results.json (settings, per-method per-seed curves, the tool-call ratio), OUT/accuracy_vs_step.png
 and OUT/accuracy_vs_tool_calls.png."""

@@ -112,7 +112,8 @@ class Hop2ExperimentConfig(svamp.SvampExperimentConfig):
         """A smoke-test size on the tiny random model (plumbing, not a result)."""
         base: dict[str, Any] = dict(
             seeds=1, sft_data="hop2:train[0:8]", eval_data="hop2:dev[0:4]", test_data="hop2:test[0:4]", steps=2,
-            eval_every=2, sft_overrides=["model.name=tiny-random", "max_steps=2", "batch_size=4", "data.max_seq_len=4096"],
+            eval_every=2,
+            sft_overrides=["model.name=tiny-random", "max_steps=2", "batch_size=4", "data.max_seq_len=4096"],
             train_overrides=["prompts_per_step=2", "rollout.group_size=4", "rollout.initial_rollouts=2",
                              "agent.max_response_tokens=24", "rollout.branch_threshold=0.0"])
         base.update(over)
@@ -158,14 +159,15 @@ def question_scores(per_seed_records: list[list[dict]]) -> dict[str, float]:
 def split_stats(records: dict[str, list[list[dict]]], cfg: Hop2ExperimentConfig) -> dict:
     """Per method: per-seed accuracy, seed mean and sample sd, bootstrap interval over questions;
     between arms (each vs the last method, e.g. grpo): paired wins / losses per question."""
-    kw = dict(n_resamples=cfg.bootstrap_resamples, level=cfg.level, seed=cfg.bootstrap_seed)
     out: dict[str, Any] = {}
     scores = {m: question_scores(rs) for m, rs in records.items()}
     for m, rs in records.items():
         accs = [statistics.fmean(float(r["correct"]) for r in recs) for recs in rs]
-        out[m] = {"accuracy_per_seed": accs, "accuracy_mean": statistics.fmean(accs), "accuracy_sd": P.sample_sd(accs),
-                  "bootstrap": P.bootstrap_mean_ci(list(scores[m].values()), **kw),
-                  "tool_calls_per_question": statistics.fmean(sum(r["tool_calls"].values()) for recs in rs for r in recs)}
+        calls = [sum(r["tool_calls"].values()) for recs in rs for r in recs]
+        out[m] = {"accuracy_per_seed": accs, "accuracy_mean": statistics.fmean(accs),
+                  "accuracy_sd": P.sample_sd(accs), "bootstrap": P.bootstrap_mean_ci(
+                      list(scores[m].values()), cfg.bootstrap_resamples, cfg.level, cfg.bootstrap_seed),
+                  "tool_calls_per_question": statistics.fmean(calls)}
     base = list(records)[-1]
     out["paired"] = {f"{m}_vs_{base}": P.paired_counts([scores[m][q] for q in scores[base]],
                                                        [scores[base][q] for q in scores[base]])
