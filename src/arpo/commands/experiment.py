@@ -20,11 +20,15 @@ EXAMPLES = """examples:
   arpo experiment svamp-arpo-vs-grpo                 # SVAMP, SmolLM2-135M (docs/experiment_svamp_arpo_vs_grpo.md)
   arpo experiment svamp-arpo-vs-grpo sft_from=runs/quickstart/sft --seeds 3 --steps 30
   arpo experiment svamp-arpo-vs-grpo --quick --out /tmp/sq   # tiny random model: plumbing only
+  arpo experiment hop2-arpo-vs-grpo                  # hop2 (two lookups), SmolLM2-135M, blind: dev only
+  arpo experiment hop2-arpo-vs-grpo report_test=true # freeze the dev selection, report hop2:test once
+  arpo experiment hop2-arpo-vs-grpo "methods=[arpo,grpo,aepo]" --seeds 3 --steps 20
   arpo experiment branching models=[runs/quickstart/sft,runs/quickstart/arpo]   \
 # branch rule settings (docs/branching.md)
 
 Any field of arpo.experiments.arpo_vs_grpo.ExperimentConfig (svamp-arpo-vs-grpo:
-arpo.experiments.svamp.SvampExperimentConfig; branching: arpo.experiments.branching.BranchingConfig)
+arpo.experiments.svamp.SvampExperimentConfig; hop2-arpo-vs-grpo: arpo.experiments.hop2.Hop2ExperimentConfig;
+branching: arpo.experiments.branching.BranchingConfig)
 can be set as key=value. Writes
 OUT/results.json (settings, per-method per-seed curves, the tool-call ratio), OUT/accuracy_vs_step.png
 and OUT/accuracy_vs_tool_calls.png."""
@@ -34,7 +38,7 @@ def register(sub) -> None:
     p = sub.add_parser("experiment", help="controlled experiments, e.g. ARPO vs GRPO on a generated tool task",
                        description="Run a controlled experiment end to end with arpo's own pipeline.",
                        epilog=EXAMPLES, formatter_class=HELP)
-    p.add_argument("name", choices=["arpo-vs-grpo", "svamp-arpo-vs-grpo", "branching"])
+    p.add_argument("name", choices=["arpo-vs-grpo", "svamp-arpo-vs-grpo", "hop2-arpo-vs-grpo", "branching"])
     p.add_argument("--seeds", type=POS_INT, default=None, help="RL seeds per method (default 3; --quick: 1)")
     p.add_argument("--steps", type=POS_INT, default=None, help="RL steps per run (default 40; svamp: 30)")
     p.add_argument("--out", default=None, help="output dir (default runs/experiments/arpo_vs_grpo)")
@@ -56,6 +60,8 @@ def run(args) -> int:
 
     if args.name == "branching":
         return run_branching(args)
+    if args.name == "hop2-arpo-vs-grpo":
+        return run_hop2(args)
     if args.name == "svamp-arpo-vs-grpo":
         from arpo.experiments.svamp import SvampExperimentConfig as ExperimentConfig, run as run_experiment
     else:
@@ -79,6 +85,27 @@ def run(args) -> int:
                       "tool_call_ratio": s.get("tool_call_ratio"),
                       **({"per_seed_ratio_spread": s["per_seed_ratio_spread"]} if "per_seed_ratio_spread" in s else {}),
                       **{m: s[m] for m in cfg.methods if m in s}}, indent=1, default=str))
+    return 0
+
+
+def run_hop2(args) -> int:
+    """hop2-arpo-vs-grpo: dev statistics always; test only with report_test=true (experiments/hop2.py)."""
+    from arpo.config import from_dict, parse_overrides
+    from arpo.experiments.hop2 import Hop2ExperimentConfig, run as run_experiment
+
+    over = parse_overrides(list(args.overrides) + list(args.more))
+    for key in ("seeds", "steps", "out", "threads"):
+        if getattr(args, key) is not None:
+            over[key] = getattr(args, key)
+    if args.quick:
+        cfg = from_dict(Hop2ExperimentConfig, {**_fields(Hop2ExperimentConfig.quick()), **over})
+        if "out" not in over:
+            cfg.out = cfg.out + "_quick"
+    else:
+        cfg = from_dict(Hop2ExperimentConfig, over)
+    res = run_experiment(cfg)
+    print(json.dumps({"out": cfg.out, "wall_seconds": round(res["wall_seconds"], 1), "start_dev": res["start_dev"],
+                      "dev": res["dev"], "test": res["test"]}, indent=1, default=str))
     return 0
 
 

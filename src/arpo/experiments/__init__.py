@@ -5,6 +5,10 @@
                      its scripted expert traces, a small tokenizer and a from-scratch Llama
     arpo_vs_grpo.py  ARPO vs GRPO under the same rollout budget, several seeds:
                      `arpo experiment arpo-vs-grpo`
+    hop2.py          ARPO vs GRPO (and AEPO) on the built-in hop2 task (the second lookup depends on
+                     the first result), SmolLM2-135M, blind: `arpo experiment hop2-arpo-vs-grpo`
+    protocol.py      the blind protocol's statistics (bootstrap intervals, sample sd, paired wins /
+                     losses) and its split ledger (test reported once, after the dev selection is frozen)
 """
 
 

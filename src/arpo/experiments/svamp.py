@@ -82,7 +82,7 @@ def train_config(cfg: SvampExperimentConfig, sft_model: str, method: str, seed: 
                                         "run.tensorboard=false", "validation.path=null"]
     tc = load_config(train.TrainConfig, cfg.train_config, over)
     tc.run.save_every = cfg.eval_every
-    tc.run.keep_checkpoints = 1
+    tc.run.keep_checkpoints = getattr(cfg, "keep_checkpoints", 1)  # hop2.py keeps each eval step's
     return tc
 
 

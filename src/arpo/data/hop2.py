@@ -1,0 +1,181 @@
+"""`hop2`: two-hop questions over a small fictional knowledge base, where the second lookup depends on
+what the first returned (issue 32, Build 1). Built-in dataset `hop2:train|dev|test`, tool
+`arpo.data.hop2:lookup`, prompt template `hop2`.
+
+The world: N_TOWNS fictional towns (made-up names, so no model knows them), each with a twin town and
+a rival town (two derangements: never itself, twin != rival) and three numbers, distinct per
+attribute across towns and in disjoint ranges (population 4 digits, elevation 3, area 2). `lookup`
+returns one town's page, facts in a fixed per-town shuffled order:
+
+    <lookup>Belmor</lookup>  ->  Belmor: rival town Drosk. area 55. twin town Karvin. population 4120. elevation 873.
+
+A question asks an attribute of a related town: "What is the area of the twin town of Belmor?". A
+correct trajectory looks up Belmor, reads the twin's name (Karvin) off the result, looks up Karvin
+and answers its area; the second call's argument is known only after the first result, and the
+first page also names the rival town (the wrong branch). With distinct values per attribute and
+disjoint ranges, an answer made from the first page alone is never right (reward 0).
+
+Splits are by the first-hop town (TRAIN_TOWNS / DEV_TOWNS / TEST_TOWNS towns, shuffled with the
+seed), 6 questions each (2 relations x 3 attributes): no dev or test question starts from a town a
+training question starts from. `python -m arpo.data.hop2 [OUT_DIR]` regenerates the shipped files
+byte for byte (gzip mtime 0); tests/data/test_hop2.py checks that it does. The scripted correct
+trajectory is experiments/hop2.expert_response.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+import random
+import sys
+from pathlib import Path
+
+SEED = 32
+N_TOWNS = 60
+TRAIN_TOWNS, DEV_TOWNS, TEST_TOWNS = 40, 10, 10
+RELATIONS = ("twin", "rival")
+ATTRIBUTES = ("population", "elevation", "area")
+RANGES = {"population": (1000, 9999), "elevation": (100, 999), "area": (10, 99)}
+SPLITS = ("train", "dev", "test")
+TEMPLATE = "hop2"
+TOOL = "arpo.data.hop2:lookup"
+_ONSETS = ["b", "c", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "gr", "st",
+           "tr", "sh", "th"]
+_VOWELS = ["a", "e", "i", "o", "u", "ai", "ou"]
+_CODAS = ["", "n", "r", "l", "s", "m", "nd", "rk"]
+
+
+def _name(rng: random.Random) -> str:
+    return "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS) for _ in range(2)).capitalize()
+
+
+def _derangement(rng: random.Random, names: list[str], avoid: dict[str, str] | None = None) -> dict[str, str]:
+    """A random map name -> other name, a permutation with no fixed point (and != avoid[name])."""
+    while True:
+        perm = names[:]
+        rng.shuffle(perm)
+        if all(a != b and (avoid is None or avoid[a] != b) for a, b in zip(names, perm)):
+            return dict(zip(names, perm))
+
+
+def make_kb(n: int = N_TOWNS, seed: int = SEED) -> list[dict]:
+    """`n` towns {name, twin, rival, population, elevation, area, facts}: distinct names (4-10
+    letters), twin and rival derangements (twin != rival), numbers distinct per attribute, `facts`
+    the page's sentences in their shuffled order."""
+    rng = random.Random(f"hop2-kb:{seed}")
+    names: list[str] = []
+    while len(names) < n:
+        nm = _name(rng)
+        if 4 <= len(nm) <= 10 and nm not in names:
+            names.append(nm)
+    twin = _derangement(rng, names)
+    rival = _derangement(rng, names, avoid=twin)
+    values = {a: rng.sample(range(lo, hi + 1), n) for a, (lo, hi) in RANGES.items()}
+    towns = []
+    for i, nm in enumerate(names):
+        t = {"name": nm, "twin": twin[nm], "rival": rival[nm], **{a: values[a][i] for a in ATTRIBUTES}}
+        facts = [f"twin town {t['twin']}.", f"rival town {t['rival']}."] + [f"{a} {t[a]}." for a in ATTRIBUTES]
+        rng.shuffle(facts)
+        towns.append({**t, "facts": facts})
+    return towns
+
+
+def page(town: dict) -> str:
+    """What `lookup` returns for a town: `Name: fact. fact. ...`."""
+    return f"{town['name']}: " + " ".join(town["facts"])
+
+
+def make_questions(kb: list[dict], seed: int = SEED) -> dict[str, list[dict]]:
+    """{split: examples}: every (town, relation, attribute) question, split by the first-hop town.
+    An example: {id, question, answers, task: math, hop1, relation, hop2, attribute, split}."""
+    by_name = {t["name"]: t for t in kb}
+    order = [t["name"] for t in kb]
+    random.Random(f"hop2-split:{seed}").shuffle(order)
+    cut = {"train": order[:TRAIN_TOWNS], "dev": order[TRAIN_TOWNS:TRAIN_TOWNS + DEV_TOWNS],
+           "test": order[TRAIN_TOWNS + DEV_TOWNS:TRAIN_TOWNS + DEV_TOWNS + TEST_TOWNS]}
+    out: dict[str, list[dict]] = {}
+    for split in SPLITS:
+        rows = []
+        for x in cut[split]:
+            for rel in RELATIONS:
+                y = by_name[by_name[x][rel]]
+                for a in ATTRIBUTES:
+                    rows.append({"question": f"What is the {a} of the {rel} town of {x}?", "answers": [str(y[a])],
+                                 "task": "math", "hop1": x, "relation": rel, "hop2": y["name"], "attribute": a})
+        random.Random(f"hop2-order:{seed}:{split}").shuffle(rows)
+        out[split] = [{"id": f"hop2-{split}-{i}", **r, "split": split} for i, r in enumerate(rows)]
+    return out
+
+
+# ---- the tool ------------------------------------------------------------------------------------
+def data_dir() -> Path:
+    from arpo.data.sources import BUILTIN_DIR
+
+    return BUILTIN_DIR / "hop2"
+
+
+@functools.lru_cache(maxsize=1)
+def _pages() -> dict[str, str]:
+    kb = read_jsonl_gz(data_dir() / "kb.jsonl.gz")
+    return {t["name"].lower(): page(t) for t in kb}
+
+
+def lookup(town: str) -> str:
+    """Look up a town in the hop2 knowledge base by its exact name.
+
+    Args:
+        town: the town's name, e.g. Belmor
+    """
+    key = town.strip().strip(".").strip().lower()
+    got = _pages().get(key)
+    return got if got is not None else f"No town named {town.strip()!r}."
+
+
+# ---- questions -----------------------------------------------------------------------------------
+def parse_question(question: str) -> tuple[str, str, str]:
+    """(attribute, relation, first-hop town) of "What is the A of the R town of X?"."""
+    import re
+
+    m = re.fullmatch(r"What is the (\w+) of the (\w+) town of (\w+)\?", question.strip())
+    if m is None:
+        raise ValueError(f"not a hop2 question: {question!r}")
+    return m.group(1), m.group(2), m.group(3)
+
+
+# ---- files ---------------------------------------------------------------------------------------
+def read_jsonl_gz(path: Path) -> list[dict]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _gz_bytes(rows: list[dict]) -> bytes:
+    """Deterministic gzip (mtime 0, no file name) of JSONL rows."""
+    import io
+
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, filename="") as f:
+        f.write("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows).encode())
+    return buf.getvalue()
+
+
+def files(seed: int = SEED) -> dict[str, bytes]:
+    """The dataset's files (name -> bytes): kb.jsonl.gz and one file per split."""
+    kb = make_kb(seed=seed)
+    qs = make_questions(kb, seed)
+    return {"kb.jsonl.gz": _gz_bytes(kb), **{f"{s}.jsonl.gz": _gz_bytes(qs[s]) for s in SPLITS}}
+
+
+def write(out_dir: str | Path, seed: int = SEED) -> list[Path]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, data in files(seed).items():
+        (out / name).write_bytes(data)
+        paths.append(out / name)
+    return paths
+
+
+if __name__ == "__main__":  # python -m arpo.data.hop2 [OUT_DIR]: regenerate the shipped files
+    for p in write(sys.argv[1] if len(sys.argv) > 1 else data_dir()):
+        print(p)

@@ -1,0 +1,280 @@
+"""ARPO vs GRPO (and AEPO) on hop2 (data/hop2.py), the SmolLM2-135M, under the blind protocol.
+
+    arpo experiment hop2-arpo-vs-grpo [--seeds 3] [--steps 20] [--out DIR] [report_test=true]
+
+The pipeline (svamp.py's, on hop2's data, tool and template):
+
+    scripted two-lookup trajectories of hop2:train[0:sft_n] through the real `lookup` tool
+      ─► SFT of the embedded SmolLM2-135M (sft_config) ─► for seed, for method: RL on
+         hop2:train[sft_n:] (train_config, identical but for algo.preset and the seed), every
+         `eval_every` steps greedy accuracy on **dev** (svamp.run_rl: exact resumes, cached evaluations)
+      ─► selection on dev, per method: the eval step with the best seed-mean dev accuracy (ties: the
+         earlier step) ─► results.json: dev statistics (protocol.py: bootstrap intervals over questions,
+         sample sd over seeds, paired wins / losses between arms, the training tool-call ratio with a
+         bootstrap interval over RL steps)
+      ─► only with report_test=true: the selection is frozen in OUT/protocol.json and the selected
+         checkpoints are evaluated on **test** once; a rerun that would select differently is refused.
+
+Every number in results.json sits under `dev` or `test`, and OUT/protocol.json lists each with its split.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from arpo.data import hop2 as data
+from arpo.errors import ArpoError
+from arpo.experiments import protocol as P
+from arpo.experiments import svamp
+from arpo.experiments.arpo_vs_grpo import log
+
+
+# ---- scripted trajectories -----------------------------------------------------------------------
+def expert_response(example: dict, call=data.lookup) -> tuple[str, list[list[int]]]:
+    """The scripted correct trajectory of `example` through `call` (the tool): (response, the
+    [start, end) spans of the result blocks). The second call's argument is read from the first
+    result, not from the example, so a broken tool gives a wrong trajectory, not a right one."""
+    from arpo.tools.base import format_result
+
+    a, rel, x = data.parse_question(example["question"])
+    first = call(x)
+    marker = f"{rel} town "
+    y = first.split(marker, 1)[1].split(".", 1)[0] if marker in first else "?"
+    second = call(y)
+    value = second.split(f"{a} ", 1)[1].split(".", 1)[0] if f"{a} " in second else "?"
+    pieces = [(f"<think>The {rel} town of {x}, then its {a}.</think>\n<lookup>{x}</lookup>", True),
+              (format_result(first), False), (f"<lookup>{y}</lookup>", True), (format_result(second), False),
+              (f"<answer>\\boxed{{{value}}}</answer>", True)]
+    text, spans = "", []
+    for piece, generated in pieces:
+        if not generated:
+            spans.append([len(text), len(text) + len(piece)])
+        text += piece
+    return text, spans
+
+
+def one_call_guesses(example: dict, call=data.lookup) -> list[str]:
+    """Every number on the first page: the answers a policy that stops after one lookup can give."""
+    import re
+
+    return re.findall(r"\d+", call(data.parse_question(example["question"])[2]))
+
+
+def sft_rows(examples: list[dict]) -> list[dict]:
+    """SFT rows (recipes/sft.py's `system_prompt` form) of the scripted trajectories through the
+    real tool as RL builds it; the prompt is the one the rollouts render (template hop2)."""
+    from arpo.data.prompts import system_prompt
+    from arpo.settings import ToolsConfig
+    from arpo.tools.base import ToolCall
+    from arpo.tools.formats import tool_schema
+
+    reg = ToolsConfig(enabled=[data.TOOL]).build()
+    try:
+        system = system_prompt(data.TEMPLATE, reg)
+        schema = tool_schema(reg["lookup"])
+        rows = []
+        for ex in examples:
+            text, spans = expert_response(ex, lambda q: reg.run(ToolCall("lookup", q)).output)
+            rows.append({"id": ex["id"], "question": ex["question"], "answers": ex["answers"], "task": "math",
+                         "response": text, "tool_results": spans, "system_prompt": system, "tools": [schema]})
+        return rows
+    finally:
+        reg.close()
+
+
+# ---- the experiment ------------------------------------------------------------------------------
+@dataclass
+class Hop2ExperimentConfig(svamp.SvampExperimentConfig):
+    out: str = "runs/experiments/hop2_arpo_vs_grpo"
+    methods: list[str] = field(default_factory=lambda: ["arpo", "grpo"])  # e.g. [arpo,grpo,aepo]
+    sft_config: str = "configs/sft_quickstart.yaml"
+    sft_data: str = "hop2:train[0:120]"  # scripted trajectories of these questions
+    sft_overrides: list[str] = field(default_factory=lambda: ["max_steps=15", "batch_size=8", "optim.lr=1e-4"])
+    train_config: str = "configs/hop2_rl.yaml"  # RL on hop2:train[120:240]
+    steps: int = 20
+    eval_data: str = "hop2:dev"  # the selection split (every curve point)
+    test_data: str = "hop2:test"  # evaluated once, after the selection is frozen (report_test=true)
+    report_test: bool = False
+    keep_checkpoints: int = 100  # every eval step's checkpoint stays, so the selected one can be tested
+    bootstrap_resamples: int = 2000
+    bootstrap_seed: int = 0
+    level: float = 0.95
+
+    @classmethod
+    def quick(cls, **over) -> "Hop2ExperimentConfig":
+        """A smoke-test size on the tiny random model (plumbing, not a result)."""
+        base: dict[str, Any] = dict(
+            seeds=1, sft_data="hop2:train[0:8]", eval_data="hop2:dev[0:4]", test_data="hop2:test[0:4]", steps=2,
+            eval_every=2,
+            sft_overrides=["model.name=tiny-random", "max_steps=2", "batch_size=4", "data.max_seq_len=4096"],
+            train_overrides=["prompts_per_step=2", "rollout.group_size=4", "rollout.initial_rollouts=2",
+                             "agent.max_response_tokens=24", "rollout.branch_threshold=0.0"])
+        base.update(over)
+        return cls(**base)
+
+
+def make_sft(cfg: Hop2ExperimentConfig, out: Path) -> dict:
+    from arpo.config import load_config
+    from arpo.data.datasets import load_examples
+    from arpo.recipes.sft import SFTConfig, run as sft_run
+
+    rows = sft_rows(load_examples(cfg.sft_data))
+    path = out / "sft_hop2.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    over = list(cfg.sft_overrides) + [f"data.path=[{path}]", f"run.dir={out / 'sft'}", f"run.threads={cfg.threads}",
+                                      "run.tensorboard=false"]
+    sc = load_config(SFTConfig, cfg.sft_config, over)
+    t0 = time.perf_counter()
+    res = sft_run(sc, overwrite=True, quiet=True)
+    return {"model": res["model"], "rows": len(rows), "steps": res["steps"], "final_loss": res["final_loss"],
+            "seconds": time.perf_counter() - t0}
+
+
+def select_steps(runs: dict[str, list[dict]]) -> dict[str, int]:
+    """Per method, the eval step (> 0) with the highest seed-mean dev accuracy; ties: the earlier step."""
+    out = {}
+    for m, rs in runs.items():
+        n = min(len(r["curve"]) for r in rs)
+        best = max(range(1, n), key=lambda i: (statistics.fmean(r["curve"][i]["accuracy"] for r in rs), -i))
+        out[m] = rs[0]["curve"][best]["step"]
+    return out
+
+
+def question_scores(per_seed_records: list[list[dict]]) -> dict[str, float]:
+    """Per question: its correctness averaged over seeds (one greedy record per question per seed)."""
+    by: dict[str, list[float]] = {}
+    for recs in per_seed_records:
+        for r in recs:
+            by.setdefault(r["example_id"], []).append(float(r["correct"]))
+    return {q: statistics.fmean(v) for q, v in sorted(by.items())}
+
+
+def split_stats(records: dict[str, list[list[dict]]], cfg: Hop2ExperimentConfig) -> dict:
+    """Per method: per-seed accuracy, seed mean and sample sd, bootstrap interval over questions;
+    between arms (each vs the last method, e.g. grpo): paired wins / losses per question."""
+    out: dict[str, Any] = {}
+    scores = {m: question_scores(rs) for m, rs in records.items()}
+    for m, rs in records.items():
+        accs = [statistics.fmean(float(r["correct"]) for r in recs) for recs in rs]
+        calls = [sum(r["tool_calls"].values()) for recs in rs for r in recs]
+        out[m] = {"accuracy_per_seed": accs, "accuracy_mean": statistics.fmean(accs),
+                  "accuracy_sd": P.sample_sd(accs), "bootstrap": P.bootstrap_mean_ci(
+                      list(scores[m].values()), cfg.bootstrap_resamples, cfg.level, cfg.bootstrap_seed),
+                  "tool_calls_per_question": statistics.fmean(calls)}
+    base = list(records)[-1]
+    out["paired"] = {f"{m}_vs_{base}": P.paired_counts([scores[m][q] for q in scores[base]],
+                                                       [scores[base][q] for q in scores[base]])
+                     for m in records if m != base}
+    return out
+
+
+def tool_call_ratio(runs: dict[str, list[dict]], cfg: Hop2ExperimentConfig) -> dict:
+    """Training tool calls of each arm vs the last (e.g. grpo): Σ over steps of the calls issued (summed
+    over seeds), with a bootstrap interval over RL steps (paired: step t has the same prompts in both)."""
+    base = list(runs)[-1]
+
+    def per_step(rs):
+        n = min(len(r["per_step"]) for r in rs)
+        return [sum(r["per_step"][i].get("tool_calls_issued", 0) for r in rs) for i in range(n)]
+
+    out = {}
+    for m in runs:
+        if m != base:
+            a, b = per_step(runs[m]), per_step(runs[base])
+            n = min(len(a), len(b))
+            out[f"{m}/{base}"] = (P.bootstrap_ratio_ci(a[:n], b[:n], cfg.bootstrap_resamples, cfg.level,
+                                                       cfg.bootstrap_seed) if n and sum(b[:n]) else None)
+    return out
+
+
+def run(cfg: Hop2ExperimentConfig) -> dict:
+    import torch
+
+    from arpo.data.datasets import load_examples
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    torch.set_num_threads(cfg.threads)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    ledger = P.Ledger(out / "protocol.json")
+    done = ledger.frozen if ledger.data.get("test_reported_for") else None
+    if cfg.report_test and done is not None and done["selection"]["settings"] != _frozen_settings(cfg):
+        raise ArpoError(f"{ledger.path}: test was already reported in this directory with other settings; a test "
+                        "split is reported once. Use a new --out to experiment further (on dev).")
+    t0 = time.perf_counter()
+    if cfg.sft_from:
+        sft: dict[str, Any] = {"model": cfg.sft_from, "reused": True}
+    else:
+        sft = make_sft(cfg, out)
+        log(f"SFT: {sft['rows']} scripted rows, {sft['steps']} steps, loss {sft['final_loss']:.3f} "
+            f"({sft['seconds']:.0f} s) -> {sft['model']}")
+    dev = load_examples(cfg.eval_data)
+    tc0 = svamp.train_config(cfg, sft["model"], cfg.methods[0], 0, out / "rl" / "_")
+    m0, recs0 = svamp.cached_eval(out, 0, sft["model"], tc0, cfg, dev)
+    start = {"point": svamp.point(m0, recs0), "records": recs0}
+    log(f"SFT start: dev {m0['pass@1']:.3f} on {len(dev)} questions")
+    runs: dict[str, list[dict]] = {mt: [] for mt in cfg.methods}
+    for seed in range(cfg.seeds):  # interleaved: a cut-short run still has every method
+        for mt in cfg.methods:
+            runs[mt].append(svamp.run_rl(cfg, mt, seed, sft["model"], dev, start, out))
+    selection = select_steps(runs)
+
+    def records(split_cfg, step_of) -> dict[str, list[list[dict]]]:
+        got: dict[str, list[list[dict]]] = {}
+        for mt in cfg.methods:
+            got[mt] = []
+            for seed in range(cfg.seeds):
+                run_dir = out / "rl" / f"{mt}_seed{seed}"
+                model = run_dir / "checkpoints" / f"step_{step_of[mt]:06d}" / "model"
+                tc = svamp.train_config(split_cfg, sft["model"], mt, seed, run_dir)
+                where = run_dir if split_cfg.eval_data == cfg.eval_data else run_dir / "test_eval"
+                where.mkdir(parents=True, exist_ok=True)
+                got[mt].append(svamp.cached_eval(where, step_of[mt], str(model), tc, split_cfg, examples(split_cfg))[1])
+        return got
+
+    cache: dict[str, list] = {}
+
+    def examples(c):
+        return cache.setdefault(c.eval_data, load_examples(c.eval_data))
+
+    dev_stats = split_stats(records(cfg, selection), cfg)
+    dev_stats["tool_call_ratio"] = tool_call_ratio(runs, cfg)
+    dev_stats["selected_steps"] = selection
+    for mt in cfg.methods:
+        ledger.record(f"{mt}/accuracy_at_selected_step", dev_stats[mt]["accuracy_mean"], "dev",
+                      step=selection[mt], data=cfg.eval_data)
+    results: dict[str, Any] = {"settings": dataclasses.asdict(cfg), "sft": sft, "start_dev": start["point"],
+                               "runs": runs, "summary": svamp.summarize(runs, start["point"]["accuracy"])
+                               if len(cfg.methods) >= 2 and {"arpo", "grpo"} <= set(cfg.methods) else {},
+                               "dev": dev_stats}
+    if cfg.report_test:
+        ledger.freeze({"steps": selection, "settings": _frozen_settings(cfg)}, reason="best seed-mean dev accuracy")
+        test_cfg = dataclasses.replace(cfg, eval_data=cfg.test_data)
+        test_stats = split_stats(records(test_cfg, selection), cfg)
+        for mt in cfg.methods:
+            ledger.record(f"{mt}/accuracy", test_stats[mt]["accuracy_mean"], "test", step=selection[mt],
+                          data=cfg.test_data)
+        results["test"] = test_stats
+        log(f"test ({cfg.test_data}, reported once for steps {selection}): "
+            + ", ".join(f"{mt} {test_stats[mt]['accuracy_mean']:.3f}" for mt in cfg.methods))
+    else:
+        results["test"] = None
+        log(f"test not evaluated: selection on dev is {selection}; rerun with report_test=true to freeze it and "
+            f"report {cfg.test_data} once")
+    results["wall_seconds"] = time.perf_counter() - t0
+    results["load_average_at_end"] = os.getloadavg()
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    return results
+
+
+def _frozen_settings(cfg: Hop2ExperimentConfig) -> dict:
+    """The settings that define what was selected (not where it is written or how it is reported)."""
+    skip = {"out", "report_test", "threads", "eval_batch"}
+    return json.loads(json.dumps({k: v for k, v in dataclasses.asdict(cfg).items() if k not in skip}, default=str))

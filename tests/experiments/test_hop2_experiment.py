@@ -1,0 +1,73 @@
+"""experiments/hop2.py: the blind protocol's selection and statistics (hand values), and the plumbing
+end to end with the tiny random model: dev always, test once and only after the freeze."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from arpo.errors import ArpoError
+from arpo.experiments import hop2 as X
+
+
+def _run(curve_accs, calls):
+    return {"curve": [{"step": 5 * i, "accuracy": a} for i, a in enumerate(curve_accs)],
+            "per_step": [{"tool_calls_issued": c} for c in calls]}
+
+
+def test_select_steps_best_seed_mean_dev_accuracy_earlier_on_ties():
+    runs = {"arpo": [_run([0.1, 0.3, 0.5, 0.4], []), _run([0.1, 0.5, 0.3, 0.6], [])],  # means .4 .4 .5
+            "grpo": [_run([0.2, 0.4, 0.4], [])]}  # tie between steps 5 and 10: the earlier
+    assert X.select_steps(runs) == {"arpo": 15, "grpo": 5}
+
+
+def test_split_stats_by_hand():
+    def recs(bits, calls=2):
+        return [{"example_id": f"q{i}", "correct": b, "tool_calls": {"lookup": calls}} for i, b in enumerate(bits)]
+
+    cfg = X.Hop2ExperimentConfig(bootstrap_resamples=200)
+    s = X.split_stats({"arpo": [recs([1, 1, 0, 0]), recs([1, 0, 0, 0])], "grpo": [recs([0, 1, 0, 0], 3),
+                                                                                 recs([0, 1, 0, 1], 3)]}, cfg)
+    assert s["arpo"]["accuracy_per_seed"] == [0.5, 0.25]
+    assert s["arpo"]["accuracy_mean"] == 0.375 and s["arpo"]["accuracy_sd"] == pytest.approx(0.125 * 2 ** 0.5)
+    assert s["arpo"]["bootstrap"]["mean"] == 0.375  # per question: 1, .5, 0, 0
+    assert s["grpo"]["tool_calls_per_question"] == 3
+    # per question arpo (1, .5, 0, 0) vs grpo (0, 1, 0, .5): win q0, losses q1 q3, tie q2
+    assert {k: v for k, v in s["paired"]["arpo_vs_grpo"].items() if k != "p_sign_test"} == \
+        {"wins": 1, "losses": 2, "ties": 1}
+
+
+def test_tool_call_ratio_sums_seeds_per_step():
+    cfg = X.Hop2ExperimentConfig()
+    runs = {"arpo": [_run([0], [3, 3]), _run([0], [3, 3])], "grpo": [_run([0], [4, 4]), _run([0], [8, 8])]}
+    r = X.tool_call_ratio(runs, cfg)["arpo/grpo"]
+    assert (r["ratio"], r["ci_low"], r["ci_high"]) == (0.5, 0.5, 0.5)  # 6/12 every step
+
+
+def test_quick_experiment_is_blind_end_to_end(tmp_path):
+    out = tmp_path / "q"
+    res = X.run(X.Hop2ExperimentConfig.quick(out=str(out), threads=2))
+    assert res["test"] is None and set(res["dev"]["selected_steps"]) == {"arpo", "grpo"}
+    led = json.loads((out / "protocol.json").read_text())
+    assert {e["split"] for e in led["entries"]} == {"dev"} and led["frozen"] is None
+    res = X.run(X.Hop2ExperimentConfig.quick(out=str(out), threads=2, report_test=True))  # reuses the runs
+    assert res["test"]["arpo"]["bootstrap"]["n"] == 4
+    led = json.loads((out / "protocol.json").read_text())
+    assert [e["split"] for e in led["entries"]][-2:] == ["test", "test"] and led["test_reported_for"]
+    with pytest.raises(ArpoError, match="reported once"):
+        X.run(X.Hop2ExperimentConfig.quick(out=str(out), threads=2, report_test=True, steps=4))
+
+
+def test_default_configs_load(tmp_path):
+    """The full-size defaults: the SFT overrides and the RL config are valid (caught 'lr' vs 'optim.lr')."""
+    from arpo.config import load_config
+    from arpo.experiments import svamp
+    from arpo.recipes.sft import SFTConfig
+
+    cfg = X.Hop2ExperimentConfig()
+    sc = load_config(SFTConfig, cfg.sft_config, list(cfg.sft_overrides))
+    assert sc.optim.lr == 1e-4 and sc.max_steps == 15
+    tc = svamp.train_config(cfg, "some/sft", "grpo", 1, tmp_path / "r")
+    assert tc.tools.enabled == ["arpo.data.hop2:lookup"] and tc.data.template == "hop2"
+    assert tc.algo.preset == "grpo" and tc.run.keep_checkpoints == cfg.keep_checkpoints
