@@ -55,8 +55,8 @@ def _derangement(rng: random.Random, names: list[str], avoid: dict[str, str] | N
     while True:
         perm = names[:]
         rng.shuffle(perm)
-        if all(a != b and (avoid is None or avoid[a] != b) for a, b in zip(names, perm)):
-            return dict(zip(names, perm))
+        if all(a != b and (avoid is None or avoid[a] != b) for a, b in zip(names, perm, strict=True)):
+            return dict(zip(names, perm, strict=True))
 
 
 def make_kb(n: int = N_TOWNS, seed: int = SEED) -> list[dict]:

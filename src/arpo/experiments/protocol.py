@@ -99,7 +99,7 @@ def bootstrap_ratio_ci(a: Sequence[float], b: Sequence[float], n_resamples: int 
             raise ValueError("a resample has Σb = 0; the ratio is undefined")
         return sum(p for p, _ in pairs) / den
 
-    pairs = list(zip(map(float, a), map(float, b)))
+    pairs = list(zip(map(float, a), map(float, b), strict=True))
     lo, hi = bootstrap_ci(pairs, ratio, n_resamples, level, seed)
     return {"ratio": ratio(pairs), "ci_low": lo, "ci_high": hi, "n": len(pairs), "level": level,
             "resamples": n_resamples, "seed": seed}
@@ -120,8 +120,8 @@ def paired_counts(a: Sequence[float], b: Sequence[float]) -> dict:
     losses = #{a_q < b_q}, ties = the rest; p = sign_test_p(wins, losses)."""
     if len(a) != len(b):
         raise ValueError(f"paired questions needed: got {len(a)} and {len(b)} scores")
-    wins = sum(x > y for x, y in zip(a, b))
-    losses = sum(x < y for x, y in zip(a, b))
+    wins = sum(x > y for x, y in zip(a, b, strict=True))
+    losses = sum(x < y for x, y in zip(a, b, strict=True))
     return {"wins": wins, "losses": losses, "ties": len(a) - wins - losses, "p_sign_test": sign_test_p(wins, losses)}
 
 
