@@ -96,7 +96,7 @@ class Hop2ExperimentConfig(svamp.SvampExperimentConfig):
     methods: list[str] = field(default_factory=lambda: ["arpo", "grpo"])  # e.g. [arpo,grpo,aepo]
     sft_config: str = "configs/sft_quickstart.yaml"
     sft_data: str = "hop2:train[0:120]"  # scripted trajectories of these questions
-    sft_overrides: list[str] = field(default_factory=lambda: ["max_steps=15", "batch_size=8", "optim.lr=1e-4"])
+    sft_overrides: list[str] = field(default_factory=lambda: ["steps=15", "prompts_per_step=8", "optim.lr=1e-4"])
     train_config: str = "configs/hop2_rl.yaml"  # RL on hop2:train[120:240]
     steps: int = 20
     eval_data: str = "hop2:dev"  # the selection split (every curve point)
@@ -113,7 +113,7 @@ class Hop2ExperimentConfig(svamp.SvampExperimentConfig):
         base: dict[str, Any] = dict(
             seeds=1, sft_data="hop2:train[0:8]", eval_data="hop2:dev[0:4]", test_data="hop2:test[0:4]", steps=2,
             eval_every=2,
-            sft_overrides=["model.name=tiny-random", "max_steps=2", "batch_size=4", "data.max_seq_len=4096"],
+            sft_overrides=["model.name=tiny-random", "steps=2", "prompts_per_step=4", "data.max_seq_len=4096"],
             train_overrides=["prompts_per_step=2", "rollout.group_size=4", "rollout.initial_rollouts=2",
                              "agent.max_response_tokens=24", "rollout.branch_threshold=0.0"])
         base.update(over)
