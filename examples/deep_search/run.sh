@@ -44,13 +44,8 @@ wait_for "$JUDGE_URL" "$Q/judge.log"
 
 $A web sft-data --data hotpotqa:train --limit 48 "${WEB[@]}" --out "$Q/sft.jsonl" --quiet
 $A sft --config examples/deep_search/sft.yaml --overwrite --quiet
-# the RL task set: 2 HotpotQA training questions that are not in the SFT data
-$PY - <<'PY'
-import json
-from arpo.data.datasets import load_examples
-rows = load_examples("hotpotqa:train[300:302]")
-open("runs/deep_search/rl_tasks.jsonl", "w").write("".join(json.dumps(r) + "\n" for r in rows))
-PY
+# the RL task set: the last 2 HotpotQA training questions that are not in the SFT data
+$PY examples/deep_search/rl_tasks.py "$Q/sft.jsonl" "$Q/rl_tasks.jsonl" --data hotpotqa:train -n 2
 EVAL=(--data hotpotqa:dev --limit 8 --tools web_search,browse "${WEB[@]}" --max-tool-calls 4
       --max-response-tokens 768 --quiet
       --judge --judge-url "$JUDGE_URL/v1" --judge-model judge --judge-max-tokens 8)
