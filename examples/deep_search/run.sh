@@ -46,7 +46,7 @@ $A web sft-data --data hotpotqa:train --limit 48 "${WEB[@]}" --out "$Q/sft.jsonl
 $A sft --config examples/deep_search/sft.yaml --overwrite --quiet
 # the RL task set: the last 2 HotpotQA training questions that are not in the SFT data
 $PY examples/deep_search/rl_tasks.py "$Q/sft.jsonl" "$Q/rl_tasks.jsonl" --data hotpotqa:train -n 2
-EVAL=(--data hotpotqa:dev --limit 8 --tools web_search,browse "${WEB[@]}" --max-tool-calls 4
+EVAL=(--data hotpotqa:dev --limit 6 --tools web_search,browse "${WEB[@]}" --max-tool-calls 4
       --max-response-tokens 768 --quiet
       --judge --judge-url "$JUDGE_URL/v1" --judge-model judge --judge-max-tokens 8)
 $A eval --model "$Q/sft" "${EVAL[@]}" --out "$Q/eval_sft.json"
