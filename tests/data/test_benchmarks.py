@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from arpo.data.benchmarks import ALIASES, BENCHMARKS, map_row, xor_decrypt, xor_encrypt
+from arpo.data.benchmarks import ALIASES, BENCHMARKS, map_row, subset_ids, xor_decrypt, xor_encrypt
 from arpo.data.datasets import load_examples
 from arpo.errors import ArpoError
 
@@ -72,14 +72,27 @@ def _jsonl(path, rows):
     return path
 
 
-def test_gaia_local_parquet_keeps_the_text_only_questions(tmp_path):
-    rows = [{"task_id": "t1", "Question": "Q one?", "Level": "1", "Final answer": "34689", "file_name": ""},
+# two of the 103 GAIA task ids the paper evaluated (RUC-NLPIR/ARPO evaluation/data/gaia/test.jsonl, rows 1-2)
+T1, T3 = "17b5a6a3-bc87-42e8-b0fb-6ab0781ef2cc", "04a04a9b-226c-43fd-b319-d5e89743676f"
+
+
+def test_gaia_local_parquet_keeps_the_papers_text_only_questions(tmp_path):
+    assert len(subset_ids("gaia.paper_ids.txt")) == 103 and {T1, T3} <= subset_ids("gaia.paper_ids.txt")
+    rows = [{"task_id": T1, "Question": "Q one?", "Level": "1", "Final answer": "34689", "file_name": ""},
             {"task_id": "t2", "Question": "Q with a file?", "Level": "2", "Final answer": "7", "file_name": "a.xlsx"},
-            {"task_id": "t3", "Question": "Q three?", "Level": "3", "Final answer": "Paris", "file_name": ""}]
+            {"task_id": T3, "Question": "Q three?", "Level": "3", "Final answer": "Paris", "file_name": ""},
+            {"task_id": "t4", "Question": "Not evaluated by the paper?", "Level": "1", "Final answer": "x",
+             "file_name": ""}]
     p = _parquet(tmp_path / "gaia.parquet", rows)
     exs = load_examples(f"bench:gaia@{p}")
     assert [(e["id"], e["question"], e["answers"], e["task"]) for e in exs] == [
-        ("t1", "Q one?", ["34689"], "qa"), ("t3", "Q three?", ["Paris"], "qa")]
+        (T1, "Q one?", ["34689"], "qa"), (T3, "Q three?", ["Paris"], "qa")]
+
+
+def test_a_copy_without_any_of_the_papers_questions_is_a_clear_error(tmp_path):
+    p = _parquet(tmp_path / "gaia.parquet", [{"task_id": "t1", "Question": "Q?", "Final answer": "a", "file_name": ""}])
+    with pytest.raises(ArpoError, match=r"none of its 1 rows is among the 103 questions the paper evaluated"):
+        load_examples(f"bench:gaia@{p}")
 
 
 def test_flashrag_jsonl_math_boxed_and_int_answers(tmp_path):
@@ -93,9 +106,12 @@ def test_flashrag_jsonl_math_boxed_and_int_answers(tmp_path):
 
 
 def test_hle_and_xbench_local_copies(tmp_path):
-    p = _parquet(tmp_path / "hle.parquet", [{"id": "h1", "question": "q1", "answer": "a1", "image": ""},
-                                            {"id": "h2", "question": "q2", "answer": "a2", "image": "data:image/png"}])
-    assert [e["id"] for e in load_examples(f"bench:hle@{p}")] == ["h1"]
+    h1 = "668825f80a642802bdfeadfa"  # the first of the paper's 500 (RUC-NLPIR/ARPO evaluation/data/hle/top.json)
+    assert len(subset_ids("hle.paper_ids.txt")) == 500 and h1 in subset_ids("hle.paper_ids.txt")
+    p = _parquet(tmp_path / "hle.parquet", [{"id": h1, "question": "q1", "answer": "a1", "image": ""},
+                                            {"id": "h2", "question": "q2", "answer": "a2", "image": ""},
+                                            {"id": "h3", "question": "q3", "answer": "a3", "image": "data:image/png"}])
+    assert [e["id"] for e in load_examples(f"bench:hle@{p}")] == [h1]
     canary = "BENCHMARK DATA SHOULD NEVER APPEAR AS PLAIN TEXT ONLINE. canary GUID xbench-test"
     enc = {"id": 1, "prompt": xor_encrypt("截至2024年，问题？", canary),
            "answer": xor_encrypt("161.27元", canary), "canary": canary}
@@ -107,8 +123,11 @@ def test_hle_and_xbench_local_copies(tmp_path):
 
 def test_a_save_to_disk_folder_with_splits(tmp_path):
     datasets = pytest.importorskip("datasets")
-    d = datasets.DatasetDict({"main": datasets.Dataset.from_list([{"question": "哪一年?", "answer": "2024"}]),
-                              "silver": datasets.Dataset.from_list([{"question": "x", "answer": "y"}])})
+    # the Hub's columns (callanwu/WebWalkerQA's card: Question, Answer, Root_Url, Info), its splits main / silver
+    row = {"Question": "哪一年?", "Answer": "2024", "Root_Url": "https://example.org/",
+           "Info": {"Hop": "single_source", "Language": "Chinese"}}
+    d = datasets.DatasetDict({"main": datasets.Dataset.from_list([row]),
+                              "silver": datasets.Dataset.from_list([dict(row, Question="x", Answer="y")])})
     d.save_to_disk(str(tmp_path / "ww"))
     assert load_examples(f"bench:webwalker@{tmp_path / 'ww'}")[0]["answers"] == ["2024"]  # the benchmark's split
 
@@ -126,6 +145,8 @@ def test_map_row_is_the_one_mapping():
     assert map_row(b, {"question": "q", "answer": "x\n#### 1,234"}, "w") == {"task": "math", "question": "q",
                                                                               "answer": "x\n#### 1,234"}
     assert map_row(BENCHMARKS["hle"], {"id": "h", "question": "q", "answer": "a", "image": "x.png"}, "w") is None
+    assert map_row(BENCHMARKS["webwalkerqa"], {"Question": "q", "Answer": "a", "Root_Url": "u"}, "w") == {
+        "task": "qa", "question": "q", "answer": "a"}
 
 
 # ---- no network: a clear message, fast --------------------------------------------------------------

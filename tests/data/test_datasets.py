@@ -152,3 +152,10 @@ def test_sliced_builtin_names_are_builtin_labels():
 
     assert is_builtin("svamp:test[0:200]") and _label("svamp:test[0:200]") == "svamp:test[0:200]"
     assert not is_builtin("svamp:nope") and not is_builtin("x.jsonl")
+
+
+def test_a_row_slice_past_the_end_says_how_many_rows_there_are():
+    """examples/deep_search/run.sh asked for hotpotqa:train[300:302] of its 300 rows: a bare 'no examples'."""
+    with pytest.raises(ArpoError, match=r"starts past the end of hotpotqa:train, which has 300 rows \(0\.\.299\)"):
+        load_examples("hotpotqa:train[300:302]")
+    assert len(load_examples("hotpotqa:train[298:302]")) == 2  # a slice may end past the end, as in Python

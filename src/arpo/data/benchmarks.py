@@ -9,11 +9,15 @@
 
 Each benchmark names its Hub id, config and split, how its columns map onto arpo's example fields
 (`question`, `answer`/`answers`, `id`), an optional row filter (GAIA and HLE: text-only questions,
-as the paper used) and value transform (MATH: the `\\boxed{}` answer of the solution; xbench: the
+as the paper used, and exactly the questions the paper evaluated: their ids ship in BENCH_DIR,
+`gaia.paper_ids.txt`, `hle.paper_ids.txt`) and value transform (MATH: the `\\boxed{}` answer of the solution; xbench: the
 published XOR decryption with each row's canary), the license stated on the dataset card, and the
 metric the paper reports for it: token F1 for the four Wikipedia multi-hop QA sets, LLM-as-judge
 (`arpo eval --judge`) for the rest. The paper's WebWalker (Table 1) and WebWalkerQA (Table 2) are one
 dataset: `bench:webwalker` is an alias of `bench:webwalkerqa`.
+
+How each Hub id, config, split and column name was checked (sources, and what could not be checked
+without network): docs/benchmark_sources.md.
 
 Dev slices: the first 20 questions of the paper's own evaluation files (RUC-NLPIR/ARPO @ a95cd08,
 `evaluation/data/NAME/test.jsonl`) for the benchmarks whose license allows redistribution; none
@@ -24,6 +28,7 @@ they stay out of training data: do not republish them in plain text).
 from __future__ import annotations
 
 import base64
+import functools
 import os
 import re
 import socket
@@ -51,6 +56,7 @@ class Benchmark:
     task: str  # math | qa (arpo's prompt template and rule-based reward)
     paper: str  # what the paper evaluated
     filter: str | None = None  # text_only_gaia | text_only_hle
+    subset: str | None = None  # file under BENCH_DIR: ids (one a line, '#' comments) of the rows the paper evaluated
     transform: str | None = None  # boxed_solution | xbench_decrypt
     gated: bool = False
     dev: str | None = None  # file under BENCH_DIR
@@ -66,8 +72,8 @@ BENCHMARKS: dict[str, Benchmark] = {
                         {"question": "problem", "answer": "answer", "id": "id"},
                         "none stated on the card (problems © MAA)", "llm-judge", "math", "all 30"),
     "aime25": Benchmark("AIME 2025", "math", "math-ai/aime25", None, "test",
-                        {"question": "problem", "answer": "answer", "id": "id"}, "Apache-2.0 (card)", "llm-judge",
-                        "math", "all 30"),
+                        {"question": "problem", "answer": "answer", "id": "id"},
+                        "none stated on the card (problems © MAA)", "llm-judge", "math", "all 30"),
     "math500": Benchmark("MATH-500", "math", "HuggingFaceH4/MATH-500", None, "test",
                          {"question": "problem", "answer": "answer", "id": "unique_id"},
                          "MIT (PRM800K split of MATH, Hendrycks et al. 2021)", "llm-judge", "math", "all 500",
@@ -78,7 +84,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "gsm8k": Benchmark("GSM8K", "math", "openai/gsm8k", "main", "test", {"question": "question", "answer": "answer"},
                        "MIT", "llm-judge", "math", "test (the built-in gsm8k:test is the same split)"),
     "webwalkerqa": Benchmark("WebWalkerQA", "knowledge / deep-search", "callanwu/WebWalkerQA", None, "main",
-                             {"question": "question", "answer": "answer"}, "Apache-2.0", "llm-judge", "qa",
+                             {"question": "Question", "answer": "Answer"}, "Apache-2.0", "llm-judge", "qa",
                              "200 questions (Table 1 'WebWalker') / the main split (Table 2)",
                              dev="webwalkerqa.dev.jsonl.gz", dev_license="Apache-2.0"),
     "hotpotqa": Benchmark("HotpotQA", "knowledge", _FLASHRAG, "hotpotqa", "dev", dict(_QA_FIELDS), "CC BY-SA 4.0",
@@ -93,16 +99,17 @@ BENCHMARKS: dict[str, Benchmark] = {
     "gaia": Benchmark("GAIA", "deep-search", "gaia-benchmark/GAIA", "2023_all", "validation",
                       {"question": "Question", "answer": "Final answer", "id": "task_id"},
                       "gated; the authors ask not to reshare it in crawlable form", "llm-judge", "qa",
-                      "the 103 text-only validation questions", filter="text_only_gaia", gated=True),
+                      "the 103 text-only validation questions", filter="text_only_gaia",
+                      subset="gaia.paper_ids.txt", gated=True),
     "hle": Benchmark("Humanity's Last Exam", "deep-search", "cais/hle", None, "test",
                      {"question": "question", "answer": "answer", "id": "id"},
                      "MIT, gated (canary: keep out of training)", "llm-judge", "qa",
-                     "a 500-question text-only subset ([0:500] of these)", filter="text_only_hle",
+                     "a 500-question text-only subset", filter="text_only_hle", subset="hle.paper_ids.txt",
                      gated=True),
     "xbench-deepsearch": Benchmark("xbench-DeepSearch", "deep-search", "xbench/DeepSearch", None, "train",
                                    {"question": "prompt", "answer": "answer", "id": "id"},
                                    "published encrypted (canary): do not republish decrypted", "llm-judge", "qa",
-                                   "all 100", transform="xbench_decrypt"),
+                                   "100 (the reference's file holds 99)", transform="xbench_decrypt"),
 }
 ALIASES = {"webwalker": "webwalkerqa", "xbench": "xbench-deepsearch", "2wikimultihopqa": "2wiki", "math-500": "math500"}
 
@@ -145,7 +152,16 @@ def xor_encrypt(text: str, key: str) -> str:
     return base64.b64encode(bytes(c ^ k[i % len(k)] for i, c in enumerate(data))).decode("ascii")
 
 
+@functools.lru_cache(maxsize=None)
+def subset_ids(name: str) -> frozenset:
+    """The ids listed in BENCH_DIR/name (one a line; blank lines and '#' comments skipped)."""
+    lines = (BENCH_DIR / name).read_text(encoding="utf-8").splitlines()
+    return frozenset(t for t in (x.strip() for x in lines) if t and not t.startswith("#"))
+
+
 def _keep(b: Benchmark, row: dict) -> bool:
+    if b.subset and str(row.get(b.fields.get("id", "id"), "")) not in subset_ids(b.subset):
+        return False
     if b.filter == "text_only_gaia":
         return not (row.get("file_name") or "").strip()
     if b.filter == "text_only_hle":
@@ -156,8 +172,6 @@ def _keep(b: Benchmark, row: dict) -> bool:
 def map_row(b: Benchmark, row: dict, where: str) -> dict | None:
     """A dataset row as arpo's raw example fields {question, answer|answers, id?, task}; None when the
     benchmark's filter drops it. A missing column is an error naming it and the columns there are."""
-    if not _keep(b, row):
-        return None
     out: dict = {"task": b.task}
     for target, col in b.fields.items():
         if col not in row:
@@ -166,6 +180,8 @@ def map_row(b: Benchmark, row: dict, where: str) -> dict | None:
             raise ArpoError(f"{where}: no column {col!r} for {target} (columns: {', '.join(map(str, row))}); "
                             f"a local copy of {b.hf_id} must keep the Hub's column names")
         out[target] = row[col]
+    if not _keep(b, row):
+        return None
     if b.transform == "xbench_decrypt":
         key = row.get("canary")
         if not key:
@@ -192,11 +208,17 @@ def iter_rows(spec: str) -> Iterator[tuple[str, dict]]:
         yield from iter_jsonl(BENCH_DIR / b.dev, "dev slice")
         return
     ds = _load_local(spec, b, local) if local else _load_hub(spec, b)
+    read = kept = 0
     for i, row in enumerate(ds, 1):
-        where = f"{spec} row {i}"
+        read, where = i, f"{spec} row {i}"
         mapped = map_row(b, dict(row), where)
         if mapped is not None:
+            kept += 1
             yield where, mapped
+    if read and not kept and b.subset:
+        raise ArpoError(f"{spec}: none of its {read} rows is among the {len(subset_ids(b.subset))} questions the "
+                        f"paper evaluated (their {b.fields.get('id', 'id')!r} values: {BENCH_DIR / b.subset}); "
+                        f"is this a copy of {b.hf_id} split {b.split!r}?")
 
 
 def _datasets(spec: str):
@@ -302,6 +324,7 @@ def listing() -> list[dict]:
         out.append({"name": PREFIX + n, "aliases": [PREFIX + a for a in aliases], "title": b.title,
                     "domain": b.domain, "hf_id": b.hf_id, "config": b.config, "split": b.split,
                     "fields": {k: v for k, v in b.fields.items()}, "filter": b.filter, "transform": b.transform,
+                    "paper_ids": len(subset_ids(b.subset)) if b.subset else None,
                     "license": b.license, "metric": b.metric, "task": b.task, "paper": b.paper, "gated": b.gated,
                     "dev": PREFIX + n + ":dev" if b.dev else None,
                     "dev_rows": count_rows(BENCH_DIR / b.dev) if b.dev else 0, "dev_license": b.dev_license})

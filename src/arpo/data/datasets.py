@@ -77,6 +77,12 @@ def load_examples(spec: str | Path, limit: int | None = None, task: str | None =
         if limit is not None and len(out) >= limit:
             break
     if not out:
+        base, start, stop = split_slice(spec)
+        if start:  # a slice past the end reads nothing: say how many rows there are
+            n = sum(1 for _ in iter_rows(base))
+            if start >= n:
+                raise ArpoError(f"{spec}: no examples: the row slice [{start}:{'' if stop is None else stop}] starts "
+                                f"past the end of {base}, which has {n} rows (0..{n - 1})")
         raise ArpoError(f"{spec}: no examples")
     if inferred and not is_builtin(spec):
         import sys
