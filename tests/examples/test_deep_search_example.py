@@ -38,4 +38,4 @@ def test_the_script_on_the_built_in_hotpotqa_train_split(tmp_path):
     assert json.loads(r.stdout)["tasks"] == 2
     tasks = load_examples(out)
     assert [t["id"] for t in tasks] == [train[-3]["id"], train[-2]["id"]]
-    assert all(t["question"] == q["question"] for t, q in zip(tasks, train[-3:-1]))
+    assert all(t["question"] == q["question"] for t, q in zip(tasks, train[-3:-1], strict=True))

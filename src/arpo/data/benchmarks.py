@@ -10,8 +10,8 @@
 Each benchmark names its Hub id, config and split, how its columns map onto arpo's example fields
 (`question`, `answer`/`answers`, `id`), an optional row filter (GAIA and HLE: text-only questions,
 as the paper used, and exactly the questions the paper evaluated: their ids ship in BENCH_DIR,
-`gaia.paper_ids.txt`, `hle.paper_ids.txt`) and value transform (MATH: the `\\boxed{}` answer of the solution; xbench: the
-published XOR decryption with each row's canary), the license stated on the dataset card, and the
+`gaia.paper_ids.txt`, `hle.paper_ids.txt`) and value transform (MATH: the `\\boxed{}` answer of the
+solution; xbench: the published XOR decryption with each row's canary), the license stated on the dataset card, and the
 metric the paper reports for it: token F1 for the four Wikipedia multi-hop QA sets, LLM-as-judge
 (`arpo eval --judge`) for the rest. The paper's WebWalker (Table 1) and WebWalkerQA (Table 2) are one
 dataset: `bench:webwalker` is an alias of `bench:webwalkerqa`.
