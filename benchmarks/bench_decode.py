@@ -124,8 +124,8 @@ def bench_multiturn(model, tok, batch, repeats):
     from arpo.rollout.agent import AgentConfig, AgentLoop, TrajState
     from arpo.testing import scripted_hook
     from arpo.tools.base import format_result
-    from arpo.tools.registry import ToolRegistry
     from arpo.tools.python import PythonTool
+    from arpo.tools.registry import ToolRegistry
 
     system = system_prompt("math", ["python"])
     questions = [f"What is 17*23? Check it in {i + 2} ways. Use python." for i in range(batch)]

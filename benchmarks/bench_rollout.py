@@ -78,9 +78,9 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     from arpo.data.datasets import load_examples
+    from arpo.data.prompts import prompts_for
     from arpo.engine.hf import HFEngine
     from arpo.models import load_model
-    from arpo.data.prompts import prompts_for
     from arpo.rollout.agent import AgentConfig
     from arpo.rollout.arpo import ARPORollout, RolloutConfig
     from arpo.tools import build_tools

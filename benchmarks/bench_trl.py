@@ -103,12 +103,12 @@ class ArpoStep:
     """`arpo train algo.preset=grpo` on these prompts: training/trainer.py's own setup + train_step."""
 
     def __init__(self, model, tok, examples, prompts, a, total_steps: int):
-        from arpo.settings import OptimConfig, ToolsConfig
-        from arpo.training import trainer
-        from arpo.training.config import AlgoConfig, TrainConfig
         from arpo.rewards import get_reward_fn
         from arpo.rollout.agent import AgentConfig
         from arpo.rollout.arpo import RolloutConfig
+        from arpo.settings import OptimConfig, ToolsConfig
+        from arpo.training import trainer
+        from arpo.training.config import AlgoConfig, TrainConfig
 
         cfg = TrainConfig(
             tools=ToolsConfig(enabled=[]),  # no tools (see the module docstring)
@@ -285,9 +285,8 @@ def main() -> int:
     import transformers
 
     from arpo.data.datasets import load_examples
-    from arpo.data.prompts import system_prompt
+    from arpo.data.prompts import prompts_for, system_prompt
     from arpo.models import load_model
-    from arpo.data.prompts import prompts_for
 
     torch.set_num_threads(a.threads)
     data = a.data

@@ -471,11 +471,11 @@ def bench_mismatch(model, tok, sz: Sizes, dev: Device, variants=("eager", "graph
 def bench_rl(model, tok, sz: Sizes, dev: Device, errors: list) -> tuple[dict, object]:
     """ARPO steps through training/trainer.py's own `setup` + `train_step` on one process, with timing
     hooks: each phase ends with a device sync and its peak memory (Trainer.on_lap)."""
-    from arpo.training import trainer as T
-    from arpo.settings import ToolsConfig
     from arpo.rollout.agent import AgentConfig
     from arpo.rollout.arpo import RolloutConfig
+    from arpo.settings import ToolsConfig
     from arpo.testing import hook_rollout, toy_reward
+    from arpo.training import trainer as T
 
     cfg = T.TrainConfig(
         steps=sz.steps, prompts_per_step=sz.prompts_per_step, micro_tokens=sz.micro_tokens,
@@ -631,13 +631,13 @@ def vllm_child(a) -> dict:
     """In a fresh process: the model (same seed) -> VLLMEngine.from_model -> decode and one rollout."""
     import torch
 
+    from arpo.data.prompts import prompts_for
     from arpo.engine.base import SamplingParams
     from arpo.engine.vllm import VLLMEngine
-    from arpo.training import trainer as T
-    from arpo.data.prompts import prompts_for
     from arpo.rollout.agent import AgentConfig
     from arpo.rollout.arpo import ARPORollout, RolloutConfig
     from arpo.tools import build_tools
+    from arpo.training import trainer as T
 
     sz = SMOKE if a.smoke else FULL
     sz = dataclasses.replace(sz, **({"steps": a.steps} if a.steps else {}))

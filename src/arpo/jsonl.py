@@ -10,8 +10,8 @@ from __future__ import annotations
 import gzip
 import json
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from arpo.errors import ArpoError
 

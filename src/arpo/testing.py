@@ -251,8 +251,16 @@ def arch_model(arch: str, tokenizer=None, hidden: int = 64, layers: int = 2, hea
     """A random-weight Qwen2ForCausalLM (Qwen2.5), Qwen3ForCausalLM (q/k norms) or LlamaForCausalLM with
     Llama 3.1's rope scaling, sized for unit tests."""
     import torch
-    from transformers import (LlamaConfig, LlamaForCausalLM, PretrainedConfig, PreTrainedModel, Qwen2Config,
-                              Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+    from transformers import (
+        LlamaConfig,
+        LlamaForCausalLM,
+        PretrainedConfig,
+        PreTrainedModel,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+        Qwen3Config,
+        Qwen3ForCausalLM,
+    )
 
     tok = tokenizer or arch_tokenizer(arch)
     common = dict(vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,

@@ -10,7 +10,6 @@ from arpo.data.datasets import load_examples
 from arpo.errors import ArpoError
 
 
-
 def _write(tmp_path, rows, name="d.jsonl"):
     p = tmp_path / name
     p.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))

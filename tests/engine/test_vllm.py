@@ -321,8 +321,8 @@ def test_arpo_rollout_trees_satisfy_invariants(veng, tiny_tok):
 def test_arpo_rollout_with_real_python_tool_branches_on_cached_prefixes(veng, tiny_tok):
     from arpo.rollout.agent import AgentConfig
     from arpo.rollout.arpo import RolloutConfig
-    from arpo.tools.registry import ToolRegistry
     from arpo.tools.python import PythonTool
+    from arpo.tools.registry import ToolRegistry
 
     t = _tree_checks()
     # β = 0, τ = 0: P = α > 0 always branches, until M trajectories exist

@@ -13,8 +13,17 @@ import pytest
 uvicorn = pytest.importorskip("uvicorn")
 pytest.importorskip("httpx")
 
-from arpo.eval.judge import (EQUIVALENCE_PROMPT, Judge, JudgeCache, JudgeConfig, default_cache_path,  # noqa: E402
-                             gold_text, judge_prompt, parse_verdict, prediction_text)
+from arpo.eval.judge import (  # noqa: E402
+    EQUIVALENCE_PROMPT,
+    Judge,
+    JudgeCache,
+    JudgeConfig,
+    default_cache_path,
+    gold_text,
+    judge_prompt,
+    parse_verdict,
+    prediction_text,
+)
 
 MODEL = "tiny-judge"
 

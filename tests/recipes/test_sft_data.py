@@ -10,7 +10,6 @@ from arpo.rewards import arpo_reward
 from arpo.rewards.format import check_format
 
 
-
 @pytest.fixture(scope="module")
 def python_tool():
     from arpo.tools.python import PythonTool

@@ -9,8 +9,15 @@ import pytest
 
 from arpo.errors import ArpoError
 from arpo.rewards import RewardResult, arpo_reward, em_reward, f1_reward, get_reward_fn
-from arpo.rewards.answer import (_math_verify, exact_match, extract_boxed, f1_score, math_equal, max_over_golds,
-                                 normalize_answer)
+from arpo.rewards.answer import (
+    _math_verify,
+    exact_match,
+    extract_boxed,
+    f1_score,
+    math_equal,
+    max_over_golds,
+    normalize_answer,
+)
 from arpo.rewards.format import check_format, tool_calls_in
 
 GOOD = ("<think> 17*23 </think>\n<python>print(17*23)</python>\n<result>\n391\n</result>\n"

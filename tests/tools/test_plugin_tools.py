@@ -258,12 +258,12 @@ def test_json_rollout_ids_are_sampled_plus_rendered_results(tiny_lm, template):
 
 def _json_train_step(tiny_tok_name, tool_format, segments, tmp_path):
     """One ARPO step (training/trainer.py's setup + train_step) with a scripted model."""
-    from arpo.training import trainer as T
-    from arpo.training.config import TrainConfig
-    from arpo.settings import ToolsConfig
     from arpo.rollout.agent import AgentConfig
     from arpo.rollout.arpo import RolloutConfig
+    from arpo.settings import ToolsConfig
     from arpo.testing import hook_rollout, qwen_style_tokenizer, scripted_hook, tiny_model, toy_reward
+    from arpo.training import trainer as T
+    from arpo.training.config import TrainConfig
 
     tok = qwen_style_tokenizer()
     model = tiny_model(tok)

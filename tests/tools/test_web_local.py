@@ -14,7 +14,6 @@ import pytest
 pytest.importorskip("httpx")
 pytest.importorskip("trafilatura")
 import httpx
-
 from web_servers import free_port, uvicorn_app
 
 from arpo.cli import main

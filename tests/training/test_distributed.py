@@ -181,8 +181,8 @@ def test_shard_rollout_seeds_by_global_prompt_index(tiny_lm, tiny_tok):
 
 
 def test_shards_and_global_diagnostics():
-    from arpo.training.sharded import global_diagnostics
     from arpo.training import distributed
+    from arpo.training.sharded import global_diagnostics
 
     assert distributed.shard(5) == range(5)  # one process: everything
     sizes = [len(range(10 * r // 3, 10 * (r + 1) // 3)) for r in range(3)]

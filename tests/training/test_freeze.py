@@ -29,12 +29,12 @@ def test_freeze_lower_layers_trains_only_the_top_blocks(tiny_tok):
 
 
 def test_train_layers_in_a_train_run(tmp_path):
-    from arpo.config import load_config
-    from arpo.recipes import train
-    from arpo.training.checkpoint import latest_checkpoint
     from safetensors.torch import load_file
 
+    from arpo.config import load_config
     from arpo.models import load_model
+    from arpo.recipes import train
+    from arpo.training.checkpoint import latest_checkpoint
 
     cfg = load_config(train.TrainConfig, "configs/train_tiny.yaml",
                       [f"run.dir={tmp_path / 'r'}", "model.train_layers=1", "steps=1", "run.tensorboard=false"])

@@ -209,10 +209,9 @@ def given(args, command: str) -> dict[str, dict]:
 def resolve(args, command: str, run: dict | None = None) -> Resolved:
     """The agent and tools sections of `command` (the order in this module's docstring). `run`: the run
     dir's settings (from_run.run_settings; default: those of args.model)."""
+    from arpo.commands.from_run import run_settings
     from arpo.config import from_dict
     from arpo.data.prompts import checkpoint_template_for, template_defaults
-
-    from arpo.commands.from_run import run_settings
 
     model = getattr(args, "model", None) if command in RESOLVING else None  # sft-data's --model: a sampler
     run = run_settings(model) if run is None and model else (run or {})

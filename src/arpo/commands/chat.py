@@ -43,13 +43,12 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from arpo.commands.agent_flags import resolve
+    from arpo.commands.from_run import template_line
     from arpo.data.prompts import default_template, render_prompt, system_prompt
     from arpo.engine.hf import HFEngine
     from arpo.models import load_model
     from arpo.rollout.agent import AgentLoop
-
-    from arpo.commands.agent_flags import resolve
-    from arpo.commands.from_run import template_line
 
     if args.quiet:
         import warnings

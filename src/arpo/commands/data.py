@@ -40,9 +40,8 @@ def register(sub) -> None:
 
 
 def list_cmd(args) -> int:
-    from arpo.data.sources import BUILTIN, builtin_path, count_rows
-
     from arpo.data.benchmarks import listing
+    from arpo.data.sources import BUILTIN, builtin_path, count_rows
 
     rows = [{"name": f"{n}:{s}", "split": s, "rows": count_rows(builtin_path(n, s)), "task": b.task,
              "license": b.license, "source": b.source, "file": str(builtin_path(n, s))}

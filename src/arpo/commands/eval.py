@@ -7,10 +7,9 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from arpo.errors import ArpoError
-
 from arpo.commands import HELP, NONNEG, POS_INT
 from arpo.commands.agent_flags import add_agent_flags
+from arpo.errors import ArpoError
 
 EXAMPLES = """examples:
   arpo eval --data gsm8k:test --limit 50                     # greedy, default model
@@ -94,13 +93,13 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from arpo.commands.agent_flags import resolve
+    from arpo.commands.from_run import template_line
     from arpo.data.datasets import load_examples
     from arpo.engine import make_engine
     from arpo.eval.evaluate import evaluate
     from arpo.models import load_model
     from arpo.rewards import get_reward_fn
-    from arpo.commands.agent_flags import resolve
-    from arpo.commands.from_run import template_line
     from arpo.training.progress import Bar
 
     r = resolve(args, "eval")  # flags, --tools-config, the run dir, the template, the defaults
@@ -173,9 +172,8 @@ def run(args) -> int:
     if judge is not None:
         judge.close()
     if args.out:
-        from arpo.training.checkpoint import write_text_atomic
-
         from arpo.commands.agent_flags import settings_of
+        from arpo.training.checkpoint import write_text_atomic
 
         write_text_atomic(Path(args.out), json.dumps({"model": args.model, "temperature": agent.temperature,
                                                       "settings": settings_of(r),

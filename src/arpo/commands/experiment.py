@@ -63,9 +63,11 @@ def run(args) -> int:
     if args.name == "hop2-arpo-vs-grpo":
         return run_hop2(args)
     if args.name == "svamp-arpo-vs-grpo":
-        from arpo.experiments.svamp import SvampExperimentConfig as ExperimentConfig, run as run_experiment
+        from arpo.experiments.svamp import SvampExperimentConfig as ExperimentConfig
+        from arpo.experiments.svamp import run as run_experiment
     else:
-        from arpo.experiments.arpo_vs_grpo import ExperimentConfig, run as run_experiment
+        from arpo.experiments.arpo_vs_grpo import ExperimentConfig
+        from arpo.experiments.arpo_vs_grpo import run as run_experiment
 
     over = parse_overrides(list(args.overrides) + list(args.more))
     for key in ("seeds", "steps", "out", "threads"):
@@ -91,7 +93,8 @@ def run(args) -> int:
 def run_hop2(args) -> int:
     """hop2-arpo-vs-grpo: dev statistics always; test only with report_test=true (experiments/hop2.py)."""
     from arpo.config import from_dict, parse_overrides
-    from arpo.experiments.hop2 import Hop2ExperimentConfig, run as run_experiment
+    from arpo.experiments.hop2 import Hop2ExperimentConfig
+    from arpo.experiments.hop2 import run as run_experiment
 
     over = parse_overrides(list(args.overrides) + list(args.more))
     for key in ("seeds", "steps", "out", "threads"):
@@ -117,7 +120,8 @@ def _fields(cfg) -> dict:
 
 def run_branching(args) -> int:
     from arpo.config import from_dict, parse_overrides
-    from arpo.experiments.branching import BranchingConfig, run as run_study
+    from arpo.experiments.branching import BranchingConfig
+    from arpo.experiments.branching import run as run_study
 
     over = parse_overrides(list(args.overrides) + list(args.more))
     for key in ("out", "threads"):

@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from arpo.errors import ArpoError
-
 from arpo.commands import HELP, POS_INT
+from arpo.errors import ArpoError
 
 EXAMPLES = """examples:
   arpo plot runs/train                          # RUN_DIR/plots/{reward,accuracy,tool_calls,entropy,...}.png

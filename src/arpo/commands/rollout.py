@@ -44,8 +44,8 @@ def run(args) -> int:
         from arpo.commands.recipe_flags import print_config
 
         return print_config(cfg)
-    from arpo.errors import ArpoError
     from arpo.data.sources import input_paths
+    from arpo.errors import ArpoError
     from arpo.jsonl import prepare_output
 
     if not args.out:

@@ -28,10 +28,9 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from arpo.commands.recipe_flags import finish, print_config
     from arpo.config import load_config
     from arpo.recipes import sft
-
-    from arpo.commands.recipe_flags import finish, print_config
 
     cfg = load_config(sft.SFTConfig, args.config, list(args.overrides))
     if args.print_config:

@@ -53,8 +53,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from arpo.errors import ArpoError
     from arpo.data.sources import input_paths
+    from arpo.errors import ArpoError
     from arpo.jsonl import prepare_output
 
     if args.style is not None and args.source != "gsm8k":  # it used to be ignored without a word

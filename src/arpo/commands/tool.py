@@ -6,10 +6,9 @@ import json
 import sys
 import time
 
-from arpo.errors import ArpoError
-
 from arpo.commands import HELP
 from arpo.commands.agent_flags import add_agent_flags
+from arpo.errors import ArpoError
 
 EXAMPLES = """examples:
   arpo tool python "print(sum(range(10)))"

@@ -31,11 +31,10 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from arpo.commands.recipe_flags import finish, print_config
     from arpo.config import load_config
     from arpo.recipes import train
     from arpo.training import distributed
-
-    from arpo.commands.recipe_flags import finish, print_config
 
     cfg = load_config(train.TrainConfig, args.config, list(args.overrides))
     if args.print_config:

@@ -32,9 +32,9 @@ import functools
 import os
 import re
 import socket
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 from urllib.parse import urlparse
 
 from arpo.errors import ArpoError
@@ -152,7 +152,7 @@ def xor_encrypt(text: str, key: str) -> str:
     return base64.b64encode(bytes(c ^ k[i % len(k)] for i, c in enumerate(data))).decode("ascii")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def subset_ids(name: str) -> frozenset:
     """The ids listed in BENCH_DIR/name (one a line; blank lines and '#' comments skipped)."""
     lines = (BENCH_DIR / name).read_text(encoding="utf-8").splitlines()

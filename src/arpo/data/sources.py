@@ -22,9 +22,9 @@ import glob
 import gzip
 import itertools
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 from urllib.parse import parse_qsl
 
 from arpo.errors import ArpoError

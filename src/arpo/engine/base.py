@@ -16,11 +16,11 @@ appended tokens carry `gen_mask = 0` (they are masked out of the loss).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Protocol
 
 import torch
-
 
 
 def check_prompt_fits(prompt_len: int, context_len: int | None, what: str = "the prompt") -> int:
@@ -50,7 +50,7 @@ class SamplingParams:
     pause_token_ids: tuple[int, ...] = ()  # these tokens pause instead of ending (json tool format: end of turn)
     seed: int | None = None  # per-sequence RNG: same seed -> same tokens, whatever else is in the batch
     # Optional hook (sequence so far, logits (V,)) -> logits, e.g. constrained decoding or scripted tests.
-    logits_hook: Callable[["Sequence", torch.Tensor], torch.Tensor] | None = None
+    logits_hook: Callable[[Sequence, torch.Tensor], torch.Tensor] | None = None
 
 
 @dataclass

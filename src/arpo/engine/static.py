@@ -84,7 +84,7 @@ def _cat_bias(mods):
 _ACTIVE = threading.local()
 
 
-def _active() -> "Weights":
+def _active() -> Weights:
     w = getattr(_ACTIVE, "weights", None)
     if w is None:
         raise RuntimeError("arpo::linear called outside an engine step (no active weights)")
@@ -212,7 +212,7 @@ class Arch:
         self.scale = self.head_dim ** -0.5
 
 
-def qkv_heads(x, li: int, small: list, eps: float, cos, sin, arch: "Arch", mm):
+def qkv_heads(x, li: int, small: list, eps: float, cos, sin, arch: Arch, mm):
     """Layer li's attention input: norm, the fused q/k/v matmul, split into heads, rotary on q and k.
     x (..., D) -> q (..., heads, hd), k and v (..., kv_heads, hd)."""
     nh, nkv, hd = arch.n_heads, arch.n_kv, arch.head_dim

@@ -354,7 +354,7 @@ class VLLMEngine:
                       "decode_tokens": 0, "steps": 0, "aborts": 0, "weight_syncs": 0}
 
     @classmethod
-    def from_model(cls, model=None, tokenizer=None, model_dir=None, sync: bool = True, **opts) -> "VLLMEngine":
+    def from_model(cls, model=None, tokenizer=None, model_dir=None, sync: bool = True, **opts) -> VLLMEngine:
         """Start vLLM for an in-memory policy. With `model_dir` (an HF directory or built-in name the
         policy was loaded from), vLLM starts from that directory and, if `sync`, the policy's current
         weights (LoRA merged, a resumed checkpoint...) are pushed in right away. Without it, the policy

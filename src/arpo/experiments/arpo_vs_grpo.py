@@ -101,7 +101,7 @@ class ExperimentConfig:
             require(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
 
     @classmethod
-    def quick(cls, **over) -> "ExperimentConfig":
+    def quick(cls, **over) -> ExperimentConfig:
         """A smoke-test size: 1 seed, a few steps, a smaller model and env (not a result)."""
         base: dict[str, Any] = dict(
                     seeds=1, n_towns=20, n_sft=160, n_dev=16, n_eval=16, hidden=64, layers=2, intermediate=128,
@@ -216,8 +216,9 @@ def train_sft(cfg: ExperimentConfig, env: dict, out: Path) -> dict:
     """Tokenizer + random Llama, then arpo's SFT recipe in segments until dev accuracy >= target."""
     import torch
 
+    from arpo.recipes.sft import SFTConfig, SFTDataConfig
+    from arpo.recipes.sft import run as sft_run
     from arpo.settings import ModelConfig, OptimConfig, RunConfig
-    from arpo.recipes.sft import SFTConfig, SFTDataConfig, run as sft_run
 
     tok = kbenv.build_tokenizer(kbenv.tokenizer_corpus(env["kb"], env["sft_rows"], env["train"]), cfg.vocab_size)
     model = kbenv.build_model(tok, cfg.hidden, cfg.layers, cfg.heads, cfg.intermediate, seed=cfg.env_seed)
@@ -261,8 +262,8 @@ def run_rl(cfg: ExperimentConfig, method: str, seed: int, sft_model: str, env: d
            start_eval: dict) -> dict:
     """One RL run with recipes/train.run in segments of eval_every steps; the learning curve."""
     from arpo.recipes import train
-    from arpo.settings import DataConfig, ModelConfig, OptimConfig
     from arpo.rollout.arpo import RolloutConfig
+    from arpo.settings import DataConfig, ModelConfig, OptimConfig
     from arpo.training.logger import read_metrics
 
     run_dir = out / "rl" / f"{method}_seed{seed}"

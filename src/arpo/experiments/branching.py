@@ -132,10 +132,10 @@ def measure(model_dir: str, cfg: BranchingConfig, examples: list[dict]) -> dict:
     from arpo.data.prompts import prompts_for
     from arpo.engine.hf import HFEngine
     from arpo.models import load_model
-    from arpo.settings import RewardConfig, ToolsConfig
     from arpo.rewards import get_reward_fn, score_trees
     from arpo.rollout.agent import AgentConfig
     from arpo.rollout.arpo import ARPORollout, RolloutConfig
+    from arpo.settings import RewardConfig, ToolsConfig
 
     model, tok = load_model(model_dir, device="cpu", dtype="float32")
     tools = ToolsConfig(enabled=list(cfg.tools)).build()

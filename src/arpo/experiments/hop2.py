@@ -108,7 +108,7 @@ class Hop2ExperimentConfig(svamp.SvampExperimentConfig):
     level: float = 0.95
 
     @classmethod
-    def quick(cls, **over) -> "Hop2ExperimentConfig":
+    def quick(cls, **over) -> Hop2ExperimentConfig:
         """A smoke-test size on the tiny random model (plumbing, not a result)."""
         base: dict[str, Any] = dict(
             seeds=1, sft_data="hop2:train[0:8]", eval_data="hop2:dev[0:4]", test_data="hop2:test[0:4]", steps=2,
@@ -123,7 +123,8 @@ class Hop2ExperimentConfig(svamp.SvampExperimentConfig):
 def make_sft(cfg: Hop2ExperimentConfig, out: Path) -> dict:
     from arpo.config import load_config
     from arpo.data.datasets import load_examples
-    from arpo.recipes.sft import SFTConfig, run as sft_run
+    from arpo.recipes.sft import SFTConfig
+    from arpo.recipes.sft import run as sft_run
 
     rows = sft_rows(load_examples(cfg.sft_data))
     path = out / "sft_hop2.jsonl"

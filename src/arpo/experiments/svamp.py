@@ -62,7 +62,7 @@ class SvampExperimentConfig:
             require(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
 
     @classmethod
-    def quick(cls, **over) -> "SvampExperimentConfig":
+    def quick(cls, **over) -> SvampExperimentConfig:
         """A smoke-test size on the tiny random model (plumbing, not a result)."""
         base: dict[str, Any] = dict(
                     seeds=1, sft_data="svamp:train[0:8]", eval_data="svamp:test[0:4]", steps=2, eval_every=2,
@@ -107,8 +107,9 @@ def evaluate_model(model_dir: str, tc, cfg: SvampExperimentConfig, examples: lis
 
 def make_sft(cfg: SvampExperimentConfig, out: Path) -> dict:
     from arpo.config import load_config
+    from arpo.recipes.sft import SFTConfig
+    from arpo.recipes.sft import run as sft_run
     from arpo.recipes.sft_data import build_sft_dataset
-    from arpo.recipes.sft import SFTConfig, run as sft_run
 
     data = out / "sft_svamp.jsonl"
     stats = build_sft_dataset("svamp", cfg.sft_data, str(data), progress=False)

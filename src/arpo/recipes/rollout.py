@@ -13,9 +13,9 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from arpo.settings import DataConfig, ModelConfig, RewardConfig, ToolsConfig
 from arpo.rollout.agent import AgentConfig
 from arpo.rollout.arpo import RolloutConfig
+from arpo.settings import DataConfig, ModelConfig, RewardConfig, ToolsConfig
 
 
 @dataclass
@@ -30,14 +30,13 @@ class RolloutJobConfig:
 
 
 def run(cfg: RolloutJobConfig, out_path: str, quiet: bool = False) -> dict:
-    from arpo.training.progress import Bar
-
     from arpo.data.datasets import load_examples
     from arpo.data.prompts import prompts_for
     from arpo.engine.hf import HFEngine
     from arpo.models import load_model
     from arpo.rewards import get_reward_fn, score_trees
     from arpo.rollout.arpo import ARPORollout
+    from arpo.training.progress import Bar
     from arpo.training.rollout_log import token_texts
 
     reward_fn = get_reward_fn(cfg.reward.fn)

@@ -16,7 +16,6 @@ batches) → log-probs in micro-batches → AdamW → metrics.jsonl/tensorboard 
 from __future__ import annotations
 
 import dataclasses
-
 import time
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -28,8 +28,14 @@ from arpo.models import check_model
 from arpo.rewards import get_reward_fn
 from arpo.rewards.custom import check_reward
 from arpo.training import distributed
-from arpo.training.checkpoint import (is_distributed_checkpoint, latest_checkpoint, load_distributed_state,
-                                      load_trainer_state, save_checkpoint, save_distributed_checkpoint)
+from arpo.training.checkpoint import (
+    is_distributed_checkpoint,
+    latest_checkpoint,
+    load_distributed_state,
+    load_trainer_state,
+    save_checkpoint,
+    save_distributed_checkpoint,
+)
 from arpo.training.config import AlgoConfig, TrainConfig, TrainRunConfig, ValidationConfig
 from arpo.training.logger import MetricsLogger
 from arpo.training.progress import StepProgress

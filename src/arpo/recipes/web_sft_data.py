@@ -65,9 +65,9 @@ def build_deep_search_sft(data: str, out_path: str, web: dict | None = None, lim
                           max_pages: int = 2, progress: bool = True) -> dict:
     """Convert HotpotQA rows of the data spec `data` until `limit` rows check out; write JSONL
     atomically. Returns {written, read, dropped{reason: n}, out}."""
-    from arpo.recipes.sft_data import _convert_rows, _stats
     from arpo.data.sources import iter_rows
     from arpo.jsonl import write_jsonl
+    from arpo.recipes.sft_data import _convert_rows, _stats
     from arpo.tools import build_tools
 
     tools = build_tools(["web_search", "browse"], web=web)

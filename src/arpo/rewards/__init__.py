@@ -25,7 +25,8 @@ Without `tool_spans` (a caller that has only text) the text is all there is.
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from arpo.errors import ArpoError
 from arpo.rewards.answer import exact_match, extract_boxed, f1_score, math_equal, max_over_golds

@@ -11,7 +11,7 @@ import math
 import re
 import string
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
 _PUNCT = frozenset(string.punctuation)

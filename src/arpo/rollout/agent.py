@@ -18,15 +18,15 @@ from __future__ import annotations
 import copy
 import dataclasses
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from collections.abc import Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from arpo.engine.base import Engine, SamplingParams
 from arpo.settings import AgentConfig  # the agent section (settings.py), used and re-exported here
 from arpo.tools.base import STOP_REGEX, ToolResult
-from arpo.tools.registry import ToolRegistry
 from arpo.tools.formats import get_format
+from arpo.tools.registry import ToolRegistry
 from arpo.tools.tokens import Pieces, encode_pieces
 
 

@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from arpo.errors import ArpoError
 from arpo.ports import require_port_free
@@ -33,29 +33,30 @@ DISCONNECT_POLL_S = 0.25  # how often a non-streaming request checks that its cl
 @dataclass
 class ServeConfig:
     model: str = "smollm2-135m-instruct"  # HF dir, built-in name, checkpoint or run dir (its latest checkpoint)
-    served_model_name: Optional[str] = None  # the `model` clients ask for (default: from `model`)
+    served_model_name: str | None = None  # the `model` clients ask for (default: from `model`)
     # the agent and its tools: the sections of settings.py, with serve's defaults (settings.COMMAND_DEFAULTS:
     # sampling of a request that sets none; max_response_tokens: the budget of a request without max_tokens)
     agent: AgentConfig = field(default_factory=lambda: agent_defaults("serve"))
     tools: ToolsConfig = field(default_factory=lambda: tools_defaults("serve"))
-    template: Optional[str] = None  # system-prompt template (default: from the tools)
+    template: str | None = None  # system-prompt template (default: from the tools)
     engine: str = "hf"  # hf | vllm
     device: str = "auto"
     max_batch: int = 64  # conversations decoded together; more wait in a queue
     max_waiting: int = 1024  # beyond this many queued conversations, requests get HTTP 503
-    api_key: Optional[str] = None  # if set, requests need `Authorization: Bearer <api_key>`
+    api_key: str | None = None  # if set, requests need `Authorization: Bearer <api_key>`
     host: str = "127.0.0.1"
     port: int = 8000
     log_level: str = "info"
 
 
 def create_app(scheduler: AgentScheduler, tokenizer, *, model_name: str, system: str, context_len: int,
-               max_response_tokens: int, api_key: Optional[str] = None, info: Optional[dict] = None):
+               max_response_tokens: int, api_key: str | None = None, info: dict | None = None):
     """The FastAPI app over a running scheduler (whose agent's tools and tool format render the
     prompts). `system`: the agent's system prompt; `context_len`: the model's context in tokens;
     `max_response_tokens`: the budget of a request without max_tokens; `info`: extra fields for
     /v1/models (tools, engine, ...)."""
-    from fastapi import FastAPI, Request as HttpRequest
+    from fastapi import FastAPI
+    from fastapi import Request as HttpRequest
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, Response, StreamingResponse
     from starlette.background import BackgroundTask
@@ -178,7 +179,7 @@ class _Run:
             self.finished.add(i)
         return i, ev
 
-    async def wait_all(self, request) -> Optional[list[Done]]:
+    async def wait_all(self, request) -> list[Done] | None:
         """Every choice's Done event in order; None if the client disconnected first."""
         done: dict[int, Done] = {}
         checked = time.monotonic()

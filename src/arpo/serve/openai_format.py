@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -60,7 +60,7 @@ def error_body(message: str, type: str = "invalid_request_error", param: str | N
 class ContentPart(BaseModel):
     model_config = ConfigDict(extra="allow")
     type: str
-    text: Optional[str] = None
+    text: str | None = None
 
 
 class ToolCallFunction(BaseModel):
@@ -71,7 +71,7 @@ class ToolCallFunction(BaseModel):
 
 class MessageToolCall(BaseModel):
     model_config = ConfigDict(extra="allow")
-    id: Optional[str] = None
+    id: str | None = None
     type: str = "function"
     function: ToolCallFunction
 
@@ -80,10 +80,10 @@ class Message(BaseModel):
     # extra fields (a returned message's `agent_messages`, `refusal`, `ok`, ...) are accepted and ignored
     model_config = ConfigDict(extra="allow")
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: Union[str, list[ContentPart], None] = None
-    name: Optional[str] = None
-    tool_calls: Optional[list[MessageToolCall]] = None
-    tool_call_id: Optional[str] = None
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[MessageToolCall] | None = None
+    tool_call_id: str | None = None
 
 
 class StreamOptions(BaseModel):
@@ -98,34 +98,34 @@ class ChatRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model: str
     messages: list[Message] = Field(..., min_length=1)
-    temperature: Optional[float] = Field(None, ge=0, le=2)
-    top_p: Optional[float] = Field(None, gt=0, le=1)
-    top_k: Optional[int] = Field(None, ge=-1,
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = Field(None, ge=-1,
                                  description="extension: sample from the k most likely tokens (0 or -1: off)")
-    max_tokens: Optional[int] = Field(None, ge=1, description="response budget, tool results included")
-    max_completion_tokens: Optional[int] = Field(None, ge=1, description="same as max_tokens")
-    seed: Optional[int] = Field(None, description="choice i samples with seed + i")
-    stop: Union[str, list[str], None] = None
+    max_tokens: int | None = Field(None, ge=1, description="response budget, tool results included")
+    max_completion_tokens: int | None = Field(None, ge=1, description="same as max_tokens")
+    seed: int | None = Field(None, description="choice i samples with seed + i")
+    stop: str | list[str] | None = None
     n: int = Field(1, ge=1, le=MAX_N)
     stream: bool = False
-    stream_options: Optional[StreamOptions] = None
+    stream_options: StreamOptions | None = None
     # accepted, without effect
-    user: Optional[str] = None
-    metadata: Optional[dict[str, Any]] = None
-    store: Optional[bool] = None
-    service_tier: Optional[str] = None
-    parallel_tool_calls: Optional[bool] = None
+    user: str | None = None
+    metadata: dict[str, Any] | None = None
+    store: bool | None = None
+    service_tier: str | None = None
+    parallel_tool_calls: bool | None = None
     # accepted only at their neutral value
-    presence_penalty: Optional[float] = None
-    frequency_penalty: Optional[float] = None
-    logit_bias: Optional[dict[str, Any]] = None
-    logprobs: Optional[bool] = None
-    top_logprobs: Optional[int] = None
-    tools: Optional[list[Any]] = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, Any] | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    tools: list[Any] | None = None
     tool_choice: Any = None
-    functions: Optional[list[Any]] = None
+    functions: list[Any] | None = None
     function_call: Any = None
-    response_format: Optional[dict[str, Any]] = None
+    response_format: dict[str, Any] | None = None
 
 
 # field -> why it cannot be honoured (accepted when None / 0 / false / empty / "auto" / "none" / text)
@@ -254,8 +254,13 @@ def render_messages(tokenizer, messages: list[Message], system: str, tools=None,
     the json format the tools' schemas go to the template, or the hermes block to the system prompt.
     Tool messages' text is encoded as plain text (special-token strings in it split), as the rollout
     encodes the results it appends."""
-    from arpo.tools.formats import (PLACEHOLDER, fill_placeholders, hermes_system_block, template_supports_tools,
-                                    tool_schema)
+    from arpo.tools.formats import (
+        PLACEHOLDER,
+        fill_placeholders,
+        hermes_system_block,
+        template_supports_tools,
+        tool_schema,
+    )
     from arpo.tools.tokens import encode_pieces
 
     template_tools = template_supports_tools(tokenizer)

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Literal, overload
 from dataclasses import dataclass
+from typing import Literal, overload
 
 # how tools are described to the model lives with the prompts (data layer); re-exported here
 from arpo.data.prompts import HERMES_TOOLS as HERMES_TOOLS

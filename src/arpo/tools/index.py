@@ -202,7 +202,7 @@ class Index:
 
     @staticmethod
     def build(docs: list[Doc], out_dir: str | Path, dense: bool = False, progress: bool = True,
-              sources: list[str] | None = None, encoder: DenseEncoder | None = None) -> "Index":
+              sources: list[str] | None = None, encoder: DenseEncoder | None = None) -> Index:
         """Index `docs` into `out_dir` (replaced when it already holds an index). Written into a
         temporary sibling first and renamed into place, so a failure (or Ctrl-C) leaves no partial
         directory and an older index at `out_dir` intact."""
@@ -269,7 +269,7 @@ class Index:
         return Index(out, list(docs), retriever, emb, meta)
 
     @staticmethod
-    def load(path: str | Path) -> "Index":
+    def load(path: str | Path) -> Index:
         import bm25s
 
         p = Path(path).expanduser()

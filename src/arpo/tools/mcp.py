@@ -99,7 +99,7 @@ class MCPServerTools:
             return ""
         return lines[-1][:500] if lines else ""
 
-    def tools(self) -> list["MCPTool"]:
+    def tools(self) -> list[MCPTool]:
         return list(self._tools)
 
     def call(self, name: str, args: dict) -> ToolResult:

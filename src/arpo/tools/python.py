@@ -149,7 +149,7 @@ class PythonTool:
     def close(self) -> None:
         self._finalizer()
 
-    def __enter__(self) -> "PythonTool":
+    def __enter__(self) -> PythonTool:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -5,7 +5,7 @@ through tools/function.py)."""
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 from arpo.tools.base import ANSWER_TAG, NON_CALL_TAGS, Tool, ToolCall, ToolResult, has_sessions
 from arpo.tools.function import as_tool

@@ -66,7 +66,6 @@ def serve(index_dir: str | None, host: str = "127.0.0.1", port: int = 8001, log_
     import uvicorn
 
     from arpo.ports import require_port_free
-
     from arpo.tools import load_index
 
     index = load_index(index_dir)

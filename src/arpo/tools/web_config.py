@@ -66,7 +66,7 @@ class WebConfig:
     summarizer_max_tokens: int = 400
     summarizer_input_chars: int = 12000  # page text sent to the summarizer
 
-    def validate(self, key: str = "tools.web") -> "WebConfig":
+    def validate(self, key: str = "tools.web") -> WebConfig:
         require(self.provider in PROVIDERS, f"{key}.provider",
                 f"{self.provider!r}; choose one of {', '.join(PROVIDERS)}")
         for k in ("top_k", "snippet_chars", "window_chars", "max_bytes"):

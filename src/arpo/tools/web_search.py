@@ -27,7 +27,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-
 from typing import TYPE_CHECKING
 
 from arpo.tools.base import ToolResult

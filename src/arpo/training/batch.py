@@ -35,7 +35,7 @@ class TreeBatch:
     extras: dict = field(default_factory=dict)
 
     @classmethod
-    def from_trees(cls, trees: list[dict], masks: list[list[list[int]]] | None = None) -> "TreeBatch":
+    def from_trees(cls, trees: list[dict], masks: list[list[list[int]]] | None = None) -> TreeBatch:
         """masks[t][i]: loss mask of trajectory i of tree t (default: all ones)."""
         rows: dict[tuple[int, int], int] = {}
         lengths: list[int] = []
@@ -64,7 +64,7 @@ class TreeBatch:
                        for t in self.trees)
         return sum(len(t["prompt"]) * len(t["responses"]) + sum(len(r) for r in t["responses"]) for t in self.trees)
 
-    def to(self, device) -> "TreeBatch":
+    def to(self, device) -> TreeBatch:
         """The batch's (B, T) tensors on `device` (e.g. the policy's GPU), in place; returns self.
         `lengths` stays on the CPU (it indexes Python-side layouts)."""
         for name in ("mask", "advantages", "old_logp", "ref_logp"):
@@ -73,7 +73,7 @@ class TreeBatch:
                 setattr(self, name, t.to(device))
         return self
 
-    def subset(self, tree_ids: list[int]) -> "TreeBatch":
+    def subset(self, tree_ids: list[int]) -> TreeBatch:
         """The batch restricted to some trees (a mini-batch), tensors sliced consistently."""
         keep_rows = [self.rows[(t, i)] for t in tree_ids for i in range(len(self.trees[t]["responses"]))]
         new_rows: dict[tuple[int, int], int] = {}

@@ -36,7 +36,6 @@ from arpo.runs import latest_checkpoint as latest_checkpoint  # re-exported: the
 from arpo.runs import list_checkpoints
 
 
-
 def _fsync_dir(path: Path) -> None:
     try:
         fd = os.open(path, os.O_RDONLY)

@@ -28,7 +28,7 @@ class StepProgress:
         self._bar: Progress | None = None
         self._t0 = time.perf_counter()
 
-    def __enter__(self) -> "StepProgress":
+    def __enter__(self) -> StepProgress:
         if self.enabled and self.tty:
             from rich.console import Console
             from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
@@ -68,7 +68,7 @@ class Bar:
         self._bar: Progress | None = None
         self._tasks: dict[int, list] = {}  # id -> [label, total, done, next line at, t0]
 
-    def __enter__(self) -> "Bar":
+    def __enter__(self) -> Bar:
         if self.enabled and self.stream.isatty():
             from rich.console import Console
             from rich.progress import Progress

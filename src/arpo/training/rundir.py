@@ -128,7 +128,7 @@ class RunDir:
         self._lock: IO[str] | None = None
 
     # -- before anything is written ----------------------------------------------------------------
-    def open(self) -> "RunDir":
+    def open(self) -> RunDir:
         from arpo.training.checkpoint import latest_checkpoint
 
         if not self.main:
@@ -264,7 +264,7 @@ class RunDir:
                 self._lock.close()
                 self._lock = None
 
-    def __enter__(self) -> "RunDir":
+    def __enter__(self) -> RunDir:
         return self.open()
 
     def __exit__(self, *exc) -> None:

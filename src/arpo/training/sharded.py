@@ -14,7 +14,8 @@ that make a step on W ranks compute the one-process step:
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

@@ -25,7 +25,7 @@ class GracefulStop:
         print(f"\narpo: {self.signal} received: finishing the current step, then a checkpoint "
               "(send it again to stop at once)", file=sys.stderr, flush=True)
 
-    def __enter__(self) -> "GracefulStop":
+    def __enter__(self) -> GracefulStop:
         if threading.current_thread() is threading.main_thread():  # handlers only install there
             for s in self.SIGNALS:
                 self._old[s] = signal.signal(s, self._handle)

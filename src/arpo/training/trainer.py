@@ -20,8 +20,9 @@ import dataclasses
 import statistics
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -34,8 +35,8 @@ from arpo.eval.evaluate import evaluate
 from arpo.models import load_model
 from arpo.rewards import score_trees
 from arpo.rollout.arpo import ARPORollout, RolloutConfig
-from arpo.training import distributed
 from arpo.tools.registry import ToolRegistry
+from arpo.training import distributed
 from arpo.training.batch import loss_and_backward, token_logprobs
 from arpo.training.config import TrainConfig
 from arpo.training.distributed import ParallelModel
@@ -44,8 +45,14 @@ from arpo.training.optim import build_optimizer, build_scheduler, clip_gradients
 from arpo.training.rollout_log import keep_trained_values
 from arpo.training.rollout_metrics import metrics_of, traj_stats
 from arpo.training.sharded import LocalComm, step_comm
-from arpo.training.step_batch import (build_batch, make_loss_fn, minibatch_order, old_logprobs_from_rollout,
-                                      step_advantages, use_rollout_logprobs)
+from arpo.training.step_batch import (
+    build_batch,
+    make_loss_fn,
+    minibatch_order,
+    old_logprobs_from_rollout,
+    step_advantages,
+    use_rollout_logprobs,
+)
 
 
 @dataclass

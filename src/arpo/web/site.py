@@ -45,11 +45,11 @@ class Site:
         return len(self.paths)
 
     @classmethod
-    def from_index(cls, index, name: str = "hotpotqa") -> "Site":
+    def from_index(cls, index, name: str = "hotpotqa") -> Site:
         return cls(index, name=name)
 
     @classmethod
-    def from_corpus(cls, specs: list[str], index_dir: str | Path) -> "Site":
+    def from_corpus(cls, specs: list[str], index_dir: str | Path) -> Site:
         """Index the documents of `specs` (JSONL rows {title, text, url?} or any layout arpo index
         reads) into `index_dir` and serve them; a row's `url` gives its page's path."""
         from arpo.data.sources import iter_rows

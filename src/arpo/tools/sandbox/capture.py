@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 import select
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 UNWATCH = object()  # a watch handler's answer once its descriptor is closed: stop polling it
 

@@ -103,7 +103,7 @@ class _Zygote:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def spawn(self) -> "_Worker":
+    def spawn(self) -> _Worker:
         """Ask the zygote for one worker; it arrives asynchronously (see `_Worker.wait_ready`)."""
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         out_r, out_w = os.pipe2(os.O_CLOEXEC)

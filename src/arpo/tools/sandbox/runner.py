@@ -190,7 +190,7 @@ def _lock_down(lib, cfg: dict, mode: str, uid: int | None, workdir: str, out_w: 
         _drop_capabilities(lib)
     os.chdir(workdir)
     # the sandbox's std streams for the rest of the process (closefd=False: its exit closes fds 0-2)
-    sys.stdin = open(0, "r", encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115 - see above
+    sys.stdin = open(0, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115 - see above
     sys.stdout = open(1, "w", encoding="utf-8", errors="backslashreplace", buffering=1,  # noqa: SIM115 - see above
                       closefd=False)
     sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", buffering=1,  # noqa: SIM115 - see above
