@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from arpo.errors import ArpoError, require
 from arpo.models import DEFAULT_MODEL
+from arpo.tools import MAX_OUTPUT_CHARS, PYTHON_TIMEOUT_S, SEARCH_MAX_CHARS, SEARCH_TOP_K
 
 
 @dataclass
@@ -33,13 +34,13 @@ class ModelConfig:
 @dataclass
 class ToolsConfig:
     enabled: list[str] = field(default_factory=lambda: ["python"])  # python, search, web_search, browse, mod.path:fn
-    python_timeout_s: float = 5.0  # wall-clock limit of one python call
+    python_timeout_s: float = PYTHON_TIMEOUT_S  # wall-clock limit of one python call
     python_session: bool = False  # python keeps variables and files per trajectory, forking with the tree
-    max_output_chars: int = 2000  # python output cut to this many characters (marked)
+    max_output_chars: int = MAX_OUTPUT_CHARS  # python output cut to this many characters (marked)
     search_index: str | None = None  # local index dir (default: $ARPO_CACHE_DIR/indexes/hotpotqa)
     search_url: str | None = None  # a retrieval server instead of the local index (arpo serve retriever)
-    search_top_k: int = 3  # passages per search (reference 10; the same default in eval/chat/tool/sft-data)
-    search_max_chars: int = 300  # characters per passage (reference 1000)
+    search_top_k: int = SEARCH_TOP_K  # passages per search (reference 10; the same default in eval/chat/tool/sft-data)
+    search_max_chars: int = SEARCH_MAX_CHARS  # characters per passage (reference 1000)
     cache: bool = True  # answer identical calls once (successful results only; tools/cache.py)
     cache_path: str | None = None  # persist the cache here (JSON) across runs
     # per tool of yours: {name: {timeout_s, max_concurrency, max_output_chars, cache}} (tools/function.py)

@@ -12,12 +12,17 @@ from arpo.tools.registry import ToolRegistry
 KNOWN_TOOLS = ("python", "search", "web_search", "browse")
 
 
-SEARCH_TOP_K = 3  # passages per search: the one default of `arpo eval/chat/tool/sft-data` and tools.search_top_k
-SEARCH_MAX_CHARS = 300  # characters per passage (the reference's 10 x 1000 is set in configs/gpu/)
+# The tools' defaults, in one place: settings.ToolsConfig (every command's tools section) and
+# build_tools (library callers) both take them from here.
+PYTHON_TIMEOUT_S = 5.0  # wall-clock limit of one python call
+MAX_OUTPUT_CHARS = 2000  # python output cut to this many characters (marked)
+SEARCH_TOP_K = 3  # passages per search (the reference's 10 x 1000 is set in configs/gpu/)
+SEARCH_MAX_CHARS = 300  # characters per passage
 
 
-def build_tools(names: list[str], *, python_timeout_s: float = 5.0, max_output_chars: int = 2000,
-                search_index: str | None = None, search_url: str | None = None, search_top_k: int = SEARCH_TOP_K,
+def build_tools(names: list[str], *, python_timeout_s: float = PYTHON_TIMEOUT_S,
+                max_output_chars: int = MAX_OUTPUT_CHARS, search_index: str | None = None,
+                search_url: str | None = None, search_top_k: int = SEARCH_TOP_K,
                 search_max_chars: int = SEARCH_MAX_CHARS, cache=None, options: dict | None = None,
                 mcp: list | None = None, python_session: bool = False, web=None) -> ToolRegistry:
     """A registry with the named tools, configured from plain options (CLI flags / config keys).
