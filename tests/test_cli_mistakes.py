@@ -243,6 +243,12 @@ def test_a_trained_run_remembers_its_prompt_template_and_tools(tmp_path, capsys)
     q.write_text(json.dumps({"question": "2+2?", "answer": "4", "task": "math"}) + "\n")
     assert main(["eval", "--model", str(ckpt), "--data", str(q), "--max-response-tokens", "2"]) == 0
     assert "prompt template calc (the run's), tools python" in capsys.readouterr().err
+    # rejection sampling from the run samples with its prompt too, and its rows say so
+    out = tmp_path / "rs.jsonl"
+    assert main(["sft-data", "rejection", "--model", str(run), "--data", str(q), "--samples", "1",
+                 "--max-response-tokens", "2", "--out", str(out), "--quiet"]) == 2  # 2 tokens: no reward > 0
+    err = capsys.readouterr().err
+    assert "prompt template calc (the run's), tools python" in err and "no trajectory with reward > 0" in err
     # a flag wins: other tools, so the run's template does not follow
     assert main(["chat", "--model", str(run), "--tools", "python,search", "--max-response-tokens", "2", "hi"]) == 0
     assert "prompt template both (chosen from the tools and the task)" in capsys.readouterr().err

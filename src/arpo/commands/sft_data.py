@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 from arpo.commands import HELP, POS_INT, deprecated
 from arpo.commands.agent_flags import add_agent_flags
@@ -81,9 +82,15 @@ def run(args) -> int:
         print(json.dumps(stats))
         return 0
     if args.source == "rejection":
+        from arpo.commands.from_run import run_settings, template_line
+
+        r = resolve(args, "sft-data", run=run_settings(args.model))  # a trained run samples with its prompt, tools
+        tools = r.tools.enabled if r.tools_chosen else None  # None: the task's (python for math, search for QA)
+        print(template_line("sft-data", args.model, r.template, r.source, ",".join(tools or ["the task's"])),
+              file=sys.stderr)
         stats = build_rejection_dataset(args.model, args.data, args.out, samples=args.samples, limit=args.limit,
                                         agent=r.agent, tools_cfg=r.tools, progress=not args.quiet,
-                                        tools=r.tools.enabled if args.tools is not None else None)
+                                        tools=tools, template=r.template)
         print(json.dumps(stats))
         return 0
     stats = build_sft_dataset(args.source, args.data, args.out, args.limit, tools_cfg=r.tools,

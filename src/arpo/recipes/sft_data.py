@@ -399,10 +399,12 @@ def _own_text(text: str, tool_spans) -> tuple[str, list[list[int]]]:
 
 def build_rejection_dataset(model: str, data: str, out_path: str, *, samples: int = 4, limit: int | None = None,
                             agent: AgentConfig | None = None, tools_cfg: ToolsConfig | None = None,
-                            tools: list[str] | None = None, progress: bool = True) -> dict:
+                            tools: list[str] | None = None, template: str | None = None,
+                            progress: bool = True) -> dict:
     """Sample `samples` trajectories per question with real tools, keep those with reward > 0.
     `agent`: budgets and sampling (default: sft-data's, settings.COMMAND_DEFAULTS); `tools_cfg`: the
-    tools' settings; `tools`: their names (default: python for math rows, search for QA rows)."""
+    tools' settings; `tools`: their names (default: python for math rows, search for QA rows);
+    `template`: the prompt template (default: chosen from the tools and the task; the rows record it)."""
     from dataclasses import replace
 
     from arpo.data.datasets import load_examples
@@ -422,7 +424,7 @@ def build_rejection_dataset(model: str, data: str, out_path: str, *, samples: in
         with Bar(enabled=progress) as bar:
             t = bar.add_task("rejection sampling", total=len(exs) * samples)
             stats = evaluate(HFEngine(m, tok), reg, tok, exs, reward_fn=arpo_reward,
-                             agent=agent, samples=samples,
+                             agent=agent, samples=samples, template=template,
                              temperature=agent.temperature, tool_names=names, records_out=recs,
                              progress=lambda n: bar.advance(t, n))
     finally:
