@@ -74,4 +74,5 @@ def serve(index_dir: str | None, host: str = "127.0.0.1", port: int = 8001, log_
     require_port_free(host, port)
     print(f"arpo retriever: {len(index)} documents (dense: {index.dense is not None}) from {index.path} "
           f"on http://{host}:{port}  (POST /search, GET /health, GET /docs)", flush=True)
-    uvicorn.run(create_app(index), host=host, port=port, log_level=log_level)
+    # lifespan off: no startup/shutdown handlers; see web/server.py
+    uvicorn.run(create_app(index), host=host, port=port, log_level=log_level, lifespan="off")
