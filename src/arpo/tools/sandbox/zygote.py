@@ -140,14 +140,7 @@ def _spawn_worker(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket
         flags |= CLONE_NEWNET
     try:
         oom_fd = _join_cgroups(list(cgroups)) if cgroups else None
-        if mode == "userns":
-            real_uid, real_gid = os.getuid(), os.getgid()
-            _check(lib.unshare(flags | CLONE_NEWUSER), "unshare")
-            for path, text in (("setgroups", "deny"), ("uid_map", f"0 {real_uid} 1"), ("gid_map", f"0 {real_gid} 1")):
-                with open(f"/proc/self/{path}", "w") as f:
-                    f.write(text)
-        elif mode == "namespaces":
-            _check(lib.unshare(flags), "unshare")
+        _unshare(lib, flags, mode)
         init = os.fork()
         if init == 0:
             _init_main(lib, cfg, mode, uid, ctl, pipes, oom_fd)
@@ -165,6 +158,20 @@ def _spawn_worker(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket
     os._exit(0)
 
 
+def _unshare(lib, flags: int, mode: str) -> None:
+    """Enter the new namespaces `flags` (CLONE_NEW*) in isolation `mode`: "namespaces" (root) as they
+    are; "userns" inside a new user namespace too, where the caller's uid and gid map to 0 (setgroups
+    denied); "none": nothing."""
+    if mode == "userns":
+        uid, gid = os.getuid(), os.getgid()
+        _check(lib.unshare(flags | CLONE_NEWUSER), "unshare")
+        for path, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
+            with open(f"/proc/self/{path}", "w") as f:
+                f.write(text)
+    elif mode == "namespaces":
+        _check(lib.unshare(flags), "unshare")
+
+
 def _probe_mode(lib, cfg: dict) -> tuple[str, str]:
     """Find the strongest isolation this machine allows by trying it once in a throwaway child."""
     candidates = ["namespaces", "userns"] if os.geteuid() == 0 else ["userns"]
@@ -176,14 +183,7 @@ def _probe_mode(lib, cfg: dict) -> tuple[str, str]:
             try:
                 os.close(r)
                 flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET
-                if mode == "userns":
-                    uid, gid = os.getuid(), os.getgid()
-                    _check(lib.unshare(flags | CLONE_NEWUSER), "unshare")
-                    for path, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
-                        with open(f"/proc/self/{path}", "w") as f:
-                            f.write(text)
-                else:
-                    _check(lib.unshare(flags), "unshare")
+                _unshare(lib, flags, mode)
                 child = os.fork()
                 if child == 0:
                     try:
