@@ -126,6 +126,9 @@ def describe_tool(name: str, tool=None, data: dict | None = None) -> str:
     if name in data["tool_descriptions"]:
         return data["tool_descriptions"][name]
     if tool is None:
+        if ":" in name:  # the model would be told to write <module:function>, a tool it can never call
+            raise ArpoError(f"{name!r} is a plug-in spec, not a tool's name: render the prompt from the built "
+                            "tool registry (ToolsConfig(...).build()), whose tools describe themselves")
         return f"<{name}> input </{name}>"
     fn = tool_schema(tool)["function"]
     desc = " ".join((fn.get("description") or "").strip().split("\n\n")[0].split())

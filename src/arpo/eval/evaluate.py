@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import statistics
 
+from arpo.errors import ArpoError
 from arpo.rollout.agent import AgentConfig
 
 
@@ -46,6 +47,19 @@ def summarize(records: list[dict], samples: int) -> dict:
     return out
 
 
+def prompt_tools(tools, tool_names: list[str] | None):
+    """What the prompt describes: the registry itself (its tools describe themselves), or the subset
+    `tool_names` of it. A name the registry does not have is an error: a plug-in's `module:function`
+    spec is not its tool's name, and describing it would leave the model a prompt without that tool."""
+    if tool_names is None:
+        return tools
+    unknown = [n for n in tool_names if n not in tools.names]
+    if unknown:
+        raise ArpoError(f"tool_names {unknown} are not tools of the registry ({', '.join(tools.names)}); pass the "
+                        "tools' names (e.g. 'lookup', not the 'module:function' spec that enabled it)")
+    return list(tool_names)
+
+
 def evaluate(engine, tools, tok, examples: list[dict], *, reward_fn, agent: AgentConfig | None = None,
              samples: int = 1, temperature: float = 0.0, template: str | None = None,
              tool_names: list[str] | None = None, seed: int = 0, math_scorer: str = "math_equal",
@@ -58,7 +72,7 @@ def evaluate(engine, tools, tok, examples: list[dict], *, reward_fn, agent: Agen
 
     cfg = dataclasses.replace(agent or AgentConfig(), temperature=temperature)
     loop = AgentLoop(engine, tools, cfg)
-    names = tool_names if tool_names is not None else tools  # the registry: its tools describe themselves
+    names = prompt_tools(tools, tool_names)
     from arpo.engine.base import check_prompt_fits
 
     rendered = prompts_for(examples, tok, names, template, cfg.tool_format)  # once per question

@@ -151,7 +151,7 @@ def measure(model_dir: str, cfg: BranchingConfig, examples: list[dict]) -> dict:
             trees, t0 = [], time.perf_counter()
             for b in range(0, len(examples), cfg.prompts_per_batch):
                 chunk = examples[b: b + cfg.prompts_per_batch]
-                got = ro.run(prompts_for(chunk, tok, cfg.tools, cfg.template), prompt_ids=[e["id"] for e in chunk],
+                got = ro.run(prompts_for(chunk, tok, tools, cfg.template), prompt_ids=[e["id"] for e in chunk],
                              seed=cfg.seed * 1000 + b)
                 for tr, ex in zip(got, chunk, strict=True):
                     tr.example = ex

@@ -98,7 +98,7 @@ def evaluate_model(model_dir: str, tc, cfg: SvampExperimentConfig, examples: lis
     recs: list = []
     try:
         m = evaluate(HFEngine(model, tok), tools, tok, examples, reward_fn=get_reward_fn(tc.reward.fn),
-                     agent=tc.agent, temperature=0.0, template=tc.data.template, tool_names=tc.tools.enabled,
+                     agent=tc.agent, temperature=0.0, template=tc.data.template,
                      batch_size=cfg.eval_batch, records_out=recs)
     finally:
         tools.close()

@@ -425,7 +425,7 @@ def build_rejection_dataset(model: str, data: str, out_path: str, *, samples: in
             t = bar.add_task("rejection sampling", total=len(exs) * samples)
             stats = evaluate(HFEngine(m, tok), reg, tok, exs, reward_fn=arpo_reward,
                              agent=agent, samples=samples, template=template,
-                             temperature=agent.temperature, tool_names=names, records_out=recs,
+                             temperature=agent.temperature, records_out=recs,
                              progress=lambda n: bar.advance(t, n))
     finally:
         reg.close()
