@@ -67,7 +67,7 @@ def test_default_configs_load(tmp_path):
 
     cfg = X.Hop2ExperimentConfig()
     sc = load_config(SFTConfig, cfg.sft_config, list(cfg.sft_overrides))
-    assert sc.optim.lr == 1e-4 and sc.steps == 15
+    assert sc.optim.lr == 1e-4 and sc.steps == 8
     tc = svamp.train_config(cfg, "some/sft", "grpo", 1, tmp_path / "r")
     assert tc.tools.enabled == ["arpo.data.hop2:lookup"] and tc.data.template == "hop2"
     assert tc.algo.preset == "grpo" and tc.run.keep_checkpoints == cfg.keep_checkpoints
