@@ -9,7 +9,7 @@ from arpo.experiments import svamp as X
 
 def test_seed_spread():
     s = {"per_seed_ratio": [{"ratio": 0.5}, {"ratio": None}, {"ratio": 1.0}]}
-    assert X.seed_spread(s) == {"n": 2, "mean": 0.75, "sd": pytest.approx(0.25), "min": 0.5, "max": 1.0}
+    assert X.seed_spread(s) == {"n": 2, "mean": 0.75, "sd": pytest.approx(0.25 * 2 ** 0.5), "min": 0.5, "max": 1.0}
     assert X.seed_spread({"per_seed_ratio": []}) == {"n": 0}
 
 
@@ -83,3 +83,14 @@ def test_ctrl_c_ends_the_experiment(tmp_path, monkeypatch):
     rl = tmp_path / "q" / "rl"
     assert sorted(p.name for p in rl.iterdir()) == [f"{cfg.methods[0]}_seed0"]  # the second method never started
     assert not (tmp_path / "q" / "results.json").exists()
+
+
+def test_seed_curves_use_the_sample_sd():
+    """Three seeds are a sample: the spread is the ddof-1 sd (the population sd is ≈ 22 % too small)."""
+    from arpo.experiments.arpo_vs_grpo import mean_curve
+
+    runs = [{"curve": [{"step": 5, "accuracy": a, "tool_calls": c}]} for a, c in ((0.2, 10), (0.3, 20), (0.4, 60))]
+    c = mean_curve(runs)
+    assert c["accuracy_mean"] == [pytest.approx(0.3)] and c["accuracy_std"] == [pytest.approx(0.1)]
+    assert c["tool_calls_std"] == [pytest.approx(26.457513, rel=1e-6)]  # sqrt(((-20)^2 + (-10)^2 + 30^2) / 2)
+    assert mean_curve(runs[:1])["accuracy_std"] == [0.0]

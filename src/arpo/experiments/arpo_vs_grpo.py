@@ -317,7 +317,12 @@ def calls_to_reach(calls: list[float], accs: list[float], target: float) -> floa
 
 
 def mean_curve(runs: list[dict]) -> dict:
-    """Seed mean / std / min / max of accuracy and mean cumulative calls at each evaluation step."""
+    """Seed mean / std / min / max of accuracy and mean cumulative calls at each evaluation step (std:
+    the sample sd, ddof 1, over seeds; 0 for one seed)."""
+
+    def sd(xs: list[float]) -> float:
+        return statistics.stdev(xs) if len(xs) > 1 else 0.0
+
     n = min(len(r["curve"]) for r in runs)
     keys = ("step", "accuracy_mean", "accuracy_std", "accuracy_min", "accuracy_max", "tool_calls_mean",
             "tool_calls_std", "heldout_accuracy_mean", "heldout_accuracy_std")
@@ -327,14 +332,14 @@ def mean_curve(runs: list[dict]) -> dict:
         calls = [r["curve"][i]["tool_calls"] for r in runs]
         out["step"].append(runs[0]["curve"][i]["step"])
         out["accuracy_mean"].append(statistics.fmean(accs))
-        out["accuracy_std"].append(statistics.pstdev(accs))
+        out["accuracy_std"].append(sd(accs))
         out["accuracy_min"].append(min(accs))
         out["accuracy_max"].append(max(accs))
         out["tool_calls_mean"].append(statistics.fmean(calls))
-        out["tool_calls_std"].append(statistics.pstdev(calls))
+        out["tool_calls_std"].append(sd(calls))
         held = [r["curve"][i]["heldout_accuracy"] for r in runs if "heldout_accuracy" in r["curve"][i]]
         out["heldout_accuracy_mean"].append(statistics.fmean(held) if held else None)
-        out["heldout_accuracy_std"].append(statistics.pstdev(held) if held else None)
+        out["heldout_accuracy_std"].append(sd(held) if held else None)
     return out
 
 

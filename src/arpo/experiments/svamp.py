@@ -230,7 +230,8 @@ def seed_spread(summary: dict) -> dict:
     rs = [p["ratio"] for p in summary.get("per_seed_ratio", []) if p.get("ratio") is not None]
     if not rs:
         return {"n": 0}
-    return {"n": len(rs), "mean": statistics.fmean(rs), "sd": statistics.pstdev(rs), "min": min(rs), "max": max(rs)}
+    return {"n": len(rs), "mean": statistics.fmean(rs), "sd": statistics.stdev(rs) if len(rs) > 1 else 0.0,
+            "min": min(rs), "max": max(rs)}  # sample sd (ddof 1): seeds are a sample
 
 
 def plot(results: dict, out: Path) -> list[Path]:
