@@ -6,17 +6,20 @@ import pytest
 
 from arpo.analysis import branches as B
 
+SPANS = [[10, 20], [30, 40]]  # the two tool results every trajectory here has (branches inherit them)
 
-def _t(i, parent, correct, h0=None, hs=(), decisions=()):
+
+def _t(i, parent, correct, h0=None, hs=(), decisions=(), at=None):
     return {"id": i, "parent": parent, "correct": correct, "initial_entropy": h0, "step_entropies": list(hs),
-            "decisions": [{"branched": b} for b in decisions]}
+            "decisions": [{"branched": b} for b in decisions], "branch_at": at,
+            "tool_calls": [{"result_span": sp} for sp in SPANS]}
 
 
 TREES = [
     {"trajectories": [_t(0, None, True, 0.5, [0.7, 0.4], [True, False]), _t(1, None, False, 0.2, [0.1], [False]),
-                      _t(2, 0, False, 0.5, [0.7, 0.9], [False]), _t(3, 0, True, 0.5, [0.7, 0.4])]},
+                      _t(2, 0, False, 0.5, [0.7, 0.9], [False], at=20), _t(3, 0, True, 0.5, [0.7, 0.4], at=40)]},
     {"trajectories": [_t(0, None, True, 1.0, [1.5], [False]), _t(1, None, True, 0.0, [0.0]),
-                      _t(2, None, True, 0.3, [0.4], [True]), _t(3, 2, True, 0.3, [0.4])]},
+                      _t(2, None, True, 0.3, [0.4], [True]), _t(3, 2, True, 0.3, [0.4], at=20)]},
 ]
 
 
@@ -37,6 +40,9 @@ def test_branch_outcomes_by_hand():
     assert o["global_pairs_differ"] == pytest.approx(1 / 4)
     assert o["branch_decisions"] == 6 and o["branch_rate"] == pytest.approx(2 / 6)
     assert o["mixed_trees"] == 0.5 and o["trees"] == 2
+    # after result 1: tree 0's branch 2 (differs) and tree 1's branch 3 (same); after result 2: branch 3 (same)
+    assert o["by_result"] == {"1": {"branches": 2, "branch_outcome_differs": 0.5},
+                              "2": {"branches": 1, "branch_outcome_differs": 0.0}}
 
 
 def test_a_run_without_branches_reports_none_not_zero():

@@ -12,7 +12,9 @@ pays on a task:
 2. **Do branches change outcomes?** For every branch b with parent p:
    differs(b) = [correct(b) ≠ correct(p)]. `branch_outcome_differs` = mean differs(b). Its yardstick
    is what two *fresh* samples of the same prompt give: over every tree and every unordered pair
-   {g, h} of its global samples, `global_pairs_differ` = mean [correct(g) ≠ correct(h)]. A branch
+   {g, h} of its global samples, `global_pairs_differ` = mean [correct(g) ≠ correct(h)]. `by_result`
+   splits the branches by their point: after tool result j = the number of the branch's (inherited)
+   tool calls whose result ends at or before its branch token `branch_at`. A branch
    that re-samples an already decided continuation gives 0; one taken where the outcome is still
    open approaches the fresh-sample rate.
 
@@ -67,6 +69,7 @@ def branch_outcomes(trees: list[dict]) -> dict:
     """Branches against fresh samples (formula 2 of the module docstring), the branch rate and the
     share of mixed trees."""
     differs: list[float] = []
+    by_result: dict[int, list[float]] = {}  # the branch's point: after tool result j
     fresh: list[float] = []
     decisions = branched = mixed = 0
     for tree in trees:
@@ -78,11 +81,15 @@ def branch_outcomes(trees: list[dict]) -> dict:
                 branched += bool(d.get("branched"))
             if t.get("parent") is not None:
                 differs.append(float(bool(t["correct"]) != bool(ts[t["parent"]]["correct"])))
+                j = sum(c["result_span"][1] <= t["branch_at"] for c in t.get("tool_calls") or [])
+                by_result.setdefault(j, []).append(differs[-1])
         roots = [bool(t["correct"]) for t in ts.values() if t.get("parent") is None]
         fresh += [float(a != b) for a, b in itertools.combinations(roots, 2)]
     return {"trees": len(trees), "branches": len(differs), "branch_decisions": decisions,
             "branch_rate": branched / decisions if decisions else None,
             "branch_outcome_differs": _mean(differs), "global_pairs_differ": _mean(fresh),
+            "by_result": {str(j): {"branches": len(v), "branch_outcome_differs": statistics.fmean(v)}
+                          for j, v in sorted(by_result.items())},
             "mixed_trees": mixed / len(trees) if trees else None}
 
 

@@ -66,22 +66,24 @@ def plot(results: dict, out: Path) -> list[Path]:
             js = sorted(e, key=int)
             axes[0].bar([int(j) + (k - (len(methods) - 1) / 2) * w for j in js], [e[j]["share_rising"] for j in js],
                         w, color=COLORS.get(m), label=m.upper())
+        axes[0].set_xticks(sorted({int(j) for m in methods for j in br[m]["pooled"]["entropy_after_results"]}))
         axes[0].axhline(0.5, color="gray", ls=":", lw=1)
         axes[0].set_xlabel("tool result")
         axes[0].set_ylabel("share of global samples with ΔH > 0")
         axes[0].set_title("does entropy rise after tool results? (all training steps)", fontsize=9)
-        labels, vals, fresh, cols = [], [], [], []
-        for m in methods:
-            p = br[m]["pooled"]
-            if p["branches"]:
-                labels.append(f"{m.upper()}\n{p['branches']} branches")
-                vals.append(p["branch_outcome_differs"])
-                fresh.append(p["global_pairs_differ"])
-                cols.append(COLORS.get(m))
-        xs = list(range(len(labels)))
-        axes[1].bar([x - 0.2 for x in xs], vals, 0.4, color=cols, label="branch vs its parent")
-        axes[1].bar([x + 0.2 for x in xs], fresh, 0.4, color="lightgray", label="two fresh samples")
-        axes[1].set_xticks(xs, labels)
+        shown = [m for m in methods if br[m]["pooled"]["branches"]]
+        js = sorted({j for m in shown for j in br[m]["pooled"]["by_result"]}, key=int)
+        pooled = [br[m]["pooled"] for m in shown]
+        bars: list[tuple[str, list[float | None], float | None]] = [  # label, a value per method, alpha (None: gray)
+            (f"branch after result {j}", [(p["by_result"].get(j) or {}).get("branch_outcome_differs") for p in pooled],
+             0.35 + 0.5 * i / max(1, len(js))) for i, j in enumerate(js)]
+        bars.append(("two fresh samples", [p["global_pairs_differ"] for p in pooled], None))
+        w = 0.8 / len(bars)
+        for b, (label, vals, alpha) in enumerate(bars):
+            for x, (m, v) in enumerate(zip(shown, vals, strict=True)):
+                axes[1].bar(x + (b - (len(bars) - 1) / 2) * w, v or 0.0, w, alpha=alpha or 1.0,
+                            color=COLORS.get(m) if alpha else "lightgray", label=label if x == 0 else None)
+        axes[1].set_xticks(range(len(shown)), [f"{m.upper()}\n{br[m]['pooled']['branches']} branches" for m in shown])
         axes[1].set_ylabel("share with different correctness")
         axes[1].set_title("do branches change outcomes?", fontsize=9)
         for ax in axes:
