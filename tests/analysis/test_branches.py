@@ -52,7 +52,9 @@ def test_a_run_without_branches_reports_none_not_zero():
 
 
 def test_read_run_trees_reads_what_training_kept(tiny_run):
-    trees = B.read_run_trees(tiny_run)
+    from arpo.training.rollout_log import read_run_trees
+
+    trees = read_run_trees(tiny_run)
     assert trees and all("trajectories" in t and "step" in t for t in trees)
     assert [t["step"] for t in trees] == sorted(t["step"] for t in trees)
     s = B.study(trees)

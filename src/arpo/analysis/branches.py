@@ -1,5 +1,5 @@
 """Where did the branches go, and did they matter? Measured on the trees a training run kept
-(RUN_DIR/rollouts/step_N.jsonl.gz, format `arpo-rollouts/1`, training/rollout_log.py).
+(RUN_DIR/rollouts/step_N.jsonl.gz, format `arpo-rollouts/1`; training/rollout_log.py's read_run_trees).
 
 ARPO branches after a tool result when the entropy rose there. Two questions decide whether that
 pays on a task:
@@ -24,25 +24,8 @@ correctness (the only ones with a gradient under group-normalized advantages).
 
 from __future__ import annotations
 
-import gzip
 import itertools
-import json
 import statistics
-from pathlib import Path
-
-from arpo.training.rollout_log import STEP_FILE
-
-
-def read_run_trees(run_dir: str | Path) -> list[dict]:
-    """Every tree record a run kept, in step order (each record carries its `step`)."""
-    root = Path(run_dir) / "rollouts"
-    files = sorted((int(m.group(1)), p) for p in root.glob("step_*") if (m := STEP_FILE.match(p.name)))
-    out = []
-    for _, p in files:
-        opener = gzip.open if p.name.endswith(".gz") else open
-        with opener(p, "rt") as f:
-            out += [json.loads(line) for line in f if line.strip()]
-    return out
 
 
 def _mean(xs: list[float]) -> float | None:

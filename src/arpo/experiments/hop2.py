@@ -35,6 +35,7 @@ from arpo.errors import ArpoError
 from arpo.experiments import hop2_figures, svamp
 from arpo.experiments import protocol as P
 from arpo.experiments.arpo_vs_grpo import log
+from arpo.training.rollout_log import read_run_trees
 
 
 # ---- scripted trajectories -----------------------------------------------------------------------
@@ -287,7 +288,7 @@ def branching_study(out: Path, cfg: Hop2ExperimentConfig) -> dict:
     for mt in cfg.methods:
         per_seed, pooled = [], []
         for seed in range(cfg.seeds):
-            trees = [t for t in branches.read_run_trees(out / "rl" / f"{mt}_seed{seed}") if t["step"] <= cfg.steps]
+            trees = [t for t in read_run_trees(out / "rl" / f"{mt}_seed{seed}") if t["step"] <= cfg.steps]
             per_seed.append(branches.study(trees))
             pooled += trees
         res[mt] = {"per_seed": per_seed, "pooled": branches.study(pooled)}

@@ -206,3 +206,15 @@ def _step_of(line: str) -> int | None:
         return int(json.loads(line)["step"])
     except (ValueError, KeyError, TypeError):
         return None
+
+
+def read_run_trees(run_dir: str | Path) -> list[dict]:
+    """Every tree record a run kept, in step order (each record carries its `step`)."""
+    root = Path(run_dir) / "rollouts"
+    files = sorted((int(m.group(1)), p) for p in root.glob("step_*") if (m := STEP_FILE.match(p.name)))
+    out = []
+    for _, p in files:
+        opener = gzip.open if p.name.endswith(".gz") else open
+        with opener(p, "rt") as f:
+            out += [json.loads(line) for line in f if line.strip()]
+    return out
