@@ -94,3 +94,15 @@ def test_ledger_refuses_test_before_freeze_and_a_second_selection(tmp_path):
     fresh = P.Ledger(tmp_path / "other.json")
     fresh.freeze({"arpo": 20})
     fresh.freeze({"arpo": 10})  # re-choosing on dev is allowed while no test number exists
+
+
+def test_a_rerun_that_reuses_its_results_records_each_number_once(tmp_path):
+    """The dev command, then `report_test=true` in the same directory: the dev numbers come out the same
+    and are listed once; a changed value is a new entry (the ledger keeps what was reported)."""
+    path = tmp_path / "protocol.json"
+    P.Ledger(path).record("arpo/accuracy_at_selected_step", 0.7277777777777779, "dev", step=10, data="hop2:dev")
+    again = P.Ledger(path)
+    again.record("arpo/accuracy_at_selected_step", 0.7277777777777779, "dev", step=10, data="hop2:dev")
+    assert len(P.Ledger(path).entries("dev")) == 1
+    again.record("arpo/accuracy_at_selected_step", 0.75, "dev", step=10, data="hop2:dev")
+    assert [e["value"] for e in P.Ledger(path).entries("dev")] == [0.7277777777777779, 0.75]

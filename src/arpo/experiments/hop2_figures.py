@@ -86,9 +86,10 @@ def plot(results: dict, out: Path) -> list[Path]:
         axes[1].set_xticks(range(len(shown)), [f"{m.upper()}\n{br[m]['pooled']['branches']} branches" for m in shown])
         axes[1].set_ylabel("share with different correctness")
         axes[1].set_title("do branches change outcomes?", fontsize=9)
-        for ax in axes:
+        for ax in axes:  # headroom so that the legend sits above the bars
+            ax.set_ylim(0, 1.45 * max([0.1] + [p.get_height() for p in ax.patches]))
             ax.grid(alpha=0.3, axis="y")
-            ax.legend(fontsize=8)
+            ax.legend(fontsize=8, ncol=2, loc="upper left")
         fig.tight_layout()
         paths.append(out / "hop2_branching.png")
         fig.savefig(paths[-1], dpi=110)

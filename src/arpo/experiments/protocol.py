@@ -134,7 +134,8 @@ def selection_key(selection: dict) -> str:
 class Ledger:
     """Every reported number with its split, persisted as JSON at `path`.
 
-    record(name, value, split): split is dev or test; a test number needs freeze() first.
+    record(name, value, split): split is dev or test; a test number needs freeze() first. An entry
+    identical to one already there (a rerun that reuses its results) is kept once.
     freeze(selection): fixes the settings chosen on dev (refused when test was already reported for
     another selection: test is reported once)."""
 
@@ -166,7 +167,9 @@ class Ledger:
                 raise ArpoError(f"ledger entry {name!r}: a test number before the selection is frozen; choose "
                                 "the settings on dev and call freeze() first (blind protocol)")
             self.data["test_reported_for"] = self.frozen["key"]
-        self.data["entries"].append({"name": name, "value": value, "split": split, **meta})
+        entry = json.loads(json.dumps({"name": name, "value": value, "split": split, **meta}, default=str))
+        if entry not in self.data["entries"]:
+            self.data["entries"].append(entry)
         self._save()
 
     def entries(self, split: str | None = None) -> list[dict]:
