@@ -264,7 +264,7 @@ def test_calls_of_one_tool_share_its_cpu_quota_fairly():
     """Two calls of a tool with 1 CPU in all: the one with 4 busy processes does not starve the one
     with 1 (equal weights per call, not per process). Both calls pin themselves to one core, so that
     the weights alone decide: per call about 1 : 1, per process 1 : 4. (Unpinned on 2 cores, the hog
-    also runs alone on the other core until the quota is spent, and the lone call got 0.40-0.57 of
+    also runs alone on the other core until the quota is spent, and the lone call got 0.40-0.91 of
     the hog's time, so a threshold could not tell the two apart reliably.)"""
     from concurrent.futures import ThreadPoolExecutor
 
