@@ -173,9 +173,8 @@ class RolloutLog:
         if not enabled or not self.root.is_dir():
             return
         keep = resume_step or 0
-        for p in self.root.iterdir():
-            m = STEP_FILE.match(p.name)
-            if m and int(m.group(1)) > keep:
+        for step, p in step_files(run_dir).items():
+            if step > keep:
                 p.unlink()
         prof = self.root / "entropy.jsonl"
         if prof.is_file():
@@ -208,12 +207,18 @@ def _step_of(line: str) -> int | None:
         return None
 
 
+def step_files(run_dir: str | Path) -> dict[int, Path]:
+    """The step files a run kept (RUN_DIR/rollouts/step_N.jsonl[.gz]), by step, in step order."""
+    root = Path(run_dir) / "rollouts"
+    if not root.is_dir():
+        return {}
+    return dict(sorted((int(m.group(1)), p) for p in root.iterdir() if (m := STEP_FILE.match(p.name))))
+
+
 def read_run_trees(run_dir: str | Path) -> list[dict]:
     """Every tree record a run kept, in step order (each record carries its `step`)."""
-    root = Path(run_dir) / "rollouts"
-    files = sorted((int(m.group(1)), p) for p in root.glob("step_*") if (m := STEP_FILE.match(p.name)))
     out = []
-    for _, p in files:
+    for p in step_files(run_dir).values():
         opener = gzip.open if p.name.endswith(".gz") else open
         with opener(p, "rt") as f:
             out += [json.loads(line) for line in f if line.strip()]

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from arpo.errors import ArpoError
-from arpo.training.rollout_log import STEP_FILE, tree_summary
+from arpo.training.rollout_log import STEP_FILE, step_files, tree_summary
 
 PAGE = 24  # trees per page of a step
 CACHED_STEPS = 4
@@ -265,14 +265,7 @@ class Catalog:
         if s.kind == "file":
             m = STEP_FILE.match(s.path.name)
             return {int(m.group(1)) if m else 0: s.path}
-        root = s.path / "rollouts"
-        out = {}
-        if root.is_dir():
-            for p in root.iterdir():
-                m = STEP_FILE.match(p.name)
-                if m:
-                    out[int(m.group(1))] = p
-        return dict(sorted(out.items()))
+        return step_files(s.path)
 
     def steps(self, r: int) -> dict:
         files = self._step_files(self._src(r))
