@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _python_block(marker: str) -> str:
-    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "tools.md").read_text(), flags=re.S)
     (block,) = [b for b in blocks if b.startswith(marker)]
     return block
 

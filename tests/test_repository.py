@@ -245,3 +245,66 @@ def test_require_port_free_names_the_address_of_a_taken_port():
         with pytest.raises(ArpoError, match=f"cannot listen on 127.0.0.1:{port}.*another --port"):
             require_port_free("127.0.0.1", port)
     require_port_free("127.0.0.1", port)  # free again once closed
+
+
+_PATH_RE = re.compile(
+    r"(?<![\w./~$-])((?:src|tests|docs|configs|examples|benchmarks|scripts)/[A-Za-z0-9_./-]*[A-Za-z0-9_]"
+    r"(?:::[A-Za-z_][A-Za-z0-9_]*)?)")
+_MODULE_RE = re.compile(r"`((?!src/|tests/|docs/|configs/|examples/|benchmarks/|scripts/)[a-z_]+/[a-z_/]*\.py)`")
+_BARE_PY_RE = re.compile(r"(?<![\w./-])([a-z_][a-z0-9_/]*\.py)\b")
+_LINK_RE = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def _doc_files() -> list[Path]:
+    return [ROOT / "README.md", ROOT / "BENCHMARKS.md", *sorted((ROOT / "docs").rglob("*.md")),
+            *sorted((ROOT / "examples").rglob("*.md")), *sorted((ROOT / "src").rglob("*.py"))]
+
+
+def _missing_paths(doc: Path, text: str) -> list[str]:
+    """Every repository path a doc names (`src/...`, `tests/x.py::test_name`, `docs/...`, a relative
+    link) that does not exist, as 'doc:line: path'."""
+    bad, lines = [], text.splitlines()
+    for i, line in enumerate(lines, 1):
+        for m in _PATH_RE.finditer(line):
+            ref = m.group(1)
+            path, _, func = ref.partition("::")
+            if line[m.end():m.end() + 1] in ("*", "{", "<", "[") or path.endswith("/."):
+                continue  # a pattern (`configs/rollout_{a,b}.yaml`), not a path
+            target = ROOT / path
+            if not target.exists():
+                bad.append(f"{doc.relative_to(ROOT)}:{i}: {ref}")
+            elif func and target.is_file() and not re.search(rf"\bdef {func}\b|\bclass {func}\b",
+                                                                target.read_text()):
+                bad.append(f"{doc.relative_to(ROOT)}:{i}: {ref} (no such test)")
+        for m in (_MODULE_RE if doc.suffix == ".md" else _BARE_PY_RE).finditer(line):
+            path = m.group(1)  # `tools/python_session.py` in a doc, server.py in a docstring
+            if path.startswith("my") or line[:m.start()].endswith("args: ["):
+                continue  # the user's own file in an example (mytools.py, args: [server.py])
+            if "RUC-NLPIR" in lines[i - 2] + line:  # a path in the reference's repository, not in this one
+                continue
+            bases = (ROOT / "src" / "arpo", ROOT / "src", ROOT, doc.parent, doc.parent.parent)
+            if not any(base.joinpath(path).exists() for base in bases):
+                bad.append(f"{doc.relative_to(ROOT)}:{i}: {path}")
+        for m in _LINK_RE.finditer(line if doc.suffix == ".md" else ""):
+            link = m.group(1)
+            if "://" in link or link.startswith("mailto:"):
+                continue
+            if not (doc.parent / link).exists():
+                bad.append(f"{doc.relative_to(ROOT)}:{i}: link {link}")
+    return bad
+
+
+def test_every_path_the_docs_name_exists():
+    """The README, BENCHMARKS.md, docs/ and the examples' READMEs name files, folders and tests
+    (`tests/x.py::test_name`): each must exist (a doc that cites a deleted test or module is stale)."""
+    bad = [b for doc in _doc_files() if doc.is_file() for b in _missing_paths(doc, doc.read_text())]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_doc_path_check_finds_a_stale_path(tmp_path):
+    doc = ROOT / "docs" / "x.md"
+    text = "see `src/arpo/no_such_module.py` and `tests/test_repository.py::test_nope` and [a](nowhere.md)"
+    assert len(_missing_paths(doc, text)) == 3
+    assert _missing_paths(ROOT / "src" / "arpo" / "web" / "__init__.py", "made by trajectories.py") != []
+    assert _missing_paths(ROOT / "src" / "arpo" / "web" / "__init__.py", "server.py over site.py") == []
+    assert _missing_paths(doc, "`tests/test_repository.py::test_every_path_the_docs_name_exists`") == []
