@@ -36,7 +36,7 @@ def register(sub) -> None:
                        formatter_class=HELP)
     p.add_argument("--model", "--checkpoint", dest="model", default="smollm2-135m-instruct",
                    help="model dir, built-in name, checkpoint or run dir (default: %(default)s)")
-    p.add_argument("--data", nargs="+", required=True,
+    p.add_argument("--data", nargs="+", required=True, action="extend",
                    help="data specs: built-in names (svamp:test, gsm8k:test, hotpotqa:dev; `arpo data list`), "
                    "hf:NAME:SPLIT, JSONL/parquet files or globs")
     p.add_argument("--task", default=None, choices=["math", "qa"],

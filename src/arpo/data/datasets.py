@@ -34,6 +34,8 @@ def _example(where: str, i: int, row: dict, task: str | None, id_prefix: str) ->
         if not isinstance(answers, list) or not answers or not all(isinstance(a, (str, int, float)) for a in answers):
             raise ArpoError(f"{where}: field {key!r} must be a non-empty list of strings")
         answers = [_answer_text(a) for a in answers]
+        if not any(a.strip() for a in answers):
+            raise ArpoError(f"{where}: field {key!r} holds only empty answers (nothing could ever match them)")
     elif "answer" in row:
         a = row["answer"]
         if not isinstance(a, (str, int, float)) or isinstance(a, bool):
@@ -41,6 +43,8 @@ def _example(where: str, i: int, row: dict, task: str | None, id_prefix: str) ->
         a = _answer_text(a)
         if "####" in a:  # GSM8K: the final answer follows '#### ' on the last line
             a = a.rsplit("####", 1)[1].strip().replace(",", "")
+        if not a.strip():
+            raise ArpoError(f"{where}: field 'answer' is empty (nothing could ever match it)")
         answers = [a]
     else:
         raise ArpoError(f"{where}: needs a field 'answer', 'answers' or 'golden_answers'")
@@ -68,9 +72,14 @@ def load_examples(spec: str | Path, limit: int | None = None, task: str | None =
     out = []
     prefix = None
     inferred: dict[str, int] = {}
+    seen: dict[str, str] = {}  # id -> where it was first read
     for i, (where, row) in enumerate(iter_rows(spec), split_slice(spec)[1] + 1):  # ids count from the file's start
         prefix = prefix or example_id_prefix(spec, where)
         ex = _example(where, i, row, task, prefix)
+        if ex["id"] in seen:  # results are keyed by id: two rows would count as one question
+            raise ArpoError(f"{where}: id {ex['id']!r} is already the id of {seen[ex['id']]}: give each row its own "
+                            "'id' (or drop the field: ids default to FILE-LINE)")
+        seen[ex["id"]] = where
         if task is None and not row.get("task"):
             inferred[ex["task"]] = inferred.get(ex["task"], 0) + 1
         out.append(ex)
