@@ -76,3 +76,26 @@ def test_an_empty_answer_is_refused(tmp_path):
         f.write_text(json.dumps(row) + "\n")
         with pytest.raises(ArpoError, match="empty"):
             load_examples(f)
+
+
+def test_a_plug_in_tool_that_blocks_does_not_keep_the_process_alive(tmp_path):
+    """A plug-in tool that blocks printed its timeout, then the process never exited: the call's
+    worker thread was joined at exit (train, eval, chat and serve share the path)."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "blocker.py"
+    script.write_text(
+        "import threading\n"
+        "from arpo.tools.function import FunctionTool, ToolOptions\n"
+        "def stuck(x: str) -> str:\n"
+        "    '''Never returns.\n\n    Args:\n        x: anything\n    '''\n"
+        "    threading.Event().wait()\n"
+        "t = FunctionTool(stuck, options=ToolOptions(timeout_s=0.3))\n"
+        "r = t.call({'x': 'a'})\n"
+        "print(r.ok, r.output)\n"
+        "t.close()\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0 and "False Error: tool stuck timed out after 0.3 s" in out.stdout, out

@@ -32,7 +32,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
@@ -166,8 +166,6 @@ class FunctionTool(SchemaArgs):
         self.description = self.schema["function"].get("description", "")
         self.options = options or ToolOptions()
         self._sem = threading.BoundedSemaphore(max(1, self.options.max_concurrency))
-        self._pool = ThreadPoolExecutor(max_workers=max(1, self.options.max_concurrency),
-                                        thread_name_prefix=f"arpo-tool-{self.name}")
         self._setup_done = False
         self._setup_lock = threading.Lock()
 
@@ -178,7 +176,7 @@ class FunctionTool(SchemaArgs):
         t0 = time.perf_counter()
         with self._sem:  # the concurrency limit: extra calls wait here
             self._ensure_setup()
-            fut = self._pool.submit(self._invoke, args)
+            fut = _in_daemon_thread(self._invoke, args, name=f"arpo-tool-{self.name}")
             try:
                 out = fut.result(timeout=self.options.timeout_s)
             except FutureTimeout:
@@ -226,7 +224,24 @@ class FunctionTool(SchemaArgs):
         hook = getattr(self.owner, "close", None)
         if callable(hook) and self._setup_done:
             hook()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _in_daemon_thread(fn: Callable, args: dict, name: str) -> Future:
+    """fn(**args)'s future, run in a daemon thread of its own. A call that times out is abandoned: a
+    daemon thread is not joined at exit, so a tool that blocks forever cannot keep the process alive
+    (a ThreadPoolExecutor's workers are joined at exit: arpo printed the timeout and never exited)."""
+    fut: Future = Future()
+
+    def run() -> None:
+        if not fut.set_running_or_notify_cancel():
+            return
+        try:
+            fut.set_result(fn(args))
+        except BaseException as e:  # noqa: BLE001 - delivered to the caller through the future
+            fut.set_exception(e)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return fut
 
 
 async def _await(x):
