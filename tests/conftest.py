@@ -102,3 +102,39 @@ def scripted_run():
 def tiny_run(tmp_path_factory):
     """A 3-step ARPO run of the tiny model with tool calls and branches: metrics.jsonl, rollouts/."""
     return train_scripted_run(tmp_path_factory.mktemp("tiny_run"))
+
+
+# Tests whose assertions time the machine (a wall-clock bound, a rate, a CPU share): they get the
+# `timing` marker here, in one list, with what each times. The default run (`pytest -q`) leaves them
+# out (pyproject addopts: -m "not timing"); CI runs them as a step of their own (`pytest -m timing`),
+# so a loaded machine fails a timing step, never the functional suite.
+TIMING = {
+    "tests/test_cli_mistakes.py::test_a_prompt_past_the_context_is_refused_before_any_compute": "refused < 60 s",
+    "tests/test_cli_mistakes.py::test_corrupt_weights_and_a_missing_vllm_are_one_line": "refused < 10 s",
+    "tests/test_cli_mistakes.py::test_a_reward_that_raises_fails_before_the_model_loads": "refused < 20 s",
+    "tests/training/test_rundir.py::test_output_paths_are_checked_before_the_work": "refused < 20 s",
+    "tests/serve/test_serve_agent.py::test_closing_a_stream_cancels_it_without_disturbing_others": "freed < 1 s",
+    "tests/rollout/test_agent.py::test_concurrent_sequences_with_slow_tool": "4 calls overlap: < 1.2 s",
+    "tests/rewards/test_rewards.py::test_math_equal_power_tower_returns_quickly": "< 5 s",
+    "tests/tools/test_plugin_tools.py::test_async_tools_run_concurrently_and_limits_hold": "overlap < 1.5 s",
+    "tests/tools/test_plugin_tools.py::test_a_tool_that_raises_or_hangs_is_an_error_result": "timeout < 2 s",
+    "tests/tools/test_search.py::test_search_tool_timeout": "< 5 s",
+    "tests/tools/test_sandbox_package.py::test_run_with_limits_deadline_and_a_status_known_before": "0.3-2 s",
+    "tests/tools/test_python_sandbox.py::test_huge_stdout_is_stopped_early": "stopped within the timeout",
+    "tests/tools/test_web_browse.py::test_size_time_and_type_caps": "timeout < 3 s",
+    "tests/tools/test_web_search.py::test_rate_limit_spaces_requests_per_provider": "request gaps >= 0.14 s",
+    "tests/tools/test_web_search.py::test_a_provider_that_never_answers_times_out_into_an_error_result": "< 5 s",
+    "tests/tools/test_sandbox_limits.py::test_a_busy_call_stays_within_its_cpu_quota": "CPU / wall ratio",
+    "tests/tools/test_sandbox_limits.py::test_calls_of_one_tool_share_its_cpu_quota_fairly": "CPU share ratio",
+    "tests/view/test_view_api.py::test_a_large_run_opens_each_page_in_under_2s": "each page < 0.8 s",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    """`timing` for the tests in TIMING; `slow` for every test that loads the real default model."""
+    for item in items:
+        if item.nodeid.split("[")[0] in TIMING:
+            item.add_marker(pytest.mark.timing)
+        if "default_lm" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+
