@@ -99,3 +99,47 @@ def test_a_plug_in_tool_that_blocks_does_not_keep_the_process_alive(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 0 and "False Error: tool stuck timed out after 0.3 s" in out.stdout, out
+
+
+def _tiny_disk(tmp_path):
+    """A real 64 KB filesystem (tmpfs), filled up: a full disk. Needs root (CI runs as root)."""
+    import os
+    import subprocess
+
+    import pytest
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)],
+                                           capture_output=True).returncode:
+        pytest.skip("mounting a tmpfs needs root")
+    with open(disk / "filler", "wb") as f:
+        try:
+            f.write(b"\0" * (1 << 20))
+        except OSError:
+            pass
+    return disk
+
+
+def test_a_full_disk_is_one_line_and_eval_keeps_its_results(tmp_path, capsys):
+    """A full disk gave tracebacks (train's checkpoint, eval --out, compare, ...), and eval --out threw
+    the finished evaluation away."""
+    import json
+    import subprocess
+
+    from arpo.commands.eval import write_out
+
+    disk = _tiny_disk(tmp_path)
+    try:
+        ev = tmp_path / "a.json"
+        ev.write_text(json.dumps({"results": {"d": {"pass@1": 0.5, "n": 2}}}))
+        rc = main(["compare", f"a={ev}", "--out", str(disk / "c.json")])
+        err = capsys.readouterr().err
+        assert rc == 2 and "c.json: No space left on device" in err and "Traceback" not in err, err
+        assert not list(disk.glob(".c.json.tmp-*"))  # no half-written file left behind
+        kept = write_out(disk / "e.json", json.dumps({"results": {"x": 1}}))
+        assert kept != disk / "e.json" and json.loads(kept.read_text()) == {"results": {"x": 1}}
+        assert "the evaluation is kept in" in capsys.readouterr().err
+        kept.unlink()
+    finally:
+        subprocess.run(["umount", str(disk)])

@@ -5,6 +5,8 @@ line, exit 2) and which are bugs (a traceback): ArpoError, an OSError on a named
 output, a missing file), a corrupt weights file and a missing optional package. `ARPO_DEBUG=1` shows
 the traceback of any of them."""
 
+import errno
+
 # optional package (import name) -> the extra that installs it
 OPTIONAL = {"vllm": "vllm", "peft": "train", "tensorboard": "train", "matplotlib": "train", "pyarrow": "train",
             "bm25s": "search", "fastapi": "search", "uvicorn": "search", "httpx": "search", "datasets": "hf",
@@ -39,6 +41,8 @@ def explain(e: BaseException) -> str | None:
         what = e.strerror or type(e).__name__
         two = f" -> {e.filename2}" if getattr(e, "filename2", None) else ""
         return f"{e.filename}{two}: {what}"
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):  # a write with no file name on it
+        return f"no space left on the device ({e}): free some space, or write to another disk"
     if type(e).__name__ == "SafetensorError" or type(e).__module__.startswith("safetensors"):
         return f"cannot read a .safetensors weights file ({e}): it is corrupt or truncated; copy or save it again"
     return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -173,17 +174,38 @@ def run(args) -> int:
         judge.close()
     if args.out:
         from arpo.commands.agent_flags import settings_of
-        from arpo.training.checkpoint import write_text_atomic
 
-        write_text_atomic(Path(args.out), json.dumps({"model": args.model, "temperature": agent.temperature,
-                                                      "settings": settings_of(r),
-                                                      "results": results, "records": all_records,
-                                                      **({"interrupted": True} if interrupted else {})}, indent=1))
+        write_out(Path(args.out), json.dumps({"model": args.model, "temperature": agent.temperature,
+                                              "settings": settings_of(r),
+                                              "results": results, "records": all_records,
+                                              **({"interrupted": True} if interrupted else {})}, indent=1))
     if args.json:
         print(json.dumps({"model": args.model, "results": results}))
     else:
         print_table(results, args.model)
     return 130 if interrupted else 0
+
+
+def write_out(path: Path, text: str) -> Path:
+    """Write the finished evaluation to --out; when that fails (a full disk, a removed folder) keep it in
+    a temporary file and say where, instead of losing an evaluation that may have taken hours."""
+    import tempfile
+
+    from arpo.training.checkpoint import write_text_atomic
+
+    try:
+        write_text_atomic(path, text)
+        return path
+    except OSError as e:
+        fd, spare = tempfile.mkstemp(prefix="arpo-eval-", suffix=".json")
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+        except OSError:
+            Path(spare).unlink(missing_ok=True)
+            raise e from None
+        print(f"arpo eval: could not write {path} ({e.strerror}); the evaluation is kept in {spare}", file=sys.stderr)
+        return Path(spare)
 
 
 def _make_judge(args):
