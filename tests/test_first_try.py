@@ -143,3 +143,28 @@ def test_a_full_disk_is_one_line_and_eval_keeps_its_results(tmp_path, capsys):
         kept.unlink()
     finally:
         subprocess.run(["umount", str(disk)])
+
+
+def test_a_full_disk_while_saving_weights_is_one_line(tmp_path, tiny_lm):
+    """train's checkpoint and the first model conversion write safetensors: a full disk there was a
+    traceback (or, worse, "corrupt weights file")."""
+    import subprocess
+
+    from arpo.errors import explain
+    from arpo.jsonl import write_jsonl
+
+    disk = _tiny_disk(tmp_path)
+    try:
+        try:
+            tiny_lm.save_pretrained(disk / "m")
+        except Exception as e:  # noqa: BLE001 - whatever the writer raises must be explained in one line
+            msg = explain(e)
+            assert msg is not None and "no space left" in msg, (type(e), e)
+        else:
+            raise AssertionError("the tiny model fitted on a full 64 KB disk")
+        try:
+            write_jsonl(disk / "rows.jsonl", [{"x": "y" * 100_000}])
+        except OSError as e:
+            assert explain(e) == f"{disk / 'rows.jsonl'}: No space left on device"
+    finally:
+        subprocess.run(["umount", str(disk)])

@@ -43,6 +43,8 @@ def explain(e: BaseException) -> str | None:
         return f"{e.filename}{two}: {what}"
     if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):  # a write with no file name on it
         return f"no space left on the device ({e}): free some space, or write to another disk"
+    if "No space left on device" in str(e) or "os error 28" in str(e):  # safetensors, torch.save: no errno
+        return f"no space left on the device ({e}): free some space, or write to another disk"
     if type(e).__name__ == "SafetensorError" or type(e).__module__.startswith("safetensors"):
         return f"cannot read a .safetensors weights file ({e}): it is corrupt or truncated; copy or save it again"
     return None

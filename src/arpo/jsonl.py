@@ -52,7 +52,11 @@ def write_jsonl(path: str | Path, rows: Iterable[dict]) -> Path:
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    try:
+        tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    except OSError as e:  # a full disk: the old file stays, the half-written copy goes, the error names the file
+        tmp.unlink(missing_ok=True)
+        raise OSError(e.errno, e.strerror, str(out)) from e
     os.replace(tmp, out)
     return out
 
