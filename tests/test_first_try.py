@@ -168,3 +168,11 @@ def test_a_full_disk_while_saving_weights_is_one_line(tmp_path, tiny_lm):
             assert explain(e) == f"{disk / 'rows.jsonl'}: No space left on device"
     finally:
         subprocess.run(["umount", str(disk)])
+
+
+def test_no_tools_are_reported_as_none():
+    """`arpo eval --tools none` printed "tools default"."""
+    from arpo.commands.from_run import template_line
+
+    assert "tools none," in template_line("eval", "m", None, "flags", "")
+    assert "tools python," in template_line("eval", "m", None, "flags", "python")

@@ -55,6 +55,7 @@ def run_settings(model: str) -> dict:
 
 
 def template_line(command: str, model: str, template: str | None, source: str, tools: str | None) -> str:
-    """The line every agent command prints (stderr) about the prompt it uses."""
+    """The line every agent command prints (stderr) about the prompt it uses; no tools print as none
+    (`--tools none` was reported as "tools default")."""
     return (f"arpo {command}: prompt template {template or 'default'} ({source}), tools "
-            f"{tools or 'default'}, model {model}")
+            f"{tools or 'none'}, model {model}")
