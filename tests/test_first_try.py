@@ -176,3 +176,23 @@ def test_no_tools_are_reported_as_none():
 
     assert "tools none," in template_line("eval", "m", None, "flags", "")
     assert "tools python," in template_line("eval", "m", None, "flags", "python")
+
+
+def test_a_class_tool_whose_constructor_raises_is_one_line(tmp_path, monkeypatch, capsys):
+    """A class tool whose constructor raises gave a traceback in `arpo tool`, train and chat."""
+    import sys
+
+    (tmp_path / "badtools.py").write_text(
+        "class Shop:\n"
+        "    '''A shop.'''\n"
+        "    def __init__(self):\n"
+        "        raise ConnectionError('database is down')\n"
+        "    def __call__(self, order_id: str) -> str:\n"
+        "        '''Look up.\n\n        Args:\n            order_id: the order\n        '''\n"
+        "        return 'x'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "badtools", raising=False)
+    rc = main(["tool", "badtools:Shop", '{"order_id": "1"}'])
+    err = capsys.readouterr().err
+    assert rc == 2 and "tool class badtools:Shop: its constructor raised ConnectionError: database is down" in err
+    assert "Traceback" not in err

@@ -254,7 +254,11 @@ def as_tool(obj: Any, options: ToolOptions | None = None, name: str | None = Non
             and not inspect.isclass(obj) and (hasattr(obj, "schema") or _one_argument(obj)):
         return obj  # already a tool: the Tool protocol (name + __call__(input)), PythonTool, an MCP tool...
     if isinstance(obj, type):  # a class (inspect.isclass)
-        inst = obj()
+        try:
+            inst = obj()
+        except Exception as e:  # the user's constructor: one line, not a traceback
+            where = f"{obj.__module__}:{obj.__qualname__}"
+            raise ArpoError(f"tool class {where}: its constructor raised {type(e).__name__}: {e}") from e
         method = getattr(inst, "run", None) if not _defines_call(obj) else inst.__call__
         if method is None:
             raise ArpoError(f"tool class {obj.__qualname__}: define __call__ or run (the tool's arguments)")
