@@ -196,3 +196,18 @@ def test_a_class_tool_whose_constructor_raises_is_one_line(tmp_path, monkeypatch
     err = capsys.readouterr().err
     assert rc == 2 and "tool class badtools:Shop: its constructor raised ConnectionError: database is down" in err
     assert "Traceback" not in err
+
+
+def test_a_tool_closed_while_its_sandbox_starts_prints_no_traceback(tmp_path):
+    """A command that fails right after building the python tool (`arpo sft-data svamp --data
+    hotpotqa:train`) printed the zygote's BrokenPipeError traceback at exit."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    for pause in (0.3, 0.6, 1.0):  # closed while the zygote imports its preloads, before it says hello
+        script = ("import time\nfrom arpo.tools.python import PythonTool\n"
+                  f"t = PythonTool()\ntime.sleep({pause})\nt.close()\n")
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+        assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr

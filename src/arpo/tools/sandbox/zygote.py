@@ -260,8 +260,11 @@ def _zygote_main(cfg: dict, sock: socket.socket) -> None:
         "seccomp_denied": list(SECCOMP_DENY + (() if cfg["_memcg"] else SECCOMP_DENY_NO_MEMCG)) if seccomp else [],
         "max_ptys": int(cfg.get("max_ptys", 8)) if mode != "none" else None, "network": bool(cfg["network"]),
     }
-    sock.sendall(json.dumps({"mode": mode, "why": why, "preloaded": preloaded, "uid_switch": switch_uid,
-                             "protections": protections}).encode())
+    try:
+        sock.sendall(json.dumps({"mode": mode, "why": why, "preloaded": preloaded, "uid_switch": switch_uid,
+                                 "protections": protections}).encode())
+    except OSError:  # the tool was closed while we started (a command that failed early): leave quietly
+        return
     count = 0
     while True:
         try:
