@@ -53,7 +53,7 @@ def bench_packing(a) -> dict:
     model, tok = load_model(a.model)
     model.train()
     trees = _trees(a.trees, a.prompt, a.resp, a.n_global, len(tok))
-    batch = TreeBatch.from_trees(trees)
+    batch = TreeBatch.from_trees(trees, TreeBatch.all_generated(trees))
     adv = torch.randn(batch.mask.shape, generator=torch.Generator().manual_seed(1))
     res = {"tree_shape": f"{a.trees} trees x (prompt {a.prompt} + {a.n_global} globals x {a.resp} + "
                          f"{a.n_global} half-way branches)",
@@ -103,7 +103,7 @@ def _memory_child(variant: str, b: int, t: int, model_name: str) -> None:
 
         trees = [{"prompt": r[:1].tolist(), "responses": [r[1:].tolist()], "parent": [-1], "branch_at": [0]}
                  for r in ids]
-        batch = TreeBatch.from_trees(trees)
+        batch = TreeBatch.from_trees(trees, TreeBatch.all_generated(trees))
         loss_and_backward(model, batch, lambda lp, en: (-(lp * adv).mean(), {}), packed=False, max_tokens=1024)
         lp = None
     if lp is not None:

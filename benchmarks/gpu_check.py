@@ -446,8 +446,8 @@ def bench_mismatch(model, tok, sz: Sizes, dev: Device, variants=("eager", "graph
             eng.step()
         seqs = [eng.seq(sid) for sid in sorted(eng.seqs)]
         resp = [s.response for s in seqs]
-        batch = TreeBatch.from_trees([{"prompt": prompt, "responses": resp, "parent": [-1] * len(resp),
-                                       "branch_at": [0] * len(resp)}]).to(next(model.parameters()).device)
+        layout = [{"prompt": prompt, "responses": resp, "parent": [-1] * len(resp), "branch_at": [0] * len(resp)}]
+        batch = TreeBatch.from_trees(layout, TreeBatch.all_generated(layout)).to(next(model.parameters()).device)
         pad = tok.pad_token_id if tok.pad_token_id is not None else 0
         train_lp, _ = token_logprobs(model, batch, packed=True, max_tokens=sz.micro_tokens, pad_id=pad)
         rollout_lp = torch.zeros(batch.mask.shape)

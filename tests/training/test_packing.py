@@ -51,7 +51,7 @@ def model64():
 def test_packed_logprobs_equal_flat_float64(model64, seed):
     rng = random.Random(seed)
     trees = [random_tree(rng, 200) for _ in range(2)]
-    batch = TreeBatch.from_trees(trees)
+    batch = TreeBatch.from_trees(trees, TreeBatch.all_generated(trees))
     lp, ent = token_logprobs(model64, batch, packed=True, with_entropy=True)
     for ti, tr in enumerate(trees):
         ref = flat_reference(model64, tr, torch.float64)
@@ -148,7 +148,7 @@ def test_float32_packed_matches_flat():
     model = tiny_model(tiny_tokenizer())
     rng = random.Random(3)
     trees = [random_tree(rng, 200, m=8, max_len=30)]
-    batch = TreeBatch.from_trees(trees)
+    batch = TreeBatch.from_trees(trees, TreeBatch.all_generated(trees))
     a, _ = token_logprobs(model, batch, packed=True)
     b, _ = token_logprobs(model, batch, packed=False)
     m = batch.mask.bool()
@@ -162,7 +162,7 @@ def test_split_packs_respect_max_tokens(model64):
     assert len(packs) >= 2
     keys = sorted(k for p in packs for k in p.members)
     assert keys == [(0, i) for i in range(8)]
-    batch = TreeBatch.from_trees([tree])
+    batch = TreeBatch.from_trees([tree], TreeBatch.all_generated([tree]))
     a, _ = token_logprobs(model64, batch, packed=True, max_tokens=30)
     b, _ = token_logprobs(model64, batch, packed=True, max_tokens=10_000)
     assert torch.allclose(a, b, atol=1e-10)
@@ -208,3 +208,13 @@ def test_rollout_logprobs_equal_recomputed_old_logprobs(tiny_lm, tiny_tok):
     m = batch.mask.bool()
     assert m.sum() > 20 and (~m).sum() > 0
     assert torch.allclose(got_lp[m], want_lp[m], atol=1e-4) and torch.allclose(got_h[m], want_h[m], atol=1e-4)
+
+
+def test_a_batch_needs_its_loss_masks():
+    """from_trees defaulted to all-ones masks: a caller that forgot them trained on tool output."""
+    tree = {"prompt": [1, 2], "responses": [[3, 4, 5]], "parent": [-1], "branch_at": [0]}
+    with pytest.raises(TypeError):
+        TreeBatch.from_trees([tree])  # type: ignore[call-arg]
+    masked = TreeBatch.from_trees([tree], [[[1, 0, 1]]])
+    assert masked.mask.tolist() == [[1.0, 0.0, 1.0]]
+    assert TreeBatch.from_trees([tree], TreeBatch.all_generated([tree])).mask.tolist() == [[1.0, 1.0, 1.0]]

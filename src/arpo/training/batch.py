@@ -1,7 +1,7 @@
 """A training batch of rollout trees, its log-probs under a model (tree-packed or flat), and the
 backward pass through them in bounded memory.
 
-    batch = TreeBatch.from_trees(trees)                       # layout: one row per trajectory
+    batch = TreeBatch.from_trees(trees, masks)                # layout: one row per trajectory
     old_logp, _ = token_logprobs(model, batch)                # no grad: the behaviour policy
     loss, diag = loss_and_backward(model, batch, loss_fn)     # grads accumulate in model params
 
@@ -35,8 +35,10 @@ class TreeBatch:
     extras: dict = field(default_factory=dict)
 
     @classmethod
-    def from_trees(cls, trees: list[dict], masks: list[list[list[int]]] | None = None) -> TreeBatch:
-        """masks[t][i]: loss mask of trajectory i of tree t (default: all ones)."""
+    def from_trees(cls, trees: list[dict], masks: list[list[list[int]]]) -> TreeBatch:
+        """masks[t][i]: loss mask of trajectory i of tree t: 1 on generated tokens, 0 on tool results.
+        Required: a default of all ones trained the policy on tool output when a caller forgot it
+        (`all_generated(trees)` says so explicitly for trees without tool results)."""
         rows: dict[tuple[int, int], int] = {}
         lengths: list[int] = []
         for ti, tr in enumerate(trees):
@@ -46,11 +48,16 @@ class TreeBatch:
         t_max = max(lengths, default=0)
         mask = torch.zeros(len(lengths), t_max)
         for (ti, i), row in rows.items():
-            m = masks[ti][i] if masks is not None else [1] * lengths[row]
+            m = masks[ti][i]
             if len(m) != lengths[row]:
                 raise ValueError(f"tree {ti} trajectory {i}: mask has {len(m)} entries for {lengths[row]} tokens")
             mask[row, : len(m)] = torch.tensor(m, dtype=torch.float32)
         return cls(trees=trees, rows=rows, lengths=torch.tensor(lengths, dtype=torch.long), mask=mask)
+
+    @staticmethod
+    def all_generated(trees: list[dict]) -> list[list[list[int]]]:
+        """The masks of trees whose every response token was generated (no tool results in them)."""
+        return [[[1] * len(r) for r in tr["responses"]] for tr in trees]
 
     @property
     def width(self) -> int:
