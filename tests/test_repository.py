@@ -105,6 +105,28 @@ def _has_positionals(parser) -> bool:
     return any(not a.option_strings and not isinstance(a, argparse._SubParsersAction) for a in parser._actions)
 
 
+def _data_specs(words: list[str]) -> list[str]:
+    """The values of --data in a command that look like dataset names (`svamp:test`, `bench:gaia`) but
+    name no built-in dataset or benchmark split (files, globs and hf: specs are not checked)."""
+    from arpo.data import benchmarks
+    from arpo.data.sources import is_builtin
+
+    bad = []
+    for i, w in enumerate(words):
+        if words[i - 1] != "--data" if i else True:
+            continue
+        if not re.fullmatch(r"[a-z0-9-]+:[a-z0-9:-]+(\[[0-9:]*\])?", w) or w.startswith("hf:"):
+            continue
+        if benchmarks.is_bench(w):
+            try:
+                benchmarks.parse(w)
+            except Exception:  # noqa: BLE001 - any failure to parse is the finding
+                bad.append(w)
+        elif not is_builtin(w):
+            bad.append(w)
+    return bad
+
+
 def test_documented_commands_and_configs_exist():
     from arpo.cli import build_parser
 
@@ -124,6 +146,8 @@ def test_documented_commands_and_configs_exist():
                     problems.append(f"{where}: `arpo {cmd.strip()}`: no subcommand {words[:1]}")
                 continue
             sp, rest = found
+            for spec in _data_specs(rest):
+                problems.append(f"{where}: `arpo {cmd.strip()}`: {spec} is no built-in dataset or benchmark")
             opts = {o for a in sp._actions for o in a.option_strings}
             for w in rest:
                 flag = w.split("=", 1)[0]

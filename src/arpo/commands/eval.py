@@ -16,7 +16,7 @@ EXAMPLES = """examples:
   arpo eval --data gsm8k:test --limit 50                     # greedy, default model
   arpo eval --model runs/train --data hotpotqa:dev --tools search --limit 50
   arpo eval --model runs/sft --data a.jsonl b.jsonl --samples 5 --temperature 0.6 --out eval.json
-  arpo eval --data bamboogle:test --out ev.json --judge --judge-url http://127.0.0.1:8001/v1 \
+  arpo eval --data bench:bamboogle --out ev.json --judge --judge-url http://127.0.0.1:8001/v1 \
             --judge-model Qwen2.5-72B-Instruct          # LLM-as-judge (key: $OPENAI_API_KEY)
 
   arpo eval --model ./Qwen3-8B-ARPO-DeepSearch --template arpo-deepsearch --data bench:bamboogle:dev
