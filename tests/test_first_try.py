@@ -211,3 +211,26 @@ def test_a_tool_closed_while_its_sandbox_starts_prints_no_traceback(tmp_path):
                   f"t = PythonTool()\ntime.sleep({pause})\nt.close()\n")
         out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
         assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+
+
+def test_run_plots_have_whole_step_ticks_and_every_tool_in_the_legend():
+    """`arpo plot` drew fractional step ticks (0.5, 1.5) and left plug-in tools' call curves out."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from arpo.analysis.curves import draw_panel, panel_keys
+
+    rows = [{"step": s, "reward_mean": 0.1 * s, "tool_calls_per_traj": 1.0, "tool_calls_per_traj/lookup": 1.0,
+             "tool_calls_per_traj/python": 0.5} for s in (1, 2, 3)]
+    keys = panel_keys(rows)
+    assert keys["tool_calls"] == ["tool_calls_per_traj", "tool_calls_per_traj/python", "tool_calls_per_traj/lookup"]
+    fig = draw_panel(rows, "tool_calls", keys["tool_calls"])
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    lo, hi = ax.get_xlim()
+    ticks = [x for x in ax.get_xticks() if lo <= x <= hi]
+    assert ticks and all(float(x).is_integer() for x in ticks), ticks
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == keys["tool_calls"]
+    plt.close(fig)

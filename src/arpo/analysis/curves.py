@@ -19,6 +19,39 @@ PANELS = {
 }
 
 
+def panel_keys(rows: list[dict]) -> dict[str, list[str]]:
+    """The metrics each panel draws: its listed keys that the rows hold, plus every tool's own calls
+    per trajectory (`tool_calls_per_traj/<tool>`: plug-in, MCP and web tools too, not only python and
+    search, whose curves were missing from the legend)."""
+    numeric = {k for r in rows for k, v in r.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    out = {}
+    for name, keys in PANELS.items():
+        present = [k for k in keys if k in numeric]
+        if name == "tool_calls":
+            present += sorted(k for k in numeric if k.startswith("tool_calls_per_traj/") and k not in present)
+        if present:
+            out[name] = present
+    return out
+
+
+def draw_panel(rows: list[dict], name: str, keys: list[str]):
+    """One panel's figure: a line per key against the step, whole-number step ticks."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    for k in keys:
+        pts = [(r["step"], r[k]) for r in rows if isinstance(r.get(k), (int, float))]
+        ax.plot(*zip(*pts, strict=True), marker="o" if len(pts) < 30 else None, label=k)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers (2.5 was a tick)
+    ax.set_xlabel("step")
+    ax.set_title(name)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def plot_run(rows: list[dict], out_dir: str | Path) -> list[Path]:
     import matplotlib
 
@@ -30,19 +63,8 @@ def plot_run(rows: list[dict], out_dir: str | Path) -> list[Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, keys in PANELS.items():
-        present = [k for k in keys if any(isinstance(r.get(k), (int, float)) for r in rows)]
-        if not present:
-            continue
-        fig, ax = plt.subplots(figsize=(6.5, 3.8))
-        for k in present:
-            pts = [(r["step"], r[k]) for r in rows if isinstance(r.get(k), (int, float))]
-            ax.plot(*zip(*pts, strict=True), marker="o" if len(pts) < 30 else None, label=k)
-        ax.set_xlabel("step")
-        ax.set_title(name)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
+    for name, keys in panel_keys(rows).items():
+        fig = draw_panel(rows, name, keys)
         p = out_dir / f"{name}.png"
         fig.savefig(p, dpi=110)
         plt.close(fig)
