@@ -32,7 +32,7 @@ Design (who runs where)::
   namespaces and mounts, bpf/perf/io_uring/userfaultfd and the like (seccomp.py SECCOMP_DENY).
 * **An unforgeable result**: the runner closes its report pipe before the code runs and reports
   its outcome through its exit status, which init reads with waitpid.
-* **No network**: a fresh network namespace with only loopback.
+* **No network**: a fresh network namespace with only loopback; no TCP there unless a tool asks (`loopback_tcp`).
 * **Bounded**: RLIMIT_AS / CPU / NPROC / FSIZE / NOFILE / CORE, a wall-clock deadline enforced
   both by the trainer and by init, and output read with a byte cap (a flood is stopped, not
   buffered).

@@ -58,6 +58,9 @@ class SandboxLimits:
     memory_mb: int = 1024  # per call, everything it allocates (memory cgroup: + MEMCG_MARGIN_MB); RLIMIT_AS
     preimport: tuple[str, ...] = ("math", "numpy", "sympy")  # imported once in the zygote, shared by every call
     network: bool = False  # False: a network namespace of the call's own, loopback only
+    # TCP/MPTCP sockets on that loopback: off by default, because data in connections nobody accept()s is
+    # charged to no memory cgroup (docs/sandbox.md); UDP and AF_UNIX sockets are always there
+    loopback_tcp: bool = False
     disk_mb: int = 64  # the call's private /tmp (a tmpfs) and RLIMIT_FSIZE
     max_processes: int = 64  # RLIMIT_NPROC of the call's own uid; its pids cgroup allows 4 more
     max_open_files: int = 256  # RLIMIT_NOFILE per process
@@ -87,7 +90,8 @@ class SandboxLimits:
         is allocated here when `uid_base` is None) for a tool keeping `pool_size` workers ready."""
         cfg = asdict(self)
         cfg.update({
-            "preimport": list(self.preimport), "network": bool(self.network), "memory_mb": int(self.memory_mb),
+            "preimport": list(self.preimport), "network": bool(self.network),
+            "loopback_tcp": bool(self.loopback_tcp), "memory_mb": int(self.memory_mb),
             "disk_mb": int(self.disk_mb), "max_processes": int(self.max_processes),
             "max_open_files": int(self.max_open_files), "nice": int(self.nice),
             "uid_base": int(self.uid_base) if self.uid_base is not None else allocate_uid_block(),

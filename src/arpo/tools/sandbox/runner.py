@@ -206,8 +206,14 @@ def _lock_down(lib, cfg: dict, mode: str, uid: int | None, workdir: str, out_w: 
     if "numpy.random" in sys.modules:
         sys.modules["numpy.random"].seed()
     deny = SECCOMP_DENY + (() if cfg.get("_memcg") else SECCOMP_DENY_NO_MEMCG)
-    if cfg.get("seccomp", True) and not _load_seccomp(deny) and cfg.get("_seccomp_required"):
+    if cfg.get("seccomp", True) and not _load_seccomp(deny, _denies_ip_streams(cfg)) and cfg.get("_seccomp_required"):
         raise OSError("the seccomp filter could not be installed")
+
+
+def _denies_ip_streams(cfg: dict) -> bool:
+    """Whether a call's IP stream sockets are denied (seccomp.IP_STREAM_TYPES): in its own network
+    namespace, unless the tool asked for loopback TCP."""
+    return not cfg["network"] and not cfg.get("loopback_tcp")
 
 
 def _runner_main(lib, cfg: dict, mode: str, uid: int | None, workdir: str,
