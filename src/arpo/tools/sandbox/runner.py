@@ -20,6 +20,7 @@ import threading
 import traceback
 import types
 
+from .cgroups import process_slots
 from .linux import PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, _check
 from .seccomp import SECCOMP_DENY, SECCOMP_DENY_NO_MEMCG, _load_seccomp
 
@@ -153,7 +154,7 @@ def _set_limits(cfg: dict) -> None:
         resource.RLIMIT_NOFILE: int(cfg["max_open_files"]),
         resource.RLIMIT_CORE: 0,
         # Counted per uid: meaningful with our own uid or user namespace, harmful without.
-        **({resource.RLIMIT_NPROC: int(cfg["max_processes"])} if cfg.get("_own_uid") else {}),
+        **({resource.RLIMIT_NPROC: process_slots(cfg)} if cfg.get("_own_uid") else {}),
         resource.RLIMIT_MSGQUEUE: 0,
         resource.RLIMIT_MEMLOCK: 0,
     }
@@ -240,7 +241,10 @@ def _receive_and_run(code_r: int, mod: types.ModuleType | None = None) -> str:
     timeout_s, n = _CODE_HEADER.unpack(_read_exact(code_r, _CODE_HEADER.size))
     src = _read_exact(code_r, n).decode("utf-8", "replace")
     cpu = int(timeout_s) + 2
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    # a session's runner inherits its state's limit, which no unprivileged process can raise: there the
+    # hard limit stays (the deadline kills a call anyway) so that a later call may have a longer timeout
+    hard = cpu + 1 if mod is None else resource.getrlimit(resource.RLIMIT_CPU)[1]
+    resource.setrlimit(resource.RLIMIT_CPU, (min(cpu, hard), hard))
     return _run_user_code(src, mod)
 
 
