@@ -290,6 +290,100 @@ def test_proc_1_shows_no_config_or_host_paths(tool):
         assert needle not in res.output, (needle, res.output)
 
 
+# ---- issue 37: host information a call could read ---------------------------------------------
+def test_host_wide_proc_files_read_empty(tool):
+    """/proc/cmdline (the host kernel's command line) and /proc/key-users (every host uid's keyrings)
+    were readable from a call; they read empty now."""
+    res = tool.run("for f in ('cmdline', 'key-users', 'keys', 'kallsyms'):\n"
+                   "    print(f, len(open('/proc/' + f, 'rb').read()))\n")
+    assert res.output.split("\n") == ["cmdline 0", "key-users 0", "keys 0", "kallsyms 0"], res.output
+
+
+def _project_paths() -> list[str]:
+    """Host paths of the project: arpo's source tree, and directories a .pth file of the interpreter's
+    site-packages adds outside the interpreter (an editable install's source tree)."""
+    import site
+    import sys
+
+    import arpo
+
+    out = {str(Path(arpo.__file__).resolve().parents[1])}
+    prefixes = [str(Path(p).resolve()) for p in (sys.prefix, sys.base_prefix)]
+    for sp in site.getsitepackages():
+        for pth in Path(sp).glob("*.pth"):
+            for line in pth.read_text(errors="replace").splitlines():
+                if line.startswith("/") and Path(line).is_dir() and \
+                        not any(str(Path(line).resolve()).startswith(p) for p in prefixes):
+                    out.add(line.rstrip("/"))
+    return sorted(out)
+
+
+# Scans every readable mapping of the call's own memory (ctypes: /proc/self/mem is root's) for each path, held as two
+# halves that never stand next to each other in the program, so only a real copy matches.
+_MEMORY_SCAN = (
+    "import sys\nhalves = {halves!r}\nfound = set()\n"
+    "for h1, h2 in halves:\n"
+    "    if any((h1 + h2).decode() in p for p in sys.path):\n        found.add('sys.path')\n"
+    "import ctypes\n"
+    "for line in open('/proc/self/maps').read().splitlines():\n"
+    "    f = line.split()\n"
+    "    if f[1][0] != 'r' or (len(f) > 5 and f[5] in ('[vvar]', '[vsyscall]', '[vvar_vclock]')):\n        continue\n"
+    "    lo, hi = (int(x, 16) for x in f[0].split('-'))\n"
+    "    pos = lo\n"
+    "    while pos < hi:\n"
+    "        n = min(hi - pos, 8 << 20)\n"
+    "        chunk = ctypes.string_at(pos, min(n + 256, hi - pos))\n"
+    "        for h1, h2 in halves:\n"
+    "            i = chunk.find(h1)\n"
+    "            while i >= 0:\n"
+    "                if chunk[i + len(h1):i + len(h1) + len(h2)] == h2:\n"
+    "                    found.add(f[5] if len(f) > 5 else 'anonymous')\n"
+    "                i = chunk.find(h1, i + 1)\n"
+    "        pos += n\n"
+    "print(sorted(found) or 'clean')\n"
+)
+
+
+def test_the_project_path_is_not_in_the_calls_memory(tool):
+    """A call read the project's source path from its own interpreter: sys.path (an editable
+    install's .pth), and the zygote's memory (the sandbox modules' paths it was sent). Now no copy
+    of it is anywhere in the call's address space."""
+    paths = _project_paths()
+    halves = [(p[: len(p) // 2].encode(), p[len(p) // 2:].encode()) for p in paths]
+    with PythonTool(timeout_s=60, memory_mb=MEMORY_MB, pool_size=1) as t:
+        res = t.run(_MEMORY_SCAN.format(halves=halves))
+    assert last_line(res) == "clean", (paths, res.output[-500:])
+
+
+def test_record_locks_on_host_files_are_no_channel_between_calls(tool):
+    """Two concurrent calls talked through POSIX record locks on a shared read-only host file (one
+    read-locks a byte of the stdlib's os.py, the other asks F_GETLK whether a write lock would
+    conflict): each call's interpreter directories are an overlay of their own now, with inodes
+    (and locks) of its own. sqlite's locks (WAL included) still work."""
+    import threading
+
+    sender = ("import fcntl, os, struct, time\nfd = os.open(os.__file__, os.O_RDONLY)\n"
+              "fcntl.fcntl(fd, fcntl.F_SETLK, struct.pack('hhqqi', fcntl.F_RDLCK, 0, 4242, 1, 0))\n"
+              "print('locked', flush=True)\ntime.sleep(4)\n")
+    receiver = ("import fcntl, os, struct, time\ntime.sleep(1.5)\nfd = os.open(os.__file__, os.O_RDONLY)\n"
+                "r = fcntl.fcntl(fd, fcntl.F_GETLK, struct.pack('hhqqi', fcntl.F_WRLCK, 0, 4242, 1, 0))\n"
+                "print('seen' if struct.unpack('hhqqi', r)[0] != fcntl.F_UNLCK else 'nothing')\n")
+    with PythonTool(timeout_s=15, memory_mb=MEMORY_MB, pool_size=2) as t:
+        out: dict = {}
+        th = threading.Thread(target=lambda: out.setdefault("sender", t.run(sender)))
+        th.start()
+        got = t.run(receiver)
+        th.join()
+        assert out["sender"].output.startswith("locked"), out["sender"].output
+        assert got.output == "nothing", got.output
+        res = t.run("import sqlite3\nfor mode in ('delete', 'wal'):\n"
+                    "    a = sqlite3.connect(f'{mode}.db'); a.execute(f'pragma journal_mode={mode}')\n"
+                    "    a.execute('create table t(x)'); a.execute('insert into t values (1)'); a.commit()\n"
+                    "    b = sqlite3.connect(f'{mode}.db'); b.execute('insert into t values (2)'); b.commit()\n"
+                    "    print(mode, a.execute('select sum(x) from t').fetchone()[0])\n")
+        assert res.output == "delete 3\nwal 3", res.output
+
+
 # ---- item 12: teardown after a call that leaves the kernel much to free ---------------------------
 def test_close_removes_the_cgroups_after_a_call_with_many_files():
     """After a call that created 400k files, closing the tool left its cgroup directories behind

@@ -47,7 +47,7 @@ cgroups (RLIMIT_AS plus seccomp-denied memfd/shm instead); the hash seed is shar
 of one zygote. `PythonTool.protections` says what this machine allowed.
 
 Modules, one job each. Sandbox side (run in the zygote and its forks; standard library only, since
-the zygote loads them by path without the `arpo` package: pool.py's bootstrap, ZYGOTE_MODULES):
+the zygote loads them from their source text without the `arpo` package: pool.py's bootstrap, ZYGOTE_MODULES):
 
 * linux.py    — Linux constants, libc calls (mount, prctl, unshare), reaping and killing children
 * fsview.py   — the mount namespace: the minimal root or the host read-only
