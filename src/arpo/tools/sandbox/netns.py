@@ -18,6 +18,7 @@ log = logging.getLogger(__name__)
 # where a tool asked for it (`loopback_tcp`); by default the call has no TCP (seccomp.IP_STREAM_TYPES).
 _NETNS_SYSCTLS = (("ipv4/tcp_rmem", "4096 131072 1048576"), ("ipv4/tcp_wmem", "4096 16384 1048576"),
                   ("core/somaxconn", "16"))
+_NETNS_SYSCTLS_NO_TCP = (("core/somaxconn", "128"),)  # the backlog of AF_UNIX listeners too
 
 
 def _loopback_up() -> None:
@@ -34,7 +35,7 @@ def _loopback_up() -> None:
 def _limit_netns(tcp: bool = True) -> None:
     """Per-socket buffer caps of this (private) network namespace (see _NETNS_SYSCTLS); `tcp`:
     whether the call may have TCP at all (else the TCP caps are moot: seccomp denies the sockets)."""
-    for name, value in _NETNS_SYSCTLS if tcp else ():
+    for name, value in _NETNS_SYSCTLS if tcp else _NETNS_SYSCTLS_NO_TCP:
         try:
             with open(f"/proc/sys/net/{name}", "w") as f:
                 f.write(value)
