@@ -96,6 +96,30 @@ def test_limits_hold_per_session_and_a_failed_session_restarts(sess):
     sess.end("m")
 
 
+def test_a_long_session_keeps_its_variables_and_files(sess):
+    """Issue 37: every snapshot held one of the code's 64 process slots, so a session's 63rd call
+    ran its code, came back as "killed by SIGKILL", lost its variables and files, and the next call
+    started afresh. Now a family keeps its last `session_snapshots` (32) snapshots, with slots of
+    their own: 120 calls keep everything; a branch from a recent snapshot still works, one from a
+    dropped snapshot starts fresh and says which limit dropped it."""
+    assert sess.run_session("long", "x = 0\nopen('f', 'w').write('')").ok
+    for i in range(1, 121):
+        r = sess.run_session("long", "x += 1\nopen('f', 'a').write('.')\nprint(x, len(open('f').read()))")
+        assert r.ok and r.output == f"{i} {i}", (i, r.output)
+    sess.fork("long", "long-b", 118)
+    assert sess.run_session("long-b", "print(x)").output == "117"
+    sess.fork("long", "long-old", 5)
+    r = sess.run_session("long-old", "print('x' in globals())")
+    assert "session_snapshots" in r.output and r.output.endswith("False"), r.output
+    # the code keeps its own process slots whatever the snapshots hold
+    r = sess.run_session("long", "import os\nkids = []\nfor _ in range(40):\n    pid = os.fork()\n"
+                         "    if pid == 0:\n        import time; time.sleep(1); os._exit(0)\n    kids.append(pid)\n"
+                         "for p in kids:\n    os.waitpid(p, 0)\nprint(len(kids), x)", timeout_s=15)
+    assert r.output == "40 120", r.output
+    for k in ("long", "long-b", "long-old"):
+        sess.end(k)
+
+
 def test_sessions_end_with_their_trajectories_and_leave_no_process(sess):
     sess.run_session("warm", "1")
     sess.end("warm")

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from arpo.tools.base import ToolResult
 from arpo.tools.python import PythonTool
 from arpo.tools.sandbox.capture import run_with_limits
+from arpo.tools.sandbox.cgroups import process_slots
 from arpo.tools.sandbox.linux import _write_all
 from arpo.tools.sandbox.pool import _PoolState, _Worker
 from arpo.tools.sandbox.runner import _CODE_HEADER
@@ -89,6 +90,9 @@ class PythonSessionTool:
         self._inner._state.shutdown()  # only its configuration and result formatting are used
         self.timeout_s, self.max_output_chars, self.max_sessions = timeout_s, max_output_chars, max_sessions
         self._cfg = dict(self._inner._cfg, session=True)
+        if sandbox.get("tool_pids") is None:  # a family's process slots include its snapshots' (process_slots)
+            self._cfg["tool_pids"] = (max_sessions + pool_size) * (process_slots(self._cfg) + 4)
+        self.session_snapshots = int(self._cfg["session_snapshots"])
         self._pool = _PoolState()
         self._thread = threading.Thread(target=self._pool.refill_loop, args=(self._cfg, pool_size, start_timeout_s),
                                         name="arpo-python-session-pool", daemon=True)
@@ -138,6 +142,13 @@ class PythonSessionTool:
         the child's session starts from the parent's state after that call."""
         with self._cond:
             src = self._sessions.get(str(parent))
+            if src is not None and n_calls > 0 and not src.family.dead and n_calls not in src.states \
+                    and n_calls <= src.calls:  # a snapshot dropped beyond session_snapshots: say so
+                self._sessions[str(child)] = _Session(_Family(None, dead=True), {}, calls=-1, note=(
+                    f"[note: the python session's state after call {n_calls} was dropped (a session family keeps "
+                    f"its last {self.session_snapshots} snapshots: session_snapshots); this call started a fresh "
+                    "session — earlier variables and files are gone]"))
+                return
             if src is None or n_calls == 0 or src.family.dead or n_calls not in src.states:
                 return  # nothing to inherit: the child starts fresh on its first call
             fam, dst = src.family, str(next(self._ids))
@@ -149,6 +160,7 @@ class PythonSessionTool:
                 fam.live.add(dst)
             self._sessions[str(child)] = _Session(fam, {n_calls: dst}, calls=n_calls)
             self.stats["forks"] += 1
+            self._trim(fam)
 
     def end(self, key: str) -> None:
         """The trajectory ended: drop its session's states (a family's sandbox ends with its last)."""
@@ -190,6 +202,21 @@ class PythonSessionTool:
             if not fam.live and fam in self._families:
                 self._families.remove(fam)
                 fam.close()
+
+    def _trim(self, fam: _Family) -> None:
+        """Keep at most `session_snapshots` states in a family: drop the oldest snapshots that are no
+        session's current state (each is a process; the family's process slots count them, and so
+        does its memory). A session's current state is never dropped, so its calls go on for ever."""
+        with self._cond:
+            over = len(fam.live) - self.session_snapshots
+            if over <= 0:
+                return
+            sessions = [s for s in self._sessions.values() if s.family is fam]
+            current = {s.states.get(s.calls) for s in sessions}
+            old = sorted((int(sid), n, s) for s in sessions for n, sid in s.states.items() if sid not in current)
+            for sid, n, s in old[:over]:
+                del s.states[n]
+                self._drop(fam, [str(sid)])
 
     def _get_or_start(self, key: str, t0: float) -> _Session:
         with self._cond:
@@ -293,6 +320,7 @@ class PythonSessionTool:
         else:
             sess.calls += 1
             sess.states[sess.calls] = dst
+            self._trim(fam)
         mapped = "X signal 9" if status == "X crash" else status
         return self._inner._result(bytes(out), mapped, timeout, timed_out, overflow, time.monotonic() - t0,
                                    "namespaces")

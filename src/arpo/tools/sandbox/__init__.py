@@ -32,7 +32,7 @@ Design (who runs where)::
   namespaces and mounts, bpf/perf/io_uring/userfaultfd and the like (seccomp.py SECCOMP_DENY).
 * **An unforgeable result**: the runner closes its report pipe before the code runs and reports
   its outcome through its exit status, which init reads with waitpid.
-* **No network**: a fresh network namespace with only loopback.
+* **No network**: a fresh network namespace with only loopback; no TCP there unless a tool asks (`loopback_tcp`).
 * **Bounded**: RLIMIT_AS / CPU / NPROC / FSIZE / NOFILE / CORE, a wall-clock deadline enforced
   both by the trainer and by init, and output read with a byte cap (a flood is stopped, not
   buffered).
@@ -47,7 +47,7 @@ cgroups (RLIMIT_AS plus seccomp-denied memfd/shm instead); the hash seed is shar
 of one zygote. `PythonTool.protections` says what this machine allowed.
 
 Modules, one job each. Sandbox side (run in the zygote and its forks; standard library only, since
-the zygote loads them by path without the `arpo` package: pool.py's bootstrap, ZYGOTE_MODULES):
+the zygote loads them from their source text without the `arpo` package: pool.py's bootstrap, ZYGOTE_MODULES):
 
 * linux.py    — Linux constants, libc calls (mount, prctl, unshare), reaping and killing children
 * fsview.py   — the mount namespace: the minimal root or the host read-only

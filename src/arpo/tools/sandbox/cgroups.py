@@ -26,6 +26,14 @@ CPU_PERIOD_US = 100_000  # the cgroup cpu quota's period: a call over its quota 
 _CONTROLLERS = ("memory", "pids", "cpu")
 
 
+def process_slots(cfg: dict) -> int:
+    """Processes one worker's uid (RLIMIT_NPROC) and pids cgroup (+ 4: init and helpers) may hold:
+    `max_processes` for a call's code, and for a session family two more per snapshot it keeps
+    (`session_snapshots`: the state and its runner), so that snapshots never take the code's slots
+    (issue 37: they did, and a session's 63rd call failed and lost the session)."""
+    return int(cfg["max_processes"]) + (2 * int(cfg.get("session_snapshots", 0)) if cfg.get("session") else 0)
+
+
 def _cgroup_dirs() -> dict[str, str]:
     """{'memory'|'pids'|'cpu': this process's cgroup directory} where that controller is mounted
     (v1 hierarchies, or v2's unified one when it offers the controller)."""
@@ -195,7 +203,7 @@ class _CallCgroups:
                         continue
                 dirs[c] = d
             self._limit(dirs, int(self.cfg["memory_mb"]) + MEMCG_MARGIN_MB, SOCKET_MEM_MB,
-                        int(self.cfg["max_processes"]) + 4, float(self.cfg["cpus_per_call"]), 100)
+                        process_slots(self.cfg) + 4, float(self.cfg["cpus_per_call"]), 100)
         finally:
             self.live.append((time.monotonic(), made))
         return made

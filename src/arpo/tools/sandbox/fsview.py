@@ -94,12 +94,30 @@ def _expose_interpreter(lib) -> None:
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # symlinks on merged-/usr systems
 _ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/nsswitch.conf", "/etc/mime.types")
 _DEVICES = ("null", "zero", "full", "random", "urandom")
+# /proc files that show the host, not the call, to any uid: the kernel's command line, the keyring
+# users of every host uid (key-users) and their keys, the loaded modules and kernel symbols. Each is
+# covered by /dev/null (reads are empty), as container runtimes do.
+_PROC_MASKED = ("cmdline", "key-users", "keys", "modules", "kallsyms")
 _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217}
 
 
 def _bind_ro(lib, fd: int, target: str) -> None:
     _mount(lib, f"/proc/self/fd/{fd}", target, None, MS_BIND | MS_REC)
     _mount(lib, None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def _overlay_ro(lib, fd: int, target: str, empty: str) -> None:
+    """A read-only overlay of the directory `fd` at `target` (`empty`: an empty directory, the second
+    lower layer an overlay without an upper one needs), else a read-only bind. An overlay has inodes
+    of its own, so the record locks a call takes on the host's files are its alone: two calls that
+    lock and query byte ranges of one stdlib file (fcntl F_SETLK/F_GETLK) could talk through them
+    (issue 37). Reads and mmaps go to the host's files (their page cache stays shared)."""
+    try:
+        _mount(lib, "overlay", target, "overlay", MS_RDONLY | MS_NOSUID | MS_NODEV,
+               f"lowerdir=/proc/self/fd/{fd}:{empty}")
+    except OSError as e:
+        log.debug("sandbox: no overlay at %s, a bind: %s", target, e)
+        _bind_ro(lib, fd, target)
 
 
 def _minimal_root(lib, cfg: dict) -> None:
@@ -126,13 +144,13 @@ def _minimal_root(lib, cfg: dict) -> None:
     devs = {d: os.open(f"/dev/{d}", os.O_PATH) for d in _DEVICES if os.path.exists(f"/dev/{d}")}
     stage = "/tmp"
     _mount(lib, "tmpfs", stage, "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,nr_inodes=4096,mode=755")
-    for d in ("tmp", "proc", "dev", "etc", ".old"):
+    for d in ("tmp", "proc", "dev", "etc", ".old", ".empty"):
         os.mkdir(f"{stage}/{d}", 0o755)
     disk = f"size={int(cfg['disk_mb'])}m,nr_inodes=16384,mode=1777"
     _mount(lib, "tmpfs", f"{stage}/tmp", "tmpfs", MS_NOSUID | MS_NODEV, disk)  # before binds under it
     for p in sorted(dirs, key=lambda x: x.count("/")):
         os.makedirs(stage + p, 0o755, exist_ok=True)
-        _bind_ro(lib, fds[p], stage + p)
+        _overlay_ro(lib, fds[p], stage + p, f"{stage}/.empty")
     for f in files:
         os.makedirs(os.path.dirname(stage + f), 0o755, exist_ok=True)
         open(stage + f, "w").close()
@@ -156,6 +174,7 @@ def _minimal_root(lib, cfg: dict) -> None:
                        ("stderr", "/proc/self/fd/2")):
         os.symlink(dest, f"{stage}/dev/{name}")
     _mount(lib, "proc", f"{stage}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    _mask_proc(lib, f"{stage}/proc", devs.get("null"))
     for fd in [*fds.values(), *devs.values()]:
         os.close(fd)
     nr = _PIVOT_ROOT.get(platform.machine())
@@ -170,6 +189,19 @@ def _minimal_root(lib, cfg: dict) -> None:
         _mount(lib, None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
     except OSError as e:
         log.debug("sandbox: root stays writable for root only: %s", e)
+
+
+def _mask_proc(lib, proc: str, null_fd: int | None) -> None:
+    """Cover the host-wide files of `_PROC_MASKED` under the mounted proc `proc` with /dev/null (an
+    O_PATH descriptor of it, or None: opened here)."""
+    fd = os.open("/dev/null", os.O_PATH) if null_fd is None else null_fd
+    try:
+        for name in _PROC_MASKED:
+            if os.path.exists(f"{proc}/{name}"):
+                _mount(lib, f"/proc/self/fd/{fd}", f"{proc}/{name}", None, MS_BIND)
+    finally:
+        if null_fd is None:
+            os.close(fd)
 
 
 def _limit_ipc(cfg: dict) -> None:
@@ -200,6 +232,10 @@ def _setup_namespaces_fs(lib, cfg: dict, foreign_uid: bool) -> str:
         _mount(lib, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     except OSError as e:  # e.g. a container that masks parts of /proc; the host /proc stays
         log.debug("sandbox: no private /proc: %s", e)
+    try:
+        _mask_proc(lib, "/proc", None)
+    except OSError as e:
+        log.debug("sandbox: /proc files not masked: %s", e)
     if foreign_uid:
         _expose_interpreter(lib)
     for point, keep in _mountinfo():

@@ -58,8 +58,14 @@ class SandboxLimits:
     memory_mb: int = 1024  # per call, everything it allocates (memory cgroup: + MEMCG_MARGIN_MB); RLIMIT_AS
     preimport: tuple[str, ...] = ("math", "numpy", "sympy")  # imported once in the zygote, shared by every call
     network: bool = False  # False: a network namespace of the call's own, loopback only
+    # TCP/MPTCP sockets on that loopback: off by default, because data in connections nobody accept()s is
+    # charged to no memory cgroup (docs/sandbox.md); UDP and AF_UNIX sockets are always there
+    loopback_tcp: bool = False
     disk_mb: int = 64  # the call's private /tmp (a tmpfs) and RLIMIT_FSIZE
     max_processes: int = 64  # RLIMIT_NPROC of the call's own uid; its pids cgroup allows 4 more
+    # snapshots one session family keeps (tools/python_session.py: the states a branch can start from; the
+    # oldest are dropped beyond it); each has process slots of its own, outside max_processes
+    session_snapshots: int = 32
     max_open_files: int = 256  # RLIMIT_NOFILE per process
     nice: int = 5  # the code's CPU priority below the trainer's
     uid: int | None = None  # one sandbox uid for every call (default: a fresh uid per worker from uid_base)
@@ -79,6 +85,8 @@ class SandboxLimits:
             raise ValueError("memory_mb must be positive")
         if self.max_calls < 1 or self.cpus_per_call <= 0 or (self.cpus is not None and self.cpus <= 0):
             raise ValueError("max_calls must be >= 1, cpus and cpus_per_call positive")
+        if self.session_snapshots < 1:
+            raise ValueError("session_snapshots must be >= 1")
         if self.fs_view not in ("minimal", "host-readonly"):
             raise ValueError("fs_view must be minimal or host-readonly")
 
@@ -87,8 +95,10 @@ class SandboxLimits:
         is allocated here when `uid_base` is None) for a tool keeping `pool_size` workers ready."""
         cfg = asdict(self)
         cfg.update({
-            "preimport": list(self.preimport), "network": bool(self.network), "memory_mb": int(self.memory_mb),
+            "preimport": list(self.preimport), "network": bool(self.network),
+            "loopback_tcp": bool(self.loopback_tcp), "memory_mb": int(self.memory_mb),
             "disk_mb": int(self.disk_mb), "max_processes": int(self.max_processes),
+            "session_snapshots": int(self.session_snapshots),
             "max_open_files": int(self.max_open_files), "nice": int(self.nice),
             "uid_base": int(self.uid_base) if self.uid_base is not None else allocate_uid_block(),
             "max_ptys": int(self.max_ptys), "memory_cgroup": bool(self.memory_cgroup), "seccomp": bool(self.seccomp),

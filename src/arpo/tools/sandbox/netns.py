@@ -12,9 +12,13 @@ log = logging.getLogger(__name__)
 
 
 # per-socket caps inside the call's network namespace (bytes: min, default, max), so one socket
-# cannot take the whole budget: net.ipv4.tcp_rmem / tcp_wmem are per namespace (rmem_max is not)
+# cannot take the whole budget: net.ipv4.tcp_rmem / tcp_wmem are per namespace (net.core.rmem_max
+# is not, on this 6.18 kernel: writing it from a namespace other than the host's is EACCES, so an
+# SO_RCVBUF up to twice the host's rmem_max passes), as is net.core.somaxconn. These only narrow TCP
+# where a tool asked for it (`loopback_tcp`); by default the call has no TCP (seccomp.IP_STREAM_TYPES).
 _NETNS_SYSCTLS = (("ipv4/tcp_rmem", "4096 131072 1048576"), ("ipv4/tcp_wmem", "4096 16384 1048576"),
-                  ("core/somaxconn", "128"))
+                  ("core/somaxconn", "16"))
+_NETNS_SYSCTLS_NO_TCP = (("core/somaxconn", "128"),)  # the backlog of AF_UNIX listeners too
 
 
 def _loopback_up() -> None:
@@ -28,9 +32,10 @@ def _loopback_up() -> None:
         fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack("16sh14x", b"lo", flags | IFF_UP))
 
 
-def _limit_netns() -> None:
-    """Per-socket buffer caps of this (private) network namespace (see _NETNS_SYSCTLS)."""
-    for name, value in _NETNS_SYSCTLS:
+def _limit_netns(tcp: bool = True) -> None:
+    """Per-socket buffer caps of this (private) network namespace (see _NETNS_SYSCTLS); `tcp`:
+    whether the call may have TCP at all (else the TCP caps are moot: seccomp denies the sockets)."""
+    for name, value in _NETNS_SYSCTLS if tcp else _NETNS_SYSCTLS_NO_TCP:
         try:
             with open(f"/proc/sys/net/{name}", "w") as f:
                 f.write(value)

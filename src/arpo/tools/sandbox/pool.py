@@ -32,11 +32,15 @@ ZYGOTE_MODULES = ("linux", "fsview", "netns", "seccomp", "cgroups", "runner", "s
 ZYGOTE_PACKAGE = "_arpo_sandbox"  # their package's name inside the zygote (not `arpo`: nothing of it is imported)
 # The zygote's command line is what every call sees as /proc/1/cmdline (init is a fork of the
 # zygote): it carries no configuration and no host path. Both arrive as the first message on the
-# socket. The bootstrap loads ZYGOTE_MODULES by path into a package of their own (their relative
-# imports find each other in sys.modules), without the `arpo` package, so no package import can
-# bloat or break the zygote; each is compiled under SANDBOX_SOURCE_NAME, so frames do not show
-# its host path. What the zygote's forks run later is all loaded here: nothing is imported from
-# the host tree inside a call's filesystem view.
+# socket. The bootstrap compiles ZYGOTE_MODULES from their source text (sent, not their paths) into a
+# package of their own (their relative imports find each other in sys.modules), without the `arpo`
+# package, so no package import can bloat or break the zygote; each is compiled under
+# SANDBOX_SOURCE_NAME, so frames do not show a host path. What the zygote's forks run later is all
+# loaded here: nothing is imported from the host tree inside a call's filesystem view.
+# No host path of the project enters the zygote's memory (issue 37: a call could read it from its own
+# sys.path): `-S` skips `site`, whose .pth files (an editable install's) put the project's source tree
+# on sys.path; the bootstrap sets sys.prefix and sys.path to the interpreter's own directories
+# (`_zygote_path`) and then does what `site` does that code relies on (exit(), quit(), help()).
 # SIGINT is ignored first thing, and so by every worker forked from the zygote: Ctrl-C in a terminal
 # signals the whole foreground process group, and the trainer, not the sandbox, decides when to stop
 # (train finishes its step after Ctrl-C, with working tools, then closes the sandbox).
@@ -44,27 +48,49 @@ _ZYGOTE_BOOT = (
     "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
     "import json, socket, sys, types\n"
     "sock = socket.socket(fileno=int(sys.argv[1]))\n"
-    "setup = json.loads(sock.recv(1 << 20))\n"
+    "setup = json.loads(sock.recv(1 << 21))\n"
+    "sys.prefix, sys.exec_prefix = setup['prefix']\n"
+    "sys.path[:] = setup['path']\n"
+    "import site\n"
+    "site.PREFIXES[:] = [sys.prefix, sys.exec_prefix]\n"
+    "site.setquit(); site.setcopyright(); site.sethelper()\n"
     "pkg = types.ModuleType(setup['package'])\n"
     "pkg.__path__ = []\n"
     "sys.modules[pkg.__name__] = pkg\n"
-    "for name, path in setup['modules']:\n"
+    "for name, source in setup['modules']:\n"
     "    mod = types.ModuleType(f'{pkg.__name__}.{name}')\n"
     "    mod.__package__ = pkg.__name__\n"
     "    sys.modules[mod.__name__] = mod\n"
     "    setattr(pkg, name, mod)\n"
-    "    with open(path, encoding='utf-8') as f:\n"
-    "        exec(compile(f.read(), setup['name'], 'exec'), mod.__dict__)\n"
+    "    exec(compile(source, setup['name'], 'exec'), mod.__dict__)\n"
+    "del setup['modules'], name, source\n"
     "mod._zygote_main(setup['cfg'], sock)\n"
 )
 
 
+def _zygote_path() -> list[str]:
+    """The zygote's sys.path: this interpreter's entries that lie inside its own prefixes (stdlib,
+    lib-dynload, site-packages), in order; never the current directory, PYTHONPATH or a .pth file's
+    directory outside them (an editable install's source tree)."""
+    roots = {os.path.realpath(p).rstrip("/") + "/" for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
+                                                             sys.base_exec_prefix)}
+    out = []
+    for p in sys.path:
+        if p and os.path.isabs(p) and any((os.path.realpath(p) + "/").startswith(r) for r in roots) and p not in out:
+            out.append(p)
+    return out
+
+
 def _zygote_setup(cfg: dict) -> bytes:
-    """The zygote's first message: its configuration and the sandbox modules to load, in order."""
+    """The zygote's first message: its configuration, sys.prefix and sys.path, and the sandbox
+    modules' source text, in order."""
     here = os.path.dirname(os.path.abspath(__file__))
-    modules = [[name, os.path.join(here, f"{name}.py")] for name in ZYGOTE_MODULES]
-    return json.dumps({"cfg": cfg, "package": ZYGOTE_PACKAGE, "modules": modules,
-                       "name": SANDBOX_SOURCE_NAME}).encode()
+    modules = []
+    for name in ZYGOTE_MODULES:
+        with open(os.path.join(here, f"{name}.py"), encoding="utf-8") as f:
+            modules.append([name, f.read()])
+    return json.dumps({"cfg": cfg, "package": ZYGOTE_PACKAGE, "modules": modules, "name": SANDBOX_SOURCE_NAME,
+                       "prefix": [sys.prefix, sys.exec_prefix], "path": _zygote_path()}).encode()
 
 
 class SandboxUnavailable(RuntimeError):
@@ -78,7 +104,7 @@ class _Zygote:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-B", "-c", _ZYGOTE_BOOT, str(child.fileno())],
+                [sys.executable, "-I", "-S", "-B", "-c", _ZYGOTE_BOOT, str(child.fileno())],
                 pass_fds=(child.fileno(),), env=dict(_SANDBOX_ENV), cwd="/",
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             )

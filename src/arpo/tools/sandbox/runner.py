@@ -20,6 +20,7 @@ import threading
 import traceback
 import types
 
+from .cgroups import process_slots
 from .linux import PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, _check
 from .seccomp import SECCOMP_DENY, SECCOMP_DENY_NO_MEMCG, _load_seccomp
 
@@ -153,7 +154,7 @@ def _set_limits(cfg: dict) -> None:
         resource.RLIMIT_NOFILE: int(cfg["max_open_files"]),
         resource.RLIMIT_CORE: 0,
         # Counted per uid: meaningful with our own uid or user namespace, harmful without.
-        **({resource.RLIMIT_NPROC: int(cfg["max_processes"])} if cfg.get("_own_uid") else {}),
+        **({resource.RLIMIT_NPROC: process_slots(cfg)} if cfg.get("_own_uid") else {}),
         resource.RLIMIT_MSGQUEUE: 0,
         resource.RLIMIT_MEMLOCK: 0,
     }
@@ -206,8 +207,14 @@ def _lock_down(lib, cfg: dict, mode: str, uid: int | None, workdir: str, out_w: 
     if "numpy.random" in sys.modules:
         sys.modules["numpy.random"].seed()
     deny = SECCOMP_DENY + (() if cfg.get("_memcg") else SECCOMP_DENY_NO_MEMCG)
-    if cfg.get("seccomp", True) and not _load_seccomp(deny) and cfg.get("_seccomp_required"):
+    if cfg.get("seccomp", True) and not _load_seccomp(deny, _denies_ip_streams(cfg)) and cfg.get("_seccomp_required"):
         raise OSError("the seccomp filter could not be installed")
+
+
+def _denies_ip_streams(cfg: dict) -> bool:
+    """Whether a call's IP stream sockets are denied (seccomp.IP_STREAM_TYPES): in its own network
+    namespace, unless the tool asked for loopback TCP."""
+    return not cfg["network"] and not cfg.get("loopback_tcp")
 
 
 def _runner_main(lib, cfg: dict, mode: str, uid: int | None, workdir: str,
@@ -234,7 +241,10 @@ def _receive_and_run(code_r: int, mod: types.ModuleType | None = None) -> str:
     timeout_s, n = _CODE_HEADER.unpack(_read_exact(code_r, _CODE_HEADER.size))
     src = _read_exact(code_r, n).decode("utf-8", "replace")
     cpu = int(timeout_s) + 2
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    # a session's runner inherits its state's limit, which no unprivileged process can raise: there the
+    # hard limit stays (the deadline kills a call anyway) so that a later call may have a longer timeout
+    hard = cpu + 1 if mod is None else resource.getrlimit(resource.RLIMIT_CPU)[1]
+    resource.setrlimit(resource.RLIMIT_CPU, (min(cpu, hard), hard))
     return _run_user_code(src, mod)
 
 

@@ -38,6 +38,16 @@ _CLONE_NS_FLAGS = 0x7E020000  # CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWP
 # (unread messages queued 0.5 GB of kernel memory outside the call's cgroup), vsock (the VM's
 # host-facing ports are not per network namespace), packet, bluetooth, alg, xdp...
 SOCKET_FAMILIES = (socket.AF_UNIX, socket.AF_INET, socket.AF_INET6)
+# IP stream sockets (TCP, MPTCP, SCTP, DCCP) inside the call's own network namespace, unless the tool
+# asks for them (`loopback_tcp`): a connection that nobody accept()s is a socket the kernel made
+# outside any process, so its queued data is charged to no memory cgroup (on main at 90394d7 one call
+# put +545 MB of TCP and +717 MB of MPTCP into the host's tcp_mem with its cgroup bounded at 384 MB;
+# three such listeners pass the host's limit and starve every TCP socket on the machine). Without a
+# network there is no peer to talk to but the call itself; UDP and AF_UNIX stay (their buffers belong
+# to the socket that queued them, which the call made: charged). socket() fails with EACCES.
+# Type bits (type & 0xF): SOCK_STREAM 1, SOCK_RAW 3 (needs CAP_NET_RAW anyway), SOCK_SEQPACKET 5 match
+# the mask 1; SOCK_DCCP is 6; SOCK_DGRAM (2) stays.
+IP_STREAM_TYPES = ((1, 1), (0xF, 6))  # (mask, value) pairs of socket()'s type argument
 
 
 class _ScmpArgCmp(ctypes.Structure):
@@ -58,10 +68,11 @@ def _seccomp_lib():
     return _SECCOMP_LIB[0]
 
 
-def _load_seccomp(deny: tuple[str, ...]) -> bool:
+def _load_seccomp(deny: tuple[str, ...], deny_ip_streams: bool = False) -> bool:
     """Install a filter: `deny` fail with EPERM, clone3 with ENOSYS (libc falls back to clone,
     whose flags a filter can see), clone with namespace flags with EPERM, socket families outside
-    SOCKET_FAMILIES with EAFNOSUPPORT. Needs no_new_privs.
+    SOCKET_FAMILIES with EAFNOSUPPORT, and (`deny_ip_streams`) IP stream sockets (IP_STREAM_TYPES)
+    with EACCES. Needs no_new_privs.
     False where libseccomp is missing (then nothing is filtered)."""
     import errno
 
@@ -97,6 +108,9 @@ def _load_seccomp(deny: tuple[str, ...]) -> bool:
             rules.append((name, err(errno.EAFNOSUPPORT), [_ScmpArgCmp(0, 6, top, 0)]))  # SCMP_CMP_GT
             rules += [(name, err(errno.EAFNOSUPPORT), [_ScmpArgCmp(0, 4, f, 0)])  # SCMP_CMP_EQ
                       for f in range(top) if f not in SOCKET_FAMILIES]
+        if deny_ip_streams:  # family == AF_INET(6) and (type & mask) == value: both must hold
+            rules += [("socket", err(errno.EACCES), [_ScmpArgCmp(0, 4, fam, 0), _ScmpArgCmp(1, 7, mask, value)])
+                      for fam in (socket.AF_INET, socket.AF_INET6) for mask, value in IP_STREAM_TYPES]
         for name, action, cmps in rules:
             nr = sc.seccomp_syscall_resolve_name(name.encode())
             if nr < 0:
@@ -109,14 +123,14 @@ def _load_seccomp(deny: tuple[str, ...]) -> bool:
         sc.seccomp_release(ctx)
 
 
-def _probe_seccomp(deny: tuple[str, ...]) -> bool:
+def _probe_seccomp(deny: tuple[str, ...], deny_ip_streams: bool = False) -> bool:
     """Whether the filter installs here (tried in a throwaway child)."""
     pid = os.fork()
     if pid == 0:
         try:
             lib = _libc()
             _check(lib.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-            os._exit(0 if _load_seccomp(deny) else 1)
+            os._exit(0 if _load_seccomp(deny, deny_ip_streams) else 1)
         except BaseException:  # noqa: BLE001
             os._exit(1)
     _, st = os.waitpid(pid, 0)

@@ -29,7 +29,7 @@ from .linux import (
     _reap,
 )
 from .netns import _limit_netns, _loopback_up
-from .runner import _CODE_HEADER, _runner_main
+from .runner import _CODE_HEADER, _denies_ip_streams, _runner_main
 from .seccomp import SECCOMP_DENY, SECCOMP_DENY_NO_MEMCG, _probe_seccomp
 from .session import _session_init
 
@@ -53,7 +53,7 @@ def _init_main(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket, p
         if mode != "none":
             _setup_namespaces_fs(lib, cfg, foreign_uid=uid is not None)
             if not cfg["network"]:
-                _limit_netns()
+                _limit_netns(bool(cfg.get("loopback_tcp")))
                 try:
                     _loopback_up()
                 except OSError:
@@ -237,7 +237,7 @@ def _zygote_main(cfg: dict, sock: socket.socket) -> None:
     cgs = _CallCgroups(cfg) if cfg.get("memory_cgroup", True) and mode != "none" and os.geteuid() == 0 else None
     cfg["_memcg"] = bool(cgs and cgs.memory)
     seccomp = cfg.get("seccomp", True) and mode != "none" and _probe_seccomp(
-        SECCOMP_DENY + (() if cfg["_memcg"] else SECCOMP_DENY_NO_MEMCG))
+        SECCOMP_DENY + (() if cfg["_memcg"] else SECCOMP_DENY_NO_MEMCG), _denies_ip_streams(cfg))
     cfg["_seccomp_required"] = seccomp  # it worked in the probe: a worker without it is a failure
     lib.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphaned inits come back to us to be reaped
     signal.signal(signal.SIGCHLD, lambda *_: _reap(None))
@@ -259,6 +259,9 @@ def _zygote_main(cfg: dict, sock: socket.socket) -> None:
         "tool_pids": int(cfg["tool_pids"]) if cgs and "pids" in cgs.parents else None,
         "seccomp_denied": list(SECCOMP_DENY + (() if cfg["_memcg"] else SECCOMP_DENY_NO_MEMCG)) if seccomp else [],
         "max_ptys": int(cfg.get("max_ptys", 8)) if mode != "none" else None, "network": bool(cfg["network"]),
+        "ip_stream_sockets": ("denied" if seccomp and _denies_ip_streams(cfg) else "host network" if cfg["network"]
+                              else "allowed, unaccepted connections not bounded" if cfg.get("loopback_tcp")
+                              else "allowed (no seccomp)"),
     }
     try:
         sock.sendall(json.dumps({"mode": mode, "why": why, "preloaded": preloaded, "uid_switch": switch_uid,
