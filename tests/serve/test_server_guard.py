@@ -185,6 +185,21 @@ def test_agent_health_stays_responsive_during_a_large_request(agent_app):
         assert small.status_code == 200, small.text
 
 
+def test_a_cross_site_form_cannot_drive_the_json_apis(index, agent_app):
+    """What a web page can send to a loopback server without CORS: a "simple" POST (text/plain, form
+    encodings). The JSON APIs refuse it before any work (FastAPI parses only JSON content types)."""
+    from arpo.tools.server import create_app as retriever_app
+
+    chat = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+    search = json.dumps({"queries": ["Tim Burton"], "top_k": 1})
+    for app, path, body in ((agent_app, "/v1/chat/completions", chat), (retriever_app(index), "/search", search)):
+        with served(app) as url:
+            for ctype in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"):
+                r = httpx.post(url + path, content=body, headers={"content-type": ctype})
+                assert r.status_code in (400, 422) and "access-control-allow-origin" not in r.headers, (path, ctype)
+            assert httpx.post(url + path, content=body, headers={"content-type": "application/json"}).status_code == 200
+
+
 # ---- the bind warning ---------------------------------------------------------------------------------
 def test_bind_warning_text():
     msg = bind_warning("arpo serve agent", "0.0.0.0", 8000, has_key=False)

@@ -19,6 +19,7 @@ responsive while a large request is read. docs/web_tools.md has the threat model
 import asyncio
 import contextlib
 import functools
+import hmac
 import json
 import time
 import uuid
@@ -103,8 +104,11 @@ def create_app(scheduler: AgentScheduler, tokenizer, *, model_name: str, system:
     async def _http(request, exc: HTTPException):
         return error(fmt.ApiError(exc.status_code, str(exc.detail), code=None))
 
-    def check_key(request) -> None:
-        if api_key and request.headers.get("authorization", "") != f"Bearer {api_key}":
+    expected = f"Bearer {api_key}".encode() if api_key else None
+
+    def check_key(request) -> None:  # a constant-time comparison: the time taken tells nothing about the key
+        if expected is not None and not hmac.compare_digest(request.headers.get("authorization", "").encode(),
+                                                            expected):
             raise fmt.ApiError(401, "invalid or missing API key (Authorization: Bearer ...)", code="invalid_api_key")
 
     @app.get("/health")
