@@ -74,8 +74,10 @@ class _Worker:
 
     def wait_ready(self) -> None:
         if not self.ready:
-            if _recv(self.stdout.fileno(), time.monotonic() + START_TIMEOUT_S) != b"ready":
-                raise EOFError
+            hello = _recv(self.stdout.fileno(), time.monotonic() + START_TIMEOUT_S)
+            if hello != b"ready":  # the worker could not start (trafilatura missing, ...)
+                self.kill()
+                raise WebError(hello.decode(errors="replace")[:300])
             self.ready = True
 
     def kill(self) -> None:
@@ -123,7 +125,7 @@ class ExtractPool:
             w = _Worker()
             try:
                 w.wait_ready()
-            except (EOFError, TimeoutError, OSError):
+            except (EOFError, TimeoutError, OSError, WebError):
                 w.kill()
                 return
             self._give(w)
@@ -175,11 +177,14 @@ def pool() -> ExtractPool:
 
 def main() -> None:
     """The worker: read pages from stdin until it closes, answer each on stdout."""
-    import trafilatura  # noqa: F401 - imported before "ready": the start-up is not a page's time
-
     from arpo.tools.pagetext import extract_text
 
     out = sys.stdout.buffer
+    try:
+        import trafilatura  # noqa: F401 - imported before "ready": the start-up is not a page's time
+    except ImportError as e:
+        _send(out, f"reading pages needs {e.name}: pip install 'arpo[web]'".encode())
+        return
     _send(out, b"ready")
     fd = sys.stdin.buffer.fileno()
     while True:
