@@ -179,7 +179,7 @@ def test_agent_health_stays_responsive_during_a_large_request(agent_app):
         th.join(60)
         r = result["r"]
         assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded", r.text
-        assert max(waits) < 1.0, f"/health took {max(waits):.2f}s ({len(waits)} calls)"
+        assert max(waits) < 2.0, f"/health took {max(waits):.2f}s ({len(waits)} calls)"  # before: > 5 s
         small = httpx.post(url + "/v1/chat/completions", timeout=60, json={
             "model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
         assert small.status_code == 200, small.text
