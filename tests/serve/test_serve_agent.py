@@ -352,12 +352,12 @@ def test_bad_requests_get_4xx_in_openai_format(client, kwargs, status, param, co
 def test_invalid_json_and_api_key(served, tiny_tok):
     from starlette.testclient import TestClient
 
-    http = TestClient(served["app"])
+    http = TestClient(served["app"], base_url="http://127.0.0.1")  # a loopback Host (http_guard)
     r = http.post("/v1/chat/completions", content=b"{nope", headers={"content-type": "application/json"})
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
     assert http.get("/v1/nothing").json()["error"]["message"] == "Not Found"
     keyed = TestClient(create_app(served["sched"], tiny_tok, model_name=MODEL, system=SYSTEM, context_len=2048,
-                                  max_response_tokens=8, api_key="sekret"))
+                                  max_response_tokens=8, api_key="sekret"), base_url="http://127.0.0.1")
     assert keyed.get("/v1/models").status_code == 401
     assert keyed.get("/v1/models", headers={"authorization": "Bearer sekret"}).json()["data"][0]["id"] == MODEL
 
@@ -407,7 +407,7 @@ def test_json_format_agent_messages_carry_several_calls_per_turn_and_round_trip(
     try:
         hook_rollout(sched, routed_hook(tok, {"Q-JSON": (JSON_TURNS, 0.0)}))
         app = create_app(sched, tok, model_name=MODEL, system=system, context_len=2048, max_response_tokens=300)
-        http = TestClient(app)
+        http = TestClient(app, base_url="http://127.0.0.1")
         q = [{"role": "user", "content": "Q-JSON"}]
         r = http.post("/v1/chat/completions", json={"model": MODEL, "messages": q, "seed": 0}).json()
         msg = r["choices"][0]["message"]

@@ -280,7 +280,7 @@ def client(index):
 
     from arpo.tools.server import create_app
 
-    with TestClient(create_app(index)) as c:
+    with TestClient(create_app(index), base_url="http://127.0.0.1") as c:  # a loopback Host (http_guard)
         yield c
 
 

@@ -8,11 +8,18 @@ The format (final answer in `content`, executed tool calls in `agent_messages`, 
 `{"error": {...}}`) is described in serve/openai_format.py; batching and cancellation in
 serve/scheduler.py. A request whose client goes away — a closed stream or a dropped connection —
 is cancelled, and its engine sequence released, within a fraction of a second.
+
+Before a handler runs, arpo/http_guard.py checks the Host header (a loopback-bound server answers
+only loopback names: DNS-rebinding pages are refused) and the body size (HTTP 413 over
+max_request_bytes); the prompt is tokenized off the event loop, so /health and the streams stay
+responsive while a large request is read. docs/web_tools.md has the threat model.
 """
 
 # No `from __future__ import annotations`: FastAPI reads the handler's annotations as classes.
 import asyncio
 import contextlib
+import functools
+import hmac
 import json
 import time
 import uuid
@@ -28,6 +35,7 @@ from arpo.serve.scheduler import AgentScheduler, Busy, Done, Failed, Request, St
 from arpo.settings import AgentConfig, ToolsConfig, agent_defaults, tools_defaults
 
 DISCONNECT_POLL_S = 0.25  # how often a non-streaming request checks that its client is still there
+MAX_REQUEST_BYTES = 4 * 2**20  # a request body over this gets HTTP 413 (a 128k-token context is ~0.5 MB of text)
 
 
 @dataclass
@@ -44,17 +52,22 @@ class ServeConfig:
     max_batch: int = 64  # conversations decoded together; more wait in a queue
     max_waiting: int = 1024  # beyond this many queued conversations, requests get HTTP 503
     api_key: str | None = None  # if set, requests need `Authorization: Bearer <api_key>`
+    max_request_bytes: int = MAX_REQUEST_BYTES  # larger request bodies get HTTP 413
     host: str = "127.0.0.1"
     port: int = 8000
     log_level: str = "info"
 
 
 def create_app(scheduler: AgentScheduler, tokenizer, *, model_name: str, system: str, context_len: int,
-               max_response_tokens: int, api_key: str | None = None, info: dict | None = None):
+               max_response_tokens: int, api_key: str | None = None, info: dict | None = None,
+               bind_host: str = "127.0.0.1", max_request_bytes: int = MAX_REQUEST_BYTES):
     """The FastAPI app over a running scheduler (whose agent's tools and tool format render the
     prompts). `system`: the agent's system prompt; `context_len`: the model's context in tokens;
     `max_response_tokens`: the budget of a request without max_tokens; `info`: extra fields for
-    /v1/models (tools, engine, ...)."""
+    /v1/models (tools, engine, ...); `bind_host`: the address it listens on (the Host check);
+    `max_request_bytes`: larger bodies get HTTP 413."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from fastapi import FastAPI
     from fastapi import Request as HttpRequest
     from fastapi.exceptions import RequestValidationError
@@ -62,8 +75,15 @@ def create_app(scheduler: AgentScheduler, tokenizer, *, model_name: str, system:
     from starlette.background import BackgroundTask
     from starlette.exceptions import HTTPException
 
+    from arpo.http_guard import RequestGuard, allowed_hosts
+
     app = FastAPI(title="arpo agent", version="1", description=f"The arpo agent `{model_name}` with its tools, "
                   "behind an OpenAI-compatible Chat Completions API")
+    app.add_middleware(RequestGuard, allowed=allowed_hosts(bind_host), max_body_bytes=max_request_bytes,
+                       error=lambda status, msg: fmt.error_body(msg, code="request_too_large" if status == 413
+                                                                else "invalid_request"))
+    # prompts are tokenized here, one at a time, off the event loop (a 10 MB body held it for 11.6 s)
+    tokenize = ThreadPoolExecutor(max_workers=1, thread_name_prefix="arpo-serve-tokenize")
     app.state.model_name = model_name
     tool_format = scheduler.loop.cfg.tool_format
     created = fmt.now()
@@ -84,8 +104,11 @@ def create_app(scheduler: AgentScheduler, tokenizer, *, model_name: str, system:
     async def _http(request, exc: HTTPException):
         return error(fmt.ApiError(exc.status_code, str(exc.detail), code=None))
 
-    def check_key(request) -> None:
-        if api_key and request.headers.get("authorization", "") != f"Bearer {api_key}":
+    expected = f"Bearer {api_key}".encode() if api_key else None
+
+    def check_key(request) -> None:  # a constant-time comparison: the time taken tells nothing about the key
+        if expected is not None and not hmac.compare_digest(request.headers.get("authorization", "").encode(),
+                                                            expected):
             raise fmt.ApiError(401, "invalid or missing API key (Authorization: Bearer ...)", code="invalid_api_key")
 
     @app.get("/health")
@@ -112,7 +135,10 @@ def create_app(scheduler: AgentScheduler, tokenizer, *, model_name: str, system:
         if body.model != model_name:
             raise fmt.ApiError(404, f"The model `{body.model}` does not exist; this server serves `{model_name}`",
                                param="model", code="model_not_found")
-        prompt = fmt.render_messages(tokenizer, body.messages, system, scheduler.tools, tool_format)
+        fmt.check_prompt_chars(body, context_len)
+        prompt = await asyncio.get_running_loop().run_in_executor(
+            tokenize, functools.partial(fmt.render_messages, tokenizer, body.messages, system, scheduler.tools,
+                                        tool_format))
         budget = fmt.response_budget(body, len(prompt), context_len, max_response_tokens)
         stops = fmt.stop_strings(body)
         top_k = None if body.top_k is None else max(0, body.top_k)
@@ -261,12 +287,15 @@ def _validation_error(errors: Sequence[Any]) -> fmt.ApiError:
 # ---- the command --------------------------------------------------------------------------------------
 def serve(cfg: ServeConfig) -> None:
     """Load the model and tools, start the engine thread and serve until interrupted."""
+    from arpo.http_guard import warn_bind
+
     with agent_server(cfg) as server:
         app = server.config.app
         print(f"arpo serve agent: model {app.state.model_name!r} ({cfg.model}) with tools "
               f"{', '.join(app.state.tools) or 'none'} ({cfg.agent.tool_format}), prompt template "
               f"{cfg.template or 'from the tools'} on http://{cfg.host}:{cfg.port}/v1  "
               "(POST /v1/chat/completions, GET /v1/models, GET /health)", flush=True)
+        warn_bind("arpo serve agent", cfg.host, cfg.port, bool(cfg.api_key))
         server.run()
 
 
@@ -295,6 +324,7 @@ def agent_server(cfg: ServeConfig):
         sched = AgentScheduler(engine, tools, agent, max_batch=cfg.max_batch, max_waiting=cfg.max_waiting)
         app = create_app(sched, tokenizer, model_name=cfg.served_model_name or served_name(cfg.model), system=system,
                          context_len=context_len, max_response_tokens=agent.max_response_tokens, api_key=cfg.api_key,
+                         bind_host=cfg.host, max_request_bytes=cfg.max_request_bytes,
                          info={"tools": list(tools.names), "tool_format": agent.tool_format, "engine": cfg.engine,
                                "context_length": context_len})
         app.state.tools = list(tools.names)

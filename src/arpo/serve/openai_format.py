@@ -163,6 +163,19 @@ def check_request(req: ChatRequest) -> None:
         raise ApiError(400, "max_tokens and max_completion_tokens differ; give one", param="max_completion_tokens")
 
 
+MAX_CHARS_PER_TOKEN = 32  # a prompt longer than this many characters per context token cannot fit
+
+
+def check_prompt_chars(req: ChatRequest, context_len: int) -> None:
+    """Refuse, before tokenizing, messages that cannot fit the context: more than MAX_CHARS_PER_TOKEN
+    characters (of their JSON) per context token. Tokenizing is the costly step (10 MB: 11.6 s)."""
+    chars = sum(len(m.model_dump_json()) for m in req.messages)
+    if chars > MAX_CHARS_PER_TOKEN * context_len:
+        raise ApiError(400, f"the messages have {chars} characters: more than this model's context of {context_len} "
+                       f"tokens can hold (at most {MAX_CHARS_PER_TOKEN} characters a token)", param="messages",
+                       code="context_length_exceeded")
+
+
 def stop_strings(req: ChatRequest) -> tuple[str, ...]:
     return () if req.stop is None else (req.stop,) if isinstance(req.stop, str) else tuple(req.stop)
 

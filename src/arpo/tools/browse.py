@@ -7,12 +7,15 @@ Input (tag format; the json format takes {url, page, query}):
     <browse> https://example.org/page page=2 </browse>           page 2 of n
     <browse> https://example.org/page | when was it built </browse>   the passages most about the query
 
-Fetching: http/https only; at most max_redirects redirects, each hop checked; at most max_bytes
-read; browse_timeout_s for the whole fetch; addresses that are private, loopback, link-local or
-reserved are refused unless allowed (tools.web.allow_private / allow_hosts; the local web of
-`arpo web serve` is allowed when it is the search provider). HTML goes through trafilatura (the
+Fetching: http/https only; at most max_redirects redirects; only globally routable addresses,
+checked under the HTTP client for every connection (every redirect hop included) and connected to
+exactly as checked (tools/webnet.py), unless allowed (tools.web.allow_private / allow_hosts; the
+local web of `arpo web serve` is allowed when it is the search provider); at most max_bytes of the
+DECODED body read, whatever its Content-Encoding layers (tools/webdecode.py); browse_timeout_s is one
+deadline for the whole call: name lookup, connect, headers, body and text extraction (which runs in a
+worker process killed at the deadline, tools/extract_worker.py). HTML goes through trafilatura (the
 page's main text, boilerplate removed); text/plain and JSON are shown as they are; other types
-are refused.
+are refused. docs/web_tools.md has the threat model.
 
 With tools.web.summarizer_url and summarizer_model set, a page longer than summarize_min_chars is
 summarized (for the query when one is given) by that model through the OpenAI chat-completions API
@@ -122,30 +125,6 @@ def excerpt(text: str, query: str, max_chars: int) -> str:
     return "\n".join(parts)
 
 
-def extract_text(body: bytes, content_type: str, url: str) -> tuple[str, str]:
-    """(title, readable text) of a response body. HTML: trafilatura's main text (its plain-text
-    conversion when it finds no main text); text and JSON: decoded as is. Raises WebError for other types."""
-    ctype = (content_type or "").split(";")[0].strip().lower()
-    charset = re.search(r"charset=([\w-]+)", content_type or "", re.I)
-    enc = charset.group(1) if charset else "utf-8"
-    if ctype in ("text/html", "application/xhtml+xml", "") or (not ctype and body.lstrip()[:1] == b"<"):
-        import trafilatura
-
-        html = body.decode(enc, errors="replace")
-        text = trafilatura.extract(html, url=url, include_comments=False, include_tables=True, favor_recall=True)
-        if not text:
-            text = trafilatura.html2txt(html) or ""
-        meta = trafilatura.extract_metadata(html)
-        title = (meta.title if meta is not None and meta.title else "") or ""
-        return title, text.strip()
-    if ctype.startswith("text/") or ctype in ("application/json", "application/xml") or ctype.endswith("+json"):
-        try:
-            return "", body.decode(enc, errors="replace").strip()
-        except LookupError:
-            return "", body.decode("utf-8", errors="replace").strip()
-    raise WebError(f"cannot read content type {ctype} (only HTML, text and JSON pages)")
-
-
 # ---- the tool --------------------------------------------------------------------------------------
 class BrowseTool:
     """`<browse>URL [page=N] [| query]</browse>`; see the module docstring. Thread-safe."""
@@ -170,66 +149,82 @@ class BrowseTool:
         self.calls = self.failures = self.summarized = 0
         self._lock = threading.Lock()
         self._client: httpx.Client | None = None
+        self._llm: httpx.Client | None = None
 
     def __repr__(self) -> str:
         return f"BrowseTool(window_chars={self.cfg.window_chars}, summarizer={self.cfg.summarizer_model})"
 
     def _http(self):
-        import httpx
+        """The client for the pages: every connection through webnet's address checks."""
+        from arpo.tools.extract_worker import pool
+        from arpo.tools.webdecode import ACCEPT_ENCODING
+        from arpo.tools.webnet import guarded_client
 
         with self._lock:
             if self._client is None:
-                self._client = httpx.Client(timeout=self.cfg.browse_timeout_s, follow_redirects=False,
-                                            headers={"User-Agent": "arpo-browse/1",
-                                                     "Accept": "text/html,text/plain;q=0.9,*/*;q=0.5"})
+                self._client = guarded_client(
+                    allow_private=self.cfg.allow_private, allow_hosts=self.allow_hosts,
+                    timeout=self.cfg.browse_timeout_s, follow_redirects=False,
+                    headers={"User-Agent": "arpo-browse/1", "Accept": "text/html,text/plain;q=0.9,*/*;q=0.5",
+                             "Accept-Encoding": ACCEPT_ENCODING})
+                pool().warm()
             return self._client
 
-    # ---- fetching ---------------------------------------------------------------------------------
-    def fetch(self, url: str) -> tuple[str, bytes, str, bool]:
-        """(final url, body, content type, truncated) after the checks and caps; raises WebError."""
+    def _summarizer_http(self):
+        """The client for the configured summarizer endpoint (not a model-written URL)."""
         import httpx
 
+        with self._lock:
+            if self._llm is None:
+                self._llm = httpx.Client(follow_redirects=False, headers={"User-Agent": "arpo-browse/1"})
+            return self._llm
+
+    # ---- fetching ---------------------------------------------------------------------------------
+    def fetch(self, url: str, deadline: float | None = None) -> tuple[str, bytes, str, bool]:
+        """(final url, decoded body, content type, truncated) after the checks and caps; raises WebError.
+        `deadline` (time.monotonic()): the end of the whole call (default: browse_timeout_s from now)."""
+        import httpx
+
+        from arpo.tools.webdecode import read_decoded
+        from arpo.tools.webnet import deadline as net_deadline
+
         cfg = self.cfg
-        deadline = time.monotonic() + cfg.browse_timeout_s
-        for attempt in range(cfg.retries + 1):
-            hop_url = url
-            for _hop in range(cfg.max_redirects + 1):
-                check_url(hop_url, allow_private=cfg.allow_private, allow_hosts=self.allow_hosts)
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise WebError(f"no page from {url} within {cfg.browse_timeout_s:g}s")
-                try:
-                    with self._http().stream("GET", hop_url, timeout=left) as r:
-                        if r.is_redirect:
-                            loc = r.headers.get("location")
-                            if not loc:
-                                raise WebError(f"HTTP {r.status_code} redirect without a Location from {hop_url}")
-                            hop_url = urljoin(hop_url, loc)
-                            continue
-                        if r.status_code in RETRY_STATUS:
-                            status, retry_after = r.status_code, r.headers.get("retry-after")
-                            break
-                        if r.status_code != 200:
-                            raise WebError(f"HTTP {r.status_code} from {hop_url}")
-                        body, cut = bytearray(), False
-                        for chunk in r.iter_bytes():
-                            body += chunk
-                            if len(body) >= cfg.max_bytes:
-                                del body[cfg.max_bytes:]
-                                cut = True
+        if deadline is None:
+            deadline = time.monotonic() + cfg.browse_timeout_s
+        late = f"no page from {url} within {cfg.browse_timeout_s:g}s"
+        with net_deadline(deadline):
+            for attempt in range(cfg.retries + 1):
+                hop_url = url
+                for _hop in range(cfg.max_redirects + 1):
+                    check_url(hop_url)  # the scheme; the addresses are checked when connecting (webnet)
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise WebError(late)
+                    try:
+                        with self._http().stream("GET", hop_url, timeout=left) as r:
+                            if r.is_redirect:
+                                loc = r.headers.get("location")
+                                if not loc:
+                                    raise WebError(f"HTTP {r.status_code} redirect without a Location from {hop_url}")
+                                hop_url = urljoin(hop_url, loc)
+                                continue
+                            if r.status_code in RETRY_STATUS:
+                                status, retry_after = r.status_code, r.headers.get("retry-after")
                                 break
-                            if time.monotonic() > deadline:
-                                raise WebError(f"{hop_url} took longer than {cfg.browse_timeout_s:g}s to send")
-                        return str(r.url), bytes(body), r.headers.get("content-type", ""), cut
-                except httpx.TimeoutException as e:
-                    raise WebError(f"no page from {hop_url} within {cfg.browse_timeout_s:g}s "
-                                   f"({type(e).__name__})") from e
-                except httpx.HTTPError as e:
-                    raise WebError(f"cannot fetch {hop_url} ({type(e).__name__}: {str(e)[:200]})") from e
-            else:
-                raise WebError(f"more than {cfg.max_redirects} redirects from {url}")
-            if attempt < cfg.retries:  # a 429 / 5xx: wait and try again
-                time.sleep(min(retry_delay(attempt, cfg.backoff_s, retry_after), max(0.0, deadline - time.monotonic())))
+                            if r.status_code != 200:
+                                raise WebError(f"HTTP {r.status_code} from {hop_url}")
+                            body, cut = read_decoded(r.iter_raw(), r.headers.get("content-encoding"), cfg.max_bytes,
+                                                     deadline)
+                            return hop_url, body, r.headers.get("content-type", ""), cut
+                    except httpx.TimeoutException as e:
+                        raise WebError(f"{late} ({type(e).__name__})") from e
+                    except httpx.HTTPError as e:
+                        raise WebError(f"cannot fetch {hop_url} ({type(e).__name__}: {str(e)[:200]})") from e
+                else:
+                    raise WebError(f"more than {cfg.max_redirects} redirects from {url}")
+                if attempt < cfg.retries:  # a 429 / 5xx: wait and try again
+                    time.sleep(min(retry_delay(attempt, cfg.backoff_s, retry_after),
+                                   max(0.0, deadline - time.monotonic())))
         raise WebError(f"HTTP {status} from {hop_url} (after {cfg.retries + 1} attempts)")
 
     # ---- summarizing (the paper's browser) ---------------------------------------------------------
@@ -253,7 +248,7 @@ class BrowseTool:
             raise WebError("browse: no summarizer endpoint (set tools.web.summarizer_url)")
         endpoint = cfg.summarizer_url.rstrip("/") + "/chat/completions"
         try:
-            r = self._http().post(endpoint, headers=headers, timeout=max(cfg.browse_timeout_s, 60.0),
+            r = self._summarizer_http().post(endpoint, headers=headers, timeout=max(cfg.browse_timeout_s, 60.0),
                                   json={"model": cfg.summarizer_model, "messages": messages,
                                         "max_tokens": cfg.summarizer_max_tokens, "temperature": 0.0})
         except httpx.HTTPError as e:
@@ -278,8 +273,16 @@ class BrowseTool:
         try:
             if page < 1:
                 raise WebError(f"page={page}: pages count from 1")
-            final, body, ctype, cut = self.fetch(url)
-            title, text = extract_text(body, ctype, final)
+            deadline = time.monotonic() + cfg.browse_timeout_s  # one deadline: fetch and extraction
+            final, body, ctype, cut = self.fetch(url, deadline)
+            if time.monotonic() >= deadline:
+                raise WebError(f"no page from {url} within {cfg.browse_timeout_s:g}s")
+            from arpo.tools.extract_worker import ExtractTimeout, pool
+
+            try:
+                title, text = pool().extract(body, ctype, final, deadline)
+            except ExtractTimeout as e:
+                raise WebError(f"no page from {url} within {cfg.browse_timeout_s:g}s ({e})") from None
             if not text:
                 raise WebError(f"no readable text on {final}")
         except WebError as e:
@@ -341,6 +344,7 @@ class BrowseTool:
 
     def close(self) -> None:
         with self._lock:
-            if self._client is not None:
-                self._client.close()
-                self._client = None
+            for c in (self._client, self._llm):
+                if c is not None:
+                    c.close()
+            self._client = self._llm = None

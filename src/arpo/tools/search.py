@@ -14,6 +14,7 @@ A query without hits is a normal result: "No results found for '...'."
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -52,6 +53,8 @@ def _format(hits, max_chars: int) -> tuple[str, bool]:
         blocks.append(f"Page {i}: {title}\n{text}")
     return "\n\n".join(blocks), any_cut
 
+
+KEY_ENV = "ARPO_RETRIEVER_KEY"  # the key of `arpo serve retriever` (tools/server.py), sent when set
 
 class SearchTool:
     """`<search>query</search>` over `index` (an arpo.tools.index.Index) or a retrieval server at
@@ -93,7 +96,9 @@ class SearchTool:
 
         with self._lock:
             if self._client is None:
-                self._client = httpx.Client(timeout=self.timeout_s)
+                key = os.environ.get(KEY_ENV)  # the retriever's key, if it has one (`arpo serve retriever`)
+                self._client = httpx.Client(timeout=self.timeout_s,
+                                            headers={"Authorization": f"Bearer {key}"} if key else None)
             return self._client
 
     def _remote(self, queries: list[str]) -> list[list[dict]]:

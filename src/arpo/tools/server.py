@@ -7,6 +7,10 @@
 Invalid requests get HTTP 422 with FastAPI's `detail` list plus a one-line `message`; a mode the
 index cannot serve (dense/hybrid without embeddings) gets HTTP 400 with the reason. The handlers are
 plain functions, so FastAPI runs them in its thread pool; `Index.search` is thread-safe.
+
+With a key (ARPO_RETRIEVER_KEY; the search tool sends the same variable's value), POST /search needs
+`Authorization: Bearer KEY` (HTTP 401 otherwise). Bodies over MAX_BODY_BYTES get HTTP 413, and a
+loopback-bound server answers only loopback Host names (arpo/http_guard.py; docs/web_tools.md).
 """
 
 # No `from __future__ import annotations` here: FastAPI must see the request model class itself in
@@ -16,9 +20,15 @@ from dataclasses import asdict
 
 MAX_QUERIES = 1024
 MAX_TOP_K = 100
+MAX_BODY_BYTES = 2 * 2**20  # 1024 queries of ~2 KB; larger bodies get HTTP 413 (16 MB took 38 s to search)
 
 
-def create_app(index):
+def create_app(index, *, api_key: str | None = None, bind_host: str = "127.0.0.1",
+               max_body_bytes: int = MAX_BODY_BYTES):
+    """The FastAPI app over `index`; `api_key`: required as a Bearer token on /search when set;
+    `bind_host`: the address it listens on (the Host check); `max_body_bytes`: larger bodies get 413."""
+    import hmac
+
     from fastapi import FastAPI, Request
     from fastapi.encoders import jsonable_encoder
     from fastapi.exceptions import RequestValidationError
@@ -26,7 +36,9 @@ def create_app(index):
     from pydantic import BaseModel, Field
 
     from arpo.errors import ArpoError
+    from arpo.http_guard import RequestGuard, allowed_hosts
     from arpo.tools.index import MODES
+    from arpo.tools.search import KEY_ENV
 
     class SearchRequest(BaseModel):
         queries: list[str] = Field(..., min_length=1, max_length=MAX_QUERIES,
@@ -36,6 +48,8 @@ def create_app(index):
 
     app = FastAPI(title="arpo retriever", version="1",
                   description=f"BM25 / dense / hybrid search over a local corpus ({len(index)} documents)")
+    app.add_middleware(RequestGuard, allowed=allowed_hosts(bind_host), max_body_bytes=max_body_bytes)
+    expected = f"Bearer {api_key}".encode() if api_key else None
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError):
@@ -50,7 +64,11 @@ def create_app(index):
         return {"status": "ok", "n_docs": len(index), "dense": index.dense is not None}
 
     @app.post("/search")
-    def search(req: SearchRequest):
+    def search(req: SearchRequest, request: Request):
+        if expected is not None and not hmac.compare_digest(request.headers.get("authorization", "").encode(),
+                                                            expected):
+            msg = f"invalid or missing key (Authorization: Bearer ...; the client reads {KEY_ENV})"
+            return JSONResponse(status_code=401, content={"detail": msg, "message": msg})
         try:
             hits = index.search(req.queries, k=req.top_k, mode=req.mode)
         except ArpoError as e:
@@ -60,19 +78,28 @@ def create_app(index):
     return app
 
 
-def serve(index_dir: str | None, host: str = "127.0.0.1", port: int = 8001, log_level: str = "info") -> None:
+def serve(index_dir: str | None, host: str = "127.0.0.1", port: int = 8001, log_level: str = "info",
+          api_key: str | None = None) -> None:
     """Load the index at `index_dir` (None: the default index, built on first use) and serve it until
-    interrupted (ArpoError if it cannot load)."""
+    interrupted (ArpoError if it cannot load). `api_key` (default: $ARPO_RETRIEVER_KEY): required on /search."""
+    import os
+
     import uvicorn
 
+    from arpo.http_guard import warn_bind
     from arpo.ports import require_port_free
     from arpo.tools import load_index
+    from arpo.tools.search import KEY_ENV
 
     index = load_index(index_dir)
     if index.has_dense:  # load the query encoder now, not inside the first request (clients time out)
         index.encoder()
+    api_key = api_key or os.environ.get(KEY_ENV) or None
     require_port_free(host, port)
     print(f"arpo retriever: {len(index)} documents (dense: {index.dense is not None}) from {index.path} "
-          f"on http://{host}:{port}  (POST /search, GET /health, GET /docs)", flush=True)
+          f"on http://{host}:{port}  (POST /search, GET /health, GET /docs)"
+          f"{'; /search needs the key of ' + KEY_ENV if api_key else ''}", flush=True)
+    warn_bind("arpo serve retriever", host, port, bool(api_key))
     # lifespan off: no startup/shutdown handlers; see web/server.py
-    uvicorn.run(create_app(index), host=host, port=port, log_level=log_level, lifespan="off")
+    uvicorn.run(create_app(index, api_key=api_key, bind_host=host), host=host, port=port, log_level=log_level,
+                lifespan="off")

@@ -10,7 +10,8 @@
     local     searxng's API at `arpo web serve` (default http://127.0.0.1:8090)
 
 All but ddgs go through httpx with the timeout, the per-provider rate limit and retries on 429 /
-5xx (tools/webhttp.py). What the agent reads:
+5xx (tools/webhttp.py). A redirect is followed only within the provider's origin (scheme, host and
+port), at most MAX_REDIRECTS times: the API key never goes to another server. What the agent reads:
 
     1. Title
     URL: https://...
@@ -28,6 +29,7 @@ import os
 import threading
 import time
 from typing import TYPE_CHECKING
+from urllib.parse import urljoin, urlsplit
 
 from arpo.tools.base import ToolResult
 from arpo.tools.web_config import WebConfig, web_config
@@ -37,6 +39,13 @@ if TYPE_CHECKING:
     import httpx
 
 FAILED = "Error: web search failed"
+MAX_REDIRECTS = 3
+
+
+def origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) of a URL, the port made explicit."""
+    u = urlsplit(url)
+    return u.scheme.lower(), (u.hostname or "").lower(), u.port or {"http": 80, "https": 443}.get(u.scheme.lower())
 
 
 def _cut(text: str | None, n: int) -> str:
@@ -122,7 +131,7 @@ class WebSearchTool:
 
         with self._lock:
             if self._client is None:
-                self._client = httpx.Client(timeout=self.cfg.timeout_s, follow_redirects=True,
+                self._client = httpx.Client(timeout=self.cfg.timeout_s, follow_redirects=False,
                                             headers={"User-Agent": "arpo-web-search/1"})
             return self._client
 
@@ -138,8 +147,20 @@ class WebSearchTool:
             return self._ddgs(query)
         method, path, kwargs, parse = HTTP_PROVIDERS[cfg.provider](cfg, key, query)
         label = f"{cfg.provider} ({cfg.base_url})"
-        r = request(self._http(), method, cfg.base_url + path, limiter=self.limiter, retries=cfg.retries,
-                    backoff_s=cfg.backoff_s, label=label, **kwargs)
+        url = cfg.base_url + path
+        for _ in range(MAX_REDIRECTS + 1):
+            r = request(self._http(), method, url, limiter=self.limiter, retries=cfg.retries,
+                        backoff_s=cfg.backoff_s, label=label, **kwargs)
+            if not r.is_redirect:
+                break
+            target = urljoin(url, r.headers.get("location", ""))
+            if origin(target) != origin(url):  # the request carries the key: never to another server
+                raise WebError(f"HTTP {r.status_code} from {label}: a redirect to another server ({target[:200]}), "
+                               "not followed (the API key is only sent to the provider's own address; set "
+                               "tools.web.url to the address the provider moved to)")
+            url = target
+        else:
+            raise WebError(f"more than {MAX_REDIRECTS} redirects from {label}")
         if r.status_code in (401, 403):
             raise WebError(f"HTTP {r.status_code} from {label}: the API key in {cfg.key_env} was refused")
         if r.status_code != 200:

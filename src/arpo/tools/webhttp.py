@@ -1,6 +1,6 @@
 """The HTTP manners of the web tools: a rate limit per provider, retries with exponential backoff
-on 429 / 5xx / timeouts / refused connections, and the address check of `browse` (http/https only;
-private, loopback, link-local and reserved addresses refused unless allowed).
+on 429 / 5xx / timeouts / refused connections, and `browse`'s URL check (http/https only; the address
+checks are in tools/webnet.py, under the HTTP client).
 
 Every failure is a `WebError` whose message is what the agent reads; the tools turn it into an
 `ok=False` result and the rollout goes on.
@@ -8,8 +8,6 @@ Every failure is a `WebError` whose message is what the agent reads; the tools t
 
 from __future__ import annotations
 
-import ipaddress
-import socket
 import threading
 import time
 from urllib.parse import urlsplit
@@ -114,31 +112,11 @@ def host_port(url: str) -> tuple[str, int]:
     return (u.hostname or "").lower(), port
 
 
-def is_allowed_host(host: str, port: int, allow_hosts) -> bool:
-    """`host` or `host:port` listed in allow_hosts."""
-    allowed = {h.lower() for h in allow_hosts}
-    return host in allowed or f"{host}:{port}" in allowed
-
-
-def check_url(url: str, *, allow_private: bool = False, allow_hosts=()) -> None:
-    """Raise WebError unless `url` is http(s) with a host whose every address is public (or allowed).
-    Resolves the host name (a DNS failure is an error too)."""
+def check_url(url: str) -> None:
+    """Raise WebError unless `url` is http(s) with a host. Which addresses may be reached is checked
+    when connecting, on the address connected to (tools/webnet.py)."""
     u = urlsplit(url)
     if u.scheme not in ("http", "https"):
         raise WebError(f"only http:// and https:// URLs can be browsed, not {u.scheme or 'a bare'}:// ({url[:200]})")
-    host, port = host_port(url)
-    if not host:
+    if not host_port(url)[0]:
         raise WebError(f"no host in URL {url[:200]!r}")
-    if allow_private or is_allowed_host(host, port, allow_hosts):
-        return
-    try:
-        infos = socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)
-    except socket.gaierror as e:
-        raise WebError(f"cannot resolve {host} ({e.strerror or e})") from e
-    for info in infos:
-        ip = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])  # an IPv4/IPv6 sockaddr: (host str, port, ...)
-        if ip.is_loopback or ip.is_private or ip.is_link_local or ip.is_reserved or ip.is_multicast \
-                or ip.is_unspecified:
-            kind = "loopback" if ip.is_loopback else "private or reserved"
-            raise WebError(f"refused to fetch {host}: it resolves to the {kind} address {ip} (allow it with "
-                           "tools.web.allow_hosts or allow_private)")

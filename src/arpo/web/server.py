@@ -9,7 +9,9 @@ they reach the internet: `web_search` with provider `local` (or `searxng`) and `
     GET /health                     {"status": "ok", "pages": N, "corpus": ...}
 
 `pageno` pages through the results (`per_page` each, 10 by default, as SearXNG). Unknown pages are
-HTTP 404 with an HTML body; a missing `q` is HTTP 400.
+HTTP 404 with an HTML body; a missing `q` is HTTP 400. A loopback-bound server answers only loopback
+Host names, and request bodies over 64 KiB get HTTP 413 (arpo/http_guard.py); it has no key (browse
+sends none): bound beyond loopback it serves its pages to anyone who reaches it, and says so.
 """
 
 # No `from __future__ import annotations`: FastAPI must see the function-local `Request` class itself
@@ -19,14 +21,18 @@ from arpo.web.site import Site, render_home, render_page, render_results, searxn
 
 DEFAULT_PORT = 8090
 MAX_PAGENO = 50
+MAX_BODY_BYTES = 64 * 1024  # the site only answers GETs
 
 
-def create_app(site: Site, per_page: int = 10, snippet_chars: int = 300):
+def create_app(site: Site, per_page: int = 10, snippet_chars: int = 300, bind_host: str = "127.0.0.1"):
     from fastapi import FastAPI, Request
     from fastapi.responses import HTMLResponse, JSONResponse
 
+    from arpo.http_guard import RequestGuard, allowed_hosts
+
     app = FastAPI(title="arpo local web", version="1", docs_url="/docs",
                   description=f"{len(site)} pages from the {site.name} corpus, and SearXNG's search API")
+    app.add_middleware(RequestGuard, allowed=allowed_hosts(bind_host), max_body_bytes=MAX_BODY_BYTES)
 
     @app.get("/", response_class=HTMLResponse)
     def home():
@@ -87,11 +93,14 @@ def serve(site: Site, host: str = "127.0.0.1", port: int = DEFAULT_PORT, per_pag
           log_level: str = "warning") -> None:
     import uvicorn
 
+    from arpo.http_guard import warn_bind
     from arpo.ports import require_port_free
 
     require_port_free(host, port)
     print(f"arpo web: {len(site)} pages ({site.name}) on http://{host}:{port}  "
           f"(search: /search?q=...&format=json, pages: {site.paths[0] if site.paths else '-'} ...)", flush=True)
+    warn_bind("arpo web serve", host, port, False)
     # lifespan off: the app has no startup/shutdown handlers, and uvicorn's lifespan task could print a
     # CancelledError traceback on Ctrl-C (seen 2 in ~15 interrupts)
-    uvicorn.run(create_app(site, per_page=per_page), host=host, port=port, log_level=log_level, lifespan="off")
+    uvicorn.run(create_app(site, per_page=per_page, bind_host=host), host=host, port=port, log_level=log_level,
+                lifespan="off")
