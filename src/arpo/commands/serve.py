@@ -3,6 +3,8 @@ agent behind an OpenAI-compatible API, serve/app.py)."""
 
 from __future__ import annotations
 
+import os
+
 from arpo.commands import HELP, POS_INT, deprecated, number
 from arpo.commands.agent_flags import add_agent_flags, resolve
 from arpo.commands.from_run import run_settings
@@ -57,6 +59,9 @@ def register(sub) -> None:
     r.add_argument("--port", type=number(int, 1, 65535), default=8001, help="port")
     r.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn's log level")
+    r.add_argument("--api-key-env", default="ARPO_RETRIEVER_KEY", metavar="VAR",
+                   help="the environment variable holding the key /search requires (unset: no key; clients send it "
+                   "as a Bearer token, the search tool reads the same variable)")
     r.set_defaults(func=run)
     _register_agent(s)
     p.set_defaults(func=lambda a: p.print_help() or 0)
@@ -87,7 +92,8 @@ def _register_agent(s) -> None:
 def run(args) -> int:
     from arpo.tools.server import serve
 
-    serve(args.search_index, args.host, args.port, log_level=args.log_level)
+    serve(args.search_index, args.host, args.port, log_level=args.log_level,
+          api_key=os.environ.get(args.api_key_env) or None)
     return 0
 
 
