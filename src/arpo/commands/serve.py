@@ -98,7 +98,6 @@ def run(args) -> int:
 
 
 def run_agent(args) -> int:
-    import os
 
     from arpo.serve.app import serve
 
