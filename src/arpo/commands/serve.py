@@ -98,7 +98,6 @@ def run(args) -> int:
 
 
 def run_agent(args) -> int:
-
     from arpo.serve.app import serve
 
     serve(agent_config(args, run_settings(args.model), os.environ.get("ARPO_API_KEY")))
