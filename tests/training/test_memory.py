@@ -177,3 +177,21 @@ def test_estimate_within_15_percent_of_the_measured_peak(hidden, layers):
     for r in (off, on):
         assert r["estimate_mb"] == pytest.approx(r["peak_mb"], rel=0.15), r
     assert on["peak_mb"] < off["peak_mb"]
+
+
+def test_engine_terms_by_hand():
+    """hf: every live sequence's K/V; vLLM on a GPU: its gpu_memory_utilization share (weights + cache),
+    freed in training only with sleep mode."""
+    over = ["model.dtype=bfloat16", "prompts_per_step=3", "rollout.group_size=4", "rollout.initial_rollouts=2",
+            "agent.max_response_tokens=488", "run.distributed=fsdp"]
+    cfg = load_config(TrainConfig, None, over)
+    e = M.estimate(cfg, SMALL, ranks=2, shard_group=2)
+    assert e.terms["kv_cache"] == 32 * (2 * 4) * (512 + 488)  # ceil(3/2)=2 prompts x 4 trajectories x 1000 tokens
+    assert e.terms["weights"] == M.n_params(SMALL) * 2 / 2 and e.terms["replica"] == M.n_params(SMALL) * 2
+    vllm = load_config(TrainConfig, None, [*over, "engine=vllm",
+                                           "engine_options={gpu_memory_utilization: 0.5, enable_sleep_mode: true}"])
+    e = M.estimate(vllm, SMALL, ranks=2, shard_group=2, gpu_gb=1.0)
+    assert e.terms["engine_weights"] + e.terms["kv_cache"] == pytest.approx(0.5e9)
+    assert "kv_cache" in e.generation
+    awake = load_config(TrainConfig, None, [*over, "engine=vllm", "engine_options={gpu_memory_utilization: 0.5}"])
+    assert "kv_cache" in M.estimate(awake, SMALL, ranks=2, shard_group=2, gpu_gb=1.0).resident
