@@ -195,3 +195,21 @@ def test_engine_terms_by_hand():
     assert "kv_cache" in e.generation
     awake = load_config(TrainConfig, None, [*over, "engine=vllm", "engine_options={gpu_memory_utilization: 0.5}"])
     assert "kv_cache" in M.estimate(awake, SMALL, ranks=2, shard_group=2, gpu_gb=1.0).resident
+
+
+def test_the_architecture_of_a_local_model_and_of_a_run_dir(tmp_path):
+    from arpo.testing import save_tiny_model
+
+    save_tiny_model(tmp_path / "m")
+    a = M.find_arch(str(tmp_path / "m"))
+    assert a is not None and a.hidden == 64 and a.layers == 2
+    ck = tmp_path / "run" / "checkpoints" / "step_000001"
+    ck.mkdir(parents=True)
+    (ck / "state.json").write_text("{}")
+    (tmp_path / "run" / "checkpoints" / "latest").write_text("step_000001\n")
+    import shutil
+
+    shutil.copytree(tmp_path / "m", ck / "model")
+    assert M.find_arch(str(tmp_path / "run")) == a  # a run dir: its latest checkpoint's model
+    assert M.find_arch("/models/Qwen3-14B-deep-search-sft") == M.KNOWN_ARCHS["qwen3-14b"]
+    assert M.find_arch("/nowhere/unknown-model") is None

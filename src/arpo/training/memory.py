@@ -72,28 +72,44 @@ def arch_from_config(c) -> Arch:
 
 
 def find_arch(model_name: str) -> Arch | None:
-    """The architecture of model.name: its config.json when the model is on this machine (a local
-    directory or a built-in model already converted), else the shipped recipes' models by name
-    (KNOWN_ARCHS, matched case-insensitively in the name), else None."""
-    from pathlib import Path
-
-    path = Path(model_name)
-    if not path.is_dir():
-        from arpo.models import BUILTIN_MODELS, resolve_model_dir
-
-        if model_name in BUILTIN_MODELS:
-            try:
-                path = resolve_model_dir(model_name)
-            except Exception:  # noqa: BLE001 - not converted/installed here: fall through to the name table
-                path = Path("/nonexistent")
-    if (path / "config.json").is_file():
+    """The architecture of model.name: its config.json when the model is on this machine (a model
+    directory, a run or checkpoint directory, a LoRA adapter's base, a built-in model already
+    converted), else the shipped recipes' models by name (KNOWN_ARCHS, matched case-insensitively
+    in the name), else None. Never converts or loads weights."""
+    found = _local_config(model_name)
+    if found is not None:
         from transformers import AutoConfig
 
-        return arch_from_config(AutoConfig.from_pretrained(str(path)))
+        return arch_from_config(AutoConfig.from_pretrained(str(found.parent)))
     low = model_name.lower()
     for key, arch in KNOWN_ARCHS.items():
         if key in low:
             return arch
+    return None
+
+
+def _local_config(name: str, depth: int = 0):
+    """The config.json of model `name` if it is on this machine (see find_arch), else None."""
+    import json
+    from pathlib import Path
+
+    from arpo.errors import ArpoError
+    from arpo.models import cache_dir, resolve_model_dir
+
+    p = Path(name).expanduser()
+    if not p.is_dir():  # a built-in name: only when converted already (resolve_model_dir would convert it)
+        c = cache_dir() / "models" / name / "config.json"
+        return c if c.is_file() else None
+    try:
+        p = resolve_model_dir(str(p))
+    except ArpoError:
+        return None
+    if (p / "config.json").is_file():
+        return p / "config.json"
+    adapter = p / "adapter_config.json"
+    if adapter.is_file() and depth < 2:  # a LoRA adapter: its base model's shape
+        base = json.loads(adapter.read_text()).get("base_model_name_or_path")
+        return _local_config(str(base), depth + 1) if base else None
     return None
 
 
@@ -303,7 +319,9 @@ def config_estimate(cfg, ranks: int | None = None) -> tuple[Estimate | None, flo
         return None, gpu, f"no estimate: the architecture of {cfg.model.name} is unknown (no config.json here)"
     on_gpu = not cfg.model.device.startswith("cpu") and (gpu is not None or torch.cuda.is_available())
     est = estimate(cfg, a, ranks, on_gpu=on_gpu, shard_group=min(group, ranks), gpu_gb=gpu)
-    what = (f"{n_params(a) / 1e9:.2f}B parameters, {ranks} rank(s), run.distributed={cfg.run.distributed}"
+    n = n_params(a)
+    size = f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"
+    what = (f"{size} parameters, {ranks} rank(s), run.distributed={cfg.run.distributed}"
             f"{f' (shard group {min(group, ranks)})' if ranks > 1 else ''}, "
             f"{dtype_bytes(cfg.model.dtype, on_gpu)} bytes per value, "
             f"activation_checkpointing={str(cfg.memory.activation_checkpointing).lower()}")
