@@ -222,3 +222,22 @@ def test_float32_two_ranks_of_the_tiny_config_match_one_process(tiny_config_refe
     # 1,000 per tensor, and those within one Adam step
     _assert_weights_close(_weights(tiny_config_reference), _weights(run_dir), rel=1e-4, atol=1e-4,
                           outliers=1e-3, step=1e-2)
+
+
+def test_hsdp_with_checkpointing_and_fewer_prompts_than_ranks(tiny_dir, tmp_path):
+    """run.distributed=hsdp on a (2 replicas x 1 shard) mesh with activation checkpointing, and one
+    prompt for two ranks (rank 1 rolls out nothing and still joins every collective with an empty
+    batch; refused before): the one-process step's metrics and weights."""
+    from arpo.config import load_config
+    from arpo.recipes import train
+
+    extra = {"prompts_per_step": 1, "minibatches": 1, "memory.activation_checkpointing": "true"}
+    ref = tmp_path / "ref"
+    train.run(load_config(train.TrainConfig, None, _overrides(tiny_dir, ref, steps=1, **extra)), quiet=True)
+    run_dir = tmp_path / "hsdp"
+    _finish(_torchrun(_overrides(tiny_dir, run_dir, steps=1, **{**extra, "run.distributed": "hsdp",
+                                                                 "run.hsdp_shard_size": 1})))
+    rows = _rows(run_dir)
+    assert rows[0]["trajectories"] == 4  # one tree of M=4, on rank 0
+    _assert_rows_close(_rows(ref), rows)
+    _assert_weights_close(_weights(ref), _weights(run_dir))

@@ -39,6 +39,10 @@ def print_config(cfg) -> int:
         text = explain(dataclasses.replace(cfg, algo=dataclasses.replace(algo, **unset)))
         text = text.replace("\nalgo:", f"\nalgo:  # the {algo.preset} preset's values, except the keys you set", 1)
         print(text)
+        if hasattr(cfg, "memory"):  # train: the memory per GPU this config needs (training/memory.py)
+            from arpo.training.memory import report
+
+            print(report(cfg))
         return 0
     print(explain(cfg))
     return 0

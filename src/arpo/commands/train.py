@@ -13,8 +13,9 @@ EXAMPLES = """examples:
 
 Sections: model, data, tools, agent, rollout (branching: group_size M, initial_rollouts N,
 entropy_weight, branch_threshold, ...), algo (preset + loss overrides), reward, optim, lora, run,
-validation. Under torchrun, run.distributed=fsdp (default: sharded) | ddp (replicated) picks how
-ranks share the model. An unknown or ill-typed key is an error naming it. RUN_DIR (run.dir) gets config.yaml,
+validation. Under torchrun, run.distributed=fsdp (default: sharded) | hsdp (sharded per node,
+replicated across nodes) | ddp (replicated) picks how ranks share the model; --print-config ends with the
+memory per GPU (memory.*). An unknown or ill-typed key is an error naming it. RUN_DIR (run.dir) gets config.yaml,
 metrics.jsonl, tensorboard/, errors.log and checkpoints/ (`arpo plot RUN_DIR` draws the metrics).
 One process writes a run dir at a time (RUN_DIR/.lock); Ctrl-C / SIGTERM stop after the current
 step with a checkpoint and print the command that resumes (exit code 130 / 143)."""

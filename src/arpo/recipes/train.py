@@ -38,6 +38,7 @@ from arpo.training.checkpoint import (
 )
 from arpo.training.config import AlgoConfig, TrainConfig, TrainRunConfig, ValidationConfig
 from arpo.training.logger import MetricsLogger
+from arpo.training.memory import check_fits
 from arpo.training.progress import StepProgress
 from arpo.training.rollout_log import RolloutLog
 from arpo.training.rundir import RunDir
@@ -62,8 +63,7 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
     if multi:
         if preset.loss_agg not in LOSS_DENOMINATORS:
             raise ArpoError(f"distributed training cannot split the loss aggregation {preset.loss_agg!r}")
-        if cfg.prompts_per_step < distributed.world_size():
-            raise ArpoError(f"prompts_per_step={cfg.prompts_per_step} < {distributed.world_size()} ranks")
+    check_fits(cfg, distributed.world_size())  # the estimate per GPU (training/memory.py) vs its memory
     main = distributed.is_main()
     # everything that can be wrong with the config fails here, before the run dir is touched
     reward_fn = get_reward_fn(cfg.reward.fn)

@@ -9,7 +9,10 @@ once, so branches see the same web. Keys are normalized: surrounding whitespace,
 inner whitespace.
 
 Thread-safe; concurrent identical calls are deduplicated (one runs, the others wait for it).
-`save()` writes the cache atomically as JSON; `ToolCache(path=...)` loads it.
+`save()` writes the cache atomically as JSON; `ToolCache(path=...)` loads it. Several processes may
+save to one file (torchrun's ranks share tools.cache_path): under a file lock, save() reads what is
+there and writes the union, this process's entries winning on a key both have — no rank's entries
+are lost to another's save.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ class ToolCache:
         self._lock = threading.Lock()
         self.hits = self.misses = 0
         if self.path and self.path.is_file():
-            for row in json.loads(self.path.read_text()):
+            for row in _read_rows(self.path):
                 self._d[(row["tool"], row["key"])] = {"output": row["output"], "truncated": row.get("truncated", False)}
 
     def get(self, tool: str, text: str) -> ToolResult | None:
@@ -79,13 +82,30 @@ class ToolCache:
         target = path or self.path
         if target is None:
             raise ArpoError("ToolCache.save: no path given, and the cache was made without one (ToolCache(path=...))")
+        from filelock import FileLock
+
         p = Path(target)
         with self._lock:
-            rows = [{"tool": t, "key": k, **v} for (t, k), v in self._d.items()]
-        tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(rows))
-        os.replace(tmp, p)
+            mine = [{"tool": t, "key": k, **v} for (t, k), v in self._d.items()]
+        with FileLock(str(p.with_name(f".{p.name}.lock"))):  # read-merge-write, one process at a time
+            merged = {(r["tool"], r["key"]): r for r in (_read_rows(p) if p.is_file() else [])}
+            for r in mine:  # ours last: newest, and kept when the size cap drops the oldest
+                merged.pop((r["tool"], r["key"]), None)
+                merged[(r["tool"], r["key"])] = r
+            rows = list(merged.values())[-self.max_entries:]
+            tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
+            tmp.write_text(json.dumps(rows))
+            os.replace(tmp, p)
         return p
+
+
+def _read_rows(path: Path) -> list[dict]:
+    """The rows of a saved cache file."""
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ArpoError(f"{path}: not a tool cache saved by arpo (JSON rows): {e}; delete it or fix "
+                        "tools.cache_path") from e
 
 
 class CachedTool:

@@ -8,8 +8,10 @@ Every failure is a `WebError` whose message is what the agent reads; the tools t
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from pathlib import Path
 from urllib.parse import urlsplit
 
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
@@ -22,21 +24,43 @@ class WebError(Exception):
 
 class RateLimiter:
     """At most `rate` acquisitions per second, spread evenly: each caller reserves the next free slot
-    (now, or 1/rate after the previous one) and sleeps until it. Thread-safe; rate 0: no limit."""
+    (now, or 1/rate after the previous one) and sleeps until it. Thread-safe; rate 0: no limit.
 
-    def __init__(self, rate: float):
+    `path`: the slot is kept in this file (wall-clock time, under a file lock), so every process
+    that opens the same path shares one rate: the torchrun ranks of a node, and a node's other arpo
+    processes, send `rate` requests per second together, not `rate` each. None: this process only."""
+
+    def __init__(self, rate: float, path: str | os.PathLike | None = None):
         self.rate = rate
+        self.path = Path(path) if path is not None else None
         self._next = 0.0
         self._lock = threading.Lock()
+
+    def _reserve(self, now: float) -> float:
+        """The start of the next free slot (>= now), and book the one after it."""
+        if self.path is None:
+            at = max(now, self._next)
+            self._next = at + 1.0 / self.rate
+            return at
+        from filelock import FileLock
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(self.path) + ".lock"):
+            try:
+                booked = float(self.path.read_text() or 0.0)
+            except (FileNotFoundError, ValueError):
+                booked = 0.0
+            at = max(now, booked)
+            self.path.write_text(repr(at + 1.0 / self.rate))
+        return at
 
     def acquire(self) -> float:
         """Wait for a slot; returns the seconds waited."""
         if self.rate <= 0:
             return 0.0
         with self._lock:
-            now = time.monotonic()
-            at = max(now, self._next)
-            self._next = at + 1.0 / self.rate
+            now = time.time() if self.path is not None else time.monotonic()  # a file's slot: every process's clock
+            at = self._reserve(now)
         wait = at - now
         if wait > 0:
             time.sleep(wait)
@@ -47,12 +71,26 @@ _LIMITERS: dict[tuple[str, str], RateLimiter] = {}
 _LIMITERS_LOCK = threading.Lock()
 
 
+def shared_rate_dir() -> Path:
+    """Where the node's shared rate limits live: $ARPO_RATE_LIMIT_DIR, else a per-user folder in the
+    system's temporary directory (local to the machine: one rate per node)."""
+    import tempfile
+
+    env = os.environ.get("ARPO_RATE_LIMIT_DIR")
+    return Path(env) if env else Path(tempfile.gettempdir()) / f"arpo-rate-limits-{os.getuid()}"
+
+
 def limiter_for(provider: str, base_url: str, rate: float) -> RateLimiter:
-    """The process-wide limiter of one provider endpoint (all tools and threads share it)."""
+    """The limiter of one provider endpoint, shared by all tools and threads of this process and by
+    every process on this machine (a file per provider + URL in shared_rate_dir(): torchrun's 8 ranks
+    of a node send `rate` requests per second together)."""
+    import hashlib
+
     with _LIMITERS_LOCK:
         lim = _LIMITERS.get((provider, base_url))
         if lim is None or lim.rate != rate:
-            lim = _LIMITERS[(provider, base_url)] = RateLimiter(rate)
+            key = hashlib.sha256(f"{provider} {base_url}".encode()).hexdigest()[:16]
+            lim = _LIMITERS[(provider, base_url)] = RateLimiter(rate, shared_rate_dir() / f"{provider}-{key}")
         return lim
 
 

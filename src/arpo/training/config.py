@@ -68,15 +68,43 @@ class ValidationConfig:
 
 
 @dataclass
+class MemoryConfig:
+    """What bounds a step's memory per GPU (the estimate: training/memory.py, docs/scaling.md)."""
+
+    # recompute each decoder layer's activations in the backward instead of keeping them (torch's
+    # non-reentrant checkpoint per layer): a micro-batch keeps L·T·h·b bytes plus one layer's instead
+    # of every layer's, for about one more forward pass of compute
+    activation_checkpointing: bool = False
+    # memory of one GPU in GB (1e9 bytes); a config whose estimate exceeds it is refused, naming the
+    # key to change. 0: the detected GPU's memory (no check on CPU)
+    gpu_memory_gb: float = 0.0
+    # the ranks (GPUs) `--print-config` estimates for when it is not run under torchrun (0: 1);
+    # under torchrun the real world size is used
+    gpus: int = 0
+
+    def validate(self) -> None:
+        from arpo.errors import require
+
+        require(self.gpu_memory_gb >= 0, "memory.gpu_memory_gb", f"must be >= 0 (0: detect), got {self.gpu_memory_gb}")
+        require(self.gpus >= 0, "memory.gpus", f"must be >= 0, got {self.gpus}")
+
+
+@dataclass
 class TrainRunConfig(RunConfig):
-    distributed: str = "fsdp"  # under torchrun: fsdp (sharded, FSDP2) | ddp (a full replica per rank)
+    # under torchrun: fsdp (sharded over all ranks, FSDP2) | hsdp (FSDP2 on a 2-D mesh: sharded within
+    # groups of hsdp_shard_size ranks, replicated across groups, e.g. one group per node) | ddp (a full
+    # replica per rank)
+    distributed: str = "fsdp"
+    hsdp_shard_size: int = 0  # hsdp: ranks per shard group (0: the ranks of one node, LOCAL_WORLD_SIZE)
     save_rollouts: int = 1  # keep the trees in RUN_DIR/rollouts/ every k steps for `arpo view` (0: off)
     rollout_trees: int = 8  # trees kept per saved step (0: all); size: training/rollout_log.py
 
     def validate(self) -> None:
         super().validate()
-        if self.distributed not in ("fsdp", "ddp"):
-            raise ArpoError(f"run.distributed: {self.distributed!r}; choose fsdp or ddp")
+        if self.distributed not in ("fsdp", "hsdp", "ddp"):
+            raise ArpoError(f"run.distributed: {self.distributed!r}; choose fsdp, hsdp or ddp")
+        if self.hsdp_shard_size < 0:
+            raise ArpoError(f"run.hsdp_shard_size: must be >= 0 (0: the ranks of one node), got {self.hsdp_shard_size}")
         if self.save_rollouts < 0 or self.rollout_trees < 0:
             raise ArpoError("run.save_rollouts and run.rollout_trees must be >= 0")
 
@@ -99,6 +127,7 @@ class TrainConfig:
     minibatches: int = 1  # optimizer steps per PPO epoch (trees split evenly)
     packed: bool = True  # tree-packed log-probs/backward (False: flat per-trajectory)
     micro_tokens: int = 4096  # model tokens per forward/backward micro-batch
+    memory: MemoryConfig = field(default_factory=MemoryConfig)  # activation checkpointing, GPU memory to fit
     # the behaviour policy's log-probs (old_logp): rollout = the values the engine recorded while
     # sampling (saves a forward pass); recompute = a no-grad forward over the batch; auto = rollout
     # where they are exact (hf engine, float32, no top-k/top-p truncation), else recompute
@@ -124,7 +153,7 @@ class TrainConfig:
                 f"must be 1 for training, got {self.agent.repetition_penalty}: the policy's log-probs are those of "
                 "the model's own distribution (use it in arpo chat / eval)")
         require(self.micro_tokens >= 1, "micro_tokens", f"must be >= 1, got {self.micro_tokens}")
-        for sec in (self.model, self.data, self.agent, self.lora, self.run, self.validation):
+        for sec in (self.model, self.data, self.agent, self.lora, self.run, self.validation, self.memory):
             sec.validate()
         if self.old_logprobs not in ("auto", "rollout", "recompute"):
             raise ArpoError(f"old_logprobs: {self.old_logprobs!r}; choose auto, rollout or recompute")

@@ -15,6 +15,10 @@ model through unchanged — a single process runs exactly as before.
   micro-batches any rank has before `fn` runs them, then pads with one-token dummy passes.
   Generation (each rank its own number of decode steps) runs on a full-weight replica, refreshed
   by `sync_rollout()` from the shards.
+* `hsdp`: the same FSDP2 code on a 2-D device mesh (replicate, shard): parameters are sharded
+  within each group of `shard_size` ranks (default: the ranks of one node) and replicated across
+  the groups; gradients are reduce-scattered inside a group and all-reduced across groups, so the
+  slow inter-node links carry one all-reduce of a shard instead of every layer's all-gather.
 * `ddp`: every rank holds the whole model; `reduce_grads()` sums the gradients over ranks
   (bucketed all-reduce) before the optimizer step. The ranks never wait on each other while
   they compute, so no padding is needed.
@@ -33,7 +37,8 @@ import torch
 import torch.distributed as dist
 
 TIMEOUT = datetime.timedelta(minutes=60)  # ranks wait on each other while one rolls out a long tree
-MODES = ("fsdp", "ddp")
+MODES = ("fsdp", "hsdp", "ddp")
+SHARDED = ("fsdp", "hsdp")
 
 
 def launched() -> bool:
@@ -76,6 +81,18 @@ def local_device(device: str) -> str:
     if not launched() or device.startswith("cpu") or not torch.cuda.is_available():
         return device
     return f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
+
+
+def hsdp_mesh_shape(world: int, shard_size: int, local_world: int) -> tuple[int, int]:
+    """(replicate, shard) of an HSDP mesh over `world` ranks: groups of shard_size ranks (0: the
+    ranks of one node, local_world), replicated world / shard_size times."""
+    from arpo.errors import ArpoError
+
+    shard = shard_size or local_world
+    if shard < 1 or world % shard:
+        raise ArpoError(f"run.hsdp_shard_size={shard_size}: {shard} ranks per shard group must divide the "
+                        f"{world} ranks (e.g. the GPUs of one node)")
+    return world // shard, shard
 
 
 def shutdown() -> None:
@@ -157,21 +174,26 @@ class _TrainView:
 class ParallelModel:
     """The policy on W ranks (see the module docstring). mode None: one process, all no-ops."""
 
-    def __init__(self, model, mode: str | None, pad_id: int = 0):
+    def __init__(self, model, mode: str | None, pad_id: int = 0, shard_size: int = 0):
         if mode not in (None, *MODES):
-            raise ValueError(f"run.distributed: {mode!r}; choose {' or '.join(MODES)}")
+            raise ValueError(f"run.distributed: {mode!r}; choose {', '.join(MODES)}")
         self.model, self.mode, self.pad_id = model, mode, pad_id
         self.rollout = self.train = model  # generation / old log-probs, and the training passes
         if mode == "ddp":
             with torch.no_grad():  # identical replicas, whatever each rank's load did
                 for t in list(model.parameters()) + list(model.buffers()):
                     dist.broadcast(t.data, src=0)
-        elif mode == "fsdp":
+        elif mode in SHARDED:
             from torch.distributed.device_mesh import init_device_mesh
             from torch.distributed.fsdp import FSDPModule, fully_shard
 
             self.rollout = copy.deepcopy(model).requires_grad_(False).eval()
-            mesh = init_device_mesh(next(model.parameters()).device.type, (world_size(),))
+            dev = next(model.parameters()).device.type
+            if mode == "hsdp":  # fully_shard on a 2-D mesh is HSDP: replicate over dim 0, shard over dim 1
+                shape = hsdp_mesh_shape(world_size(), shard_size, int(os.environ.get("LOCAL_WORLD_SIZE", world_size())))
+                mesh = init_device_mesh(dev, shape, mesh_dim_names=("replicate", "shard"))
+            else:
+                mesh = init_device_mesh(dev, (world_size(),))
             for layer in getattr(_base(model).model, "layers", []):
                 fully_shard(layer, mesh=mesh)
             body = _Body(model)
@@ -188,7 +210,7 @@ class ParallelModel:
 
     def sync_rollout(self) -> None:
         """FSDP: copy the current (sharded) weights into the generation replica. Every rank calls it."""
-        if self.mode != "fsdp":
+        if self.mode not in SHARDED:
             return
         from torch.distributed.tensor import DTensor
 
@@ -207,7 +229,7 @@ class ParallelModel:
         rank has no data, fn is not called). FSDP: every rank then runs as many passes as the rank
         with the most micro-batches, padding with dummy passes. The count must be agreed before any
         pass starts: each pass is a sequence of collectives that all ranks must join."""
-        if self.mode != "fsdp":
+        if self.mode not in SHARDED:
             return fn() if batch is not None else None
         from arpo.training.batch import _micro_packs  # the micro-batches token_logprobs / loss_and_backward run
 

@@ -97,6 +97,16 @@ def freeze_lower_layers(model, n_top: int):
     return model
 
 
+def checkpoint_activations(model):
+    """memory.activation_checkpointing: every decoder layer recomputes its activations in the
+    backward instead of keeping them (transformers' gradient_checkpointing_enable with torch's
+    non-reentrant checkpoint: the same gradients, works inside FSDP2's per-layer groups, and needs
+    no input that requires grad, so LoRA and frozen lower layers work unchanged). Only in train
+    mode: generation (eval mode) runs the layers as before."""
+    base_model(model).gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model
+
+
 def base_model(model):
     """The transformers model under a peft wrapper (for .model / get_output_embeddings)."""
     get = getattr(model, "get_base_model", None)

@@ -41,7 +41,7 @@ from arpo.training.batch import loss_and_backward, token_logprobs
 from arpo.training.config import TrainConfig
 from arpo.training.distributed import ParallelModel
 from arpo.training.mismatch import mismatch_metrics, mismatch_sums
-from arpo.training.optim import build_optimizer, build_scheduler, clip_gradients, load_policy
+from arpo.training.optim import build_optimizer, build_scheduler, checkpoint_activations, clip_gradients, load_policy
 from arpo.training.rollout_log import keep_trained_values
 from arpo.training.rollout_metrics import metrics_of, traj_stats
 from arpo.training.sharded import LocalComm, step_comm
@@ -113,11 +113,13 @@ def setup(cfg: TrainConfig, preset, examples: list, reward_fn, ckpt=None, multi:
     model_cfg = dataclasses.replace(cfg.model, device=distributed.local_device(cfg.model.device))
     torch.manual_seed(cfg.run.seed)
     model, tok = model_and_tok or load_policy(model_cfg, cfg.lora, ckpt)
+    if cfg.memory.activation_checkpointing:
+        checkpoint_activations(model)
     # π_ref is the starting policy (also on resume, where `model` holds the checkpoint's weights)
     ref_model = load_model(cfg.model.name, model_cfg.device, cfg.model.dtype)[0].eval() if preset.kl_coef else None
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     # one process: `par` hands `model` through; torchrun: FSDP2-sharded or DDP-replicated (run.distributed)
-    par = distributed.ParallelModel(model, cfg.run.distributed if multi else None, pad)
+    par = distributed.ParallelModel(model, cfg.run.distributed if multi else None, pad, cfg.run.hsdp_shard_size)
     opt = build_optimizer(model, cfg.optim)
     sched = build_scheduler(opt, cfg.optim, cfg.steps * cfg.minibatches * preset.ppo_epochs)
     tools = cfg.tools.build()
