@@ -234,3 +234,14 @@ def test_run_plots_have_whole_step_ticks_and_every_tool_in_the_legend():
     assert ticks and all(float(x).is_integer() for x in ticks), ticks
     assert [t.get_text() for t in ax.get_legend().get_texts()] == keys["tool_calls"]
     plt.close(fig)
+
+
+def test_print_config_json_is_json(capsys):
+    """`arpo train --print-config --json` printed YAML."""
+    import json
+
+    assert main(["train", "--print-config", "--json", "rollout.group_size=8"]) == 0
+    cfg = json.loads(capsys.readouterr().out)
+    assert cfg["rollout"]["group_size"] == 8 and cfg["algo"]["preset"] == "arpo" and "memory_estimate" in cfg
+    assert main(["sft", "--print-config", "--json"]) == 0
+    assert "optim" in json.loads(capsys.readouterr().out)

@@ -15,14 +15,15 @@ def add_common(p, *, run_dir: bool = True) -> None:
                        "checkpoints (the old run is kept aside until the new one writes its first checkpoint)")
     p.add_argument("--print-config", action="store_true",
                    help="print the resolved config (YAML, each field with its meaning) and exit")
-    p.add_argument("--json", action="store_true", help="print the summary as one JSON line")
+    p.add_argument("--json", action="store_true", help="print the summary (or the --print-config) as one JSON line")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("overrides", nargs="*", help="dotted config overrides, e.g. optim.lr=1e-5 rollout.group_size=8")
 
 
-def print_config(cfg) -> int:
+def print_config(cfg, as_json: bool = False) -> int:
     """The resolved config; an algorithm's fields left unset show the preset's values (they used to
-    print as null)."""
+    print as null). `as_json`: one JSON object (`--print-config --json`; it printed YAML), with train's
+    memory estimate per GPU under `memory_estimate`."""
     import dataclasses
 
     from arpo.config import explain
@@ -30,21 +31,32 @@ def print_config(cfg) -> int:
     if getattr(cfg, "lora", None) is not None and hasattr(cfg, "model"):  # null: resolved against model.name
         cfg = dataclasses.replace(cfg, lora=cfg.lora.resolve(cfg.model.name))
     algo = getattr(cfg, "algo", None)
+    preset_name = None
     if algo is not None and hasattr(algo, "resolve") and hasattr(cfg, "rollout"):
         preset = algo.resolve(cfg.rollout)
         unset = {f.name: getattr(preset, f.name) for f in dataclasses.fields(algo)
                  if getattr(algo, f.name) is None and hasattr(preset, f.name)}
         if unset.get("dual_clip", 0) is None:
             unset["dual_clip"] = 0  # the preset has none: 0 is how a config says so
-        text = explain(dataclasses.replace(cfg, algo=dataclasses.replace(algo, **unset)))
-        text = text.replace("\nalgo:", f"\nalgo:  # the {algo.preset} preset's values, except the keys you set", 1)
-        print(text)
+        cfg, preset_name = dataclasses.replace(cfg, algo=dataclasses.replace(algo, **unset)), algo.preset
+    if as_json:
+        out = dataclasses.asdict(cfg)
         if hasattr(cfg, "memory"):  # train: the memory per GPU this config needs (training/memory.py)
-            from arpo.training.memory import report
+            from arpo.training.memory import config_estimate
 
-            print(report(cfg))
+            est, gpu, what = config_estimate(cfg)
+            out["memory_estimate"] = {"assumed": what, "gpu_memory_gb": gpu,
+                                      "bytes": None if est is None else {**est.terms, "peak": est.peak}}
+        print(json.dumps(out, default=str))
         return 0
-    print(explain(cfg))
+    text = explain(cfg)
+    if preset_name is not None:
+        text = text.replace("\nalgo:", f"\nalgo:  # the {preset_name} preset's values, except the keys you set", 1)
+    print(text)
+    if hasattr(cfg, "memory"):  # train: the memory per GPU this config needs (training/memory.py)
+        from arpo.training.memory import report
+
+        print(report(cfg))
     return 0
 
 

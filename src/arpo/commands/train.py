@@ -39,7 +39,7 @@ def run(args) -> int:
 
     cfg = load_config(train.TrainConfig, args.config, list(args.overrides))
     if args.print_config:
-        return print_config(cfg)
+        return print_config(cfg, as_json=args.json)
     try:
         out = train.run(cfg, resume=args.resume, quiet=args.quiet, overwrite=args.overwrite)
         code = finish("train", out, args.json) if distributed.is_main() else 0  # under torchrun: rank 0 prints
