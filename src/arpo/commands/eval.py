@@ -23,8 +23,10 @@ EXAMPLES = """examples:
 --model takes a Hugging Face dir, a built-in name, a checkpoint dir or a run dir (its latest
 checkpoint). A released ARPO checkpoint's template (arpo-reasoning, arpo-deepsearch, ...) also sets
 the tools, result format, tool-call cap, response budget and sampling its authors used, unless a
-flag says otherwise. A run dir also gives its tools (MCP servers and your own tools too), call format
-and budgets; --tools-config FILE adds a tools section (e.g. `mcp: [{url: http://127.0.0.1:9000/mcp}]`).
+flag says otherwise. A run dir also gives its built-in tools, call format and budgets; its MCP servers,
+your own tools, search URL and web URLs and key variables only with --trust-run-config (a run dir is
+data, not code: arpo lists what it leaves out, or with the flag what it will run); --tools-config FILE
+adds a tools section (e.g. `mcp: [{url: http://127.0.0.1:9000/mcp}]`).
 Greedy (--temperature 0, eval's default) with --samples 1 gives deterministic numbers.
 pass@k uses the unbiased estimator 1 - C(n-c,k)/C(n,k) over the n = --samples samples."""
 
