@@ -58,7 +58,8 @@ def register(sub) -> None:
                    help="hf engine: run each decode step as one torch.compile graph (compiled once per process: "
                         "minutes on a 2-core CPU, so it pays on long evaluations only; BENCHMARKS.md)")
     p.add_argument("--out", default=None, help="write the metrics (and per-sample records) as JSON here")
-    j = p.add_argument_group("LLM-as-judge (the paper's equivalence prompt; src/arpo/eval/judge.py)")
+    j = p.add_argument_group("LLM-as-judge (the paper's equivalence prompt; the judge sees only the extracted "
+                             "answer, delimited as data: docs/judge.md)")
     j.add_argument("--judge", action="store_true",
                    help="also judge every answer with an LLM behind an OpenAI-compatible API: judge_pass@1/@k, "
                    "judge_failures (a failed judgment falls back to the rule-based check, never fatal)")
