@@ -217,9 +217,11 @@ def test_bad_judge_flags_fail_before_anything_loads(capsys):
     assert "needs --judge" in capsys.readouterr().err
 
 
-def test_arpo_eval_judge_against_arpo_serve_agent(tmp_path, capsys):
+def test_arpo_eval_judge_against_arpo_serve_agent(tmp_path, capsys, monkeypatch):
     """`arpo eval --judge` end to end: the judge is `arpo serve agent`'s server (agent_server) with a tiny
-    random model; a re-run reuses every judgment from the file next to --out."""
+    random model; a re-run reuses every judgment from the file next to --out. The random model never
+    writes a \\boxed{} answer, and a sample without an extracted answer is not judged, so a plug-in reward
+    extracts one (the last word of the model's own text)."""
     import torch
 
     from arpo.cli import main
@@ -228,6 +230,11 @@ def test_arpo_eval_judge_against_arpo_serve_agent(tmp_path, capsys):
     from arpo.testing import save_tiny_model
 
     model = save_tiny_model(tmp_path / "tiny")
+    (tmp_path / "judge_test_reward.py").write_text(
+        "def last_word(response, example):\n"
+        "    words = response.split()\n"
+        "    return {'reward': 0.0, 'answer': words[-1] if words else None}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
     data = tmp_path / "q.jsonl"
     data.write_text("".join(json.dumps({"question": f"Who is {i}?", "answer": f"name {i}", "task": "qa"}) + "\n"
                             for i in range(3)))
@@ -240,7 +247,7 @@ def test_arpo_eval_judge_against_arpo_serve_agent(tmp_path, capsys):
         try:
             out = tmp_path / "ev.json"
             argv = ["eval", "--model", model, "--data", str(data), "--tools", "python", "--max-response-tokens", "16",
-                    "--temperature", "1", "--seed", "3",
+                    "--temperature", "1", "--seed", "3", "--reward", "judge_test_reward:last_word",
                     "--device", "cpu", "--out", str(out), "--quiet", "--judge", "--judge-url",
                     f"http://127.0.0.1:{port}/v1", "--judge-model", "judge", "--judge-max-tokens", "8",
                     "--judge-temperature", "1", "--judge-seed", "0"]  # greedy, the random model writes newlines
