@@ -118,22 +118,28 @@ def mcp_run(tmp_path_factory):
     return run, ckpt, entry
 
 
-def test_chat_takes_a_runs_mcp_tools(mcp_run, capsys):
+def test_chat_takes_a_runs_mcp_tools_with_the_flag(mcp_run, capsys):
     run, ckpt, _ = mcp_run
+    # a run dir is data: without --trust-run-config its server is not started (issue 37), and said so
     assert main(["chat", "--model", str(ckpt), "--max-response-tokens", "2", "--device", "cpu", "--json", "hi"]) == 0
+    cap = capsys.readouterr()
+    assert json.loads(cap.out.strip().splitlines()[-1])["settings"]["tools"] == ["python"]
+    assert "tools.mcp[0]: starts the command" in cap.err and "--trust-run-config" in cap.err
+    assert main(["chat", "--model", str(ckpt), "--trust-run-config", "--max-response-tokens", "2", "--device", "cpu",
+                 "--json", "hi"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     s = out["settings"]
     assert s["tools"] == ["python", "multiply"] and s["template"] == "math" and s["max_tool_calls"] == 2
     assert s["temperature"] == 0.6  # a run's sampling is train's exploration: chat keeps its own
 
 
-def test_eval_takes_a_runs_mcp_tools(mcp_run, tmp_path, capsys):
+def test_eval_takes_a_runs_mcp_tools_with_the_flag(mcp_run, tmp_path, capsys):
     run, ckpt, _ = mcp_run
     q = tmp_path / "q.jsonl"
     q.write_text(json.dumps({"question": "2+2?", "answer": "4", "task": "math"}) + "\n")
     out = tmp_path / "e.json"
     assert main(["eval", "--model", str(run), "--data", str(q), "--max-response-tokens", "2", "--device", "cpu",
-                 "--quiet", "--out", str(out)]) == 0
+                 "--quiet", "--out", str(out), "--trust-run-config"]) == 0
     res = json.loads(out.read_text())
     assert res["results"][str(q)]["tools"] == ["python", "multiply"]
     assert res["settings"]["max_tool_calls"] == 2 and res["settings"]["mcp"] == [mcp_run[2]]
@@ -155,9 +161,9 @@ def test_chat_and_eval_take_mcp_tools_from_tools_config(mcp_run, tmp_path, capsy
     assert json.loads(out.read_text())["results"][str(q)]["tools"] == ["python", "multiply"]
 
 
-def test_serve_agent_keeps_a_runs_mcp_tools(mcp_run):
-    """`arpo serve agent --model RUN_DIR`, a real server process: GET /v1/models lists the run's MCP tool
-    (it used to serve the run's enabled tools only)."""
+def test_serve_agent_keeps_a_runs_mcp_tools_with_the_flag(mcp_run):
+    """`arpo serve agent --model RUN_DIR --trust-run-config`, a real server process: GET /v1/models lists
+    the run's MCP tool (it used to serve the run's enabled tools only), and stderr said what it started."""
     import os
     import subprocess
 
@@ -167,7 +173,7 @@ def test_serve_agent_keeps_a_runs_mcp_tools(mcp_run):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "arpo", "serve", "agent", "--model", str(run), "--port", str(port),
-                             "--device", "cpu", "--log-level", "warning"], stdout=subprocess.PIPE,
+                             "--device", "cpu", "--log-level", "warning", "--trust-run-config"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
     try:
         deadline, card = time.time() + 180, None
@@ -182,6 +188,7 @@ def test_serve_agent_keeps_a_runs_mcp_tools(mcp_run):
         proc.terminate()
         out, err = proc.communicate(timeout=30)
     assert "with tools python, multiply" in out
+    assert f"tools.mcp[0]: starts the command: {sys.executable}" in err
 
 
 # ---- `arpo tool` with your own tool and an MCP server's --------------------------------------------

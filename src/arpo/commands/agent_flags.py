@@ -6,9 +6,11 @@ How a command's settings are resolved (`resolve`), first wins:
   1. a flag given on the command line (--tools, --max-response-tokens, --web-*, ...)
   2. --tools-config FILE: a YAML `tools:` section, train's schema (tools.mcp servers, tools.options of
      your own tools, tools.web, ...), the way to give chat / eval / serve / tool MCP tools
-  3. the run dir of --model RUN_DIR (from_run.py): its whole tools section (MCP servers, plug-in tools,
-     options and web included, the cache left out), its template and the agent keys in RUN_AGENT_KEYS
-     (a run's sampling is train's exploration, so sampling is not taken from it)
+  3. the run dir of --model RUN_DIR (from_run.py): its tools section's plain settings (the cache left
+     out), its template and the agent keys in RUN_AGENT_KEYS (a run's sampling is train's exploration,
+     so sampling is not taken from it); its settings that run code or reach the network (MCP servers,
+     your own tools, search_url, tools.web's URLs and key variables) only with --trust-run-config
+     (from_run.admit: a run dir is data, not code)
   4. a released checkpoint's template (--template arpo-reasoning, ...): its tools, budgets and sampling
   5. the command's default (settings.COMMAND_DEFAULTS), then the section's (train's)
 """
@@ -47,7 +49,7 @@ RUN_TOOLS_SKIP = ("cache", "cache_path")  # training's tool cache; an interactiv
 
 _AGENT = ["tools", "session", "tool_format", "template", "max_tool_calls", "max_response_tokens", "temperature",
           "top_p", "top_k", "repetition_penalty", "search_index", "search_url", "search_top_k",
-          "search_max_chars", "tools_config"]
+          "search_max_chars", "tools_config", "trust_run_config"]
 # the flags of each command; the commands marked in RESOLVING take the run dir's and the template's
 # settings, so their flags default to None (not given) and the help says the chain
 COMMAND_FLAGS = {
@@ -55,7 +57,7 @@ COMMAND_FLAGS = {
     "eval": _AGENT + ["seed"],
     "serve": _AGENT,
     "sft-data": ["tools", "tool_format", "template", "max_tool_calls", "max_response_tokens", "temperature",
-                 "search_index", "search_top_k", "search_max_chars"],
+                 "search_index", "search_top_k", "search_max_chars", "trust_run_config"],
     "tool": ["python_timeout", "max_output_chars", "search_index", "search_url", "search_top_k", "search_max_chars",
              "tools_config"],
 }
@@ -125,6 +127,11 @@ def add_agent_flags(p, command: str, only: list[str] | None = None) -> None:
             p.add_argument(flag, default=None, help="prompt template: math, calc, search, both, deep_search, or a "
                            "released ARPO checkpoint's (arpo-reasoning, arpo-deepsearch, ...: also its tools, budgets "
                            "and sampling) (default: the run's, else chosen from the tools and the task)")
+            continue
+        if dest == "trust_run_config":
+            from arpo.commands.from_run import add_trust_flag
+
+            add_trust_flag(p)
             continue
         if dest == "tools_config":
             p.add_argument(flag, default=None, metavar="FILE",
@@ -209,12 +216,15 @@ def given(args, command: str) -> dict[str, dict]:
 def resolve(args, command: str, run: dict | None = None) -> Resolved:
     """The agent and tools sections of `command` (the order in this module's docstring). `run`: the run
     dir's settings (from_run.run_settings; default: those of args.model)."""
-    from arpo.commands.from_run import run_settings
+    from arpo.commands.from_run import admit, run_settings
     from arpo.config import from_dict
     from arpo.data.prompts import checkpoint_template_for, template_defaults
 
     model = getattr(args, "model", None) if command in RESOLVING else None  # sft-data's --model: a sampler
     run = run_settings(model) if run is None and model else (run or {})
+    # a run dir is data: its code and network settings only with --trust-run-config (printed first)
+    run = admit(run, model or getattr(args, "model", None), bool(getattr(args, "trust_run_config", False)),
+                command)
     flags = given(args, command)
     file = read_tools_config(getattr(args, "tools_config", None))
     run_tools = {k: v for k, v in (run.get("tools") or {}).items() if k not in RUN_TOOLS_SKIP}

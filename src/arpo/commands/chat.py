@@ -18,9 +18,11 @@ EXAMPLES = """examples:
 
 A template of a released checkpoint (arpo-reasoning, arpo-deepsearch, arpo-code-search, arpo-search,
 arpo-math, arpo-base) also sets the tools, result format, tool-call cap, response budget and sampling
-its authors used, unless a flag says otherwise. --model RUN_DIR gives the run's tools (its MCP servers
-and your own tools too), template, call format and budgets; --tools-config FILE adds a tools section
-(e.g. MCP servers: `mcp: [{command: python, args: [server.py]}]`).
+its authors used, unless a flag says otherwise. --model RUN_DIR gives the run's built-in tools, template,
+call format and budgets; its MCP servers, your own tools, search URL and web URLs and key variables
+only with --trust-run-config (a run dir is data, not code: arpo lists what it leaves out, or with the
+flag what it will run). --tools-config FILE adds a tools section (e.g. MCP servers:
+`mcp: [{command: python, args: [server.py]}]`).
 """
 
 

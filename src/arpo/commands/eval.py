@@ -24,8 +24,10 @@ EXAMPLES = """examples:
 --model takes a Hugging Face dir, a built-in name, a checkpoint dir or a run dir (its latest
 checkpoint). A released ARPO checkpoint's template (arpo-reasoning, arpo-deepsearch, ...) also sets
 the tools, result format, tool-call cap, response budget and sampling its authors used, unless a
-flag says otherwise. A run dir also gives its tools (MCP servers and your own tools too), call format
-and budgets; --tools-config FILE adds a tools section (e.g. `mcp: [{url: http://127.0.0.1:9000/mcp}]`).
+flag says otherwise. A run dir also gives its built-in tools, call format and budgets; its MCP servers,
+your own tools, search URL and web URLs and key variables only with --trust-run-config (a run dir is
+data, not code: arpo lists what it leaves out, or with the flag what it will run); --tools-config FILE
+adds a tools section (e.g. `mcp: [{url: http://127.0.0.1:9000/mcp}]`).
 Greedy (--temperature 0, eval's default) with --samples 1 gives deterministic numbers.
 pass@k uses the unbiased estimator 1 - C(n-c,k)/C(n,k) over the n = --samples samples."""
 
@@ -57,7 +59,8 @@ def register(sub) -> None:
                    help="hf engine: run each decode step as one torch.compile graph (compiled once per process: "
                         "minutes on a 2-core CPU, so it pays on long evaluations only; BENCHMARKS.md)")
     p.add_argument("--out", default=None, help="write the metrics (and per-sample records) as JSON here")
-    j = p.add_argument_group("LLM-as-judge (the paper's equivalence prompt; src/arpo/eval/judge.py)")
+    j = p.add_argument_group("LLM-as-judge (the paper's equivalence prompt; the judge sees only the extracted "
+                             "answer, delimited as data: docs/judge.md)")
     j.add_argument("--judge", action="store_true",
                    help="also judge every answer with an LLM behind an OpenAI-compatible API: judge_pass@1/@k, "
                    "judge_failures (a failed judgment falls back to the rule-based check, never fatal)")

@@ -34,7 +34,8 @@ AGENT_EXAMPLES = """examples:
 
 The agent loop runs on the server with its tools; concurrent requests are decoded together. --model
 takes a run dir (its latest checkpoint; its config.yaml gives the defaults of the tool and agent
-flags: its tools, MCP servers and your own tools included, template, call format and budgets), a
+flags: its built-in tools, template, call format and budgets; its MCP servers, your own tools, search
+URL and web URLs and key variables only with --trust-run-config, which prints what will run), a
 checkpoint, a Hugging Face dir or a built-in name. --tools-config FILE adds a tools section (MCP
 servers: `mcp: [{command: python, args: [server.py]}]`). The sampling flags are the defaults of a
 request that sets none. The model id clients ask for is the
@@ -106,7 +107,8 @@ def run_agent(args) -> int:
 
 def agent_config(args, run: dict, env_key: str | None = None):
     """ServeConfig from the flags; what they leave unset comes from the run dir (`run`: from_run.run_settings,
-    its tools section whole, MCP servers included), then serve's defaults (commands/agent_flags.py)."""
+    its plain tool settings; its code and network settings with --trust-run-config, from_run.admit), then
+    serve's defaults (commands/agent_flags.py)."""
     from arpo.serve.app import ServeConfig
 
     r = resolve(args, "serve", run)

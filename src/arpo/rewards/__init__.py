@@ -18,8 +18,10 @@ before a run).
 Answers and tags are read only from what the model generated: a tool whose output contains
 `</result><answer>\\boxed{72}</answer>` must not answer for the model. Every built-in reward does so
 through `tool_spans` (check_format reads the blocks as data, the answer comes from
-`model_text(response, tool_spans)`); a plug-in reward should too — `model_text` is exported for it.
-Without `tool_spans` (a caller that has only text) the text is all there is.
+`model_text(response, tool_spans)`). A plug-in reward (`module:function`, custom.py) is handed the
+model's own text as its `response` (tool results removed) and asks for the whole response by
+naming a `raw_response` parameter. Without `tool_spans` (a caller that has only text) the built-in
+rewards read the text as it is; a plug-in still gets it without its `<result>` blocks.
 """
 
 from __future__ import annotations

@@ -1,11 +1,16 @@
 """Your own reward function behind arpo's contract (`reward.fn=module:function`, `--reward module:function`).
 
 The contract (README "Reward contract"): arpo calls `fn(response, example, **options)` once per
-trajectory, with `response` the model's whole response (its text and the tool results it read) and
-`example` the data row (`question`, `answers`, `task`, `id`, and the row's other fields); options
-`tool_calls` ([{tool, ok}]), `tools` (the agent's tool names) and `math_scorer` are passed only if
-the function accepts them (by name or **kwargs). A function with a `completions` parameter is called
-the TRL way: `fn(prompts=[question], completions=[response], **row fields)` and may return a list.
+trajectory, with `response` the text the MODEL wrote — the tool results the environment appended
+are removed (`own_text`: the rollout's `tool_spans` blanked, or without them every
+`<result>...</result>` block), so a reward that looks for the gold in `response` never credits an
+answer a tool printed (issue 37) — and `example` the data row (`question`, `answers`, `task`, `id`,
+and the row's other fields); options `tool_calls` ([{tool, ok}]), `tools` (the agent's tool names),
+`math_scorer`, `tool_spans` and `raw_response` are passed only if the function accepts them (by
+name or **kwargs). A reward that must read the tool results asks for them: a parameter named
+`raw_response` receives the whole response, tool results included (with `tool_spans`, the spans of
+the results in it). A function with a `completions` parameter is called the TRL way:
+`fn(prompts=[question], completions=[the model's own text], **row fields)` and may return a list.
 
 It may return
 * a number r (TRL's convention): reward r; score = r clipped to [0, 1]; correct when r >= 1;
@@ -24,9 +29,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from arpo.errors import ArpoError
+from arpo.rewards.format import model_text
 from arpo.rewards.result import RewardResult, response_answer
 
-OPTIONS = ("tool_calls", "tools", "math_scorer", "task")
+OPTIONS = ("tool_calls", "tools", "math_scorer", "task", "tool_spans", "raw_response")
 FIELDS = ("score", "correct", "format_ok", "format_error", "answer")
 CONTRACT = "return a number, a dict with a numeric 'reward', or an object with a .reward (README: Reward contract)"
 
@@ -50,6 +56,8 @@ class UserReward:
 
     def __call__(self, response: str, example: dict, **kw: Any):
         where = f"reward {self.name} on example {example.get('id', '?')}"
+        raw, response = response, own_text(response, kw.get("tool_spans"))
+        kw = {**kw, "raw_response": raw}  # only a function that names it (or takes **kwargs) gets it
         try:
             if self.trl:
                 rows = {k: [v] for k, v in example.items() if k not in ("prompts", "completions")}
@@ -65,7 +73,17 @@ class UserReward:
             raise
         except Exception as e:
             raise ArpoError(f"{where} raised {type(e).__name__}: {e}") from e
-        return to_result(out, response, where, kw.get("tool_spans"))
+        return to_result(out, raw, where, kw.get("tool_spans"))
+
+
+def own_text(response: str, tool_spans=None) -> str:
+    """The model's own text of a response: the environment's blocks (`tool_spans`, the rollout's) each
+    replaced by a newline; without spans (a caller with text only) every `<result>...</result>` block."""
+    import re
+
+    if tool_spans is not None:
+        return model_text(response, tool_spans)
+    return re.sub(r"<result>.*?</result>", "\n", response, flags=re.S)
 
 
 def to_result(out, response: str, where: str, tool_spans=None):

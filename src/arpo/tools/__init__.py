@@ -50,30 +50,31 @@ def build_tools(names: list[str], *, python_timeout_s: float = PYTHON_TIMEOUT_S,
     reg = _Registry(cache)
     try:
         for n in names:
+            builtin = f"the built-in tool {n!r} (tools.enabled)"
             if n == "python" and python_session:
                 from arpo.tools.python_session import PythonSessionTool
 
-                reg.register(PythonSessionTool(timeout_s=python_timeout_s, max_output_chars=max_output_chars))
+                reg.register(PythonSessionTool(timeout_s=python_timeout_s, max_output_chars=max_output_chars), builtin)
             elif n == "python":
                 from arpo.tools.python import PythonTool
 
-                reg.register(PythonTool(timeout_s=python_timeout_s, max_output_chars=max_output_chars))
+                reg.register(PythonTool(timeout_s=python_timeout_s, max_output_chars=max_output_chars), builtin)
             elif n == "search":
                 from arpo.tools.search import SearchTool
 
                 if search_url:
-                    reg.register(SearchTool(url=search_url, top_k=search_top_k, max_chars=search_max_chars))
+                    reg.register(SearchTool(url=search_url, top_k=search_top_k, max_chars=search_max_chars), builtin)
                 else:
                     index = load_index(search_index)
-                    reg.register(SearchTool(index=index, top_k=search_top_k, max_chars=search_max_chars))
+                    reg.register(SearchTool(index=index, top_k=search_top_k, max_chars=search_max_chars), builtin)
             elif n == "web_search":
                 from arpo.tools.web_search import WebSearchTool
 
-                reg.register(WebSearchTool(web))
+                reg.register(WebSearchTool(web), builtin)
             elif n == "browse":
                 from arpo.tools.browse import BrowseTool
 
-                reg.register(BrowseTool(web))
+                reg.register(BrowseTool(web), builtin)
             elif ":" in n:
                 # `Sql` or `sql`: it used to miss the second
                 name = next((k for k in keys(n) if k in options), keys(n)[0])
@@ -87,17 +88,17 @@ def build_tools(names: list[str], *, python_timeout_s: float = PYTHON_TIMEOUT_S,
                 topts.check(f"tools.options.{name}")
                 tool = load_tool(n, topts)
                 tool.cacheable = cacheable
-                reg.register(tool)
+                reg.register(tool, f"your tool {n!r} (tools.enabled)")
             else:
                 raise ArpoError(f"unknown tool {n!r}; available: {', '.join(KNOWN_TOOLS)} or your own as "
                                 "module.path:function (e.g. mypkg.tools:lookup_order)")
-        for server in mcp or []:
+        for i, server in enumerate(mcp or []):
             from arpo.tools.mcp import MCPServerTools
 
             src = MCPServerTools(server)
             reg.sources.append(src)
             for tool in src.tools():
-                reg.register(tool)
+                reg.register(tool, f"the tool {tool.name!r} of MCP server {src.label} (tools.mcp[{i}])")
     except BaseException:
         reg.close()
         raise
@@ -112,15 +113,23 @@ class _Registry(ToolRegistry):
         self.cache = cache
         self.sources: list = []  # MCP server connections (closed with the registry)
 
-    def register(self, tool) -> None:
+    def register(self, tool, source: str | None = None) -> None:
         from arpo.tools.function import as_tool
+        from arpo.tools.registry import source_of
 
         tool = as_tool(tool)
+        source = source or source_of(tool)
         if self.cache is not None and getattr(tool, "cacheable", True):  # your tools: only when options say so
             from arpo.tools.cache import CachedTool
 
             tool = CachedTool(tool, self.cache)
-        super().register(tool)
+        try:
+            super().register(tool, source)
+        except Exception:
+            close = getattr(tool, "close", None)  # a tool refused (its name is taken) keeps no workers
+            if close is not None:
+                close()
+            raise
 
     def close(self) -> None:
         super().close()

@@ -1,12 +1,18 @@
 """The tool registry: maps tags to tools, gives the agent its stop strings and parses the model's
 last call (the protocol's types are in tools/base.py; plain functions and classes become tools
-through tools/function.py)."""
+through tools/function.py).
+
+A name belongs to one tool: registering a second tool under a name already taken (a built-in, your
+own function or class, an MCP server's tool, or two MCP servers offering one name) is an ArpoError
+that names both sources. An MCP tool called `python` used to replace the sandboxed python tool
+silently while the prompt still described the built-in (issue 37)."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
 
+from arpo.errors import ArpoError
 from arpo.tools.base import ANSWER_TAG, NON_CALL_TAGS, Tool, ToolCall, ToolResult, has_sessions
 from arpo.tools.function import as_tool
 
@@ -16,20 +22,31 @@ class ToolRegistry:
 
     def __init__(self, tools: Iterable[Tool] = ()):
         self._tools: dict[str, Tool] = {}
+        self._sources: dict[str, str] = {}  # tool name -> where it came from (for the duplicate error)
         for t in tools:
             self.register(t)
 
-    def register(self, tool) -> None:
-        """Add a tool: a Tool, or any function / class (tools/function.py builds its schema)."""
+    def register(self, tool, source: str | None = None) -> None:
+        """Add a tool: a Tool, or any function / class (tools/function.py builds its schema).
+        `source`: where it comes from, in words (default: made from the tool, source_of)."""
         tool = as_tool(tool)
-        self._add(tool)
+        self._add(tool, source or source_of(tool))
 
-    def _add(self, tool: Tool) -> None:
+    def _add(self, tool: Tool, source: str) -> None:
         if not re.fullmatch(r"[a-z_][a-z0-9_]*", tool.name):
             raise ValueError(f"tool tag {tool.name!r} must be lowercase [a-z0-9_]")
         if tool.name in (ANSWER_TAG, "result", "think"):
             raise ValueError(f"tag <{tool.name}> is reserved by the protocol")
+        if tool.name in self._tools:
+            raise ArpoError(f"two tools are named {tool.name!r}: {self._sources[tool.name]} and {source}; a name "
+                            "belongs to one tool (the agent would call one while its prompt describes the other): "
+                            "remove one of them, or rename your tool")
         self._tools[tool.name] = tool
+        self._sources[tool.name] = source
+
+    def source(self, tag: str) -> str:
+        """Where tool `tag` came from, in words."""
+        return self._sources[tag]
 
     def __contains__(self, tag: str) -> bool:
         return tag in self._tools
@@ -116,3 +133,17 @@ class ToolRegistry:
             return tool(call.input)
         except Exception as e:  # noqa: BLE001 - a tool must never crash the rollout
             return ToolResult(f"Error: tool <{call.tag}> failed: {type(e).__name__}: {e}", ok=False)
+
+
+def source_of(tool) -> str:
+    """Where a tool comes from, in words: an MCP server's tool names its server, your function or
+    class its module path, a built-in its class."""
+    inner = getattr(tool, "tool", tool)  # a CachedTool wraps the real one
+    server = getattr(inner, "server", None)
+    if server is not None and hasattr(server, "label"):
+        return f"the tool {inner.name!r} of MCP server {server.label}"
+    owner, fn = getattr(inner, "owner", None), getattr(inner, "fn", None)
+    obj = type(owner) if owner is not None else fn
+    if obj is not None:
+        return f"your tool {getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', repr(obj))}"
+    return f"the built-in tool {inner.name!r} ({type(inner).__module__}.{type(inner).__qualname__})"

@@ -10,6 +10,13 @@
 
 Keys of paid providers come from the environment (`SERPER_API_KEY`, `TAVILY_API_KEY`,
 `BRAVE_API_KEY`, `EXA_API_KEY`; `api_key_env` names another variable), never from a file.
+
+A run directory is data, not configuration you wrote (issue 37): `arpo chat / eval / serve agent
+--model RUN_DIR` never take the keys in RUN_TRUST_KEYS (where requests and keys go, which addresses
+browse may reach) from a run's `tools.web` unless `--trust-run-config` is given, and even then a
+run may name only its provider's own key variable (KEY_ENVS; the summarizer's: SUMMARIZER_KEY_ENVS):
+a run naming `AWS_SECRET_ACCESS_KEY` is refused (`check_run_key_envs`). Your own `--tools-config`
+and flags may name any variable.
 """
 
 from __future__ import annotations
@@ -38,6 +45,31 @@ PROVIDERS = {
     "searxng": Provider("searxng", "http://127.0.0.1:8888", "SEARXNG_API_KEY", 2.0),  # self-hosted; key optional
     "local": Provider("local", LOCAL_WEB_URL, None, 0.0),  # arpo web serve: SearXNG's JSON API
 }
+
+# the environment variables a provider's key may come from when a run dir names one (api_key_env);
+# a provider without a key has none
+KEY_ENVS: dict[str, tuple[str, ...]] = {name: (p.key_env,) if p.key_env else () for name, p in PROVIDERS.items()}
+SUMMARIZER_KEY_ENVS = ("OPENAI_API_KEY", "ARPO_API_KEY")  # an OpenAI-compatible endpoint; arpo serve agent's key
+# tools.web keys that say where requests and keys go or which addresses browse may fetch: taken from
+# a run dir only with --trust-run-config (commands/from_run.py)
+RUN_TRUST_KEYS = ("url", "api_key_env", "summarizer_url", "summarizer_key_env", "allow_private", "allow_hosts")
+
+
+def check_run_key_envs(web: dict, where: str = "tools.web") -> None:
+    """A run dir's tools.web may name only its provider's own key variable (KEY_ENVS) and the
+    summarizer's (SUMMARIZER_KEY_ENVS): ArpoError otherwise, naming the key and the allowed names."""
+    provider = web.get("provider", WebConfig.provider)
+    env = web.get("api_key_env")
+    allowed = KEY_ENVS.get(provider, ())
+    if env is not None and env not in allowed:
+        raise ArpoError(f"{where}.api_key_env: {env!r} is not a key variable of provider {provider} (a run may name "
+                        f"{', '.join(allowed) or 'none: the provider takes no key'}); a run dir must not choose which "
+                        "secret is sent. Name the variable in your own --tools-config if you mean it")
+    env = web.get("summarizer_key_env")
+    if env is not None and env not in SUMMARIZER_KEY_ENVS:
+        raise ArpoError(f"{where}.summarizer_key_env: {env!r} is not a summarizer key variable (a run may name "
+                        f"{', '.join(SUMMARIZER_KEY_ENVS)}); a run dir must not choose which secret is sent. Name "
+                        "the variable in your own --tools-config if you mean it")
 
 
 @dataclass
