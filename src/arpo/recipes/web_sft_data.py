@@ -14,6 +14,11 @@
 A row is dropped (and counted) when the search does not return a result titled T, or when the
 pages read do not contain the gold answer (yes/no answers excepted). Rows have the layout of
 `arpo sft-data` (recipes/sft_data.py) with system template `deep_search`.
+
+Rows of the built-in `webhop` task (data/webhop.py: "What is the A of the R town of X?") get that
+task's scripted trajectory instead (`webhop.expert_response`: search X, browse its page for the
+relation, search the town named there, browse its page for A, answer), with system template `webhop`;
+a row is dropped when a page or a fact is not found where the trajectory reads it.
 """
 
 from __future__ import annotations
@@ -61,10 +66,34 @@ def hotpotqa_to_deep_search(row: dict, search_tool, browse_tool, max_pages: int 
             "source": "hotpotqa-supporting-facts(web_search+browse)"}, "ok"
 
 
+def webhop_to_deep_search(row: dict, search_tool, browse_tool) -> tuple[dict | None, str]:
+    """(row, "ok") or (None, reason) for a webhop question: its scripted trajectory through the tools."""
+    from arpo.data import webhop
+
+    text, spans, why = webhop.expert_response(row, search_tool, browse_tool)
+    if text is None:
+        return None, why
+    golds = [str(a) for a in row.get("answers", [])]
+    if not any(f"\\boxed{{{g}}}" in text for g in golds):
+        return None, "the pages read gave another answer"
+    return {"id": str(row.get("id", "")), "task": "math", "question": row["question"], "answers": golds,
+            "system": webhop.TEMPLATE, "response": text, "tool_results": spans,
+            "source": "webhop(web_search+browse)"}, "ok"
+
+
+def to_deep_search(row: dict, search_tool, browse_tool, max_pages: int = 2) -> tuple[dict | None, str]:
+    """A webhop question's scripted trajectory, else a HotpotQA row's (by its supporting facts)."""
+    from arpo.data import webhop
+
+    if webhop.is_webhop(row):
+        return webhop_to_deep_search(row, search_tool, browse_tool)
+    return hotpotqa_to_deep_search(row, search_tool, browse_tool, max_pages)
+
+
 def build_deep_search_sft(data: str, out_path: str, web: dict | None = None, limit: int | None = None,
                           max_pages: int = 2, progress: bool = True) -> dict:
-    """Convert HotpotQA rows of the data spec `data` until `limit` rows check out; write JSONL
-    atomically. Returns {written, read, dropped{reason: n}, out}."""
+    """Convert the rows of the data spec `data` (HotpotQA rows, or webhop questions) until `limit`
+    rows check out; write JSONL atomically. Returns {written, read, dropped{reason: n}, out}."""
     from arpo.data.sources import iter_rows
     from arpo.jsonl import write_jsonl
     from arpo.recipes.sft_data import _convert_rows, _stats
@@ -74,7 +103,7 @@ def build_deep_search_sft(data: str, out_path: str, web: dict | None = None, lim
     try:
         src = [row for _, row in iter_rows(data)]
         rows, reasons = _convert_rows(
-            src, lambda r: hotpotqa_to_deep_search(r, tools["web_search"], tools["browse"], max_pages),
+            src, lambda r: to_deep_search(r, tools["web_search"], tools["browse"], max_pages),
             limit, progress, "deep-search trajectories")
     finally:
         tools.close()
