@@ -24,6 +24,7 @@ from web_servers import free_port
 
 from arpo.data import webhop
 from arpo.data.datasets import load_examples
+from arpo.recipes.web_sft_data import webhop_trajectory
 from arpo.rewards import arpo_reward
 
 
@@ -138,7 +139,7 @@ def test_every_question_scripted_trajectory_1_first_page_and_snippets_0(tools):
     t0 = time.perf_counter()
     for split in webhop.SPLITS:
         for ex in load_examples(f"webhop:{split}"):
-            text, spans, why = webhop.expert_response(ex, search, browse)
+            text, spans, why = webhop_trajectory(ex, search, browse)
             assert why == "ok" and text is not None, (ex["id"], why)
             assert _reward(text, ex, spans) == 1.0, (ex["id"], text)
             results = [text[s:e] for s, e in spans]
@@ -191,3 +192,42 @@ def test_parse_question_and_readers():
     assert webhop.read_relation(page, "twin", "Belmor") == "Karvin"
     assert webhop.read_relation(page, "rival", "Belmor") is None  # North Belmor's rival is not Belmor's
     assert webhop.read_attribute("Karvin has a population of 41207.", "population", "Karvin") == "41207"
+
+
+def test_eval_json_has_the_deep_search_metrics(web, tools, tmp_path, capsys, monkeypatch):
+    """`arpo eval --data webhop:dev --template webhop --tools web_search,browse` with the tiny model
+    scripted to write the expert's calls: through the real tools it is correct, and its record and the
+    dataset's results carry the deep-search metrics (2 searches, 2 pages read, both supporting pages
+    opened, the answer on the second page)."""
+    from arpo.cli import main
+    from arpo.rollout.agent import AgentLoop
+    from arpo.testing import scripted_hook
+    from arpo.tools.base import ToolCall
+
+    ex = load_examples("webhop:dev[0:1]")[0]
+    text, spans, _ = webhop_trajectory(ex, lambda q: tools.run(ToolCall("web_search", q)),
+                                            lambda q: tools.run(ToolCall("browse", q)))
+    cuts = [0] + [i for sp in spans for i in sp] + [len(text)]
+    segments = [text[cuts[i]:cuts[i + 1]] for i in range(0, len(cuts), 2)]
+    params = AgentLoop.params
+
+    def scripted(self, prompt_len, seed):
+        p = params(self, prompt_len, seed)
+        p.logits_hook = scripted_hook(self.tok, segments)
+        return p
+
+    monkeypatch.setattr(AgentLoop, "params", scripted)
+    out = tmp_path / "e.json"
+    assert main(["eval", "--model", "tiny-random", "--data", "webhop:dev[0:1]", "--template", "webhop", "--tools",
+                 "web_search,browse", "--web-url", web, "--web-top-k", "2", "--web-snippet-chars", "30",
+                 "--browse-window-chars", "120", "--max-response-tokens", "4000", "--json", "--quiet",
+                 "--out", str(out)]) == 0
+    res = json.loads(capsys.readouterr().out)["results"]["webhop:dev[0:1]"]
+    assert res["pass@1"] == 1.0 and res["tool_calls/web_search"] == 2 and res["tool_calls/browse"] == 2
+    assert res["deep_search/searches"] == 2 and res["deep_search/pages_read"] == 2
+    assert res["deep_search/supporting_opened"] == 1.0 and res["deep_search/answer_on_page"] == 1.0
+    rec = json.loads(out.read_text())["records"]["webhop:dev[0:1]"][0]
+    ds = rec["deep_search"]
+    hop2 = ex["supporting"][1]
+    assert ds["supporting"] == ex["supporting"] and ds["supporting_opened"] == 2
+    assert ds["answer_page"] == f"{web}/wiki/{hop2}" and ds["pages"][1] == ds["answer_page"]

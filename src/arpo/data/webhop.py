@@ -20,7 +20,8 @@ filler paragraphs in a per-page shuffled order, one short paragraph each:
     ...
 
 A question asks an attribute of a related town: "What is the elevation of the twin town of Belmor?".
-A correct trajectory (the scripted one: `expert_response`):
+A correct trajectory (the scripted one: recipes/web_sft_data.webhop_trajectory, what `arpo web sft-data`
+writes for webhop rows):
 
     <web_search>Belmor</web_search>               -> the page titled Belmor among its near-namesake, ...
     <browse>URL of Belmor | twin town</browse>    -> the passages about the twin town (and the rival)
@@ -45,8 +46,8 @@ import json
 import random
 import re
 import sys
-from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 SEED = 40
 N_TOWNS = 60
@@ -94,7 +95,7 @@ def _derangement(rng: random.Random, names: list[str], avoid: dict[str, str] | N
             return dict(zip(names, perm, strict=True))
 
 
-def _fact(attr: str, name: str, value) -> str:
+def _fact(attr: str, name: str, value: Any) -> str:
     return {"twin": f"The twin town of {name} is {value}.", "rival": f"The rival town of {name} is {value}.",
             "population": f"{name} has a population of {value}.",
             "elevation": f"The elevation of {name} is {value} metres.",
@@ -125,7 +126,7 @@ def make_world(n: int = N_TOWNS, seed: int = SEED) -> list[dict]:
     twin = _derangement(rng, names)
     rival = _derangement(rng, names, avoid=twin)
     values = {a: rng.sample(range(lo, hi + 1), 2 * n) for a, (lo, hi) in RANGES.items()}
-    places = []
+    places: list[dict[str, Any]] = []
     for nm in names:
         places.append({"name": nm, "kind": "town", "of": None, "twin": twin[nm], "rival": rival[nm]})
     for nm in names:
@@ -150,7 +151,8 @@ def pages(world: list[dict]) -> list[dict]:
 
 def make_questions(world: list[dict], seed: int = SEED) -> dict[str, list[dict]]:
     """{split: examples}: every (town, relation, attribute) question, split by the first-hop town.
-    An example: {id, question, answers, task: math, hop1, relation, hop2, attribute, split}."""
+    An example: {id, question, answers, task: math, hop1, relation, hop2, attribute, supporting: [hop1,
+    hop2] (the pages' titles), split}."""
     towns = [p for p in world if p["kind"] == "town"]
     by_name = {t["name"]: t for t in towns}
     order = [t["name"] for t in towns]
@@ -165,7 +167,8 @@ def make_questions(world: list[dict], seed: int = SEED) -> dict[str, list[dict]]
                 y = by_name[by_name[x][rel]]
                 for a in ATTRIBUTES:
                     rows.append({"question": f"What is the {a} of the {rel} town of {x}?", "answers": [str(y[a])],
-                                 "task": "math", "hop1": x, "relation": rel, "hop2": y["name"], "attribute": a})
+                                 "task": "math", "hop1": x, "relation": rel, "hop2": y["name"], "attribute": a,
+                                 "supporting": [x, y["name"]]})
         random.Random(f"webhop-order:{seed}:{split}").shuffle(rows)
         out[split] = [{"id": f"webhop-{split}-{i}", **r, "split": split} for i, r in enumerate(rows)]
     return out
@@ -184,7 +187,7 @@ def parse_question(question: str) -> tuple[str, str, str]:
 
 
 def is_webhop(row: dict) -> bool:
-    """Whether a row is a webhop question (`arpo web sft-data` makes its trajectory with expert_response)."""
+    """Whether a row is a webhop question (`arpo web sft-data` writes its scripted trajectory)."""
     try:
         parse_question(str(row.get("question", "")))
     except ValueError:
@@ -211,45 +214,6 @@ def pick_url(result, title: str) -> str | None:
     """The URL of the search result titled exactly `title` (a web_search ToolResult's meta), or None."""
     meta = getattr(result, "meta", None) or {}
     return next((u for u, t in zip(meta.get("urls", []), meta.get("titles", []), strict=True) if t == title), None)
-
-
-def expert_response(example: dict, search: Callable, browse: Callable) -> tuple[str | None, list[list[int]], str]:
-    """The scripted correct trajectory of `example` through the real tools: (response or None, the
-    [start, end) spans of the result blocks, "ok" or why it failed). `search(query)` / `browse(input)`
-    return ToolResults (the registry's web_search and browse). The second search's query and the
-    answer are read off the pages the tools return, never from the example's fields."""
-    from arpo.tools.base import format_result
-
-    a, rel, x = parse_question(example["question"])
-    pieces: list[tuple[str, bool]] = [(f"<think>The {rel} town of {x}, then its {a}.</think>\n", True)]
-    town, query = x, f"{rel} town"
-    value = None
-    for hop in (1, 2):
-        found = search(town)
-        url = pick_url(found, town) if found.ok else None
-        pieces += [(f"<web_search>{town}</web_search>", True), (format_result(found.output), False)]
-        if url is None:
-            return None, [], f"hop {hop}: no search result titled {town}"
-        page = browse(f"{url} | {query}")
-        pieces += [(f"<browse>{url} | {query}</browse>", True), (format_result(page.output), False)]
-        if not page.ok:
-            return None, [], f"hop {hop}: browse failed"
-        if hop == 1:
-            nxt = read_relation(page.output, rel, x)
-            if nxt is None:
-                return None, [], f"hop 1: the {rel} town of {x} is not in the passages read"
-            town, query = nxt, a
-        else:
-            value = read_attribute(page.output, a, town)
-            if value is None:
-                return None, [], f"hop 2: the {a} of {town} is not in the passages read"
-    pieces.append((f"<answer>\\boxed{{{value}}}</answer>", True))
-    text, spans = "", []
-    for piece, generated in pieces:
-        if not generated:
-            spans.append([len(text), len(text) + len(piece)])
-        text += piece
-    return text, spans, "ok"
 
 
 # ---- files ---------------------------------------------------------------------------------------
