@@ -1,5 +1,6 @@
 """Worked deep-search trajectories made through the real web tools (cold-start SFT data for
-`web_search` + `browse`), from HotpotQA rows and their supporting-fact titles:
+`web_search` + `browse`), from multi-hop rows and their supporting pages' titles (HotpotQA's
+supporting facts, MuSiQue's paragraphs marked is_supporting, or a `supporting` list of titles):
 
     <think> I need to find information about T1. </think>
     <web_search> T1 </web_search>            <- answered by the real tool (the local web or the internet)
