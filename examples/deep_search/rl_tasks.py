@@ -1,4 +1,4 @@
-"""The RL task set of examples/deep_search/run.sh: the last N questions of a training split that
+"""The RL task set of examples/deep_search/run_hotpotqa.sh: the last N questions of a training split that
 the SFT data does not hold (its rows' ids), as JSONL examples for `arpo train`.
 
     python examples/deep_search/rl_tasks.py SFT.jsonl OUT.jsonl [--data hotpotqa:train] [-n 2]

@@ -12,6 +12,7 @@ EXAMPLES = """examples:
   arpo web serve --corpus my_pages.jsonl --port 8091    # your own pages: rows {title, text, url?}
   arpo eval --data hotpotqa:dev --limit 20 --tools web_search,browse      # the agent on the local web
   arpo web sft-data --data hotpotqa:train --limit 64 --out sft_deep_search.jsonl
+  arpo web serve --corpus webhop:pages   # the built-in two-hop web task (examples/deep_search/run.sh)
 
 The web tools reach the local web over HTTP as they reach the internet: web_search with
 --web-provider local (the default) and browse, which may fetch from it (loopback is allowed for
@@ -73,9 +74,12 @@ def register(sub) -> None:
     sv.set_defaults(func=run_serve)
     sd = s.add_parser("sft-data", help="deep-search SFT trajectories through the real web tools",
                       epilog=EXAMPLES, formatter_class=HELP,
-                      description="For each HotpotQA row: web_search each supporting-fact title, browse the "
-                      "page found for the question, answer; rows whose pages lack the answer are dropped.")
-    sd.add_argument("--data", default="hotpotqa:train", help="HotpotQA rows (a data spec with supporting_facts)")
+                      description="For each HotpotQA / MuSiQue row: web_search each supporting page's title, browse "
+                      "the page found for the question, answer; rows whose pages lack the answer are dropped. "
+                      "webhop rows (`arpo web serve --corpus webhop:pages`) get that task's two-hop trajectory.")
+    sd.add_argument("--data", default="hotpotqa:train",
+                    help="multi-hop rows: HotpotQA (supporting_facts), MuSiQue (is_supporting paragraphs), a "
+                    "`supporting` list of titles, or webhop:train")
     sd.add_argument("--limit", type=POS_INT, default=None, help="rows to write (default: all that check out)")
     sd.add_argument("--max-pages", type=POS_INT, default=2, help="supporting pages searched and read per row")
     sd.add_argument("--out", required=True, help="output JSONL")

@@ -57,7 +57,28 @@ def _example(where: str, i: int, row: dict, task: str | None, id_prefix: str) ->
         ex["solution"] = str(row["answer"])  # GSM8K worked solution, for cold-start SFT data
     if isinstance(row.get("equation"), str):
         ex["equation"] = row["equation"]  # SVAMP: the python expression of the answer, for cold-start SFT data
+    sup = supporting_titles(row)
+    if sup:
+        ex["supporting"] = sup  # the pages a multi-hop answer rests on (deep-search metrics, eval/deep_search.py)
     return ex
+
+
+def supporting_titles(row: dict) -> list[str]:
+    """The titles of the pages a row's answer rests on, in order, without repeats: its `supporting`
+    list of titles; HotpotQA's `supporting_facts` (`{title: [...], ...}` or `[[title, sentence], ...]`);
+    MuSiQue's `paragraphs` marked `is_supporting`. [] when the row says nothing about them."""
+    sup = row.get("supporting")
+    if isinstance(sup, list) and all(isinstance(t, str) for t in sup):
+        return list(dict.fromkeys(sup))
+    sf = row.get("supporting_facts")
+    titles: list = []
+    if isinstance(sf, dict) and isinstance(sf.get("title"), list):
+        titles = sf["title"]
+    elif isinstance(sf, list):
+        titles = [f[0] for f in sf if isinstance(f, (list, tuple)) and f]
+    elif isinstance(row.get("paragraphs"), list):
+        titles = [p.get("title") for p in row["paragraphs"] if isinstance(p, dict) and p.get("is_supporting")]
+    return list(dict.fromkeys(t for t in titles if isinstance(t, str) and t))
 
 
 def load_examples(spec: str | Path, limit: int | None = None, task: str | None = None) -> list[dict]:

@@ -44,6 +44,11 @@ def summarize(records: list[dict], samples: int) -> dict:
     for t in tools:
         out[f"tool_calls/{t}"] = statistics.fmean(r["tool_calls"].get(t, 0) for r in records)
     out["response_tokens"] = statistics.fmean(r["response_tokens"] for r in records)
+    ds = [r["deep_search"] for r in records if "deep_search" in r]
+    if ds:  # the web tools were enabled: searches, pages read, supporting pages opened, answers on a page
+        from arpo.eval.deep_search import summarize as deep_summary
+
+        out.update({f"deep_search/{k}": v for k, v in deep_summary(ds).items()})
     return out
 
 
@@ -68,6 +73,7 @@ def evaluate(engine, tools, tok, examples: list[dict], *, reward_fn, agent: Agen
     import dataclasses
 
     from arpo.data.prompts import prompts_for
+    from arpo.eval.deep_search import WEB_TOOLS, trajectory_stats
     from arpo.rollout.agent import AgentLoop
 
     cfg = dataclasses.replace(agent or AgentConfig(), temperature=temperature)
@@ -79,6 +85,7 @@ def evaluate(engine, tools, tok, examples: list[dict], *, reward_fn, agent: Agen
     for ex, p in zip(examples, rendered, strict=True):  # all of them before the first generation
         check_prompt_fits(len(p), getattr(engine, "context_len", None), f"the prompt of {ex['id']}")
     jobs = [(i, s) for i in range(len(examples)) for s in range(samples)]
+    web = any(n in tools.names for n in WEB_TOOLS)  # deep search: per-record search and reading metrics
     records = []
     try:  # an interrupted evaluation still hands over the answers it finished
         for b in range(0, len(jobs), batch_size):
@@ -98,6 +105,10 @@ def evaluate(engine, tools, tok, examples: list[dict], *, reward_fn, agent: Agen
                                 "answer": res.answer, "gold": ex["answers"], "tool_calls": counts,
                                 "response_tokens": tr.n_generated_tokens, "finish_reason": tr.finish_reason,
                                 "text": tr.text, "tool_spans": [list(sp) for sp in tr.tool_spans]})
+                if web:
+                    records[-1]["deep_search"] = trajectory_stats(
+                        [{"tool": c.tool, "input": c.input, "output": c.output, "ok": c.ok} for c in tr.tool_calls],
+                        res.answer, ex.get("supporting"))
                 engine.release(tr.sid)
             if progress is not None:
                 progress(len(chunk))

@@ -245,8 +245,11 @@ def svamp_to_sft(example: dict, python_tool) -> tuple[dict | None, str]:
 
 
 def supporting_titles(row: dict, n: int) -> list[str]:
-    """The first `n` distinct titles of a HotpotQA row's supporting facts, in order (one search each)."""
-    return list(dict.fromkeys((row.get("supporting_facts") or {}).get("title", [])))[:n]
+    """The first `n` distinct titles of a row's supporting pages, in order (one search each): HotpotQA's
+    supporting facts, MuSiQue's paragraphs marked is_supporting, or a `supporting` list (data.datasets)."""
+    from arpo.data.datasets import supporting_titles as titles
+
+    return titles(row)[:n]
 
 
 def hop_thought(k: int, title: str) -> str:

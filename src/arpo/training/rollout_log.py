@@ -107,6 +107,7 @@ def tree_record(tree, tokenizer, step: int, index: int, meta=None) -> dict:
     trajs = [trajectory_record(t, tokenizer) for t in tree.trajectories]
     rec = {"format": FORMAT, "step": step, "index": index, "prompt_id": tree.prompt_id,
            "question": ex.get("question"), "gold": gold, "task": ex.get("task"),
+           **({"supporting": ex["supporting"]} if ex.get("supporting") else {}),
            "prompt": tokenizer.decode(tree.prompt_ids), **(meta or {}),
            "trained": all(t.advantages is not None for t in tree.trajectories), "trajectories": trajs}
     return {"summary": tree_summary(rec), **rec}

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from arpo.errors import ArpoError
+from arpo.eval.deep_search import WEB_TOOLS, trajectory_stats
 from arpo.training.rollout_log import STEP_FILE, step_files, tree_summary
 
 PAGE = 24  # trees per page of a step
@@ -305,6 +306,11 @@ class Catalog:
             raise NotFound(f"step {step} has {len(sd.summaries)} trees")
         t = dict(sd.tree(index))
         t.update(run=r, step=step, index=index, trees_in_step=len(sd.summaries), skipped=sd.skipped)
+        if any(c.get("tool") in WEB_TOOLS for tr in t.get("trajectories") or [] for c in tr.get("tool_calls") or []):
+            # deep search: per path, searches, pages read, supporting pages opened, the answer's page
+            t["trajectories"] = [{**tr, "deep_search": trajectory_stats(tr.get("tool_calls") or [], tr.get("answer"),
+                                                                        t.get("supporting"))}
+                                 for tr in t["trajectories"]]
         return t
 
     # -- entropy after tool results (paper Fig. 1)

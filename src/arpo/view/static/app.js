@@ -348,6 +348,14 @@ function resultRuns(mask) {
   if (a >= 0) out.push([a, mask.length]);
   return out;
 }
+/* Deep-search metrics of a path (arpo/eval/deep_search.py): searches, pages read, supporting pages
+   opened, the page its answer was read on. */
+function deepText(d) {
+  const sup = d.supporting.length ? ` · supporting pages opened ${d.supporting_opened}/${d.supporting.length}` : "";
+  return `${d.searches} searches · ${d.pages_read} pages read${sup} · answer's page: ` +
+    (d.answer_page || (d.answered ? "none read shows it" : "no answer"));
+}
+
 /* The tool calls answered by each result block: a pause may hold several calls (json tool format);
    the last call of a pause carries the block's result_span. Dumps without spans: one call a block. */
 function callGroups(calls) {
@@ -493,6 +501,7 @@ function pathPanel(tr, full, i, mode) {
       h("tr", {}, h("td", {text: "reward"}), h("td", {text: `${fmt(t.reward)}${t.correct ? " · correct" : ""}` +
         (t.answer != null ? ` · answer ${t.answer}` : "") + (t.format_error ? ` · format error: ${t.format_error}` : "")})),
       h("tr", {}, h("td", {text: "advantage"}), h("td", {text: advText})),
+      t.deep_search ? h("tr", {}, h("td", {text: "deep search"}), h("td", {text: deepText(t.deep_search)})) : null,
       h("tr", {}, h("td", {text: "tokens"}), h("td", {text: `${t.n_tokens} (${gen.length} generated) · ended: ${t.finish_reason || "–"}` +
         (t.initial_entropy != null ? ` · H_initial ${fmt(t.initial_entropy, 3)}` : "")})))));
   const legend = mode === "entropy" ?
