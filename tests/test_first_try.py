@@ -245,3 +245,20 @@ def test_print_config_json_is_json(capsys):
     assert cfg["rollout"]["group_size"] == 8 and cfg["algo"]["preset"] == "arpo" and "memory_estimate" in cfg
     assert main(["sft", "--print-config", "--json"]) == 0
     assert "optim" in json.loads(capsys.readouterr().out)
+
+
+def test_eval_of_hop2_asks_with_hop2s_tool_and_prompt(capsys):
+    """`arpo eval --data hop2:dev` used the python tool and the math prompt instead of hop2's lookup
+    tool and prompt (its rows' task is math); a flag still wins."""
+    from arpo.data.sources import builtin_agent
+
+    assert builtin_agent("hop2:dev[0:3]") == (("arpo.data.hop2:lookup",), "hop2")
+    assert builtin_agent("webhop:test") == (("web_search", "browse"), "webhop")
+    assert builtin_agent("svamp:test") == ((), None) and builtin_agent("my.jsonl") == ((), None)
+    rc = main(["eval", "--model", "tiny-random", "--data", "hop2:dev[0:1]", "--max-response-tokens", "2"])
+    err = capsys.readouterr().err
+    assert rc == 0 and "prompt template hop2" in err and "tools lookup," in err, err[-800:]
+    rc = main(["eval", "--model", "tiny-random", "--data", "hop2:dev[0:1]", "--max-response-tokens", "2",
+               "--tools", "python"])
+    err = capsys.readouterr().err
+    assert rc == 0 and "tools python," in err, err[-800:]

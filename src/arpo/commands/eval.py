@@ -117,6 +117,8 @@ def run(args) -> int:
             raise ArpoError(f"--engine vllm: {INSTALL_HINT}")
     reward_fn = get_reward_fn(args.reward)
     judge = _make_judge(args)  # a bad judge flag fails before the model loads
+    from arpo.data.sources import builtin_agent
+
     datasets = {d: load_examples(d, args.limit, args.task) for d in args.data}
     from arpo.rewards.custom import check_reward
 
@@ -138,12 +140,14 @@ def run(args) -> int:
         try:  # Ctrl-C keeps every finished answer (written to --out), as train keeps checkpoints
             for path, examples in datasets.items():
                 tcfg = r.tools
-                if not r.tools_chosen:  # nothing named the tools: the task's ([] = no tools is a choice)
-                    tcfg = replace(tcfg, enabled=["python"] if all(ex["task"] == "math" for ex in examples)
-                                   else ["search"])
+                own_tools, own_template = builtin_agent(path)  # hop2, webhop: the tools their task is posed with
+                template = r.template or own_template
+                if not r.tools_chosen:  # nothing named the tools: the dataset's, else the task's ([] is a choice)
+                    tcfg = replace(tcfg, enabled=list(own_tools) or (
+                        ["python"] if all(ex["task"] == "math" for ex in examples) else ["search"]))
                 tools = tcfg.build()
                 if not args.quiet:
-                    print(template_line("eval", args.model, r.template, r.source, ",".join(tools.names)),
+                    print(template_line("eval", args.model, template, r.source, ",".join(tools.names)),
                           file=sys.stderr)
                 task = bar.add_task(_label(path), total=len(examples) * args.samples)
                 recs: list = []
@@ -151,7 +155,7 @@ def run(args) -> int:
                 try:
                     results[path] = evaluate(
                         engine, tools, tok, examples, reward_fn=reward_fn, agent=agent, samples=args.samples,
-                        temperature=agent.temperature, template=r.template, seed=args.seed,
+                        temperature=agent.temperature, template=template, seed=args.seed,
                         math_scorer=args.math_scorer, batch_size=args.batch_size,
                         progress=lambda n, t=task: bar.advance(t, n), records_out=recs,
                     )
