@@ -387,37 +387,94 @@ def test_two_servers_trees_stick_and_a_dead_server_fails_only_its_trees(setup, t
             stop_server(proc, log)
 
 
-def test_train_with_vllm_server_engine(setup, tiny_tok, tmp_path):
-    """`arpo train engine=vllm_server`: rollouts on the server, the updated weights pushed to it (disk sync)
-    after each step; afterwards the server's greedy continuation equals the HF engine on the final policy."""
-    from arpo.config import from_dict
-    from arpo.recipes import train
-
-    url, _, _, d = setup
+def _data(tmp_path):
     data = tmp_path / "q.jsonl"
     data.write_text("".join(json.dumps({"question": f"What is {i} + {i}?", "answer": str(2 * i), "task": "math"})
                             + "\n" for i in range(4)))
+    return data
+
+
+def _server_continues_like_hf(url, tok, model) -> None:
+    """The server's greedy continuation (with whatever weights it holds now) equals the HF engine's on `model`."""
+    e = make_engine("vllm_server", None, tok, servers=[url], topk_entropy=K)
+    try:
+        e.eos = set()
+        prompts = [ids(tok, "What is 3 + 3?"), ids(tok, "print(1) " * 4)]
+        params = SamplingParams(max_len=40, temperature=0.0)
+        want = [s.tokens for s in HFEngine(model, tok, eos_token_ids=[-1]).generate(prompts, params)]
+        assert [s.tokens for s in e.generate(prompts, params)] == want
+    finally:
+        e.close()
+
+
+def test_torchrun_fsdp_trains_with_vllm_server_and_syncs_weights(setup, tiny_tok, tmp_path):
+    """`torchrun --nproc-per-node 2 -m arpo train engine=vllm_server` (gloo, FSDP2, fp32): both ranks roll
+    out on the server, no rank holds a generation replica, and before step 2's rollout the ranks' gathered
+    weights reach the server by the disk path: afterwards it continues exactly like the HF engine on the
+    step-1 checkpoint."""
+    from safetensors.torch import load_file
+
+    url, a, _, d = setup
+    run_dir = tmp_path / "run"
+    ov = {"model.name": d / "model", "data.path": _data(tmp_path), "tools.enabled": "[]",
+          "agent.max_response_tokens": 12, "rollout.group_size": 4, "rollout.initial_rollouts": 2,
+          "rollout.entropy_estimator": "topk", "rollout.servers": f"[{url}]", "engine": "vllm_server",
+          "reward.fn": "arpo.testing:toy_reward", "steps": 2, "prompts_per_step": 2, "optim.lr": 1e-2,
+          "run.dir": run_dir, "run.save_every": 1, "run.tensorboard": "false", "run.distributed": "fsdp"}
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                        "-m", "arpo", "train", *[f"{k}={v}" for k, v in ov.items()], "run.threads=1", "--quiet"],
+                       env=env, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-4000:]
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    assert [r["step"] for r in rows] == [1, 2]
+    step1 = load_file(str(run_dir / "checkpoints" / "step_000001" / "model" / "model.safetensors"))
+    m1 = _model(tiny_tok, 0)
+    m1.load_state_dict(step1, strict=False)
+    assert any(not torch.equal(v, a.state_dict()[k]) for k, v in step1.items())  # step 1 changed the policy
+    try:
+        _server_continues_like_hf(url, tiny_tok, m1)
+    finally:
+        e = make_engine("vllm_server", None, tiny_tok, servers=[url])
+        e.load_weights(a)  # back to policy A for the other tests
+        e.close()
+
+
+def test_train_with_vllm_server_engine(setup, tiny_tok, tmp_path, monkeypatch):
+    """`arpo train engine=vllm_server`: rollouts on the server, the policy's weights pushed to it (disk sync)
+    before the first rollout and after every update; the server then generates like the HF engine on them."""
+    from arpo.config import from_dict
+    from arpo.engine.vllm import hf_state_dict
+    from arpo.engine.vllm_server import VLLMServerEngine
+    from arpo.recipes import train
+
+    url, a, _, d = setup
+    w0 = a.model.embed_tokens.weight.detach().clone()
+    pushed = []
+    orig = VLLMServerEngine.load_weights
+
+    def spy(self, model):
+        pushed.append(float((hf_state_dict(model)["model.embed_tokens.weight"] - w0).abs().max()))
+        n = orig(self, model)
+        _server_continues_like_hf(url, tiny_tok, model)  # the server now generates with exactly these weights
+        return n
+
+    monkeypatch.setattr(VLLMServerEngine, "load_weights", spy)
     cfg = from_dict(train.TrainConfig, {
-        "model": {"name": str(d / "model")}, "data": {"path": str(data)}, "tools": {"enabled": []},
+        "model": {"name": str(d / "model")}, "data": {"path": str(_data(tmp_path))}, "tools": {"enabled": []},
         "agent": {"max_response_tokens": 12},
         "rollout": {"group_size": 4, "initial_rollouts": 2, "entropy_estimator": "topk", "servers": [url]},
         "reward": {"fn": "arpo.testing:toy_reward"}, "steps": 2, "prompts_per_step": 2, "optim": {"lr": 1e-2},
         "engine": "vllm_server", "engine_options": {"topk_entropy": K},
         "run": {"dir": str(tmp_path / "run"), "save_every": 0, "tensorboard": False, "threads": 1}})
-    res = train.run(cfg, quiet=True)
+    try:
+        res = train.run(cfg, quiet=True)
+    finally:
+        monkeypatch.undo()
+        e = make_engine("vllm_server", None, tiny_tok, servers=[url])
+        e.load_weights(a)  # back to policy A for the other tests
+        e.close()
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2] and res["checkpoint"]
-    from arpo.models import load_model
-
-    final, _ = load_model(res["checkpoint"])
-    e = make_engine("vllm_server", None, tiny_tok, servers=[url], topk_entropy=K)
-    try:
-        e.eos = set()
-        e.load_weights(final)
-        prompts = [ids(tiny_tok, "What is 3 + 3?")]
-        params = SamplingParams(max_len=40, temperature=0.0)
-        want = HFEngine(final, tiny_tok, eos_token_ids=[-1]).generate(prompts, params)[0].tokens
-        assert e.generate(prompts, params)[0].tokens == want
-        e.load_weights(setup[1])  # back to policy A for the other tests
-    finally:
-        e.close()
+    # the initial push (unchanged weights), then one push of updated weights before step 2's rollout
+    assert len(pushed) == 2 and pushed[0] == 0.0 and pushed[1] > 0, pushed
