@@ -74,6 +74,45 @@ def test_server_command_has_the_flags_the_engine_relies_on():
     assert server_env()["VLLM_SERVER_DEV_MODE"] == "1"
 
 
+def test_rollout_servers_command_prints_the_lines(capsys):
+    from arpo.cli import main
+
+    assert main(["rollout-servers", "--model", "/m", "--count", "2", "--gpus", "0+1,2+3", "--tensor-parallel-size",
+                 "2", "--port", "8100", "--python", "py", "--dry-run"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("VLLM_SERVER_DEV_MODE=1 CUDA_VISIBLE_DEVICES=0,1 py -m vllm.entrypoints.openai.api_server")
+    assert "--port 8101" in out[1] and "CUDA_VISIBLE_DEVICES=2,3" in out[1] and "--tensor-parallel-size 2" in out[1]
+    assert out[2] == "rollout.servers=[http://127.0.0.1:8100, http://127.0.0.1:8101]"
+    assert main(["rollout-servers", "--model", "/m", "--count", "3", "--gpus", "0,1", "--dry-run"]) == 2
+    assert "--gpus: 2 groups for --count 3 servers" in capsys.readouterr().err
+
+
+def test_fsdp_keeps_no_generation_replica_for_a_remote_engine(tiny_tok):
+    """replica=False (engine vllm_server): FSDP shards the policy and no full copy is made for generation;
+    the generation view is the sharded policy itself (load_weights gathers it)."""
+    import torch.distributed as dist
+
+    from arpo.testing import tiny_model
+    from arpo.training.distributed import ParallelModel
+
+    started = not dist.is_initialized()
+    if started:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+    try:
+        m = tiny_model(tiny_tok)
+        par = ParallelModel(m, "fsdp", replica=False)
+        assert par.rollout is m and not par.replica
+        par.sync_rollout()  # nothing to copy
+        from torch.distributed.tensor import DTensor
+
+        assert all(isinstance(p, DTensor) for p in m.parameters())
+        with_replica = ParallelModel(tiny_model(tiny_tok), "fsdp")
+        assert with_replica.replica and not any(isinstance(p, DTensor) for p in with_replica.rollout.parameters())
+    finally:
+        if started:
+            dist.destroy_process_group()
+
+
 # ---- against a vllm serve subprocess ------------------------------------------------------------------
 def _model(tok, seed):
     """The tiny random Llama of test_vllm.py (std 0.2 weights, so greedy text varies with the weights)."""
@@ -102,7 +141,7 @@ def start_server(model_dir, log_path, **kw):
     env = dict(os.environ, **server_env(kv_cache_gib=1), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     log = open(log_path, "w")  # noqa: SIM115 - closed with the process
     proc = subprocess.Popen(server_command(str(model_dir), port, python=sys.executable, dtype="float32",
-                                           max_model_len=1024, block_size=BLOCK, **kw),
+                                           max_model_len=1024, block_size=BLOCK, enforce_eager=True, **kw),
                             stdout=log, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 900

@@ -60,7 +60,8 @@ TRANSFERS = ("disk", "nccl", "ipc")
 def server_command(model_dir: str, port: int, *, host: str = "127.0.0.1", python: str | None = None,
                    max_model_len: int | None = None, block_size: int | None = None, dtype: str = "auto",
                    tensor_parallel_size: int = 1, max_logprobs: int = 20, seed: int = 0,
-                   served_model_name: str | None = None, extra: list[str] | tuple[str, ...] = ()) -> list[str]:
+                   served_model_name: str | None = None, enforce_eager: bool = False,
+                   extra: list[str] | tuple[str, ...] = ()) -> list[str]:
     """The command line of one rollout server (run it with VLLM_SERVER_DEV_MODE=1 in the environment: the
     weight-sync endpoints are dev-mode routes). `python`: the interpreter of vLLM's environment (default:
     this one). It is `python -m vllm.entrypoints.openai.api_server --model DIR ...`, the same server as
@@ -77,6 +78,8 @@ def server_command(model_dir: str, port: int, *, host: str = "127.0.0.1", python
         cmd += ["--block-size", str(int(block_size))]
     if served_model_name:
         cmd += ["--served-model-name", served_model_name]
+    if enforce_eager:  # CPU: no torch.compile warm-up (minutes on a loaded 2-core machine), as VLLMEngine on CPU
+        cmd += ["--enforce-eager"]
     return cmd + list(extra)
 
 
