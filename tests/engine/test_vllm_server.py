@@ -282,6 +282,14 @@ def test_stop_pause_append_resume_hits_the_prefix_cache(noeos, setup, tiny_tok):
     assert prefix_cache_hits(url) - hits0 >= resumed  # and the server's own counter says so
 
 
+def test_a_refused_request_is_an_error_not_a_dead_server(eng, tiny_tok):
+    eng.add(ids(tiny_tok, "hello"), SamplingParams(max_len=20, top_p=7.0))  # vLLM refuses top_p > 1: HTTP 400
+    with pytest.raises(ArpoError, match="HTTP 400"):
+        while eng.has_unfinished():
+            eng.step()
+    assert all(s.alive for s in eng.servers) and eng.stats["server_failures"] == 0
+
+
 def test_stop_regex_closes_the_stream_and_forks_hit_the_cache(noeos, setup, tiny_tok):
     a = setup[1]
     # a regex stop has no server-side equivalent: arpo sees it and closes the stream
@@ -404,7 +412,8 @@ def test_two_servers_trees_stick_and_a_dead_server_fails_only_its_trees(setup, t
         sids = [e.add(p, SamplingParams(max_len=120, seed=i)) for i, p in enumerate(ps)]
         kids = {s: e.fork(s, 1, at=len(ps[i])) for i, s in enumerate(sids)}
         servers = {s: e.server_of(s) for s in sids}
-        assert sorted(servers.values()).count(url) == 2  # least busy: two prompts each
+        n_first = list(servers.values()).count(url)
+        assert n_first == 2, (servers, e.server_stats())  # least busy: two prompts each
         for s, ks in kids.items():
             assert all(e.server_of(k) == servers[s] for k in ks)  # the tree sticks to its server
         for _ in range(10):
@@ -446,6 +455,26 @@ def _server_continues_like_hf(url, tok, model) -> None:
         assert [s.tokens for s in e.generate(prompts, params)] == want
     finally:
         e.close()
+
+
+def test_eval_command_on_the_server(setup, tmp_path, capsys):
+    """`arpo eval --engine vllm_server --servers URL`: only the tokenizer is loaded here; greedy answers
+    equal --engine hf's on the same model."""
+    from arpo.cli import main
+
+    url, _, _, d = setup
+    data = _data(tmp_path)
+    outs = {}
+    for engine, extra in (("vllm_server", ["--servers", url]), ("hf", [])):
+        out = tmp_path / f"{engine}.json"
+        assert main(["eval", "--model", str(d / "model"), "--data", str(data), "--limit", "2", "--tools", "",
+                     "--temperature", "0", "--max-response-tokens", "24", "--engine", engine, *extra,
+                     "--out", str(out), "--quiet"]) == 0, capsys.readouterr().err
+        outs[engine] = json.loads(out.read_text())
+    recs = [[r["text"] for r in outs[e]["records"][str(data)]] for e in outs]
+    assert recs[0] == recs[1] and all(recs[0]), recs
+    assert main(["eval", "--model", str(d / "model"), "--data", str(data), "--servers", url]) == 2
+    assert "--servers goes with --engine vllm_server" in capsys.readouterr().err
 
 
 def test_torchrun_fsdp_trains_with_vllm_server_and_syncs_weights(setup, tiny_tok, tmp_path):

@@ -398,6 +398,10 @@ class VLLMServerEngine:
         s, st = self.seqs[sid], self._st[sid]
         kind = ev[0]
         if kind == "error":
+            if isinstance(ev[1], ArpoError):
+                self._cancel(st)
+                s.status, s.finish_reason = "finished", "abort"
+                raise ev[1]
             self._fail(sid, ev[1])
             return []
         _, toks, lps, finish, stop_reason, cached = ev
@@ -627,7 +631,9 @@ def _stream(http, url: str, body: dict, events: queue.Queue, cancel: threading.E
         with http.stream("POST", f"{url}/v1/completions", json=body) as r:
             if r.status_code != 200:
                 r.read()
-                raise ServerError(f"{url}/v1/completions: HTTP {r.status_code}: {r.text[:500]}")
+                msg = f"{url}/v1/completions: HTTP {r.status_code}: {r.text[:500]}"
+                # 4xx: the request is wrong (the same on every server): an error, not a dead server
+                raise (ArpoError(msg) if 400 <= r.status_code < 500 else ServerError(msg))
             for line in r.iter_lines():
                 if cancel.is_set():
                     return
