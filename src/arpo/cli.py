@@ -17,6 +17,7 @@ COMMAND_MODULES = [
     "arpo.commands.tool",
     "arpo.commands.index",
     "arpo.commands.serve",
+    "arpo.commands.rollout_servers",
     "arpo.commands.rollout",
     "arpo.commands.sft_data",
     "arpo.commands.sft",

@@ -32,7 +32,7 @@ K = 10  # top-k log-probs per token
 
 # ---- no vLLM needed ----------------------------------------------------------------------------------
 def test_make_engine_hf_and_unknown(tiny_lm, tiny_tok):
-    assert ENGINES == ("hf", "vllm")
+    assert ENGINES == ("hf", "vllm", "vllm_server")
     eng = make_engine("hf", tiny_lm, tiny_tok)
     assert isinstance(eng, HFEngine) and eng.model is tiny_lm
     sync_weights(eng, tiny_lm)  # hf decodes with the policy itself: nothing to push

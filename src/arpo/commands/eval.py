@@ -53,8 +53,11 @@ def register(sub) -> None:
                    help="how math answers are compared")
     p.add_argument("--batch-size", type=POS_INT, default=16, help="sequences decoded together")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    p.add_argument("--engine", default="hf", choices=["hf", "vllm"],
-                   help="generation engine: hf (transformers, default) or vllm (needs vLLM installed)")
+    p.add_argument("--engine", default="hf", choices=["hf", "vllm", "vllm_server"],
+                   help="generation engine: hf (transformers, default), vllm (needs vLLM installed) or "
+                        "vllm_server (running vLLM servers that serve --model: --servers)")
+    p.add_argument("--servers", nargs="+", default=None, metavar="URL",
+                   help="--engine vllm_server: base URLs of the servers (docs/vllm_backend.md)")
     p.add_argument("--compile", action="store_true",
                    help="hf engine: run each decode step as one torch.compile graph (compiled once per process: "
                         "minutes on a 2-core CPU, so it pays on long evaluations only; BENCHMARKS.md)")
@@ -130,10 +133,17 @@ def run(args) -> int:
 
         # before the long part: a bad --out must not lose the results
         prepare_output(args.out, inputs=input_paths(args.data))
-    model, tok = load_model(args.model, device=args.device)
     if args.compile and args.engine != "hf":
         raise ArpoError("--compile: only for --engine hf (vLLM compiles its own graphs)")
-    engine = make_engine(args.engine, model, tok, model_dir=args.model, **({"compile": True} if args.compile else {}))
+    if (args.engine == "vllm_server") != bool(args.servers):
+        raise ArpoError("--servers goes with --engine vllm_server (the URLs of servers that serve --model)")
+    if args.engine == "vllm_server":  # the servers hold the weights: only the tokenizer is loaded here
+        engine = make_engine("vllm_server", None, None, model_dir=args.model, servers=args.servers)
+        tok = engine.tokenizer
+    else:
+        model, tok = load_model(args.model, device=args.device)
+        engine = make_engine(args.engine, model, tok, model_dir=args.model,
+                             **({"compile": True} if args.compile else {}))
     results, all_records = {}, {}
     interrupted = False
     with Bar(enabled=not (args.quiet or args.json)) as bar:

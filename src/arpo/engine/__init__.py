@@ -1,6 +1,7 @@
-"""Generation engines: `hf` (transformers, engine/hf.py) and `vllm` (engine/vllm.py, optional extra).
+"""Generation engines: `hf` (transformers, engine/hf.py), `vllm` (engine/vllm.py, optional extra) and
+`vllm_server` (engine/vllm_server.py: stock `vllm serve` endpoints over HTTP).
 
-    engine = make_engine(kind, model, tokenizer, model_dir=cfg.model.name)   # kind: hf | vllm
+    engine = make_engine(kind, model, tokenizer, model_dir=cfg.model.name)   # kind: hf | vllm | vllm_server
     ...rollouts...
     sync_weights(engine, model)   # after each policy update: a no-op for hf (it runs the policy itself)
 
@@ -9,7 +10,7 @@ Both implement the interface in engine/base.py. Importing this package imports n
 
 from __future__ import annotations
 
-ENGINES = ("hf", "vllm")
+ENGINES = ("hf", "vllm", "vllm_server")
 
 
 def make_engine(kind: str = "hf", model=None, tokenizer=None, model_dir=None, **opts):
@@ -22,6 +23,9 @@ def make_engine(kind: str = "hf", model=None, tokenizer=None, model_dir=None, **
           a temporary directory) and the policy's current weights are pushed in; call
           `sync_weights(engine, model)` after every update. opts go to VLLMEngine (max_model_len,
           topk_entropy, kv_cache_gib, multiprocessing, enable_sleep_mode, ... and any vllm.LLM keyword).
+    vllm_server: VLLMServerEngine(servers, tokenizer, **opts) over running `vllm serve` endpoints
+          (`servers=[url, ...]`, from rollout.servers); no vLLM is needed in this process. The policy's
+          weights are pushed with `sync_weights` (the servers reload them), as for vllm.
     """
     from arpo.errors import ArpoError
 
@@ -44,6 +48,19 @@ def make_engine(kind: str = "hf", model=None, tokenizer=None, model_dir=None, **
             raise ArpoError(f"engine vllm: {INSTALL_HINT}")
 
         return VLLMEngine.from_model(model, tokenizer, model_dir=model_dir, **opts)
+    if k == "vllm_server":
+        from arpo.engine.vllm_server import VLLMServerEngine
+
+        servers = opts.pop("servers", None)
+        if tokenizer is None:
+            if model_dir is None:
+                raise ArpoError("engine vllm_server: needs a tokenizer or a model_dir to load one from")
+            from transformers import AutoTokenizer
+
+            from arpo.models import resolve_model_dir
+
+            tokenizer = AutoTokenizer.from_pretrained(str(resolve_model_dir(str(model_dir))))
+        return VLLMServerEngine(servers, tokenizer, **opts)
     raise ArpoError(f"engine: unknown engine {kind!r}; choose one of {', '.join(ENGINES)}")
 
 

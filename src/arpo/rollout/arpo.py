@@ -68,6 +68,8 @@ class RolloutConfig:
     # aepo | tree_grpo | module.path:function (rollout/branch_rules.py)
     branch_rule: str = "auto"
     seed: int = 0  # arpo rollout's sampling seed (arpo train derives its seeds from run.seed)
+    # engine vllm_server: base URLs of the `vllm serve` endpoints that generate (docs/vllm_backend.md)
+    servers: list[str] = field(default_factory=list)
 
     def validate(self) -> None:
         def need(ok, key, msg):
@@ -82,6 +84,10 @@ class RolloutConfig:
         need(self.entropy_reduction in ("mean", "sum"), "entropy_reduction", "must be mean or sum")
         need(self.mode in ("paper", "reference"), "mode", "must be paper or reference")
         need(self.consecutive_branch_penalty >= 0, "consecutive_branch_penalty", "must be >= 0")
+        if self.servers:
+            from arpo.engine.vllm_server import check_server_urls
+
+            check_server_urls(self.servers, "rollout.servers")
         try:
             get_branch_rule(self.branch_rule, self.mode, self.consecutive_branch_penalty)
         except ArpoError as e:

@@ -132,7 +132,8 @@ class TrainConfig:
     # sampling (saves a forward pass); recompute = a no-grad forward over the batch; auto = rollout
     # where they are exact (hf engine, float32, no top-k/top-p truncation), else recompute
     old_logprobs: str = "auto"
-    engine: str = "hf"  # rollout engine: hf (transformers; decodes with the policy itself) | vllm (arpo[vllm])
+    engine: str = "hf"  # rollout engine: hf (transformers; decodes with the policy itself) | vllm (arpo[vllm]) |
+    # vllm_server (stock `vllm serve` endpoints at rollout.servers)
     # keyword options of the engine, e.g. vllm: {max_model_len: 4096, kv_cache_gib: 20, enable_sleep_mode: true}
     engine_options: dict = field(default_factory=dict)
 
@@ -161,3 +162,8 @@ class TrainConfig:
 
         if self.engine not in ENGINES:
             raise ArpoError(f"engine: {self.engine!r}; choose one of {', '.join(ENGINES)}")
+        require(self.engine != "vllm_server" or bool(self.rollout.servers), "rollout.servers",
+                "engine vllm_server needs the URLs of its `vllm serve` endpoints, e.g. [http://127.0.0.1:8000]")
+        require(self.engine == "vllm_server" or not self.rollout.servers, "rollout.servers",
+                f"only engine vllm_server uses servers (engine is {self.engine!r})")
+        require("servers" not in self.engine_options, "engine_options.servers", "set the servers in rollout.servers")

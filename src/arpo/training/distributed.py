@@ -174,11 +174,14 @@ class _TrainView:
 class ParallelModel:
     """The policy on W ranks (see the module docstring). mode None: one process, all no-ops."""
 
-    def __init__(self, model, mode: str | None, pad_id: int = 0, shard_size: int = 0):
+    def __init__(self, model, mode: str | None, pad_id: int = 0, shard_size: int = 0, replica: bool = True):
         if mode not in (None, *MODES):
             raise ValueError(f"run.distributed: {mode!r}; choose {', '.join(MODES)}")
         self.model, self.mode, self.pad_id = model, mode, pad_id
         self.rollout = self.train = model  # generation / old log-probs, and the training passes
+        # FSDP: a full replica for generation (hf/vllm engines). replica=False (a remote engine, vllm_server,
+        # generates elsewhere): none; `rollout` is the sharded policy, old log-probs go through `run`
+        self.replica = replica or mode not in SHARDED
         if mode == "ddp":
             with torch.no_grad():  # identical replicas, whatever each rank's load did
                 for t in list(model.parameters()) + list(model.buffers()):
@@ -187,7 +190,8 @@ class ParallelModel:
             from torch.distributed.device_mesh import init_device_mesh
             from torch.distributed.fsdp import FSDPModule, fully_shard
 
-            self.rollout = copy.deepcopy(model).requires_grad_(False).eval()
+            if self.replica:
+                self.rollout = copy.deepcopy(model).requires_grad_(False).eval()
             dev = next(model.parameters()).device.type
             if mode == "hsdp":  # fully_shard on a 2-D mesh is HSDP: replicate over dim 0, shard over dim 1
                 shape = hsdp_mesh_shape(world_size(), shard_size, int(os.environ.get("LOCAL_WORLD_SIZE", world_size())))
@@ -210,7 +214,7 @@ class ParallelModel:
 
     def sync_rollout(self) -> None:
         """FSDP: copy the current (sharded) weights into the generation replica. Every rank calls it."""
-        if self.mode not in SHARDED:
+        if self.mode not in SHARDED or not self.replica:
             return
         from torch.distributed.tensor import DTensor
 
@@ -223,6 +227,14 @@ class ParallelModel:
                     continue  # frozen (LoRA base): copied once
                 p.copy_(s.full_tensor() if isinstance(s, DTensor) else s)
         self._synced = True
+
+    def old_logprobs(self, batch, fn, packed: bool = True, max_tokens: int = 4096, **_):
+        """fn(model) with the generation weights (the behaviour policy's log-probs): the replica, or, for
+        FSDP without one, the sharded train view through `run` (then every rank calls this, batch None
+        on a rank without data). Returns fn's result, or None where batch is None."""
+        if self.replica:
+            return fn(self.rollout) if batch is not None else None
+        return self.run(batch, lambda: fn(self.train), grad=False, packed=packed, max_tokens=max_tokens)
 
     def run(self, batch, fn, grad: bool, packed: bool = True, max_tokens: int = 4096, **_):
         """fn(): token_logprobs or loss_and_backward of `batch` through self.train (batch None: this

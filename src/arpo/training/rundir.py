@@ -39,9 +39,9 @@ RUN_FILES = ("checkpoints", "metrics.jsonl", "errors.log", "tensorboard", "wandb
 SAFE_ON_RESUME = ("steps", "max_steps", "epochs", "run.save_every", "run.keep_checkpoints", "run.log_every",
                   "run.tensorboard", "run.wandb", "run.threads", "run.save_rollouts", "run.rollout_trees",
                   "validation.*", "micro_tokens", "engine", "engine_options", "engine_options.*", "model.device",
-                  "tools.cache", "tools.cache_path", "tools.search_url", "tools.web.url", "tools.web.timeout_s",
-                  "tools.web.retries", "tools.web.backoff_s", "tools.web.rate_limit", "tools.web.browse_timeout_s",
-                  "tools.web.summarizer_url")
+                  "rollout.servers", "tools.cache", "tools.cache_path", "tools.search_url", "tools.web.url",
+                  "tools.web.timeout_s", "tools.web.retries", "tools.web.backoff_s", "tools.web.rate_limit",
+                  "tools.web.browse_timeout_s", "tools.web.summarizer_url")
 
 
 # top-level keys renamed since a run may have been saved ({old: new}; recipes/sft.py SFTConfig.RENAMED)

