@@ -240,7 +240,7 @@ def estimate(cfg, a: Arch, ranks: int, on_gpu: bool = True, shard_group: int | N
     n_train = lora_params(cfg, a) if cfg.lora.enabled else n
     t: dict[str, float] = {"weights": weights_bytes(n, b, shards),
                            "optimizer": adamw_bytes(n_train, b, shards),
-                           "replica": weights_bytes(n, b) if sharded else 0.0}
+                           "replica": weights_bytes(n, b) if sharded and cfg.engine != "vllm_server" else 0.0}
     if cfg.algo.kl_coef:
         t["reference"] = weights_bytes(n, b)
     seqs = math.ceil(cfg.prompts_per_step / ranks) * cfg.rollout.group_size
