@@ -2,8 +2,10 @@
 
 The loop decodes all sequences in one batch; when one pauses at a tool call (the paper's tags: a
 tool's closing tag; `tool_format: json`: the end of a turn holding `<tool_call>` blocks, several
-allowed), the calls are parsed and submitted to a thread pool, and the others keep decoding while
-the tools run. The result text (`\\n<result>\\n...\\n</result>\\n`, or the chat template's tool
+allowed), the calls are parsed and submitted to a thread pool; the result joins at a step fixed by
+the tokens (`agent.tool_delivery: step`, the default: reproducible) or as soon as it is done
+(`arrival`: the others keep decoding while the tools run), see ready_results.
+The result text (`\\n<result>\\n...\\n</result>\\n`, or the chat template's tool
 messages and next assistant header: tools/formats.py) is tokenized on its own and appended to the
 sequence (mask 0) — the conversation is never re-tokenized, so token ids, log-probs and the loss
 mask stay exactly what was sampled. The tools' own text is tokenized with special tokens split
