@@ -86,6 +86,13 @@ class AgentConfig:
     top_p: float = 1.0  # sampling: nucleus probability mass (1 = off)
     top_k: int = 0  # sampling: keep the k most likely tokens (0 = off)
     tool_workers: int = 8  # tool calls that may run at once
+    # when a tool result joins its sequence: step (each engine step waits for its pending calls, so
+    # a seed gives the same run: docs/reproducibility.md) | arrival (as soon as done: faster with slow
+    # tools, but timing changes the trees)
+    tool_delivery: str = "step"
+    # step: a result joins exactly this many engine steps after its call (waiting if the call is slower),
+    # so the batch decodes on meanwhile; 0: the step that made the call waits for it
+    tool_delivery_lag: int = 0
     tool_format: str = "tags"  # tags (<name>input</name>, the paper's) | json (native function calling, hermes)
     result_template: str | None = None  # tags: how a result is appended, "{output}" the result (None: spec §1's)
     repetition_penalty: float = 1.0  # > 1 discourages tokens already in the sequence (vLLM's rule); 1 = off
@@ -98,6 +105,9 @@ class AgentConfig:
         require(0 < self.top_p <= 1, "agent.top_p", f"must be in (0, 1], got {self.top_p}")
         require(self.top_k >= 0, "agent.top_k", f"must be >= 0 (0 = off), got {self.top_k}")
         require(self.tool_workers >= 1, "agent.tool_workers", f"must be >= 1, got {self.tool_workers}")
+        require(self.tool_delivery in ("step", "arrival"), "agent.tool_delivery",
+                f"{self.tool_delivery!r}; choose step (reproducible) or arrival")
+        require(self.tool_delivery_lag >= 0, "agent.tool_delivery_lag", f"must be >= 0, got {self.tool_delivery_lag}")
         require(self.tool_format in ("tags", "json"), "agent.tool_format", f"{self.tool_format!r}; choose tags or json")
         require(self.result_template is None or "{output}" in self.result_template, "agent.result_template",
                 f"must contain {{output}}, got {self.result_template!r}")

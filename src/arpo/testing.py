@@ -194,6 +194,21 @@ def echo(text: str) -> str:
     return text[::-1]
 
 
+def jitter_echo(text: str) -> str:
+    """Return the text reversed after a random wait of U(0, 3 ms) (a plug-in tool for tests of
+    reproducibility: `tools.enabled: [arpo.testing:jitter_echo]`). The wait comes from the OS's
+    entropy, never from a seed, so the order in which results arrive differs from run to run.
+
+    Args:
+        text: what to reverse
+    """
+    import random
+    import time
+
+    time.sleep(random.SystemRandom().uniform(0.0, 0.003))
+    return text[::-1]
+
+
 # ---- the released ARPO checkpoints' architectures, tiny and random (tests of their templates) ----------
 # Chat templates shaped like the real ones for the prompts arpo renders (system + user + generation
 # prompt): Qwen2.5's ChatML with its default system prompt, Qwen3's ChatML (thinking on by default:

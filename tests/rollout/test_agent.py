@@ -82,8 +82,10 @@ def test_response_budget_ends_trajectory(tiny_lm, tiny_tok):
     assert len(tr.response_ids) <= 40
 
 
-def test_concurrent_sequences_with_slow_tool(tiny_lm, tiny_tok):
-    """While one sequence waits on a slow tool, the others keep decoding; all finish correctly."""
+@pytest.mark.parametrize("delivery", ["arrival", "step"])
+def test_concurrent_sequences_with_slow_tool(tiny_lm, tiny_tok, delivery):
+    """Tool calls run concurrently: arrival: while one sequence waits on a slow tool, the others keep
+    decoding; step: calls made at one step run together and the step waits once. All finish correctly."""
     import time
 
     class Slow(Echo):
@@ -93,7 +95,7 @@ def test_concurrent_sequences_with_slow_tool(tiny_lm, tiny_tok):
 
     reg = ToolRegistry([Slow("python")])
     eng = HFEngine(tiny_lm, tiny_tok)
-    loop = AgentLoop(eng, reg, AgentConfig(max_response_tokens=300))
+    loop = AgentLoop(eng, reg, AgentConfig(max_response_tokens=300, tool_delivery=delivery))
     from arpo.rollout.agent import TrajState
 
     states = {}

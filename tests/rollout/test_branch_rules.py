@@ -12,8 +12,8 @@ def test_each_rule_against_hand_values():
     assert BRANCH_RULES["arpo"](ctx) == pytest.approx(0.9)  # 1 − 0.3 + 0.2
     assert BRANCH_RULES["reference"](ctx) == pytest.approx(0.5)  # 0.3 + 0.2
     assert BRANCH_RULES["aepo"](ctx) == pytest.approx(0.9)  # no penalty: the arpo rule
-    assert BRANCH_RULES["tree_grpo"](ctx) == pytest.approx(0.7)  # 1 − 0.3, ΔH ignored
-    assert BRANCH_RULES["tree_grpo"](BranchContext(-5.0, 0.2, 0.3)) == pytest.approx(0.7)
+    assert BRANCH_RULES["bernoulli"](ctx) == pytest.approx(0.7)  # 1 − 0.3, ΔH ignored
+    assert BRANCH_RULES["bernoulli"](BranchContext(-5.0, 0.2, 0.3)) == pytest.approx(0.7)
     # AEPO: l = 4 rounds, c = 0.05: f = 0.8; P = 1 + 0.2 − 0.3/0.8 = 0.825
     pen = BranchContext(delta_entropy=1.0, beta=0.2, tau=0.3, consecutive=4, penalty=0.05)
     assert BRANCH_RULES["aepo"](pen) == pytest.approx(0.825)
@@ -26,8 +26,8 @@ def test_auto_picks_by_mode_and_penalty_and_plugins_resolve():
     assert auto_rule_name("paper", 0.0) == "arpo" and auto_rule_name("reference", 0.0) == "reference"
     assert auto_rule_name("paper", 0.05) == "aepo" and auto_rule_name("reference", 0.05) == "aepo"
     assert get_branch_rule("auto", "reference") is BRANCH_RULES["reference"]
-    assert get_branch_rule("arpo.rollout.branch_rules:tree_grpo_rule") is BRANCH_RULES["tree_grpo"]
-    with pytest.raises(ArpoError, match="unknown branch rule 'coin'.*aepo, arpo, reference, tree_grpo"):
+    assert get_branch_rule("arpo.rollout.branch_rules:bernoulli_rule") is BRANCH_RULES["bernoulli"]
+    with pytest.raises(ArpoError, match="unknown branch rule 'coin'.*aepo, arpo, bernoulli, reference"):
         get_branch_rule("coin")
     with pytest.raises(ArpoError, match="has no attribute"):
         get_branch_rule("arpo.rollout.branch_rules:nope")
@@ -58,3 +58,14 @@ def test_a_rule_of_your_own_drives_a_rollout(tiny_lm, tiny_tok, tmp_path, monkey
     with pytest.raises(ArpoError, match="not a probability"):
         make(tiny_lm, tiny_tok, RolloutConfig(group_size=4, initial_rollouts=2, entropy_tokens=2,
                                               branch_rule="myrules:broken")).run(prompts(tiny_tok, 1))
+
+
+def test_the_old_tree_grpo_name_is_refused_with_the_new_one():
+    """`tree_grpo` was a Bernoulli per tool step, not Tree-GRPO's node sampling (issue 38): renamed
+    `bernoulli`; the old name is an error naming it, in the config's words."""
+    from arpo.rollout.arpo import RolloutConfig
+
+    with pytest.raises(ArpoError, match="branch rule 'tree_grpo' was renamed bernoulli"):
+        get_branch_rule("tree_grpo")
+    with pytest.raises(ArpoError, match="rollout.branch_rule: branch rule 'tree_grpo' was renamed bernoulli"):
+        RolloutConfig(branch_rule="tree_grpo").validate()

@@ -40,6 +40,8 @@ def uniform(k0: torch.Tensor, k1: torch.Tensor, counter: torch.Tensor) -> torch.
 
 
 def _splitmix64(z: int) -> int:
+    """SplitMix64's output for state z (Steele, Lea & Flood 2014): z += 0x9E3779B97F4A7C15, then the
+    xor-shift-multiply finaliser, all mod 2**64. splitmix64(0) = 0xE220A8397B1DCDAF."""
     z = (z + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
@@ -69,3 +71,26 @@ def uniforms_for(keys: list[int], counters: list[int]) -> torch.Tensor:
     k0 = torch.tensor([a for a, _ in w], dtype=torch.long)
     k1 = torch.tensor([b for _, b in w], dtype=torch.long)
     return uniform(k0, k1, torch.tensor(counters, dtype=torch.long))
+
+
+# ---- keyed draws: a random number named by what it is for, not by when it is drawn -----------------
+def fold_key(*parts: int) -> int:
+    """One 64-bit key from a tuple of integers (position matters):
+    h_0 = 0, h_{i+1} = splitmix64(h_i ⊕ splitmix64(p_i mod 2**64)), key = h_n.
+    The rollout keys every random choice by (seed, prompt, what, lineage, index), so a draw does not
+    depend on the order in which draws happen (rollout/arpo.py)."""
+    h = 0
+    for p in parts:
+        h = _splitmix64(h ^ _splitmix64(int(p) & 0xFFFFFFFFFFFFFFFF))
+    return h
+
+
+def key_uniform(key: int) -> float:
+    """A uniform in (0, 1) from a 64-bit key: u = (⌊key / 2**12⌋ + 0.5) · 2**−52 — its top 52 bits,
+    centred in their bin (exact in a double; never 0, never 1)."""
+    return ((key >> 12) + 0.5) * 2.0**-52
+
+
+def key_seed(key: int) -> int:
+    """A sequence seed in [0, 2**62) from a 64-bit key: ⌊key / 4⌋."""
+    return key >> 2

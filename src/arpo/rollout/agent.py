@@ -2,8 +2,10 @@
 
 The loop decodes all sequences in one batch; when one pauses at a tool call (the paper's tags: a
 tool's closing tag; `tool_format: json`: the end of a turn holding `<tool_call>` blocks, several
-allowed), the calls are parsed and submitted to a thread pool, and the others keep decoding while
-the tools run. The result text (`\\n<result>\\n...\\n</result>\\n`, or the chat template's tool
+allowed), the calls are parsed and submitted to a thread pool; the result joins at a step fixed by
+the tokens (`agent.tool_delivery: step`, the default: reproducible) or as soon as it is done
+(`arrival`: the others keep decoding while the tools run), see ready_results.
+The result text (`\\n<result>\\n...\\n</result>\\n`, or the chat template's tool
 messages and next assistant header: tools/formats.py) is tokenized on its own and appended to the
 sequence (mask 0) — the conversation is never re-tokenized, so token ids, log-probs and the loss
 mask stay exactly what was sampled. The tools' own text is tokenized with special tokens split
@@ -102,6 +104,26 @@ class Trajectory:
         }
 
 
+def ready_results(pending: Mapping[Future, tuple[int, int]], delivery: str, live: bool, now: int) -> list[Future]:
+    """The tool results that join their sequences after engine step `now`, in the order they are
+    appended. `pending`: future → (sequence id, due step: the step its call was made at + the lag).
+    `agent.tool_delivery`:
+      step:    the results due by `now` (when no sequence can decode, the earliest due), waiting for
+               them, in (due, sequence id) order. Which tokens precede a result, and who shares each
+               decode batch, then depend on the tokens only, never on how long a call took: a seed
+               gives one run. A lag lets the batch decode on while a call runs (a wait only if the
+               call outlasts the lag), at the price of the lag for a call that is quicker.
+      arrival: the calls already done (when no sequence can decode, wait for the first one): nobody
+               waits for a slow call, but timing decides the batches, which move log-probs by ~1e-5
+               and (ARPO) the order of branch decisions; runs differ."""
+    if delivery == "step":
+        due = now if live else max(now, min(d for _, d in pending.values()))
+        ready = sorted((f for f, (_, d) in pending.items() if d <= due), key=lambda f: pending[f][::-1])
+        wait(ready)
+        return ready
+    return [f for f in pending if f.done()] if live else list(wait(pending, return_when=FIRST_COMPLETED)[0])
+
+
 class AgentLoop:
     def __init__(self, engine: Engine, tools: ToolRegistry, cfg: AgentConfig | None = None):
         self.engine, self.tools, self.cfg = engine, tools, cfg or AgentConfig()
@@ -139,47 +161,58 @@ class AgentLoop:
 
     def drive(self, states: Mapping[int, TrajState], on_step=None) -> None:
         """Decode until every sequence in `states` has finished, running tool calls concurrently.
-        `on_step(outs, states)` may add sequences (forks) to `states` — rollout/arpo.py does."""
-        pending: dict[Future, int] = {}
+        `on_step(outs, states)` may add sequences (forks) to `states` — rollout/arpo.py does.
+        When a result joins its sequence is `agent.tool_delivery`'s (ready_results)."""
+        pending: dict[Future, tuple[int, int]] = {}  # a call's future -> (sequence id, due step)
+        now = 0  # engine steps so far: the clock of `tool_delivery: step`
         with ThreadPoolExecutor(max_workers=self.cfg.tool_workers, thread_name_prefix="arpo-tool") as pool:
             while True:
                 live = any(self.engine.seq(s).status in ("waiting", "running") for s in states)
                 if not live and not pending:
                     break
                 outs = self.engine.step() if live else []
+                now += live
                 for o in outs:
                     if o.finish_reason is not None and o.sid in states:
-                        self._on_stop(o.sid, states[o.sid], pool, pending)
-                done = [f for f in pending if f.done()] if live else wait(pending, return_when=FIRST_COMPLETED)[0]
-                for f in done:
-                    sid = pending.pop(f)
+                        f = self._on_stop(o.sid, states[o.sid], pool)
+                        if f is not None:
+                            pending[f] = (o.sid, now + self.cfg.tool_delivery_lag)
+                ready = ready_results(pending, self.cfg.tool_delivery, live, now)
+                if ready and not live:
+                    now = max(now, pending[ready[0]][1])
+                for f in ready:
+                    sid = pending.pop(f)[0]
                     self._deliver(sid, states[sid], f.result())
                 if on_step is not None:
                     on_step(outs, states)
 
     # ---- one pause: answer, tool call or end ----------------------------------------------------
-    def _on_stop(self, sid: int, st: TrajState, pool, pending) -> None:
+    def _on_stop(self, sid: int, st: TrajState, pool) -> Future | None:
+        """Handle a sequence that stopped; returns the future of the tool calls it made, if any."""
         s = self.engine.seq(sid)
         if s.status == "finished":  # eos or length
             st.finish_reason = s.finish_reason
-            return
+            return None
         stop = s.stop_text
         if stop is None:  # not finished: the engine paused it at a stop, and names which
             raise RuntimeError(f"sequence {sid} paused without a stop_text (status {s.status!r})")
         if stop == "</answer>":
-            return self._end(sid, st, "answer")
+            self._end(sid, st, "answer")
+            return None
         segment = self.tok.decode(s.tokens[st.seg_start :])
         paused = s.tokens[-1] in self._pause and segment.endswith(stop)
         turn = segment[: -len(stop)] if paused else segment
         calls = self.format.parse(turn, self.tools, stop)
         if calls is None:  # a plain finish (tags: no call; json: a turn without tool calls)
-            return self._end(sid, st, "eos" if s.tokens[-1] in self._pause else "stop")
+            self._end(sid, st, "eos" if s.tokens[-1] in self._pause else "stop")
+            return None
         if len(st.calls) + len(calls) > self.cfg.max_tool_calls:
-            return self._end(sid, st, "tool_cap")
+            self._end(sid, st, "tool_cap")
+            return None
         for c in calls:
             c.session = str(sid)  # tools with sessions keep state per trajectory
         st.calls += [ToolCallRecord(c.tag, c.input, "", False, 0.0, arguments=c.arguments) for c in calls]
-        pending[pool.submit(self._run_tools, calls, turn)] = sid
+        return pool.submit(self._run_tools, calls, turn)
 
     def _run_tools(self, calls, turn: str) -> tuple[list[ToolResult], Pieces]:
         """Run a pause's calls (several at once in a json turn) and render what is appended."""

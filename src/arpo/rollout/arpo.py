@@ -27,16 +27,23 @@ AEPO options (spec §7): `dynamic_budget` picks N per prompt from a probe rollou
 separate pass before the rollout; the probe is discarded, so exactly N globals start);
 `consecutive_branch_penalty` scales the branch score α + β·ΔH by max(0, 1 − c·l), l = how many
 consecutive rounds (tool-call depths) right before this one the prompt branched in (the AEPO code).
+
+Randomness is keyed, not streamed (`rollout_key`): every global's and fork's sampling seed and every
+branch decision's uniform is a hash of (seed, prompt index, what it is for, the trajectory's lineage,
+the decision's index), so the order in which trajectories reach their decisions — the order in which
+tool results arrive — cannot change them. With `agent.tool_delivery: step` (rollout/agent.py) that
+order, and who shares a decode batch, are fixed too, and a seed gives the same trees on one machine
+(docs/reproducibility.md).
 """
 
 from __future__ import annotations
 
 import copy
 import math
-import random
 from dataclasses import dataclass, field
 
 from arpo.engine.base import Engine
+from arpo.engine.rng import fold_key, key_seed, key_uniform
 from arpo.errors import ArpoError
 from arpo.rollout.agent import AgentConfig, AgentLoop, TrajState
 from arpo.rollout.branch_rules import (
@@ -65,7 +72,7 @@ class RolloutConfig:
     dynamic_budget: bool = False  # AEPO: N from a probe rollout's entropies
     consecutive_branch_penalty: float = 0.0  # AEPO: 0.05
     # the branch probability: auto (aepo with a penalty, else the mode's: arpo | reference) | arpo | reference |
-    # aepo | tree_grpo | module.path:function (rollout/branch_rules.py)
+    # aepo | bernoulli (entropy-blind) | module.path:function (rollout/branch_rules.py)
     branch_rule: str = "auto"
     seed: int = 0  # arpo rollout's sampling seed (arpo train derives its seeds from run.seed)
     # engine vllm_server: base URLs of the `vllm serve` endpoints that generate (docs/vllm_backend.md)
@@ -132,6 +139,22 @@ def dynamic_initial_rollouts(m: int, h_root: float, h_tool: float) -> int:
     return max(1, min(m, int(m * sig) + 1))
 
 
+# what a keyed draw is for (rollout_key's `what`)
+GLOBAL, PROBE, DECISION, FORK = 1, 2, 3, 4
+
+
+def rollout_key(seed: int, prompt: int, what: int, *path: int) -> int:
+    """The 64-bit key of one random choice of a rollout: fold_key(seed, prompt, what, *path)
+    (engine/rng.py), `prompt` the group's index in the step's prompt list. The keys:
+      k-th global sample of the prompt (fill-ups continue k):   (GLOBAL, k)        -> its sampling seed
+      AEPO's probe trajectory:                                   (PROBE,)           -> its sampling seed
+      decision after tool result t of the trajectory L:         (DECISION, *L, t)  -> its uniform u
+      j-th fork made by that decision:                          (FORK, *L, t, j)   -> its sampling seed
+    where L, the lineage, is (k,) for the k-th global and L + (t, j) for that fork. A decision
+    branches iff u < P (rollout/branch_rules.py), u = key_uniform(key); a seed is key_seed(key)."""
+    return fold_key(seed, prompt, what, *path)
+
+
 def _calls_through_result(calls, t: int) -> int:
     """How many call records belong up to tool result t (a json turn's several calls share one result
     block, held by the turn's last record; the others have an empty span)."""
@@ -154,14 +177,17 @@ class _Traj(TrajState):
     initial_from: int | None = None  # reference-mode fork: H_initial := step_entropies[initial_from] (own 1st segment)
     step_entropies: list[float] = field(default_factory=list)
     decided: int = 0  # tool results whose branch decision is done (or inherited)
+    lineage: tuple[int, ...] = ()  # (k,) for the k-th global; a fork: its parent's + (t, j) (rollout_key)
     decisions: list[dict] = field(default_factory=list)
 
 
 @dataclass
 class _Group:
     prompt: list[int]
-    rng: random.Random
+    seed: int  # the rollout's seed and the prompt's index: the first two parts of every rollout_key
+    index: int
     sids: list[int] = field(default_factory=list)
+    n_globals: int = 0  # global samples started so far (the k of the next one's key)
     target_globals: int = 0
     branched_at: set[int] = field(default_factory=set)  # tool-call depths t at which this prompt branched
 
@@ -201,12 +227,12 @@ class ARPORollout:
 
     def run(self, prompts: list[list[int]], prompt_ids: list[str] | None = None, seed: int | None = None,
             group_offset: int = 0) -> list[RolloutTree]:
-        """One tree per prompt. Group i draws its randomness from "{seed}:{group_offset + i}", so a
-        rank that rolls out prompts[k:] of a step's list with group_offset=k gets the trees the whole
-        list gives for them (a distributed step does not depend on the number of ranks)."""
+        """One tree per prompt. Group i keys its randomness with (seed, group_offset + i) (rollout_key),
+        so a rank that rolls out prompts[k:] of a step's list with group_offset=k gets the trees the
+        whole list gives for them (a distributed step does not depend on the number of ranks)."""
         c = self.cfg
         base = c.seed if seed is None else seed
-        groups = [_Group(p, random.Random(f"{base}:{group_offset + i}")) for i, p in enumerate(prompts)]
+        groups = [_Group(p, int(base), group_offset + i) for i, p in enumerate(prompts)]
         budgets: list[dict | None] = list(self._probe(groups)) if c.dynamic_budget else [None] * len(groups)
         states: dict[int, _Traj] = {}
         for gi, g in enumerate(groups):
@@ -231,14 +257,15 @@ class ARPORollout:
         does: one probe trajectory per prompt runs to its end without branching; H_root = its initial
         entropy, H_tool = the mean of its post-tool-result entropies (H_root when it made no call);
         N = dynamic_initial_rollouts(M, H_root, H_tool). The probe is then discarded, so exactly N
-        global samples start (the probe is not one of them and never uses the branch budget).
-        Returns one {h_root, h_tool, initial_rollouts} per group."""
+        global samples start (the probe is not one of them and never uses the branch budget); its
+        seed has a key of its own (PROBE), so the globals' seeds do not depend on whether it ran.
+        Returns one {h_root, h_tool, initial_rollouts, tool_calls} per group: tool_calls are the
+        calls the probe ran, which count in the step's tool_calls_issued (training/rollout_metrics.py)."""
         c = self.cfg
         states: dict[int, _Traj] = {}
         sids = []
         for gi, g in enumerate(groups):
-            self._add_global(gi, g, states)  # draws its seed from the group's RNG like any global
-            sids.append(g.sids.pop())  # ... but it is not one of the group's trajectories
+            sids.append(self._start(gi, g, states, rollout_key(g.seed, g.index, PROBE), ()))
 
         def on_step(outs, st) -> None:
             for sid in {o.sid for o in outs if o.sid in st}:
@@ -254,15 +281,20 @@ class ARPORollout:
             h_root = st.initial_entropy or 0.0
             h_tool = sum(st.step_entropies) / len(st.step_entropies) if st.step_entropies else h_root
             out.append({"h_root": h_root, "h_tool": h_tool,
-                        "initial_rollouts": dynamic_initial_rollouts(c.group_size, h_root, h_tool)})
+                        "initial_rollouts": dynamic_initial_rollouts(c.group_size, h_root, h_tool),
+                        "tool_calls": len(st.calls)})
             self.engine.release(sid)
         return out
 
     def _add_global(self, gi: int, g: _Group, states) -> None:
-        seed = g.rng.randrange(2**62)
-        sid = self.engine.add(g.prompt, self.loop.params(len(g.prompt), seed))
-        states[sid] = _Traj(seg_start=len(g.prompt), group=gi)
-        g.sids.append(sid)
+        k = g.n_globals
+        g.n_globals += 1
+        g.sids.append(self._start(gi, g, states, rollout_key(g.seed, g.index, GLOBAL, k), (k,)))
+
+    def _start(self, gi: int, g: _Group, states, key: int, lineage: tuple[int, ...]) -> int:
+        sid = self.engine.add(g.prompt, self.loop.params(len(g.prompt), key_seed(key)))
+        states[sid] = _Traj(seg_start=len(g.prompt), group=gi, lineage=lineage)
+        return sid
 
     def _entropies(self, sid: int) -> list[float]:
         s = self.engine.seq(sid)
@@ -331,7 +363,7 @@ class ARPORollout:
         p = float(self.rule(ctx))
         if not 0.0 <= p <= 1.0:  # also NaN
             raise ArpoError(f"rollout.branch_rule {c.branch_rule!r} returned {p}, not a probability in [0, 1]")
-        branched = g.rng.random() < p
+        branched = key_uniform(rollout_key(g.seed, g.index, DECISION, *st.lineage, t)) < p
         st.decisions.append({"tool_call_index": t, "probability": round(p, 6), "delta_entropy": round(dh, 6),
                              "branched": branched, "consecutive": consec})
         if not branched:
@@ -339,7 +371,9 @@ class ARPORollout:
         g.branched_at.add(t)
         s = self.engine.seq(sid)
         at = s.prompt_len + start
-        for k in self.engine.fork(sid, min(c.branch_factor, room), at=at):
+        n = min(c.branch_factor, room)
+        seeds = [key_seed(rollout_key(g.seed, g.index, FORK, *st.lineage, t, j)) for j in range(n)]
+        for j, k in enumerate(self.engine.fork(sid, n, at=at, seeds=seeds)):
             # the tools' sessions fork with the sequence (same event, any engine)
             self.loop.tools.fork_sessions(sid, k, st.calls[: _calls_through_result(st.calls, t)])
             # paper: a fork inherits H_initial; reference: the code keys H_initial by batch slot and a
@@ -350,7 +384,7 @@ class ARPORollout:
                 parent_sid=sid,
                 branch_token_index=start, initial_entropy=None if ref else st.initial_entropy,
                 initial_from=t if ref else None,
-                step_entropies=list(st.step_entropies[:t]), decided=t + 1,
+                step_entropies=list(st.step_entropies[:t]), decided=t + 1, lineage=st.lineage + (t, j),
             )
             g.sids.append(k)
 

@@ -2,9 +2,10 @@
 
 A branch rule is a pure function `rule(ctx: BranchContext) -> float` in [0, 1]. The scheduler
 (rollout/arpo.py) calls it once per branch decision, after tool result t, while the prompt's group
-has room, and forks `branch_factor` new partial rollouts with that probability (one U(0,1) draw from
-the group's seeded RNG). *When* it decides and which ΔH it passes are the scheduler's
-(`rollout.mode`: paper = the entropy after result t; reference = after result t − 1, 0 at t = 0).
+has room, and forks `branch_factor` new partial rollouts with that probability (one U(0,1) draw,
+keyed by the seed, the prompt, the trajectory's lineage and t: rollout/arpo.py's rollout_key).
+*When* it decides and which ΔH it passes are the scheduler's (`rollout.mode`: paper = the entropy
+after result t; reference = after result t − 1, 0 at t = 0).
 
 Choose one with `rollout.branch_rule`: a name of BRANCH_RULES, `auto` (aepo when
 `consecutive_branch_penalty > 0`, else reference in reference mode, else arpo) or your own
@@ -59,11 +60,11 @@ def aepo_rule(ctx: BranchContext) -> float:
     return _clip(1.0 + ctx.beta * ctx.delta_entropy - ctx.tau / f)
 
 
-def tree_grpo_rule(ctx: BranchContext) -> float:
-    """Tree-GRPO-style step nodes (arXiv 2509.21240): every complete agent step (thought, call,
-    result) is a node, and nodes to expand are picked at random, blind to entropy. As a rule:
-    P = clip(1 − τ, 0, 1) at every tool step, whatever ΔH — the entropy-free control for ARPO's
-    claim that entropy tells where to branch (same budget M, same τ)."""
+def bernoulli_rule(ctx: BranchContext) -> float:
+    """Entropy-blind: a Bernoulli(P) at every tool step, P = clip(1 − τ, 0, 1) whatever ΔH — the
+    control for ARPO's claim that entropy tells where to branch (same budget M, same τ; it is ARPO's
+    rule at β = 0). Not Tree-GRPO (arXiv 2509.21240), which samples nodes of the finished trees to
+    expand; this rule was called `tree_grpo` until that name was found to claim more than it does."""
     return _clip(1.0 - ctx.tau)
 
 
@@ -73,8 +74,10 @@ BRANCH_RULES: dict[str, BranchRule] = {
     "arpo": arpo_rule,
     "reference": reference_rule,
     "aepo": aepo_rule,
-    "tree_grpo": tree_grpo_rule,
+    "bernoulli": bernoulli_rule,
 }
+# names that were built-in rules once: what to write instead (get_branch_rule refuses them with it)
+RENAMED = {"tree_grpo": "bernoulli: it is a Bernoulli(1 − τ) at every tool step, not Tree-GRPO's node sampling"}
 
 
 def auto_rule_name(mode: str, penalty: float) -> str:
@@ -85,7 +88,12 @@ def auto_rule_name(mode: str, penalty: float) -> str:
 
 
 def get_branch_rule(spec: str, mode: str = "paper", penalty: float = 0.0) -> BranchRule:
-    """The rule named `spec` (auto, a BRANCH_RULES name, or module.path:function)."""
+    """The rule named `spec` (auto, a BRANCH_RULES name, or module.path:function); a RENAMED name is
+    an error that gives the new one (not a silent alias: results would carry the old label)."""
+    from arpo.errors import ArpoError
     from arpo.plugins import resolve
+
+    if spec in RENAMED:
+        raise ArpoError(f"branch rule {spec!r} was renamed {RENAMED[spec]}")
 
     return resolve(auto_rule_name(mode, penalty) if spec == "auto" else spec, BRANCH_RULES, "branch rule")

@@ -277,9 +277,9 @@ class AgentScheduler:
             conv.stop = s.stop_text
             self.loop._end(sid, state, "stop")
             return
-        before = set(self._pending)
-        self.loop._on_stop(sid, state, pool, self._pending)  # may submit the tool call
-        for f in set(self._pending) - before:
+        f = self.loop._on_stop(sid, state, pool)  # may submit the tool call
+        if f is not None:
+            self._pending[f] = sid
             self._stats.tool_calls += 1
             f.add_done_callback(lambda _: self._wake.set())
 

@@ -16,15 +16,22 @@ def issued_calls(t) -> int:
     return sum(not (0 < c.result_span[1] <= at) for c in t.traj.tool_calls)
 
 
+def probe_calls(tree) -> int:
+    """Tool calls AEPO's probe pass ran for this tree's prompt (rollout/arpo.py, dynamic_budget): they
+    ran, so they count in tool_calls_issued, though the probe's trajectory is not in the tree."""
+    return int((tree.budget or {}).get("tool_calls", 0))
+
+
 def traj_stats(trees) -> list[dict]:
     """What rollout metrics are computed from: plain numbers, one dict per trajectory (so the ranks
-    of a distributed run can gather them and compute the metrics of the global batch)."""
+    of a distributed run can gather them and compute the metrics of the global batch). A tree's
+    probe calls ride on its first trajectory ("probe")."""
     return [{"reward": t.reward, "correct": float(t.result.correct), "format_error": float(not t.result.format_ok),
              "calls": [(c.tool, c.ok, c.elapsed_s) for c in t.traj.tool_calls], "post": list(t.step_entropies),
              "init": t.initial_entropy, "branch": t.parent_id is not None, "length": t.traj.n_generated_tokens,
              "decisions": [(d["delta_entropy"], d["branched"]) for d in t.branch_decisions],
-             "issued": issued_calls(t)}
-            for tree in trees for t in tree.trajectories]
+             "issued": issued_calls(t), "probe": probe_calls(tree) if i == 0 else 0}
+            for tree in trees for i, t in enumerate(tree.trajectories)]
 
 
 def metrics_of(stats: list[dict]) -> dict:
@@ -41,8 +48,10 @@ def metrics_of(stats: list[dict]) -> dict:
         # the protocol followed AND at least one tool used (what cold-start SFT and RL must teach)
         "tool_format_rate": statistics.fmean((not s["format_error"]) and len(s["calls"]) > 0 for s in stats),
         "tool_calls_per_traj": len(calls) / len(stats),
-        # calls the rollouts actually ran (a branch's inherited prefix calls once): ARPO's saving
-        "tool_calls_issued": sum(s.get("issued", len(s["calls"])) for s in stats),
+        # calls the rollouts actually ran (a branch's inherited prefix calls once; AEPO's probe pass
+        # included): ARPO's saving
+        "tool_calls_issued": sum(s.get("issued", len(s["calls"])) + s.get("probe", 0) for s in stats),
+        "probe_tool_calls": sum(s.get("probe", 0) for s in stats),  # of which AEPO's probe ran
         "tool_failures": sum(not ok for _, ok, _ in calls),
         "branches": sum(s["branch"] for s in stats),
         # of the branch decisions taken (one per tool result while the group had room), the fraction
