@@ -106,3 +106,23 @@ def test_a_plug_in_spec_is_not_a_tool_name_in_a_prompt():
 
     with pytest.raises(ArpoError, match="plug-in spec"):
         describe_tool("arpo.data.hop2:lookup")
+
+
+def test_a_second_command_reuses_the_sft_model_it_trained(tmp_path, monkeypatch):
+    """report_test=true after the dev command: the SFT start is the one the RL checkpoints were trained
+    from, not a retrained one (issue 38: the JSON's SFT time was the retrain's, 138.5 s vs 161 s)."""
+    import arpo.recipes.sft as sft_recipe
+
+    cfg = X.Hop2ExperimentConfig.quick(out=str(tmp_path))
+    first = X.make_sft(cfg, tmp_path)
+    assert "reused" not in first and first["steps"] == 2
+
+    def no_training(*a, **k):
+        raise AssertionError("SFT trained again")
+
+    monkeypatch.setattr(sft_recipe, "run", no_training)
+    again = X.make_sft(X.Hop2ExperimentConfig.quick(out=str(tmp_path), report_test=True, threads=1), tmp_path)
+    assert again == {**first, "reused": True}
+    with pytest.raises(AssertionError, match="trained again"):  # another SFT setting: trained, not reused
+        X.make_sft(X.Hop2ExperimentConfig.quick(out=str(tmp_path), sft_overrides=[
+            *cfg.sft_overrides, "optim.lr=3e-4"]), tmp_path)

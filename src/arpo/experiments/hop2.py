@@ -124,22 +124,44 @@ class Hop2ExperimentConfig(svamp.SvampExperimentConfig):
         return cls(**base)
 
 
+SFT_RECORD = "sft.json"  # OUT/sft.json: the SFT config, its data's sha256 and its result, for reuse
+
+
 def make_sft(cfg: Hop2ExperimentConfig, out: Path) -> dict:
+    """SFT on the scripted trajectories into OUT/sft, or the SFT model an earlier command in OUT trained
+    with the same config on the same rows (OUT/sft.json; its result comes back with reused: true), so
+    that `report_test=true` evaluates the checkpoints of the SFT start they were trained from."""
+    import hashlib
+
+    import yaml
+
     from arpo.config import load_config
     from arpo.data.datasets import load_examples
     from arpo.recipes.sft import SFTConfig
     from arpo.recipes.sft import run as sft_run
+    from arpo.training.rundir import unsafe_changes
 
     rows = sft_rows(load_examples(cfg.sft_data))
     path = out / "sft_hop2.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    path.write_text(text)
     over = list(cfg.sft_overrides) + [f"data.path=[{path}]", f"run.dir={out / 'sft'}", f"run.threads={cfg.threads}",
                                       "run.tensorboard=false"]
     sc = load_config(SFTConfig, cfg.sft_config, over)
+    conf = yaml.safe_load(yaml.safe_dump(dataclasses.asdict(sc)))
+    sha = hashlib.sha256(text.encode()).hexdigest()
+    record = out / SFT_RECORD
+    if record.is_file():
+        old = json.loads(record.read_text())
+        if (old.get("data_sha256") == sha and not unsafe_changes(old.get("config") or {}, conf)
+                and Path(old["result"]["model"]).is_dir()):
+            return {**old["result"], "reused": True}
     t0 = time.perf_counter()
     res = sft_run(sc, overwrite=True, quiet=True)
-    return {"model": res["model"], "rows": len(rows), "steps": res["steps"], "final_loss": res["final_loss"],
-            "seconds": time.perf_counter() - t0}
+    result = {"model": res["model"], "rows": len(rows), "steps": res["steps"], "final_loss": res["final_loss"],
+              "seconds": time.perf_counter() - t0}
+    record.write_text(json.dumps({"config": conf, "data_sha256": sha, "result": result}, indent=1, default=str))
+    return result
 
 
 def select_steps(runs: dict[str, list[dict]]) -> dict[str, int]:
