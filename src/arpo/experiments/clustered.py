@@ -18,7 +18,7 @@ are not independent. A dataset declares its clusters with a `cluster` field per 
     cluster_paired           wins / losses / ties per cluster and the exact sign test over clusters
     two_stage_ratio_ci       Σa/Σb over (seed, step) units: seed pairs, then steps within each seed
 
-Each result carries `resamples` (or `unit`): what it treats as the random, independent units.
+Each result carries `resampled` (intervals) or `unit` (tests): what it treats as the random, independent units.
 """
 
 from __future__ import annotations
@@ -73,8 +73,8 @@ def crossed_bootstrap_mean(x: Table, clusters: Sequence[str], n_resamples: int =
     lo, hi = percentile_interval(reps, level)
     mean = resampled_mean(t, n, range(len(t)), range(len(n)))
     return {"mean": mean, "ci_low": lo, "ci_high": hi, "seeds": len(t), "questions": len(clusters),
-            "clusters": len(labels), "resamples": "seeds and question clusters, independently (crossed)",
-            "n_resamples": n_resamples, "level": level, "seed": seed}
+            "clusters": len(labels), "resampled": "seeds and question clusters, independently (crossed)",
+            "resamples": n_resamples, "level": level, "seed": seed}
 
 
 def crossed_bootstrap_diff(xa: Table, xb: Table, clusters: Sequence[str], n_resamples: int = 2000,
@@ -93,8 +93,8 @@ def crossed_bootstrap_diff(xa: Table, xb: Table, clusters: Sequence[str], n_resa
     lo, hi = percentile_interval(reps, level)
     diff = resampled_mean(ta, n, range(len(ta)), range(len(n))) - resampled_mean(tb, n, range(len(tb)), range(len(n)))
     return {"diff": diff, "ci_low": lo, "ci_high": hi, "seeds": [len(ta), len(tb)], "questions": len(clusters),
-            "clusters": len(labels), "resamples": "question clusters (shared by both arms) and each arm's seeds",
-            "n_resamples": n_resamples, "level": level, "seed": seed}
+            "clusters": len(labels), "resampled": "question clusters (shared by both arms) and each arm's seeds",
+            "resamples": n_resamples, "level": level, "seed": seed}
 
 
 def seed_permutation_p(a: Sequence[float], b: Sequence[float]) -> float:
@@ -169,8 +169,8 @@ def two_stage_ratio_ci(a: Table, b: Table, n_resamples: int = 2000, level: float
         reps.append(num / den)
     lo, hi = percentile_interval(reps, level)
     return {"ratio": sum(map(sum, a)) / sum(map(sum, b)), "ci_low": lo, "ci_high": hi, "seeds": len(a),
-            "steps": len(a[0]), "resamples": "seed pairs, then steps within each seed (the same draws for both arms)",
-            "n_resamples": n_resamples, "level": level, "seed": seed}
+            "steps": len(a[0]), "resampled": "seed pairs, then steps within each seed (the same draws for both arms)",
+            "resamples": n_resamples, "level": level, "seed": seed}
 
 
 def log_ratio_sign_flip_p(a: Sequence[float], b: Sequence[float]) -> float:
