@@ -69,3 +69,9 @@ def test_with_per_question_records_the_statistics_count_clusters():
     assert (c["cluster_paired"]["wins"], c["cluster_paired"]["losses"], c["cluster_paired"]["ties"]) == (1, 0, 1)
     assert c["question_paired_as_reported"]["wins"] == 1 and c["crossed_bootstrap_diff"]["diff"] == 0.25
     assert c["seed_level"]["per_seed_diff"] == [0.25, 0.25]
+
+
+def test_the_committed_statistics_section_is_what_the_code_computes(committed):
+    """docs/results/hop2_arpo_vs_grpo.json carries the section `arpo experiment hop2-stats` writes;
+    a change to the statistics must be followed by rerunning it (and updating the doc)."""
+    assert committed["statistics"] == json.loads(json.dumps(H.statistics(committed)))
