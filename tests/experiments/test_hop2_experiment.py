@@ -62,6 +62,7 @@ def test_quick_experiment_is_blind_end_to_end(tmp_path):
     assert set(st["tool_calls"]["arpo/grpo"]) >= {"two_stage", "per_seed", "steps_only_as_reported"}
     assert st["calls_to_accuracy"]["arpo/grpo"]["levels"]
     assert set(json.loads((out / "results.json").read_text())["provenance"]) >= {"commit", "dirty", "packages"}
+    assert "Calls to reach an accuracy" in (out / "report.md").read_text()
     led = json.loads((out / "protocol.json").read_text())
     assert [e["split"] for e in led["entries"]][-2:] == ["test", "test"] and led["test_reported_for"]
     with pytest.raises(ArpoError, match="reported once"):

@@ -23,7 +23,7 @@ EXAMPLES = """examples:
   arpo experiment hop2-arpo-vs-grpo                  # hop2 (two lookups), SmolLM2-135M, blind: dev only
   arpo experiment hop2-arpo-vs-grpo report_test=true # freeze the dev selection, report hop2:test once
   arpo experiment hop2-arpo-vs-grpo "methods=[arpo,grpo,aepo]" --seeds 3 --steps 20
-  arpo experiment hop2-stats --results runs/hop2/results.json   # recompute its statistics section
+  arpo experiment hop2-stats --results runs/hop2/results.json   # recompute its statistics, print the tables
   arpo experiment branching models=[runs/quickstart/sft,runs/quickstart/arpo]   \
 # branch rule settings (docs/branching.md)
 
@@ -120,15 +120,16 @@ def run_hop2(args) -> int:
 
 def run_hop2_stats(args) -> int:
     """hop2-stats: recompute the statistics section of a hop2 results.json (experiments/hop2_stats.py)."""
+    from pathlib import Path
+
     from arpo.errors import ArpoError
+    from arpo.experiments.hop2_report import report
     from arpo.experiments.hop2_stats import recompute
 
     if not args.results:
         raise ArpoError("hop2-stats needs --results PATH (a results.json of hop2-arpo-vs-grpo)")
-    st = recompute(args.results)
-    print(json.dumps({"results": args.results, "sections": [k for k in st if k not in ("methods", "base")],
-                      "tool_calls": {k: v["two_stage"] and [v["two_stage"][x] for x in ("ratio", "ci_low", "ci_high")]
-                                     for k, v in st["tool_calls"].items()}}, indent=1))
+    recompute(args.results)
+    print(report(json.loads(Path(args.results).read_text())), end="")  # the tables docs/experiment_hop2.md quotes
     return 0
 
 

@@ -34,7 +34,7 @@ from typing import Any
 from arpo.analysis import branches
 from arpo.data import hop2 as data
 from arpo.errors import ArpoError
-from arpo.experiments import hop2_figures, hop2_stats, svamp
+from arpo.experiments import hop2_figures, hop2_report, hop2_stats, svamp
 from arpo.experiments import protocol as P
 from arpo.experiments.arpo_vs_grpo import log
 from arpo.provenance import provenance
@@ -312,6 +312,7 @@ def run(cfg: Hop2ExperimentConfig) -> dict:
     results["load_average_at_end"] = os.getloadavg()
     results["provenance"] = provenance()
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    (out / "report.md").write_text(hop2_report.report(results))
     results["figures"] = [str(p) for p in hop2_figures.plot(results, out)]
     return results
 

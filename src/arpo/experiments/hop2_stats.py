@@ -1,7 +1,8 @@
 """The `statistics` section of hop2's results.json (issue 38), computed from the file alone, so that it
 can be recomputed for a results.json already written:
 
-    arpo experiment hop2-stats --results runs/hop2/results.json      # rewrites its "statistics" section
+    arpo experiment hop2-stats --results runs/hop2/results.json   # rewrites its "statistics" section and
+                                                                  # prints the tables (hop2_report.py)
 
 Every interval says what it resampled (`resampled`) and every test its independent unit (`unit`):
 
