@@ -75,3 +75,19 @@ def test_the_committed_statistics_section_is_what_the_code_computes(committed):
     """docs/results/hop2_arpo_vs_grpo.json carries the section `arpo experiment hop2-stats` writes;
     a change to the statistics must be followed by rerunning it (and updating the doc)."""
     assert committed["statistics"] == json.loads(json.dumps(H.statistics(committed)))
+
+
+def test_the_hop2_stats_command_rewrites_the_section_and_prints_the_tables(tmp_path, committed, capsys):
+    from arpo.cli import main
+    from arpo.experiments import hop2_report
+
+    p = tmp_path / "results.json"
+    p.write_text(json.dumps({k: v for k, v in committed.items() if k != "statistics"}))
+    assert main(["experiment", "hop2-stats", "--results", str(p)]) == 0
+    assert json.loads(p.read_text())["statistics"] == committed["statistics"]
+    assert capsys.readouterr().out == hop2_report.report(committed)
+    assert main(["experiment", "hop2-stats"]) == 2
+    assert "needs --results" in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text("{}")
+    assert main(["experiment", "hop2-stats", "--results", str(tmp_path / "bad.json")]) == 2
+    assert "not a hop2 results.json" in capsys.readouterr().err
