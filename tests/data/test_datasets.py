@@ -158,3 +158,11 @@ def test_a_row_slice_past_the_end_says_how_many_rows_there_are():
     with pytest.raises(ArpoError, match=r"starts past the end of hotpotqa:train, which has 300 rows \(0\.\.299\)"):
         load_examples("hotpotqa:train[300:302]")
     assert len(load_examples("hotpotqa:train[298:302]")) == 2  # a slice may end past the end, as in Python
+
+
+def test_a_row_may_declare_its_cluster(tmp_path):
+    p = tmp_path / "d.jsonl"
+    p.write_text('{"question": "q1", "answer": "1", "cluster": "town/twin"}\n{"question": "q2", "answer": "2"}\n'
+                 '{"question": "q3", "answer": "3", "cluster": 7}\n')
+    ex = load_examples(str(p), task="qa")
+    assert [e.get("cluster") for e in ex] == ["town/twin", None, "7"]

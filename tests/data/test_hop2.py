@@ -41,6 +41,21 @@ def test_splits_sizes_and_disjoint_first_hops():
     assert len(load_examples("hop2:test")) == 60
 
 
+def test_clusters_are_the_triples_that_differ_only_in_the_attribute():
+    """Each dev / test split: 20 clusters (first-hop town, relation) of 3 questions, one per attribute;
+    load_examples keeps the field (the statistics read it from the examples)."""
+    for split in ("dev", "test"):
+        by: dict[str, list[dict]] = {}
+        for ex, row in zip(load_examples(f"hop2:{split}"), hop2.read_jsonl_gz(hop2.data_dir() / f"{split}.jsonl.gz"),
+                           strict=True):
+            assert ex["cluster"] == row["cluster"] == f"{row['hop1']}/{row['relation']}"
+            by.setdefault(ex["cluster"], []).append(row)
+        assert len(by) == 20
+        for rows in by.values():
+            assert sorted(r["attribute"] for r in rows) == sorted(hop2.ATTRIBUTES)
+            assert len({(r["hop1"], r["relation"], r["hop2"]) for r in rows}) == 1
+
+
 def test_kb_values_distinct_per_attribute_and_relations_are_derangements():
     kb = hop2.read_jsonl_gz(hop2.data_dir() / "kb.jsonl.gz")
     names = [t["name"] for t in kb]

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from arpo.data.datasets import load_examples
 from arpo.errors import ArpoError
 from arpo.experiments import hop2 as X
 
@@ -34,7 +35,7 @@ def test_split_stats_by_hand():
     assert s["arpo"]["bootstrap"]["mean"] == 0.375  # per question: 1, .5, 0, 0
     assert s["grpo"]["tool_calls_per_question"] == 3
     # per question arpo (1, .5, 0, 0) vs grpo (0, 1, 0, .5): win q0, losses q1 q3, tie q2
-    assert {k: v for k, v in s["paired"]["arpo_vs_grpo"].items() if k != "p_sign_test"} == \
+    assert {k: v for k, v in s["paired"]["arpo_vs_grpo"].items() if k not in ("p_sign_test", "unit")} == \
         {"wins": 1, "losses": 2, "ties": 1}
 
 
@@ -52,7 +53,16 @@ def test_quick_experiment_is_blind_end_to_end(tmp_path):
     led = json.loads((out / "protocol.json").read_text())
     assert {e["split"] for e in led["entries"]} == {"dev"} and led["frozen"] is None
     res = X.run(X.Hop2ExperimentConfig.quick(out=str(out), threads=2, report_test=True))  # reuses the runs
-    assert res["test"]["arpo"]["bootstrap"]["n"] == 4
+    assert res["test"]["arpo"]["bootstrap"]["n"] == 4 and res["sft"]["reused"]
+    # the seed- and cluster-aware statistics, from the per-question records the file now keeps
+    assert res["test"]["per_question"]["clusters"] == [ex["cluster"] for ex in load_examples("hop2:test[0:4]")]
+    st = json.loads((out / "results.json").read_text())["statistics"]
+    assert st["test"]["arpo"]["crossed_bootstrap"]["questions"] == 4
+    assert st["test"]["arpo_vs_grpo"]["cluster_paired"]["unit"].startswith("question cluster")
+    assert set(st["tool_calls"]["arpo/grpo"]) >= {"two_stage", "per_seed", "steps_only_as_reported"}
+    assert st["calls_to_accuracy"]["arpo/grpo"]["levels"]
+    assert set(json.loads((out / "results.json").read_text())["provenance"]) >= {"commit", "dirty", "packages"}
+    assert "Calls to reach an accuracy" in (out / "report.md").read_text()
     led = json.loads((out / "protocol.json").read_text())
     assert [e["split"] for e in led["entries"]][-2:] == ["test", "test"] and led["test_reported_for"]
     with pytest.raises(ArpoError, match="reported once"):
@@ -106,3 +116,23 @@ def test_a_plug_in_spec_is_not_a_tool_name_in_a_prompt():
 
     with pytest.raises(ArpoError, match="plug-in spec"):
         describe_tool("arpo.data.hop2:lookup")
+
+
+def test_a_second_command_reuses_the_sft_model_it_trained(tmp_path, monkeypatch):
+    """report_test=true after the dev command: the SFT start is the one the RL checkpoints were trained
+    from, not a retrained one (issue 38: the JSON's SFT time was the retrain's, 138.5 s vs 161 s)."""
+    import arpo.recipes.sft as sft_recipe
+
+    cfg = X.Hop2ExperimentConfig.quick(out=str(tmp_path))
+    first = X.make_sft(cfg, tmp_path)
+    assert "reused" not in first and first["steps"] == 2
+
+    def no_training(*a, **k):
+        raise AssertionError("SFT trained again")
+
+    monkeypatch.setattr(sft_recipe, "run", no_training)
+    again = X.make_sft(X.Hop2ExperimentConfig.quick(out=str(tmp_path), report_test=True, threads=1), tmp_path)
+    assert again == {**first, "reused": True}
+    with pytest.raises(AssertionError, match="trained again"):  # another SFT setting: trained, not reused
+        X.make_sft(X.Hop2ExperimentConfig.quick(out=str(tmp_path), sft_overrides=[
+            *cfg.sft_overrides, "optim.lr=3e-4"]), tmp_path)

@@ -214,3 +214,17 @@ def test_resume_refuses_fewer_steps_and_changed_data(tiny_dir, tmp_path):
     data.write_text(data.read_text().replace('"4"', '"5"'))
     with pytest.raises(ArpoError, match=r"the content of .*q\.jsonl changed since the run started"):
         _train(tiny_dir, run_dir, resume=True, steps=3, **{"data.path": data})
+
+
+def test_run_dir_records_the_commit_and_package_versions_at_start_and_resume(tiny_dir, done_run):
+    import torch
+
+    from arpo.provenance import git_state
+
+    rec = json.loads((done_run / "provenance.json").read_text())
+    assert [r["kind"] for r in rec] == ["start"]
+    assert rec[0]["commit"] == git_state(__import__("arpo").__file__)["commit"]
+    assert rec[0]["packages"]["torch"] in (torch.__version__, torch.__version__.split("+")[0])
+    assert "dirty" in rec[0] and rec[0]["python"]
+    _train(tiny_dir, done_run, resume=True, steps=2)
+    assert [r["kind"] for r in json.loads((done_run / "provenance.json").read_text())] == ["start", "resume"]

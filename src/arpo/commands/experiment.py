@@ -23,6 +23,7 @@ EXAMPLES = """examples:
   arpo experiment hop2-arpo-vs-grpo                  # hop2 (two lookups), SmolLM2-135M, blind: dev only
   arpo experiment hop2-arpo-vs-grpo report_test=true # freeze the dev selection, report hop2:test once
   arpo experiment hop2-arpo-vs-grpo "methods=[arpo,grpo,aepo]" --seeds 3 --steps 20
+  arpo experiment hop2-stats --results runs/hop2/results.json   # recompute its statistics, print the tables
   arpo experiment branching models=[runs/quickstart/sft,runs/quickstart/arpo]   \
 # branch rule settings (docs/branching.md)
 
@@ -38,12 +39,15 @@ def register(sub) -> None:
     p = sub.add_parser("experiment", help="controlled experiments, e.g. ARPO vs GRPO on a generated tool task",
                        description="Run a controlled experiment end to end with arpo's own pipeline.",
                        epilog=EXAMPLES, formatter_class=HELP)
-    p.add_argument("name", choices=["arpo-vs-grpo", "svamp-arpo-vs-grpo", "hop2-arpo-vs-grpo", "branching"])
+    p.add_argument("name", choices=["arpo-vs-grpo", "svamp-arpo-vs-grpo", "hop2-arpo-vs-grpo", "hop2-stats",
+                                    "branching"])
     p.add_argument("--seeds", type=POS_INT, default=None, help="RL seeds per method (default 3; --quick: 1)")
     p.add_argument("--steps", type=POS_INT, default=None, help="RL steps per run (default 40; svamp: 30)")
     p.add_argument("--out", default=None, help="output dir (default runs/experiments/arpo_vs_grpo)")
     p.add_argument("--threads", type=POS_INT, default=None, help="torch CPU threads (default 2)")
     p.add_argument("--quick", action="store_true", help="tiny smoke-test settings (1 seed, few steps)")
+    p.add_argument("--results", default=None, metavar="RESULTS_JSON",
+                   help="hop2-stats: the hop2 results.json whose statistics section is recomputed (in place)")
     p.add_argument("overrides", nargs="*",
                    help="ExperimentConfig fields as key=value right after the name, e.g. lr=2e-4")
     p.add_argument("--set", dest="more", action="append", default=[], metavar="KEY=VALUE",
@@ -62,6 +66,8 @@ def run(args) -> int:
         return run_branching(args)
     if args.name == "hop2-arpo-vs-grpo":
         return run_hop2(args)
+    if args.name == "hop2-stats":
+        return run_hop2_stats(args)
     if args.name == "svamp-arpo-vs-grpo":
         from arpo.experiments.svamp import SvampExperimentConfig as ExperimentConfig
         from arpo.experiments.svamp import run as run_experiment
@@ -109,6 +115,21 @@ def run_hop2(args) -> int:
     res = run_experiment(cfg)
     print(json.dumps({"out": cfg.out, "wall_seconds": round(res["wall_seconds"], 1), "start_dev": res["start_dev"],
                       "dev": res["dev"], "test": res["test"]}, indent=1, default=str))
+    return 0
+
+
+def run_hop2_stats(args) -> int:
+    """hop2-stats: recompute the statistics section of a hop2 results.json (experiments/hop2_stats.py)."""
+    from pathlib import Path
+
+    from arpo.errors import ArpoError
+    from arpo.experiments.hop2_report import report
+    from arpo.experiments.hop2_stats import recompute
+
+    if not args.results:
+        raise ArpoError("hop2-stats needs --results PATH (a results.json of hop2-arpo-vs-grpo)")
+    recompute(args.results)
+    print(report(json.loads(Path(args.results).read_text())), end="")  # the tables docs/experiment_hop2.md quotes
     return 0
 
 

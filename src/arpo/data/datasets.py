@@ -2,7 +2,10 @@
 NQ ...) and generic JSONL/parquet rows `{question, answer | answers, task}`, as plain examples.
 
 An example is `{"id", "question", "answers": [str, ...], "task": "math" | "qa"}`. The task picks the
-prompt template and the reward. A malformed row is an error naming file, line and field.
+prompt template and the reward. A row may declare its `cluster` (any string): questions that share
+everything but a detail (hop2: the three attributes asked of one town and relation) are one unit of
+the experiments' statistics (experiments/clustered.py); a row without one is its own cluster.
+A malformed row is an error naming file, line and field.
 """
 
 from __future__ import annotations
@@ -60,6 +63,8 @@ def _example(where: str, i: int, row: dict, task: str | None, id_prefix: str) ->
     sup = supporting_titles(row)
     if sup:
         ex["supporting"] = sup  # the pages a multi-hop answer rests on (deep-search metrics, eval/deep_search.py)
+    if row.get("cluster") is not None:  # questions that share all but a detail (experiments/clustered.py)
+        ex["cluster"] = str(row["cluster"])
     return ex
 
 

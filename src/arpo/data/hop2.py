@@ -88,7 +88,8 @@ def page(town: dict) -> str:
 
 def make_questions(kb: list[dict], seed: int = SEED) -> dict[str, list[dict]]:
     """{split: examples}: every (town, relation, attribute) question, split by the first-hop town.
-    An example: {id, question, answers, task: math, hop1, relation, hop2, attribute, split}."""
+    An example: {id, question, answers, task: math, hop1, relation, hop2, attribute, cluster, split};
+    `cluster` (hop1/relation) names the three questions that differ only in the attribute read last."""
     by_name = {t["name"]: t for t in kb}
     order = [t["name"] for t in kb]
     random.Random(f"hop2-split:{seed}").shuffle(order)
@@ -102,7 +103,8 @@ def make_questions(kb: list[dict], seed: int = SEED) -> dict[str, list[dict]]:
                 y = by_name[by_name[x][rel]]
                 for a in ATTRIBUTES:
                     rows.append({"question": f"What is the {a} of the {rel} town of {x}?", "answers": [str(y[a])],
-                                 "task": "math", "hop1": x, "relation": rel, "hop2": y["name"], "attribute": a})
+                                 "task": "math", "hop1": x, "relation": rel, "hop2": y["name"], "attribute": a,
+                                 "cluster": f"{x}/{rel}"})
         random.Random(f"hop2-order:{seed}:{split}").shuffle(rows)
         out[split] = [{"id": f"hop2-{split}-{i}", **r, "split": split} for i, r in enumerate(rows)]
     return out

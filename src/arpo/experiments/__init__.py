@@ -9,6 +9,10 @@
                      the first result), SmolLM2-135M, blind: `arpo experiment hop2-arpo-vs-grpo`
     protocol.py      the blind protocol's statistics (bootstrap intervals, sample sd, paired wins /
                      losses) and its split ledger (test reported once, after the dev selection is frozen)
+    clustered.py     statistics over seeds and question clusters (crossed bootstrap, seed-level tests,
+                     per-cluster sign test, the two-stage seed -> step ratio bootstrap)
+    hop2_stats.py    hop2's `statistics` section, recomputable from its results.json
+                     (`arpo experiment hop2-stats`); hop2_report.py renders its tables
 """
 
 

@@ -47,6 +47,7 @@ from typing import Any
 
 from arpo.errors import ArpoError
 from arpo.experiments import kbenv, stop_if_signalled
+from arpo.provenance import provenance
 from arpo.settings import ToolsConfig
 from arpo.tools.registry import ToolRegistry
 
@@ -464,6 +465,7 @@ def run(cfg: ExperimentConfig) -> dict:
     results["summary"] = summarize(runs, start["accuracy"])
     results["wall_seconds"] = time.perf_counter() - t0
     results["machine"] = _machine()
+    results["provenance"] = provenance()
     results["plots"] = [str(p) for p in plot(results, out)]
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
     return results

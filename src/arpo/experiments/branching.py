@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from arpo.experiments.arpo_vs_grpo import log
+from arpo.provenance import provenance
 
 # name -> RolloutConfig overrides; the defaults of RolloutConfig are the paper's settings
 DEFAULT_SETTINGS: dict[str, dict] = {
@@ -212,6 +213,7 @@ def run(cfg: BranchingConfig) -> dict:
                "models": {m: measure(m, cfg, examples) for m in cfg.models}}
     results["wall_seconds"] = time.perf_counter() - t0
     results["load_average_at_end"] = os.getloadavg()
+    results["provenance"] = provenance()
     results["plot"] = str(plot(results, out))
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
     return results

@@ -11,7 +11,9 @@ The pipeline (svamp.py's, on hop2's data, tool and template):
       ─► selection on dev, per method: the eval step with the best seed-mean dev accuracy (ties: the
          earlier step) ─► results.json: dev statistics (protocol.py: bootstrap intervals over questions,
          sample sd over seeds, paired wins / losses between arms, the training tool-call ratio with a
-         bootstrap interval over RL steps)
+         bootstrap interval over RL steps), per-question correctness per seed, and the `statistics`
+         section (hop2_stats.py: intervals over seeds and question clusters, seed-level tests, the
+         tool-call ratio over seeds and steps, calls to reach an accuracy), recomputable from the file
       ─► only with report_test=true: the selection is frozen in OUT/protocol.json and the selected
          checkpoints are evaluated on **test** once; a rerun that would select differently is refused.
 
@@ -32,9 +34,10 @@ from typing import Any
 from arpo.analysis import branches
 from arpo.data import hop2 as data
 from arpo.errors import ArpoError
-from arpo.experiments import hop2_figures, svamp
+from arpo.experiments import hop2_figures, hop2_report, hop2_stats, svamp
 from arpo.experiments import protocol as P
 from arpo.experiments.arpo_vs_grpo import log
+from arpo.provenance import provenance
 from arpo.training.rollout_log import read_run_trees
 
 
@@ -124,22 +127,44 @@ class Hop2ExperimentConfig(svamp.SvampExperimentConfig):
         return cls(**base)
 
 
+SFT_RECORD = "sft.json"  # OUT/sft.json: the SFT config, its data's sha256 and its result, for reuse
+
+
 def make_sft(cfg: Hop2ExperimentConfig, out: Path) -> dict:
+    """SFT on the scripted trajectories into OUT/sft, or the SFT model an earlier command in OUT trained
+    with the same config on the same rows (OUT/sft.json; its result comes back with reused: true), so
+    that `report_test=true` evaluates the checkpoints of the SFT start they were trained from."""
+    import hashlib
+
+    import yaml
+
     from arpo.config import load_config
     from arpo.data.datasets import load_examples
     from arpo.recipes.sft import SFTConfig
     from arpo.recipes.sft import run as sft_run
+    from arpo.training.rundir import unsafe_changes
 
     rows = sft_rows(load_examples(cfg.sft_data))
     path = out / "sft_hop2.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    path.write_text(text)
     over = list(cfg.sft_overrides) + [f"data.path=[{path}]", f"run.dir={out / 'sft'}", f"run.threads={cfg.threads}",
                                       "run.tensorboard=false"]
     sc = load_config(SFTConfig, cfg.sft_config, over)
+    conf = yaml.safe_load(yaml.safe_dump(dataclasses.asdict(sc)))
+    sha = hashlib.sha256(text.encode()).hexdigest()
+    record = out / SFT_RECORD
+    if record.is_file():
+        old = json.loads(record.read_text())
+        if (old.get("data_sha256") == sha and not unsafe_changes(old.get("config") or {}, conf)
+                and Path(old["result"]["model"]).is_dir()):
+            return {**old["result"], "reused": True}
     t0 = time.perf_counter()
     res = sft_run(sc, overwrite=True, quiet=True)
-    return {"model": res["model"], "rows": len(rows), "steps": res["steps"], "final_loss": res["final_loss"],
-            "seconds": time.perf_counter() - t0}
+    result = {"model": res["model"], "rows": len(rows), "steps": res["steps"], "final_loss": res["final_loss"],
+              "seconds": time.perf_counter() - t0}
+    record.write_text(json.dumps({"config": conf, "data_sha256": sha, "result": result}, indent=1, default=str))
+    return result
 
 
 def select_steps(runs: dict[str, list[dict]]) -> dict[str, int]:
@@ -161,22 +186,27 @@ def question_scores(per_seed_records: list[list[dict]]) -> dict[str, float]:
     return {q: statistics.fmean(v) for q, v in sorted(by.items())}
 
 
-def split_stats(records: dict[str, list[list[dict]]], cfg: Hop2ExperimentConfig) -> dict:
+def split_stats(records: dict[str, list[list[dict]]], cfg: Hop2ExperimentConfig,
+                clusters: dict[str, str] | None = None) -> dict:
     """Per method: per-seed accuracy, seed mean and sample sd, bootstrap interval over questions;
-    between arms (each vs the last method, e.g. grpo): paired wins / losses per question."""
+    between arms (each vs the last method, e.g. grpo): paired wins / losses per question; and
+    `per_question` (hop2_stats.per_question: correctness per seed and question, with each question's
+    cluster) for the seed- and cluster-aware statistics (results["statistics"], hop2_stats.py)."""
     out: dict[str, Any] = {}
     scores = {m: question_scores(rs) for m, rs in records.items()}
     for m, rs in records.items():
         accs = [statistics.fmean(float(r["correct"]) for r in recs) for recs in rs]
         calls = [sum(r["tool_calls"].values()) for recs in rs for r in recs]
+        boot = P.bootstrap_mean_ci(list(scores[m].values()), cfg.bootstrap_resamples, cfg.level, cfg.bootstrap_seed)
         out[m] = {"accuracy_per_seed": accs, "accuracy_mean": statistics.fmean(accs),
-                  "accuracy_sd": P.sample_sd(accs), "bootstrap": P.bootstrap_mean_ci(
-                      list(scores[m].values()), cfg.bootstrap_resamples, cfg.level, cfg.bootstrap_seed),
+                  "accuracy_sd": P.sample_sd(accs), "bootstrap": {**boot, "resampled": hop2_stats.QUESTION_BOOTSTRAP},
                   "tool_calls_per_question": statistics.fmean(calls)}
     base = list(records)[-1]
-    out["paired"] = {f"{m}_vs_{base}": P.paired_counts([scores[m][q] for q in scores[base]],
-                                                       [scores[base][q] for q in scores[base]])
+    out["paired"] = {f"{m}_vs_{base}": {**P.paired_counts([scores[m][q] for q in scores[base]],
+                                                          [scores[base][q] for q in scores[base]]),
+                                        "unit": hop2_stats.QUESTION_PAIRED}
                      for m in records if m != base}
+    out["per_question"] = hop2_stats.per_question(records, clusters or {})
     return out
 
 
@@ -218,8 +248,8 @@ def run(cfg: Hop2ExperimentConfig) -> dict:
         sft: dict[str, Any] = {"model": cfg.sft_from, "reused": True}
     else:
         sft = make_sft(cfg, out)
-        log(f"SFT: {sft['rows']} scripted rows, {sft['steps']} steps, loss {sft['final_loss']:.3f} "
-            f"({sft['seconds']:.0f} s) -> {sft['model']}")
+        log(f"SFT{' (reused)' if sft.get('reused') else ''}: {sft['rows']} scripted rows, {sft['steps']} steps, "
+            f"loss {sft['final_loss']:.3f} ({sft['seconds']:.0f} s) -> {sft['model']}")
     dev = load_examples(cfg.eval_data)
     tc0 = svamp.train_config(cfg, sft["model"], cfg.methods[0], 0, out / "rl" / "_")
     m0, recs0 = svamp.cached_eval(out, 0, sft["model"], tc0, cfg, dev)
@@ -249,7 +279,10 @@ def run(cfg: Hop2ExperimentConfig) -> dict:
     def examples(c):
         return cache.setdefault(c.eval_data, load_examples(c.eval_data))
 
-    dev_stats = split_stats(records(cfg, selection), cfg)
+    def clusters(c) -> dict[str, str]:  # a dataset's declared clusters (hop2: first-hop town / relation)
+        return {ex["id"]: ex.get("cluster", ex["id"]) for ex in examples(c)}
+
+    dev_stats = split_stats(records(cfg, selection), cfg, clusters(cfg))
     dev_stats["tool_call_ratio"] = tool_call_ratio(runs, cfg)
     dev_stats["selected_steps"] = selection
     for mt in cfg.methods:
@@ -263,7 +296,7 @@ def run(cfg: Hop2ExperimentConfig) -> dict:
     if cfg.report_test:
         ledger.freeze({"steps": selection, "settings": _frozen_settings(cfg)}, reason="best seed-mean dev accuracy")
         test_cfg = dataclasses.replace(cfg, eval_data=cfg.test_data)
-        test_stats = split_stats(records(test_cfg, selection), cfg)
+        test_stats = split_stats(records(test_cfg, selection), cfg, clusters(test_cfg))
         for mt in cfg.methods:
             ledger.record(f"{mt}/accuracy", test_stats[mt]["accuracy_mean"], "test", step=selection[mt],
                           data=cfg.test_data)
@@ -274,9 +307,12 @@ def run(cfg: Hop2ExperimentConfig) -> dict:
         results["test"] = None
         log(f"test not evaluated: selection on dev is {selection}; rerun with report_test=true to freeze it and "
             f"report {cfg.test_data} once")
+    results["statistics"] = hop2_stats.statistics(results)
     results["wall_seconds"] = time.perf_counter() - t0
     results["load_average_at_end"] = os.getloadavg()
+    results["provenance"] = provenance()
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    (out / "report.md").write_text(hop2_report.report(results))
     results["figures"] = [str(p) for p in hop2_figures.plot(results, out)]
     return results
 

@@ -33,6 +33,7 @@ from typing import Any
 
 from arpo.experiments import stop_if_signalled
 from arpo.experiments.arpo_vs_grpo import log, summarize
+from arpo.provenance import provenance
 
 
 @dataclass
@@ -373,6 +374,7 @@ def run(cfg: SvampExperimentConfig) -> dict:
     results["summary"]["per_seed_ratio_spread"] = seed_spread(results["summary"])
     results["wall_seconds"] = time.perf_counter() - t0
     results["load_average_at_end"] = os.getloadavg()
+    results["provenance"] = provenance()
     results["plots"] = [str(p) for p in plot(results, out)]
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
     (out / "report.md").write_text(report(results))

@@ -17,6 +17,8 @@
   threads, memory knobs) may change. config.yaml holds the effective config and every start and
   resume is kept in RUN_DIR/config_history/. `steps` may grow, never drop below the checkpoint's step,
   and the data files must have the content the run started with (RUN_DIR/inputs.json: sha256 each).
+* **traceable**: every start and resume appends arpo's commit, whether the source tree had
+  uncommitted changes and the package versions to RUN_DIR/provenance.json (arpo/provenance.py).
 """
 
 from __future__ import annotations
@@ -84,11 +86,12 @@ def restore_command(path: str | Path) -> str:
     import shlex
 
     d = shlex.quote(str(path))
-    names = " ".join(RUN_FILES + ("config.yaml", INPUTS))
+    names = " ".join(RUN_FILES + ("config.yaml", INPUTS, PROVENANCE))
     return f"cd {d} && rm -rf {names} && mv .overwritten/* . && rmdir .overwritten"
 
 
 INPUTS = "inputs.json"  # sha256 of the run's data files: a resume must see the same content
+PROVENANCE = "provenance.json"  # per start / resume: arpo's commit, dirty or not, package versions
 
 
 def input_hashes(config: dict) -> dict[str, str]:
@@ -227,7 +230,7 @@ class RunDir:
                 else:
                     aside.mkdir()
                     # the old run's config and data hashes go with it (restore)
-                    moving += [n for n in ("config.yaml", INPUTS) if (self.path / n).is_file()]
+                    moving += [n for n in ("config.yaml", INPUTS, PROVENANCE) if (self.path / n).is_file()]
                     for name in moving:
                         os.replace(self.path / name, aside / name)
         text = yaml.safe_dump(config, sort_keys=False)
@@ -243,6 +246,24 @@ class RunDir:
         n = len(list(hist.glob("*.yaml"))) + 1
         kind = "resume" if self.resume else "start"
         write_text_atomic(hist / f"{n:03d}_{kind}_{time.strftime('%Y%m%d-%H%M%S')}.yaml", text)
+        self._record_provenance(kind)
+
+    def _record_provenance(self, kind: str) -> None:
+        """RUN_DIR/provenance.json: one entry per start and resume (arpo's commit, whether its tree was
+        dirty, the package versions), so a checkpoint can be traced to the code that trained it."""
+        import json
+
+        from arpo.provenance import provenance
+        from arpo.training.checkpoint import write_text_atomic
+
+        path = self.path / PROVENANCE
+        try:
+            runs = json.loads(path.read_text()) if path.is_file() and (self.resume or not self.overwrite) else []
+        except ValueError:
+            runs = []
+        runs = runs if isinstance(runs, list) else []
+        runs.append({"kind": kind, **provenance()})
+        write_text_atomic(path, json.dumps(runs, indent=1) + "\n")
 
     def _saved_inputs(self) -> dict:
         import json

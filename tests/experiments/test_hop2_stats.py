@@ -1,0 +1,93 @@
+"""experiments/hop2_stats.py: the statistics section of hop2's results.json, recomputed from the file;
+on the committed pre-fix results (docs/results/hop2_arpo_vs_grpo.json) it gives the numbers issue 38's
+review computed, and with per-question records it adds the cluster-aware ones."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from arpo.experiments import hop2 as X
+from arpo.experiments import hop2_stats as H
+
+COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "results" / "hop2_arpo_vs_grpo.json"
+
+
+@pytest.fixture(scope="module")
+def committed():
+    return json.loads(COMMITTED.read_text())
+
+
+def test_recompute_on_the_pre_fix_results_keeps_the_raw_data(tmp_path, committed):
+    p = tmp_path / "results.json"
+    shutil.copy(COMMITTED, p)
+    st = H.recompute(p)
+    again = json.loads(p.read_text())
+    assert {k: v for k, v in again.items() if k != "statistics"} == {k: v for k, v in committed.items()
+                                                                     if k != "statistics"}
+    assert again["statistics"] == json.loads(json.dumps(st))
+    # issue 38: seed-level (permutation over the runs' labels) test p 0.60 (ARPO-GRPO) and 0.40 (AEPO-GRPO)
+    assert st["test"]["arpo_vs_grpo"]["seed_level"]["p_permutation"] == pytest.approx(0.6)
+    assert st["test"]["aepo_vs_grpo"]["seed_level"]["p_permutation"] == pytest.approx(0.4)
+    assert st["test"]["aepo_vs_grpo"]["seed_level"]["p_sign_flip"] == 0.25  # 3 of 3 seeds: the floor
+    # the tool-call ratio over seeds and steps is wider than the steps-only one the study reported
+    tc = st["tool_calls"]["arpo/grpo"]
+    assert tc["two_stage"]["ratio"] == pytest.approx(0.6766, abs=1e-4)
+    assert tc["two_stage"]["ci_low"] == pytest.approx(0.628, abs=0.005)
+    assert tc["two_stage"]["ci_high"] == pytest.approx(0.722, abs=0.005)
+    rep = tc["steps_only_as_reported"]
+    assert (round(rep["ci_low"], 3), round(rep["ci_high"], 3)) == (0.652, 0.700)
+    assert tc["two_stage"]["ci_high"] - tc["two_stage"]["ci_low"] > 1.5 * (rep["ci_high"] - rep["ci_low"])
+    # calls to reach an accuracy (issue 38: 2.63 / 1.65 / 1.32 / 0.86 for ARPO / GRPO)
+    lv = st["calls_to_accuracy"]["arpo/grpo"]["levels"]
+    assert [round(v["ratio"], 2) for v in lv] == [2.63, 1.65, 1.32, 0.86]
+    # no per-question records in the pre-fix file: the cluster-aware numbers are absent, with the reason
+    arm = st["dev"]["arpo"]
+    assert arm["crossed_bootstrap"] is None and "per_question" in arm["crossed_bootstrap_note"]
+    assert st["test"]["arpo_vs_grpo"]["cluster_paired"] is None
+
+
+def _recs(bits):
+    return [{"example_id": f"q{i}", "correct": b, "tool_calls": {"lookup": 2}} for i, b in enumerate(bits)]
+
+
+def test_with_per_question_records_the_statistics_count_clusters():
+    cfg = X.Hop2ExperimentConfig(bootstrap_resamples=200)
+    clusters = {"q0": "A", "q1": "A", "q2": "B", "q3": "B"}
+    split = X.split_stats({"arpo": [_recs([1, 1, 0, 0]), _recs([1, 1, 0, 1])],
+                           "grpo": [_recs([0, 1, 0, 0]), _recs([0, 1, 0, 1])]}, cfg, clusters)
+    assert split["per_question"] == {"example_ids": ["q0", "q1", "q2", "q3"], "clusters": ["A", "A", "B", "B"],
+                                     "arpo": {"correct": [[1, 1, 0, 0], [1, 1, 0, 1]], "tool_calls": [[2] * 4] * 2},
+                                     "grpo": {"correct": [[0, 1, 0, 0], [0, 1, 0, 1]], "tool_calls": [[2] * 4] * 2}}
+    s = H.split_section(split, ["arpo", "grpo"], {"n_resamples": 200, "level": 0.95, "seed": 0})
+    assert s["arpo"]["crossed_bootstrap"]["clusters"] == 2 and s["arpo"]["crossed_bootstrap"]["mean"] == 5 / 8
+    c = s["arpo_vs_grpo"]
+    # cluster A: arpo 1, grpo 0.5 (a win); cluster B: both 0.25 (a tie). Per question it is 1 win, 3 ties.
+    assert (c["cluster_paired"]["wins"], c["cluster_paired"]["losses"], c["cluster_paired"]["ties"]) == (1, 0, 1)
+    assert c["question_paired_as_reported"]["wins"] == 1 and c["crossed_bootstrap_diff"]["diff"] == 0.25
+    assert c["seed_level"]["per_seed_diff"] == [0.25, 0.25]
+
+
+def test_the_committed_statistics_section_is_what_the_code_computes(committed):
+    """docs/results/hop2_arpo_vs_grpo.json carries the section `arpo experiment hop2-stats` writes;
+    a change to the statistics must be followed by rerunning it (and updating the doc)."""
+    assert committed["statistics"] == json.loads(json.dumps(H.statistics(committed)))
+
+
+def test_the_hop2_stats_command_rewrites_the_section_and_prints_the_tables(tmp_path, committed, capsys):
+    from arpo.cli import main
+    from arpo.experiments import hop2_report
+
+    p = tmp_path / "results.json"
+    p.write_text(json.dumps({k: v for k, v in committed.items() if k != "statistics"}))
+    assert main(["experiment", "hop2-stats", "--results", str(p)]) == 0
+    assert json.loads(p.read_text())["statistics"] == committed["statistics"]
+    assert capsys.readouterr().out == hop2_report.report(committed)
+    assert main(["experiment", "hop2-stats"]) == 2
+    assert "needs --results" in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text("{}")
+    assert main(["experiment", "hop2-stats", "--results", str(tmp_path / "bad.json")]) == 2
+    assert "not a hop2 results.json" in capsys.readouterr().err
