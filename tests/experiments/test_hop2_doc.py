@@ -65,3 +65,23 @@ def test_every_number_in_the_results_prose_is_from_the_file(results, doc):
     missing = sorted({n for n in NUMBER.findall(prose) if _plain(n) not in allowed})
     assert not missing, f"docs/experiment_hop2.md quotes numbers the results file does not hold: {missing}"
     assert "to be re-run" in doc and "pre-fix" in doc
+
+
+def test_the_readme_and_the_quick_start_page_quote_the_file(results):
+    """The README's hop2 bullet and docs/quickstart.md's hop2 table and reading quote only the committed
+    results (issue 38: every number in the README's hop2 section matches the committed JSON)."""
+    allowed = {_plain(n) for n in NUMBER.findall(hop2_report.report(results))} | _named_values(results)
+    allowed |= {_plain(f"{x:.2f}") for x in _calls_ratios(results)} | {"0.583"}  # the SFT start, in the file
+    readme = (ROOT / "README.md").read_text()
+    bullet = _section(readme, "- **hop2, ARPO vs AEPO vs GRPO**", "- **webhop")
+    page = (ROOT / "docs" / "quickstart.md").read_text()
+    block = _section(page, "*Pre-fix runs", "The branching study:")
+    missing = sorted({n for n in NUMBER.findall(bullet + block) if _plain(n) not in allowed})
+    assert not missing, f"README.md / docs/quickstart.md quote hop2 numbers the results file does not hold: {missing}"
+    assert results["start_dev"]["accuracy"] == pytest.approx(0.5833, abs=1e-3)
+
+
+def _calls_ratios(results: dict) -> list[float]:
+    c = results["statistics"]["calls_to_accuracy"]
+    return [lv["ratio"] for v in c.values() for lv in v["levels"]] + [
+        p["ratio"] for v in c.values() for p in v["per_seed_pair"]]
