@@ -70,7 +70,8 @@ def child(a) -> dict:
             checkpoint_activations(model)
         model.train()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)
-        batch = TreeBatch.from_trees(_trees(tokens, a.group, len(tok)))
+        trees = _trees(tokens, a.group, len(tok))
+        batch = TreeBatch.from_trees(trees, TreeBatch.all_generated(trees))
 
         def loss_fn(lp, en):
             return -(lp * batch.mask).sum() / batch.mask.sum(), {}

@@ -25,7 +25,8 @@ def test_example_configs_load_and_validate():
     assert train.tools.enabled == ["web_search", "browse"] and train.model.name == "runs/deep_search/sft"
     assert train.tools.web["provider"] == "local" and train.tools.web["url"] == "http://127.0.0.1:8090"
     port = load_config(TrainConfig, str(EX / "train.yaml"), ["tools.web.url=http://127.0.0.1:9999"])
-    assert port.tools.web["url"] == "http://127.0.0.1:9999" and port.tools.web["top_k"] == 1  # merged, not replaced
+    assert port.tools.web["url"] == "http://127.0.0.1:9999"
+    assert port.tools.web["top_k"] == train.tools.web["top_k"]  # merged, not replaced
 
 
 def test_bad_web_key_is_refused_with_its_name():

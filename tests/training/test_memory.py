@@ -138,7 +138,7 @@ def test_checkpointing_gives_the_same_gradients_float64():
     tok = arch_tokenizer("qwen2")
     trees = [{"prompt": list(range(10, 30)), "responses": [list(range(40, 52)), list(range(40, 46)) + [7, 8, 9]],
               "parent": [-1, 0], "branch_at": [0, 6]}]
-    batch = TreeBatch.from_trees(trees)
+    batch = TreeBatch.from_trees(trees, TreeBatch.all_generated(trees))
 
     def grads(checkpointing: bool):
         torch.manual_seed(0)
