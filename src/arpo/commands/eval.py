@@ -99,7 +99,7 @@ def register(sub) -> None:
     c.set_defaults(func=run_compare)
 
 
-def run(args) -> int:
+def run(args) -> int:  # noqa: C901 - the command's steps in order (data, reward check, judge, engine, each dataset's tools, Ctrl-C), each a guard with its own message
     from arpo.commands.agent_flags import resolve
     from arpo.commands.from_run import template_line
     from arpo.data.datasets import load_examples

@@ -49,7 +49,7 @@ from arpo.training.trainer import setup, train_step, validate
 __all__ = ["AlgoConfig", "TrainConfig", "TrainRunConfig", "ValidationConfig", "run"]
 
 
-def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: bool = False) -> dict:
+def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: bool = False) -> dict:  # noqa: C901 - the recipe read top to bottom: checks before the run dir, resume, the step loop
     """The recipe: validate everything → claim the run dir → setup → steps (log, validate,
     checkpoint) → summary. SIGINT/SIGTERM stop it after the current step, with a checkpoint."""
     cfg.validate()

@@ -65,7 +65,7 @@ def _events(response: str, tools: tuple[str, ...], tool_spans) -> list[tuple[boo
     return out + [(m.group(1) == "/", m.group(2), m.start(), m.end()) for m in rx.finditer(response, pos)]
 
 
-def _scan(response: str, tools: tuple[str, ...], tool_spans=None) -> tuple[str | None, list[str]]:
+def _scan(response: str, tools: tuple[str, ...], tool_spans=None) -> tuple[str | None, list[str]]:  # noqa: C901 - a one-pass tag scanner: a branch per tag kind and state
     """(first protocol error or None, tool tags of the top-level calls in order)."""
     calls: list[str] = []
     state: str | None = None  # the tag we are inside

@@ -58,7 +58,7 @@ class ServeConfig:
     log_level: str = "info"
 
 
-def create_app(scheduler: AgentScheduler, tokenizer, *, model_name: str, system: str, context_len: int,
+def create_app(scheduler: AgentScheduler, tokenizer, *, model_name: str, system: str, context_len: int,  # noqa: C901 - the routes are closures defined here, each counted in this function
                max_response_tokens: int, api_key: str | None = None, info: dict | None = None,
                bind_host: str = "127.0.0.1", max_request_bytes: int = MAX_REQUEST_BYTES):
     """The FastAPI app over a running scheduler (whose agent's tools and tool format render the

@@ -64,7 +64,7 @@ def _own_workdir(workdir: str) -> str:
     return newdir
 
 
-def _be_state(chan: socket.socket, workdir: str, ready: socket.socket | None) -> tuple:
+def _be_state(chan: socket.socket, workdir: str, ready: socket.socket | None) -> tuple:  # noqa: C901 - sandbox boot code (runs in the forked interpreter, no arpo imports); to be split per message (issue 42 item 3)
     """A state process: say so to init, have a runner for the next call (`ready`: the socket of
     one forked with us; else fork one), then wait for init's commands on `chan`: b"X" + fds
     [code_r, out_w, new_chan]: the runner runs a call; b"F" + fds [new_chan]: a child becomes a
@@ -287,7 +287,7 @@ def _wait_report(st: int, state: bool) -> str:
     return f"D {how} {int(state)}\n"
 
 
-def _session_init(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket, pipes: tuple[int, int, int]) -> None:
+def _session_init(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket, pipes: tuple[int, int, int]) -> None:  # noqa: C901 - sandbox boot code (runs in the forked interpreter, no arpo imports); to be split per message (issue 42 item 3)
     """init of a session family: start the root state, then relay the trainer's commands to states.
     Trainer -> init (ctl): "X src dst" + fds [code_r, out_w, rep_w]; "F src dst"; "Q id" (drop a state);
     "K id" (kill a state's or a running call's process). init -> trainer: "R" (ready), "X dead id" (a

@@ -36,7 +36,7 @@ from .session import _session_init
 SANDBOX_UID_SPAN = 100_000  # per-worker uids of one tool cycle through [uid_base, uid_base + span)
 
 
-def _init_main(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket, pipes: tuple[int, int, int],
+def _init_main(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket, pipes: tuple[int, int, int],  # noqa: C901 - sandbox boot code (pid 1 of a call, no arpo imports); to be split per message (issue 42 item 3)
                oom_fd: int | None = None) -> None:
     """Pid 1 of the sandbox: set it up, fork the runner, watch the deadline, report crashes.
 
@@ -210,7 +210,7 @@ def _probe_mode(lib, cfg: dict) -> tuple[str, str]:
     return "none", "; ".join(errors)
 
 
-def _zygote_main(cfg: dict, sock: socket.socket) -> None:
+def _zygote_main(cfg: dict, sock: socket.socket) -> None:  # noqa: C901 - sandbox boot code (the zygote, no arpo imports); to be split per message (issue 42 item 3)
     """Entry point of the zygote process (see the module docstring and _ZYGOTE_BOOT)."""
     preloaded = []
     for name in cfg["preimport"]:
