@@ -86,3 +86,20 @@ def prepare_output(path: str | Path, flag: str = "--out", inputs=(), directory: 
     except OSError as e:
         raise ArpoError(f"{flag} {out}: cannot write there ({e.strerror or e})") from e
     return out
+
+
+def read_jsonl_gz(path: Path) -> list[dict]:
+    """The rows of a gzip-compressed JSONL file (the generated built-in datasets: hop2, webhop)."""
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def jsonl_gz_bytes(rows: list[dict]) -> bytes:
+    """Deterministic gzip (mtime 0, no file name) of JSONL rows with sorted keys: a generator that
+    writes its files with this reproduces them byte for byte."""
+    import io
+
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, filename="") as f:
+        f.write("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows).encode())
+    return buf.getvalue()

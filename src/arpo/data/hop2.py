@@ -25,11 +25,11 @@ trajectory is experiments/hop2.expert_response.
 from __future__ import annotations
 
 import functools
-import gzip
-import json
 import random
 import sys
 from pathlib import Path
+
+from arpo.jsonl import jsonl_gz_bytes, read_jsonl_gz
 
 SEED = 32
 N_TOWNS = 60
@@ -146,26 +146,11 @@ def parse_question(question: str) -> tuple[str, str, str]:
 
 
 # ---- files ---------------------------------------------------------------------------------------
-def read_jsonl_gz(path: Path) -> list[dict]:
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def _gz_bytes(rows: list[dict]) -> bytes:
-    """Deterministic gzip (mtime 0, no file name) of JSONL rows."""
-    import io
-
-    buf = io.BytesIO()
-    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, filename="") as f:
-        f.write("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows).encode())
-    return buf.getvalue()
-
-
 def files(seed: int = SEED) -> dict[str, bytes]:
     """The dataset's files (name -> bytes): kb.jsonl.gz and one file per split."""
     kb = make_kb(seed=seed)
     qs = make_questions(kb, seed)
-    return {"kb.jsonl.gz": _gz_bytes(kb), **{f"{s}.jsonl.gz": _gz_bytes(qs[s]) for s in SPLITS}}
+    return {"kb.jsonl.gz": jsonl_gz_bytes(kb), **{f"{s}.jsonl.gz": jsonl_gz_bytes(qs[s]) for s in SPLITS}}
 
 
 def write(out_dir: str | Path, seed: int = SEED) -> list[Path]:

@@ -41,13 +41,13 @@ scripted trajectory of every question through a real `arpo web serve`.
 from __future__ import annotations
 
 import functools
-import gzip
-import json
 import random
 import re
 import sys
 from pathlib import Path
 from typing import Any
+
+from arpo.jsonl import jsonl_gz_bytes, read_jsonl_gz
 
 SEED = 40
 N_TOWNS = 60
@@ -229,27 +229,12 @@ def world() -> list[dict]:
     return read_jsonl_gz(data_dir() / "world.jsonl.gz")
 
 
-def read_jsonl_gz(path: Path) -> list[dict]:
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def _gz_bytes(rows: list[dict]) -> bytes:
-    """Deterministic gzip (mtime 0, no file name) of JSONL rows."""
-    import io
-
-    buf = io.BytesIO()
-    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, filename="") as f:
-        f.write("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows).encode())
-    return buf.getvalue()
-
-
 def files(seed: int = SEED) -> dict[str, bytes]:
     """The dataset's files (name -> bytes): world.jsonl.gz, pages.jsonl.gz and one file per split."""
     w = make_world(seed=seed)
     qs = make_questions(w, seed)
-    return {"world.jsonl.gz": _gz_bytes(w), "pages.jsonl.gz": _gz_bytes(pages(w)),
-            **{f"{s}.jsonl.gz": _gz_bytes(qs[s]) for s in SPLITS}}
+    return {"world.jsonl.gz": jsonl_gz_bytes(w), "pages.jsonl.gz": jsonl_gz_bytes(pages(w)),
+            **{f"{s}.jsonl.gz": jsonl_gz_bytes(qs[s]) for s in SPLITS}}
 
 
 def write(out_dir: str | Path, seed: int = SEED) -> list[Path]:
