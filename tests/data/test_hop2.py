@@ -8,7 +8,8 @@ import pytest
 
 from arpo.data import hop2
 from arpo.data.datasets import load_examples
-from arpo.experiments.hop2 import expert_response, one_call_guesses
+from arpo.recipes.sft_data import hop2_one_call_guesses as one_call_guesses
+from arpo.recipes.sft_data import hop2_response as expert_response
 from arpo.rewards import arpo_reward
 from arpo.settings import ToolsConfig
 from arpo.tools.base import ToolCall
@@ -104,3 +105,18 @@ def test_parse_question_rejects_other_text():
     assert hop2.parse_question("What is the area of the twin town of Belmor?") == ("area", "twin", "Belmor")
     with pytest.raises(ValueError):
         hop2.parse_question("How tall is Belmor?")
+
+
+def test_sft_data_hop2_writes_the_scripted_rows(tmp_path):
+    """`arpo sft-data hop2` (the quick start's first step) writes hop2_sft_rows: the scripted trajectories
+    through the real lookup tool with the prompt the rollouts render, each checked against the answer."""
+    import json
+
+    from arpo.recipes.sft_data import build_sft_dataset, hop2_sft_rows
+
+    out = tmp_path / "sft.jsonl"
+    stats = build_sft_dataset("hop2", "hop2:train[0:6]", str(out), limit=4, progress=False)
+    assert stats["written"] == 4 and stats["dropped"] == {}
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rows == hop2_sft_rows(load_examples("hop2:train[0:4]"))
+    assert all(r["response"].count("<lookup>") == 2 and r["system_prompt"] for r in rows)

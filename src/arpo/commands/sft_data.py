@@ -1,4 +1,4 @@
-"""`arpo sft-data`: write cold-start SFT trajectories from GSM8K / HotpotQA with real tool outputs."""
+"""`arpo sft-data`: write cold-start SFT trajectories from GSM8K / HotpotQA / SVAMP / hop2 with real tool outputs."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ EXAMPLES = """examples:
   arpo sft-data gsm8k --data gsm8k:train --limit 500 --out sft_gsm8k.jsonl
   arpo sft-data hotpotqa --data hotpotqa:train --out sft_hotpotqa.jsonl
   arpo sft-data svamp --data "svamp:train[0:320]" --out sft_svamp.jsonl
+  arpo sft-data hop2 --data "hop2:train[0:120]" --out sft_hop2.jsonl
   arpo sft-data tools --data worked.jsonl --tools mypkg.tools:lookup_order --out sft_tools.jsonl
   arpo sft-data rejection --model runs/quickstart/sft --data gsm8k:train --limit 50 --out rs.jsonl
   arpo sft --config configs/sft_gsm8k_hotpotqa.yaml data.path=[sft_gsm8k.jsonl,sft_hotpotqa.jsonl]
@@ -21,6 +22,8 @@ sandbox (--style stepwise, at most --max-tool-calls calls; the thought before a 
 never its result); --style single: one program printing every annotation.
 SVAMP (and MAWPS/ASDiv-A rows with an `equation`): one <python>print(expr)</python> call, checked
 against the answer; the system prompt is the short `calc` template.
+hop2 (the built-in two-hop task, ./quickstart.sh): the scripted trajectory through the real lookup tool
+(the second lookup's town read off the first result), kept when it reaches the answer; template `hop2`.
 rejection: the model's own trajectories (real tools) with reward > 0, one per question.
 HotpotQA: supporting-fact titles become <search> calls answered by the local index (build it first
 with `arpo index build hotpotqa`). Rows that do not check out are dropped and
@@ -28,11 +31,13 @@ counted in the printed stats."""
 
 
 def register(sub) -> None:
-    p = sub.add_parser("sft-data", help="convert GSM8K / HotpotQA into tool-use SFT trajectories (real tools)",
+    p = sub.add_parser("sft-data", help="convert GSM8K / HotpotQA / SVAMP / hop2 into tool-use SFT trajectories "
+                       "(real tools)",
                        epilog=EXAMPLES, formatter_class=HELP)
-    p.add_argument("source", choices=["gsm8k", "hotpotqa", "svamp", "tools", "rejection"],
-                   help="gsm8k / hotpotqa / svamp: convert the dataset; tools: worked examples of your own tools "
-                   "({question, calls: [{tool, arguments}], answer}); rejection: sample --model and keep reward > 0")
+    p.add_argument("source", choices=["gsm8k", "hotpotqa", "svamp", "hop2", "tools", "rejection"],
+                   help="gsm8k / hotpotqa / svamp / hop2: convert the dataset; tools: worked examples of your own "
+                   "tools ({question, calls: [{tool, arguments}], answer}); rejection: sample --model and keep "
+                   "reward > 0")
     # --tools (tools: the worked examples' tools), --tool-format, --template, --max-tool-calls (gsm8k
     # stepwise), --max-response-tokens / --temperature (rejection), --search-*: the agent and tools sections
     add_agent_flags(p, "sft-data")

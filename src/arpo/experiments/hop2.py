@@ -32,66 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from arpo.analysis import branches
-from arpo.data import hop2 as data
 from arpo.errors import ArpoError
 from arpo.experiments import hop2_figures, hop2_report, hop2_stats, svamp
 from arpo.experiments import protocol as P
 from arpo.experiments.arpo_vs_grpo import log
 from arpo.provenance import provenance
+from arpo.recipes.sft_data import hop2_sft_rows
 from arpo.training.rollout_log import read_run_trees
-
-
-# ---- scripted trajectories -----------------------------------------------------------------------
-def expert_response(example: dict, call=data.lookup) -> tuple[str, list[list[int]]]:
-    """The scripted correct trajectory of `example` through `call` (the tool): (response, the
-    [start, end) spans of the result blocks). The second call's argument is read from the first
-    result, not from the example, so a broken tool gives a wrong trajectory, not a right one."""
-    from arpo.tools.base import format_result
-
-    a, rel, x = data.parse_question(example["question"])
-    first = call(x)
-    marker = f"{rel} town "
-    y = first.split(marker, 1)[1].split(".", 1)[0] if marker in first else "?"
-    second = call(y)
-    value = second.split(f"{a} ", 1)[1].split(".", 1)[0] if f"{a} " in second else "?"
-    pieces = [(f"<think>The {rel} town of {x}, then its {a}.</think>\n<lookup>{x}</lookup>", True),
-              (format_result(first), False), (f"<lookup>{y}</lookup>", True), (format_result(second), False),
-              (f"<answer>\\boxed{{{value}}}</answer>", True)]
-    text, spans = "", []
-    for piece, generated in pieces:
-        if not generated:
-            spans.append([len(text), len(text) + len(piece)])
-        text += piece
-    return text, spans
-
-
-def one_call_guesses(example: dict, call=data.lookup) -> list[str]:
-    """Every number on the first page: the answers a policy that stops after one lookup can give."""
-    import re
-
-    return re.findall(r"\d+", call(data.parse_question(example["question"])[2]))
-
-
-def sft_rows(examples: list[dict]) -> list[dict]:
-    """SFT rows (recipes/sft.py's `system_prompt` form) of the scripted trajectories through the
-    real tool as RL builds it; the prompt is the one the rollouts render (template hop2)."""
-    from arpo.data.prompts import system_prompt
-    from arpo.settings import ToolsConfig
-    from arpo.tools.base import ToolCall
-    from arpo.tools.formats import tool_schema
-
-    reg = ToolsConfig(enabled=[data.TOOL]).build()
-    try:
-        system = system_prompt(data.TEMPLATE, reg)
-        schema = tool_schema(reg["lookup"])
-        rows = []
-        for ex in examples:
-            text, spans = expert_response(ex, lambda q: reg.run(ToolCall("lookup", q)).output)
-            rows.append({"id": ex["id"], "question": ex["question"], "answers": ex["answers"], "task": "math",
-                         "response": text, "tool_results": spans, "system_prompt": system, "tools": [schema]})
-        return rows
-    finally:
-        reg.close()
 
 
 # ---- the experiment ------------------------------------------------------------------------------
@@ -144,7 +91,7 @@ def make_sft(cfg: Hop2ExperimentConfig, out: Path) -> dict:
     from arpo.recipes.sft import run as sft_run
     from arpo.training.rundir import unsafe_changes
 
-    rows = sft_rows(load_examples(cfg.sft_data))
+    rows = hop2_sft_rows(load_examples(cfg.sft_data))
     path = out / "sft_hop2.jsonl"
     text = "".join(json.dumps(r) + "\n" for r in rows)
     path.write_text(text)

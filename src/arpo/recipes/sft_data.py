@@ -281,7 +281,62 @@ def hotpotqa_to_sft(row: dict, search_fn, max_calls: int = 2, require_answer: bo
             "source": "hotpotqa-supporting-facts"}, "ok"
 
 
-SFT_SOURCES = ("gsm8k", "hotpotqa", "svamp")
+def hop2_response(example: dict, call) -> tuple[str, list[list[int]]]:
+    """hop2's scripted correct trajectory of `example` through `call` (the lookup tool: town -> page):
+    (response, the [start, end) spans of the result blocks). The second call's argument is read from
+    the first result, not from the example, so a broken tool gives a wrong trajectory, not a right one."""
+    from arpo.data import hop2
+
+    a, rel, x = hop2.parse_question(example["question"])
+    first = call(x)
+    marker = f"{rel} town "
+    y = first.split(marker, 1)[1].split(".", 1)[0] if marker in first else "?"
+    second = call(y)
+    value = second.split(f"{a} ", 1)[1].split(".", 1)[0] if f"{a} " in second else "?"
+    pieces = [(f"<think>The {rel} town of {x}, then its {a}.</think>\n<lookup>{x}</lookup>", True),
+              (format_result(first), False), (f"<lookup>{y}</lookup>", True), (format_result(second), False),
+              (f"<answer>\\boxed{{{value}}}</answer>", True)]
+    text, spans = "", []
+    for piece, generated in pieces:
+        if not generated:
+            spans.append([len(text), len(text) + len(piece)])
+        text += piece
+    return text, spans
+
+
+def hop2_one_call_guesses(example: dict, call) -> list[str]:
+    """Every number on hop2's first page: the answers a policy that stops after one lookup can give."""
+    from arpo.data import hop2
+
+    return re.findall(r"\d+", call(hop2.parse_question(example["question"])[2]))
+
+
+def hop2_sft_rows(examples: list[dict], tools_cfg: ToolsConfig | None = None) -> list[dict]:
+    """SFT rows (recipes/sft.py's `system_prompt` form) of hop2's scripted trajectories through the real
+    lookup tool, as RL builds them; the prompt is the one the rollouts render (template hop2).
+    `arpo sft-data hop2` and `arpo experiment hop2-arpo-vs-grpo` write these rows."""
+    from dataclasses import replace
+
+    from arpo.data import hop2
+    from arpo.data.prompts import system_prompt
+    from arpo.tools.base import ToolCall
+    from arpo.tools.formats import tool_schema
+
+    reg = replace(tools_cfg or ToolsConfig(), enabled=[hop2.TOOL], mcp=[], options={}).build()
+    try:
+        system = system_prompt(hop2.TEMPLATE, reg)
+        schema = tool_schema(reg["lookup"])
+        rows = []
+        for ex in examples:
+            text, spans = hop2_response(ex, lambda q: reg.run(ToolCall("lookup", q)).output)
+            rows.append({"id": ex["id"], "question": ex["question"], "answers": ex["answers"], "task": "math",
+                         "response": text, "tool_results": spans, "system_prompt": system, "tools": [schema]})
+        return rows
+    finally:
+        reg.close()
+
+
+SFT_SOURCES = ("gsm8k", "hotpotqa", "svamp", "hop2")
 
 
 def build_sft_dataset(task: str, in_path: str, out_path: str, limit: int | None = None, *,
@@ -300,6 +355,8 @@ def build_sft_dataset(task: str, in_path: str, out_path: str, limit: int | None 
         max_calls = agent_defaults("sft-data").max_tool_calls
     p = in_path  # a data spec: built-in name (gsm8k:train), file, glob or hf:...
     tcfg = tools_cfg or tools_defaults("sft-data")
+    if task == "hop2":
+        return _hop2_dataset(p, out_path, limit, tcfg)
     tools = replace(tcfg, enabled=["search"] if task == "hotpotqa" else ["python"], mcp=[], options={}).build()
     try:
         if task in ("gsm8k", "svamp"):
@@ -321,6 +378,22 @@ def build_sft_dataset(task: str, in_path: str, out_path: str, limit: int | None 
         rows, reasons = _convert_rows(src, convert, limit, progress, f"sft-data {task}")
     finally:
         tools.close()
+    return _stats(rows, reasons, _write(out_path, rows, reasons))
+
+
+def _hop2_dataset(data: str, out_path: str, limit: int | None, tools_cfg: ToolsConfig) -> dict:
+    """hop2's scripted trajectories (hop2_sft_rows) of the first `limit` questions of `data`; a row whose
+    trajectory does not reach the question's answer through the tool is dropped ("answer not reached")."""
+    from arpo.data.datasets import load_examples
+    from arpo.rewards.answer import extract_answer_block, extract_boxed
+
+    examples = load_examples(data)[:limit] if limit else load_examples(data)
+    reasons: Counter = Counter()
+    rows = []
+    for row in hop2_sft_rows(examples, tools_cfg):
+        ok = extract_boxed(extract_answer_block(row["response"])) in row["answers"]
+        reasons["ok" if ok else "answer not reached"] += 1
+        rows += [row] if ok else []
     return _stats(rows, reasons, _write(out_path, rows, reasons))
 
 
