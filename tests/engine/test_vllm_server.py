@@ -491,6 +491,56 @@ def test_eval_command_on_the_server(setup, tmp_path, capsys):
     assert "--servers goes with --engine vllm_server" in capsys.readouterr().err
 
 
+def _serve_answers(cfg, questions) -> list[str]:
+    """Start `arpo serve agent` (serve/app.agent_server) for `cfg` in a thread, ask each question greedily
+    over HTTP, return the answers' content."""
+    import threading
+
+    import httpx
+
+    from arpo.serve.app import agent_server
+
+    with agent_server(cfg) as server:
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        deadline = time.time() + 60
+        while not server.started:
+            assert time.time() < deadline and thread.is_alive(), "serve agent did not start"
+            time.sleep(0.05)
+        try:
+            out = []
+            for q in questions:
+                r = httpx.post(f"http://127.0.0.1:{cfg.port}/v1/chat/completions", timeout=120,
+                               json={"model": "m", "messages": [{"role": "user", "content": q}],
+                                     "temperature": 0, "max_tokens": 24})
+                assert r.status_code == 200, r.text
+                out.append(r.json()["choices"][0]["message"]["content"])
+            return out
+        finally:
+            server.should_exit = True
+            thread.join(10)
+
+
+def test_serve_agent_on_the_server(setup, tiny_tok):
+    """`arpo serve agent --engine vllm_server --servers URL`: the OpenAI-compatible agent API over the
+    remote engine (only the tokenizer is loaded here) answers greedily as --engine hf does on the same
+    model; --servers without --engine vllm_server is an error."""
+    from arpo.cli import main
+    from arpo.serve.app import ServeConfig
+    from arpo.settings import AgentConfig, ToolsConfig
+
+    url, _, _, d = setup
+    questions = ["What is 3 + 3?", "Name a color."]
+    answers = {}
+    for engine, servers in (("vllm_server", [url]), ("hf", [])):
+        cfg = ServeConfig(model=str(d / "model"), served_model_name="m", engine=engine, servers=servers,
+                          device="cpu", agent=AgentConfig(max_tool_calls=0, max_response_tokens=24),
+                          tools=ToolsConfig(enabled=[]), port=_free_port(), log_level="warning")
+        answers[engine] = _serve_answers(cfg, questions)
+    assert answers["vllm_server"] == answers["hf"] and any(answers["hf"]), answers
+    assert main(["serve", "agent", "--model", str(d / "model"), "--servers", url]) == 2
+
+
 def test_torchrun_fsdp_trains_with_vllm_server_and_syncs_weights(setup, tiny_tok, tmp_path):
     """`torchrun --nproc-per-node 2 -m arpo train engine=vllm_server` (gloo, FSDP2, fp32): both ranks roll
     out on the server, no rank holds a generation replica, and before step 2's rollout the ranks' gathered

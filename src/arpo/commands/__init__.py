@@ -78,3 +78,22 @@ def deprecated(p, old: str, new: str, **kw) -> None:
             setattr(ns, self.dest, values)
 
     p.add_argument(old, action=Warn, help=argparse.SUPPRESS, **kw)
+
+
+def add_engine_flags(p, what: str) -> None:
+    """--engine hf | vllm | vllm_server and --servers (eval, serve agent): `what` names the command's unit
+    of work in the help."""
+    p.add_argument("--engine", default="hf", choices=["hf", "vllm", "vllm_server"],
+                   help=f"generation engine for {what}: hf (transformers, default), vllm (needs vLLM installed) or "
+                        "vllm_server (running vLLM servers that serve --model: --servers)")
+    p.add_argument("--servers", nargs="+", default=None, metavar="URL",
+                   help="--engine vllm_server: base URLs of the servers (docs/vllm_backend.md; `arpo rollout-servers` "
+                        "prints the lines that start them)")
+
+
+def check_engine_flags(args) -> None:
+    """--servers goes with --engine vllm_server and the other way round (an error, not a silent default)."""
+    from arpo.errors import ArpoError
+
+    if (args.engine == "vllm_server") != bool(args.servers):
+        raise ArpoError("--servers goes with --engine vllm_server (the URLs of servers that serve --model)")

@@ -8,7 +8,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from arpo.commands import HELP, NONNEG, POS_INT
+from arpo.commands import HELP, NONNEG, POS_INT, add_engine_flags, check_engine_flags
 from arpo.commands.agent_flags import add_agent_flags
 from arpo.errors import ArpoError
 
@@ -53,11 +53,7 @@ def register(sub) -> None:
                    help="how math answers are compared")
     p.add_argument("--batch-size", type=POS_INT, default=16, help="sequences decoded together")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    p.add_argument("--engine", default="hf", choices=["hf", "vllm", "vllm_server"],
-                   help="generation engine: hf (transformers, default), vllm (needs vLLM installed) or "
-                        "vllm_server (running vLLM servers that serve --model: --servers)")
-    p.add_argument("--servers", nargs="+", default=None, metavar="URL",
-                   help="--engine vllm_server: base URLs of the servers (docs/vllm_backend.md)")
+    add_engine_flags(p, "the evaluation")
     p.add_argument("--compile", action="store_true",
                    help="hf engine: run each decode step as one torch.compile graph (compiled once per process: "
                         "minutes on a 2-core CPU, so it pays on long evaluations only; BENCHMARKS.md)")
@@ -135,8 +131,7 @@ def run(args) -> int:  # noqa: C901 - the command's steps in order (data, reward
         prepare_output(args.out, inputs=input_paths(args.data))
     if args.compile and args.engine != "hf":
         raise ArpoError("--compile: only for --engine hf (vLLM compiles its own graphs)")
-    if (args.engine == "vllm_server") != bool(args.servers):
-        raise ArpoError("--servers goes with --engine vllm_server (the URLs of servers that serve --model)")
+    check_engine_flags(args)
     if args.engine == "vllm_server":  # the servers hold the weights: only the tokenizer is loaded here
         engine = make_engine("vllm_server", None, None, model_dir=args.model, servers=args.servers)
         tok = engine.tokenizer

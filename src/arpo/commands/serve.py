@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from arpo.commands import HELP, POS_INT, deprecated, number
+from arpo.commands import HELP, POS_INT, add_engine_flags, check_engine_flags, deprecated, number
 from arpo.commands.agent_flags import add_agent_flags, resolve
 from arpo.commands.from_run import run_settings
 
@@ -23,6 +23,7 @@ AGENT_EXAMPLES = """examples:
   arpo serve agent --model runs/arpo_gsm8k --port 8000
   arpo serve agent --model runs/train_hotpotqa --tools search --search-index ./my-index
   arpo serve agent --model smollm2-135m-instruct --tools python --session --max-batch 32
+  arpo serve agent --model runs/arpo_gsm8k --engine vllm_server --servers http://127.0.0.1:8100
   curl -s localhost:8000/v1/chat/completions -H 'content-type: application/json' \\
        -d '{"model": "arpo_gsm8k", "messages": [{"role": "user", "content": "What is 17*23?"}]}'
 
@@ -79,7 +80,7 @@ def _register_agent(s) -> None:
                    help="run dir, checkpoint, Hugging Face dir or built-in name")
     a.add_argument("--served-model-name", default=None, help="the model id clients ask for (default: the run's name)")
     add_agent_flags(a, "serve")  # tools, template, budgets, sampling, --tools-config, --web-*
-    a.add_argument("--engine", default="hf", choices=["hf", "vllm"], help="generation engine (vllm needs vLLM)")
+    add_engine_flags(a, "the served agent")
     a.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (hf engine)")
     a.add_argument("--max-batch", type=POS_INT, default=64, help="conversations decoded together; more wait")
     a.add_argument("--api-key", default=None, help="require `Authorization: Bearer KEY` (default: $ARPO_API_KEY)")
@@ -111,9 +112,11 @@ def agent_config(args, run: dict, env_key: str | None = None):
     serve's defaults (commands/agent_flags.py)."""
     from arpo.serve.app import ServeConfig
 
+    check_engine_flags(args)
     r = resolve(args, "serve", run)
     return ServeConfig(
         model=args.model, served_model_name=args.served_model_name, agent=r.agent, tools=r.tools, template=r.template,
-        engine=args.engine, device=args.device, max_batch=args.max_batch, api_key=args.api_key or env_key,
+        engine=args.engine, servers=list(args.servers or []), device=args.device, max_batch=args.max_batch,
+        api_key=args.api_key or env_key,
         host=args.host, port=args.port, log_level=args.log_level,
     )

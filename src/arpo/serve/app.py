@@ -47,7 +47,8 @@ class ServeConfig:
     agent: AgentConfig = field(default_factory=lambda: agent_defaults("serve"))
     tools: ToolsConfig = field(default_factory=lambda: tools_defaults("serve"))
     template: str | None = None  # system-prompt template (default: from the tools)
-    engine: str = "hf"  # hf | vllm
+    engine: str = "hf"  # hf | vllm | vllm_server (running vLLM servers that serve `model`: `servers`)
+    servers: list[str] = field(default_factory=list)  # vllm_server: the servers' base URLs
     device: str = "auto"
     max_batch: int = 64  # conversations decoded together; more wait in a queue
     max_waiting: int = 1024  # beyond this many queued conversations, requests get HTTP 503
@@ -342,6 +343,9 @@ def _load_engine(cfg: ServeConfig):
     from arpo.engine import make_engine
     from arpo.models import load_model, resolve_model_dir
 
+    if cfg.engine == "vllm_server":  # the servers hold the weights: only the tokenizer is loaded here
+        engine = make_engine("vllm_server", None, None, model_dir=cfg.model, servers=cfg.servers)
+        return engine, engine.tokenizer, engine.max_model_len
     if cfg.engine == "vllm":
         from transformers import AutoTokenizer
 
