@@ -179,7 +179,7 @@ class PythonTool:
 
     def format_result(self, raw: bytes, status: str | None, timeout: float, timed_out: bool,
                       overflow: bool, elapsed: float, mode: str) -> ToolResult:
-        """A call's outcome as the model reads it (result.py `call_result`, with this tool's caps)."""
+        """A call's outcome as the model reads it (`call_result` of tools/sandbox/result.py, with this tool's caps)."""
         return call_result(raw, status, timeout, timed_out, overflow, elapsed, mode,
                            max_output_chars=self.max_output_chars, max_read_bytes=self.max_read_bytes,
                            memory_mb=self._cfg["memory_mb"])

@@ -313,12 +313,8 @@ class PythonSessionTool:
             rep_buf.extend(chunk)
             if b"\n" not in rep_buf:
                 return None
-            try:
-                _, done = REPORT.decode(bytes(rep_buf.split(b"\n", 1)[0]))
-            except ProtocolError as e:
-                return f"E the python session's report was malformed ({e})"
-            state["alive"] = done["state"] == "1"
-            return "X " + done["how"]
+            status, state["alive"] = _report_status(bytes(rep_buf.split(b"\n", 1)[0]))
+            return status
 
         got = run_with_limits(out_r, {rep_r: report}, deadline, self._inner.max_read_bytes, status=status)
         out, status, timed_out, overflow = got.raw, got.status, got.timed_out, got.overflow
@@ -357,3 +353,13 @@ class PythonSessionTool:
                         "and files are gone]"))
                     self._sessions[key].family = _Family(None, dead=True)
             self._cond.notify_all()
+
+
+def _report_status(line: bytes) -> tuple[str, bool]:
+    """init's DONE line on a call's report pipe as (the call's status, "X <how>", and whether the
+    session's state lives on); a malformed one is an error status (and no state), never a crash."""
+    try:
+        _, done = REPORT.decode(line)
+    except ProtocolError as e:
+        return f"E the python session's report was malformed ({e})", False
+    return "X " + done["how"], done["state"] == "1"

@@ -442,17 +442,26 @@ class _FamilyInit:
         self.fd_groups += [fds[i:i + n] for i in range(0, len(fds), n)]
         lines, self.inbox = split_lines(self.inbox, msg, keep=1 << 30)
         for line in lines:
-            cmd = line.decode(errors="replace").strip()
-            group = self.fd_groups.pop(0) if cmd.startswith(RUN.letter + " ") and self.fd_groups else []
-            keep = None
-            try:
-                keep = SESSION.dispatch(cmd, self._on_command, self, group)
-            except (ProtocolError, OSError):  # a malformed command is dropped, as is one that failed
-                pass
-            finally:
-                for fd in group:
-                    if fd != keep:
-                        os.close(fd)
+            self._command(line.decode(errors="replace").strip())
+
+    def _command(self, cmd: str) -> None:
+        """One command, by its handler (_on_command). A malformed one is dropped and takes no
+        descriptors: only a well-formed RUN has them (the trainer's RUN.encode makes no other), so
+        garbage cannot take the next call's pipes (test_sandbox_protocol.py)."""
+        try:
+            msg, fields = SESSION.decode(cmd)
+        except ProtocolError:
+            return
+        group = self.fd_groups.pop(0) if msg is RUN and self.fd_groups else []
+        keep = None
+        try:
+            keep = self._on_command[msg](self, group, **fields)
+        except OSError:  # a command that failed is dropped: a call's pipes close, its report is EOF
+            pass
+        finally:
+            for fd in group:
+                if fd != keep:
+                    os.close(fd)
 
     def _relay(self, msg: Message, src: str, dst: str, fds: list[int]) -> bool:
         """Send `msg` (STATE_RUN, STATE_FORK) to state `src` with `fds` and a new channel, which
