@@ -523,9 +523,9 @@ def test_host_memory_stays_within_the_limit(small, name):
 
 def _cgroup_peak_mb(tool) -> float:
     """The largest peak memory of the tool's per-call cgroups (those not yet removed)."""
-    from arpo.tools.sandbox.cgroups import _cgroup_dirs
+    from arpo.tools.sandbox.cgroups import cgroup_dirs
 
-    root = Path(_cgroup_dirs()["memory"]) / f"arpo-sandbox-{tool._state.zygote.proc.pid}"
+    root = Path(cgroup_dirs()["memory"]) / f"arpo-sandbox-{tool._state.zygote.proc.pid}"
     peaks = []
     for d in root.glob("w*"):
         for name in ("memory.max_usage_in_bytes", "memory.peak"):

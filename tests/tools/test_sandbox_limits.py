@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from arpo.tools.python import PythonTool
-from arpo.tools.sandbox.cgroups import _cgroup_dirs
+from arpo.tools.sandbox.cgroups import cgroup_dirs
 
 MEMORY_MB = 256
 
@@ -222,7 +222,7 @@ KERNEL_QUEUES = {
 
 def _call_peak_mb(tool) -> float:
     """The largest peak of the tool's per-call memory cgroups that are still there, sockets included."""
-    root = Path(_cgroup_dirs()["memory"]) / f"arpo-sandbox-{tool._state.zygote.proc.pid}"
+    root = Path(cgroup_dirs()["memory"]) / f"arpo-sandbox-{tool._state.zygote.proc.pid}"
     peaks = []
     for d in root.glob("w*"):
         total = 0
@@ -398,7 +398,7 @@ def test_close_removes_the_cgroups_after_a_call_with_many_files():
                     "print(len(os.listdir('/dev/shm')))")
         assert last_line(res) == "250000", res.output[-300:]
         zygote = t._state.zygote.proc.pid
-        parents = [Path(d) / f"arpo-sandbox-{zygote}" for d in _cgroup_dirs().values()]
+        parents = [Path(d) / f"arpo-sandbox-{zygote}" for d in cgroup_dirs().values()]
         assert any(p.exists() for p in parents)
     finally:
         t0 = time.monotonic()
@@ -453,7 +453,7 @@ def test_calls_of_one_tool_share_its_cpu_quota_fairly():
 
 # ---- item 9: tool-wide caps ------------------------------------------------------------------------
 def _tool_cgroup(t: PythonTool, controller: str) -> Path:
-    return Path(_cgroup_dirs()[controller]) / f"arpo-sandbox-{t._state.zygote.proc.pid}"
+    return Path(cgroup_dirs()[controller]) / f"arpo-sandbox-{t._state.zygote.proc.pid}"
 
 
 def _read_first(d: Path, *names: str) -> str:

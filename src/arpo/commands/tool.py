@@ -52,12 +52,12 @@ def _registry(args):
     from dataclasses import replace
 
     from arpo.commands.agent_flags import resolve
-    from arpo.tools.function import _snake
+    from arpo.tools.function import snake_case
 
     r = resolve(args, "tool").tools
     if args.tool in BUILT_IN or ":" in args.tool:
         attr = args.tool.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
-        options = {k: v for k, v in r.options.items() if k in (attr, _snake(attr))}
+        options = {k: v for k, v in r.options.items() if k in (attr, snake_case(attr))}
         return replace(r, enabled=[args.tool], mcp=[], options=options).build()
     if not r.mcp:
         raise ArpoError(f"unknown tool {args.tool!r}: choose {', '.join(BUILT_IN)}, your own as "

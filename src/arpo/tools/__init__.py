@@ -36,11 +36,11 @@ def build_tools(names: list[str], *, python_timeout_s: float = PYTHON_TIMEOUT_S,
     from arpo.tools.function import ToolOptions, load_tool
 
     options = options or {}
-    from arpo.tools.function import _snake
+    from arpo.tools.function import snake_case
 
     def keys(spec: str) -> list[str]:  # a tool's options may be keyed by its attribute or its tool name
         attr = spec.rsplit(":", 1)[1].rsplit(".", 1)[-1]
-        return list(dict.fromkeys([attr, _snake(attr)]))
+        return list(dict.fromkeys([attr, snake_case(attr)]))
 
     own = [k for n in names if ":" in n for k in keys(n)]
     stray = [k for k in options if k not in own]

@@ -61,7 +61,7 @@ _TYPES: dict[str, type | tuple[type, ...]] = {"string": str, "integer": int, "nu
                                               "array": list, "object": dict}
 
 
-def _snake(name: str) -> str:
+def snake_case(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
@@ -263,7 +263,7 @@ def as_tool(obj: Any, options: ToolOptions | None = None, name: str | None = Non
         if method is None:
             raise ArpoError(f"tool class {obj.__qualname__}: define __call__ or run (the tool's arguments)")
         doc = inspect.getdoc(obj) or ""
-        nm = name or getattr(inst, "name", None) or _snake(obj.__name__)
+        nm = name or getattr(inst, "name", None) or snake_case(obj.__name__)
         summary = " ".join(doc.split("\n\n")[0].split()) or None  # the class docstring's first paragraph
         return FunctionTool(_with_doc(method, doc), nm, summary, options, owner=inst)
     if callable(obj):

@@ -25,10 +25,10 @@ from typing import Any
 from arpo.tools.base import ToolResult
 from arpo.tools.sandbox.capture import UNWATCH, run_with_limits
 from arpo.tools.sandbox.limits import SandboxLimits
-from arpo.tools.sandbox.linux import _write_all
-from arpo.tools.sandbox.pool import _PoolState, _Worker
-from arpo.tools.sandbox.result import _fmt_seconds, call_result
-from arpo.tools.sandbox.runner import _CODE_HEADER
+from arpo.tools.sandbox.linux import write_all
+from arpo.tools.sandbox.pool import PoolState, Worker
+from arpo.tools.sandbox.protocol import CTL, DEADLINE, ENDED, FAILED, ProtocolError, encode_arm, encode_code
+from arpo.tools.sandbox.result import call_result, fmt_seconds
 from arpo.tools.sandbox.zygote import SANDBOX_UID_SPAN
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ class PythonTool:
         self._cfg = self.limits.zygote_config(self.pool_size)
         self.max_calls = int(self.limits.max_calls)
         self._slots = threading.BoundedSemaphore(self.max_calls)
-        self._state = _PoolState()
+        self._state = PoolState()
         self._finalizer = weakref.finalize(self, self._state.shutdown)
         self._thread = threading.Thread(target=self._state.refill_loop,
                                         args=(self._cfg, self.pool_size, self.start_timeout_s),
@@ -110,6 +110,11 @@ class PythonTool:
                 "uid_range": list(self.uid_range), "why_weaker": info.get("why") or None}
 
     @property
+    def sandbox_config(self) -> dict:
+        """The zygote's configuration (SandboxLimits.zygote_config), a copy."""
+        return dict(self._cfg)
+
+    @property
     def uid_range(self) -> tuple[int, int]:
         """[first, last) sandbox uid of this tool's workers (one per call, none shared with another tool)."""
         if self._cfg["uid"] is not None:
@@ -122,7 +127,7 @@ class PythonTool:
         timeout = self.timeout_s if timeout_s is None else float(timeout_s)
         if not self._slots.acquire(timeout=self.start_timeout_s):
             return ToolResult(f"Error: the python tool is busy: {self.max_calls} calls are already running (its "
-                              f"max_calls), and none finished within {_fmt_seconds(self.start_timeout_s)} s; "
+                              f"max_calls), and none finished within {fmt_seconds(self.start_timeout_s)} s; "
                               "this call did not run", ok=False, elapsed_s=time.monotonic() - t0)
         try:
             try:
@@ -157,37 +162,50 @@ class PythonTool:
 
 
     # -- one call -----------------------------------------------------------------------------
-    def _execute(self, w: _Worker, code: str, timeout: float, t0: float) -> ToolResult:
+    def _execute(self, w: Worker, code: str, timeout: float, t0: float) -> ToolResult:
         data = code.encode("utf-8", "replace")
-        header = _CODE_HEADER.pack(timeout, len(data))
-        w.ctl.sendall(b"C" + header)  # arms init's own deadline
+        w.ctl.sendall(encode_arm(timeout, len(data)))  # arms init's own deadline
         deadline = time.monotonic() + timeout
         status = None
         out_r, code_w, rep_r = w.runner_pipes()
         try:
-            _write_all(code_w, header + data)
+            write_all(code_w, encode_code(timeout, data))
         except OSError:
             status = "E the sandbox worker died before it got the code"
         watch = {rep_r: lambda: _runner_hints(w), w.ctl.fileno(): lambda: _init_status(w)}
         got = run_with_limits(out_r, watch, deadline, self.max_read_bytes, status=status, stop=w.kill)
-        return self._result(got.raw, got.status, timeout, got.timed_out, got.overflow, time.monotonic() - t0, w.mode)
+        return self.format_result(got.raw, got.status, timeout, got.timed_out, got.overflow, time.monotonic() - t0,
+                                  w.mode)
 
-    def _result(self, raw: bytes, status: str | None, timeout: float, timed_out: bool,
-                overflow: bool, elapsed: float, mode: str) -> ToolResult:
+    def format_result(self, raw: bytes, status: str | None, timeout: float, timed_out: bool,
+                      overflow: bool, elapsed: float, mode: str) -> ToolResult:
+        """A call's outcome as the model reads it (`call_result` of tools/sandbox/result.py, with this tool's caps)."""
         return call_result(raw, status, timeout, timed_out, overflow, elapsed, mode,
                            max_output_chars=self.max_output_chars, max_read_bytes=self.max_read_bytes,
                            memory_mb=self._cfg["memory_mb"])
 
 
-def _runner_hints(w: _Worker):
+def _runner_hints(w: Worker):
     """The runner closes its report pipe before the code runs: nothing on it comes from the code."""
     return UNWATCH if "EOF" in w.read_rep() else None
 
 
-def _init_status(w: _Worker) -> str | None:
-    """init's line that ends the call: the runner's exit status ("X ..."), the deadline ("T") or a failure."""
+_ENDS_A_CALL = (ENDED, DEADLINE, FAILED)
+
+
+def _init_status(w: Worker) -> str | None:
+    """init's line that ends the call: the runner's exit status (ENDED, "X ..."), the deadline
+    (DEADLINE, "T") or a failure (FAILED, "E ..."); "EOF": init is gone. Another message is not one
+    that ends a call; one that is no CTL message is refused (logged), never the tool's crash."""
     for line in w.read_ctl():
-        if line.startswith(("X ", "E ")) or line in ("T", "EOF"):
+        if line == "EOF":
+            return line
+        try:
+            msg, _ = CTL.decode(line)
+        except ProtocolError as e:
+            log.warning("python sandbox: %s", e)
+            continue
+        if msg in _ENDS_A_CALL:
             return line
     return None
 

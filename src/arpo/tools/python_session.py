@@ -41,14 +41,25 @@ from arpo.tools.base import ToolResult
 from arpo.tools.python import PythonTool
 from arpo.tools.sandbox.capture import run_with_limits
 from arpo.tools.sandbox.cgroups import process_slots
-from arpo.tools.sandbox.linux import _write_all
-from arpo.tools.sandbox.pool import _PoolState, _Worker
-from arpo.tools.sandbox.runner import _CODE_HEADER
+from arpo.tools.sandbox.linux import write_all
+from arpo.tools.sandbox.pool import PoolState, Worker
+from arpo.tools.sandbox.protocol import (
+    CTL,
+    DROP,
+    FAILED,
+    FAMILY_READY,
+    FORK,
+    KILL,
+    REPORT,
+    RUN,
+    ProtocolError,
+    encode_code,
+)
 
 
 @dataclass
 class _Family:
-    worker: _Worker | None  # its ctl talks to the family's init; None: a restarted session's dead placeholder
+    worker: Worker | None  # its ctl talks to the family's init; None: a restarted session's dead placeholder
     lock: threading.Lock = field(default_factory=threading.Lock)
     live: set = field(default_factory=set)  # state ids alive in it
     dead: bool = False
@@ -87,13 +98,13 @@ class PythonSessionTool:
         self._inner = PythonTool(timeout_s=timeout_s, max_output_chars=max_output_chars, memory_mb=memory_mb,
                                  pool_size=1, start_timeout_s=start_timeout_s,
                                  **{"max_calls": max_sessions, **sandbox})  # tool-wide caps: one family per session
-        self._inner._state.shutdown()  # only its configuration and result formatting are used
+        self._inner.close()  # only its configuration and result formatting are used
         self.timeout_s, self.max_output_chars, self.max_sessions = timeout_s, max_output_chars, max_sessions
-        self._cfg = dict(self._inner._cfg, session=True)
+        self._cfg = dict(self._inner.sandbox_config, session=True)
         if sandbox.get("tool_pids") is None:  # a family's process slots include its snapshots' (process_slots)
             self._cfg["tool_pids"] = (max_sessions + pool_size) * (process_slots(self._cfg) + 4)
         self.session_snapshots = int(self._cfg["session_snapshots"])
-        self._pool = _PoolState()
+        self._pool = PoolState()
         self._thread = threading.Thread(target=self._pool.refill_loop, args=(self._cfg, pool_size, start_timeout_s),
                                         name="arpo-python-session-pool", daemon=True)
         self._thread.start()
@@ -154,7 +165,7 @@ class PythonSessionTool:
             fam, dst = src.family, str(next(self._ids))
             with fam.lock:
                 try:
-                    fam.ctl().sendall(f"F {src.states[n_calls]} {dst}\n".encode())
+                    fam.ctl().sendall(FORK.encode(src.states[n_calls], dst))
                 except OSError:
                     return
                 fam.live.add(dst)
@@ -196,7 +207,7 @@ class PythonSessionTool:
                 if sid in fam.live:
                     fam.live.discard(sid)
                     try:
-                        fam.ctl().sendall(f"Q {sid}\n".encode())
+                        fam.ctl().sendall(DROP.encode(sid))
                     except OSError:
                         pass
             if not fam.live and fam in self._families:
@@ -256,10 +267,16 @@ class PythonSessionTool:
                 raise RuntimeError("a python session did not start in time")
             poller.poll(max(1, int(remaining * 1000)))
             for line in w.read_ctl():
-                if line == "R":
+                if line == "EOF":
+                    raise RuntimeError("the session sandbox died at start")
+                try:
+                    msg, fields = CTL.decode(line)
+                except ProtocolError as e:
+                    raise RuntimeError(f"the session sandbox sent a malformed message at start: {e}") from None
+                if msg is FAMILY_READY:
                     return
-                if line.startswith("E ") or line == "EOF":
-                    raise RuntimeError(line[2:] if line.startswith("E ") else "the session sandbox died at start")
+                if msg is FAILED:
+                    raise RuntimeError(fields["why"])
 
     def _execute(self, sess: _Session, code: str, timeout: float, t0: float) -> ToolResult:
         fam = sess.family
@@ -269,7 +286,7 @@ class PythonSessionTool:
         rep_r, rep_w = os.pipe2(os.O_CLOEXEC)
         try:
             with fam.lock:
-                socket.send_fds(fam.ctl(), [f"X {src} {dst}\n".encode()], [code_r, out_w, rep_w])
+                socket.send_fds(fam.ctl(), [RUN.encode(src, dst)], [code_r, out_w, rep_w])
                 fam.live.add(dst)
         except OSError as e:
             for fd in (out_r, out_w, code_r, code_w, rep_r, rep_w):
@@ -281,7 +298,7 @@ class PythonSessionTool:
         data = code.encode("utf-8", "replace")
         status = None
         try:
-            _write_all(code_w, _CODE_HEADER.pack(timeout, len(data)) + data)
+            write_all(code_w, encode_code(timeout, data))
         except OSError:
             status = "E the session died before it got the code"
         finally:
@@ -296,9 +313,8 @@ class PythonSessionTool:
             rep_buf.extend(chunk)
             if b"\n" not in rep_buf:
                 return None
-            how, _, alive = rep_buf.split(b"\n", 1)[0].decode(errors="replace")[2:].rpartition(" ")
-            state["alive"] = alive == "1"
-            return "X " + how
+            status, state["alive"] = _report_status(bytes(rep_buf.split(b"\n", 1)[0]))
+            return status
 
         got = run_with_limits(out_r, {rep_r: report}, deadline, self._inner.max_read_bytes, status=status)
         out, status, timed_out, overflow = got.raw, got.status, got.timed_out, got.overflow
@@ -311,7 +327,7 @@ class PythonSessionTool:
         if ended:  # the call's process is killed; the next call starts a fresh session, saying so
             with fam.lock:
                 try:
-                    fam.ctl().sendall(f"K {dst}\nQ {dst}\n".encode())
+                    fam.ctl().sendall(KILL.encode(dst) + DROP.encode(dst))
                 except OSError:
                     pass
                 fam.live.discard(dst)
@@ -322,7 +338,7 @@ class PythonSessionTool:
             sess.states[sess.calls] = dst
             self._trim(fam)
         mapped = "X signal 9" if status == "X crash" else status
-        return self._inner._result(bytes(out), mapped, timeout, timed_out, overflow, time.monotonic() - t0,
+        return self._inner.format_result(bytes(out), mapped, timeout, timed_out, overflow, time.monotonic() - t0,
                                    "namespaces")
 
     def _restart(self, sess: _Session, why: str) -> None:
@@ -337,3 +353,13 @@ class PythonSessionTool:
                         "and files are gone]"))
                     self._sessions[key].family = _Family(None, dead=True)
             self._cond.notify_all()
+
+
+def _report_status(line: bytes) -> tuple[str, bool]:
+    """init's DONE line on a call's report pipe as (the call's status, "X <how>", and whether the
+    session's state lives on); a malformed one is an error status (and no state), never a crash."""
+    try:
+        _, done = REPORT.decode(line)
+    except ProtocolError as e:
+        return f"E the python session's report was malformed ({e})", False
+    return "X " + done["how"], done["state"] == "1"

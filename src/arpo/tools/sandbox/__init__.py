@@ -49,6 +49,9 @@ of one zygote. `PythonTool.protections` says what this machine allowed.
 Modules, one job each. Sandbox side (run in the zygote and its forks; standard library only, since
 the zygote loads them from their source text without the `arpo` package: pool.py's bootstrap, ZYGOTE_MODULES):
 
+* protocol.py — the wire protocol: every message between the trainer, the zygote, init and a
+                session's processes (letter, fields, descriptors), its encoder and decoder (the
+                trainer's modules use it too)
 * linux.py    — Linux constants, libc calls (mount, prctl, unshare), reaping and killing children
 * fsview.py   — the mount namespace: the minimal root or the host read-only
 * netns.py    — the network namespace: loopback up, per-socket buffer caps

@@ -10,7 +10,7 @@ import os
 import signal
 import time
 
-from .linux import _reap
+from .linux import reap
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ def process_slots(cfg: dict) -> int:
     return int(cfg["max_processes"]) + (2 * int(cfg.get("session_snapshots", 0)) if cfg.get("session") else 0)
 
 
-def _cgroup_dirs() -> dict[str, str]:
+def cgroup_dirs() -> dict[str, str]:
     """{'memory'|'pids'|'cpu': this process's cgroup directory} where that controller is mounted
     (v1 hierarchies, or v2's unified one when it offers the controller)."""
     mounts: dict[str, str] = {}
@@ -81,7 +81,7 @@ def _write(d: str, name: str, value, required: bool = False) -> bool:
         return False
 
 
-class _CallCgroups:
+class CallCgroups:
     """The zygote's cgroups: one parent per zygote (the tool) under this process's memory, pids and
     cpu cgroups, one child per worker (the call). Parent: the tool-wide caps (cfg tool_memory_mb,
     tool_pids, cpus), sized by the trainer to the tool's concurrency. Child: the call's own limits
@@ -92,7 +92,7 @@ class _CallCgroups:
         self.cfg, self.parents, self.why, self.v1 = cfg, {}, "", False
         self.live: list[tuple[float, list[str]]] = []  # (made at, the call's cgroup dirs)
         self.cpu_why = ""
-        dirs = _cgroup_dirs()
+        dirs = cgroup_dirs()
         if "memory" not in dirs:
             self.why = "no memory cgroup controller mounted"
             return
@@ -241,7 +241,7 @@ class _CallCgroups:
             for _, dirs in self.live:
                 for d in dirs:
                     _kill_cgroup_members(d)
-            _reap(None)
+            reap(None)
             time.sleep(delay)
             delay = min(0.1, delay * 2)
         for p in set(self.parents.values()):  # v2: one directory for every controller
@@ -264,7 +264,7 @@ def _kill_cgroup_members(d: str) -> None:
             pass
 
 
-def _join_cgroups(dirs: list[str]) -> int | None:
+def join_cgroups(dirs: list[str]) -> int | None:
     """Move this process into `dirs`; returns an fd on the memory cgroup's OOM report (or None)."""
     fd = None
     for d in dict.fromkeys(dirs):
@@ -276,7 +276,7 @@ def _join_cgroups(dirs: list[str]) -> int | None:
     return fd
 
 
-def _oom_killed(fd: int | None) -> bool:
+def oom_killed(fd: int | None) -> bool:
     if fd is None:
         return False
     try:

@@ -11,7 +11,7 @@ import os
 import sys
 
 from .linux import (
-    _MOUNT_OPTION_FLAGS,
+    MOUNT_OPTION_FLAGS,
     MS_BIND,
     MS_NODEV,
     MS_NOEXEC,
@@ -20,7 +20,7 @@ from .linux import (
     MS_RDONLY,
     MS_REC,
     MS_REMOUNT,
-    _mount,
+    mount_fs,
 )
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ def _mountinfo() -> list[tuple[str, int]]:
             point = fields[4].encode().decode("unicode_escape")  # \040 etc. are octal escapes
             flags = 0
             for opt in fields[5].split(","):
-                flags |= _MOUNT_OPTION_FLAGS.get(opt, 0)
+                flags |= MOUNT_OPTION_FLAGS.get(opt, 0)
             out.append((point, flags))
     return out
 
@@ -84,10 +84,10 @@ def _expose_interpreter(lib) -> None:
         if top is not None:  # keep a handle on p before the mask hides it
             masks.setdefault(top, []).append((p, os.open(p, os.O_PATH | os.O_DIRECTORY)))
     for top, items in masks.items():
-        _mount(lib, "tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
+        mount_fs(lib, "tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
         for p, fd in items:
             os.makedirs(p, mode=0o755, exist_ok=True)
-            _mount(lib, f"/proc/self/fd/{fd}", p, None, MS_BIND | MS_REC)
+            mount_fs(lib, f"/proc/self/fd/{fd}", p, None, MS_BIND | MS_REC)
             os.close(fd)
 
 
@@ -102,8 +102,8 @@ _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217}
 
 
 def _bind_ro(lib, fd: int, target: str) -> None:
-    _mount(lib, f"/proc/self/fd/{fd}", target, None, MS_BIND | MS_REC)
-    _mount(lib, None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    mount_fs(lib, f"/proc/self/fd/{fd}", target, None, MS_BIND | MS_REC)
+    mount_fs(lib, None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
 def _overlay_ro(lib, fd: int, target: str, empty: str) -> None:
@@ -113,7 +113,7 @@ def _overlay_ro(lib, fd: int, target: str, empty: str) -> None:
     lock and query byte ranges of one stdlib file (fcntl F_SETLK/F_GETLK) could talk through them
     (issue 37). Reads and mmaps go to the host's files (their page cache stays shared)."""
     try:
-        _mount(lib, "overlay", target, "overlay", MS_RDONLY | MS_NOSUID | MS_NODEV,
+        mount_fs(lib, "overlay", target, "overlay", MS_RDONLY | MS_NOSUID | MS_NODEV,
                f"lowerdir=/proc/self/fd/{fd}:{empty}")
     except OSError as e:
         log.debug("sandbox: no overlay at %s, a bind: %s", target, e)
@@ -143,11 +143,11 @@ def _minimal_root(lib, cfg: dict) -> None:
     fds = {p: os.open(p, os.O_PATH | (os.O_DIRECTORY if p in dirs else 0)) for p in dirs + files}
     devs = {d: os.open(f"/dev/{d}", os.O_PATH) for d in _DEVICES if os.path.exists(f"/dev/{d}")}
     stage = "/tmp"
-    _mount(lib, "tmpfs", stage, "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,nr_inodes=4096,mode=755")
+    mount_fs(lib, "tmpfs", stage, "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,nr_inodes=4096,mode=755")
     for d in ("tmp", "proc", "dev", "etc", ".old", ".empty"):
         os.mkdir(f"{stage}/{d}", 0o755)
     disk = f"size={int(cfg['disk_mb'])}m,nr_inodes=16384,mode=1777"
-    _mount(lib, "tmpfs", f"{stage}/tmp", "tmpfs", MS_NOSUID | MS_NODEV, disk)  # before binds under it
+    mount_fs(lib, "tmpfs", f"{stage}/tmp", "tmpfs", MS_NOSUID | MS_NODEV, disk)  # before binds under it
     for p in sorted(dirs, key=lambda x: x.count("/")):
         os.makedirs(stage + p, 0o755, exist_ok=True)
         _overlay_ro(lib, fds[p], stage + p, f"{stage}/.empty")
@@ -157,23 +157,23 @@ def _minimal_root(lib, cfg: dict) -> None:
         _bind_ro(lib, fds[f], stage + f)
     for p, dest in links:
         os.symlink(dest, stage + p)
-    _mount(lib, "tmpfs", f"{stage}/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=64,mode=755")
+    mount_fs(lib, "tmpfs", f"{stage}/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=64,mode=755")
     for d, fd in devs.items():
         open(f"{stage}/dev/{d}", "w").close()
-        _mount(lib, f"/proc/self/fd/{fd}", f"{stage}/dev/{d}", None, MS_BIND)
+        mount_fs(lib, f"/proc/self/fd/{fd}", f"{stage}/dev/{d}", None, MS_BIND)
     os.mkdir(f"{stage}/dev/pts", 0o755)
     try:  # a private pty instance: ptys come from it, never from the host's pool
-        _mount(lib, "devpts", f"{stage}/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+        mount_fs(lib, "devpts", f"{stage}/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
                f"newinstance,ptmxmode=0666,mode=620,max={int(cfg.get('max_ptys', 8))}")
         os.symlink("pts/ptmx", f"{stage}/dev/ptmx")
     except OSError as e:
         log.debug("sandbox: no private devpts: %s", e)  # then there are no ptys at all
     os.mkdir(f"{stage}/dev/shm", 0o1777)
-    _mount(lib, "tmpfs", f"{stage}/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=16m,mode=1777")
+    mount_fs(lib, "tmpfs", f"{stage}/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=16m,mode=1777")
     for name, dest in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
                        ("stderr", "/proc/self/fd/2")):
         os.symlink(dest, f"{stage}/dev/{name}")
-    _mount(lib, "proc", f"{stage}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    mount_fs(lib, "proc", f"{stage}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     _mask_proc(lib, f"{stage}/proc", devs.get("null"))
     for fd in [*fds.values(), *devs.values()]:
         os.close(fd)
@@ -186,7 +186,7 @@ def _minimal_root(lib, cfg: dict) -> None:
     if pivoted and lib.umount2(b"/.old", 2) == 0:  # MNT_DETACH: the host tree is gone from this namespace
         os.rmdir("/.old")
     try:
-        _mount(lib, None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        mount_fs(lib, None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
     except OSError as e:
         log.debug("sandbox: root stays writable for root only: %s", e)
 
@@ -198,7 +198,7 @@ def _mask_proc(lib, proc: str, null_fd: int | None) -> None:
     try:
         for name in _PROC_MASKED:
             if os.path.exists(f"{proc}/{name}"):
-                _mount(lib, f"/proc/self/fd/{fd}", f"{proc}/{name}", None, MS_BIND)
+                mount_fs(lib, f"/proc/self/fd/{fd}", f"{proc}/{name}", None, MS_BIND)
     finally:
         if null_fd is None:
             os.close(fd)
@@ -216,11 +216,11 @@ def _limit_ipc(cfg: dict) -> None:
             log.debug("sandbox: kernel.%s: %s", name, e)
 
 
-def _setup_namespaces_fs(lib, cfg: dict, foreign_uid: bool) -> str:
+def setup_namespaces_fs(lib, cfg: dict, foreign_uid: bool) -> str:
     """This (new) mount namespace's view: the minimal root (see `_minimal_root`), or, where the
     kernel refuses one of its mounts, the host read-only with a private /tmp ("host-readonly").
     Returns which. Making `/` recursively private first keeps every mount from reaching the host."""
-    _mount(lib, "none", "/", None, MS_REC | MS_PRIVATE)
+    mount_fs(lib, "none", "/", None, MS_REC | MS_PRIVATE)
     _limit_ipc(cfg)
     if cfg.get("fs_view", "minimal") == "minimal":
         try:  # fails (if at all) before it switches the root: the fallback below starts from the host view
@@ -229,7 +229,7 @@ def _setup_namespaces_fs(lib, cfg: dict, foreign_uid: bool) -> str:
         except OSError as e:
             log.debug("sandbox: minimal root failed, falling back to the host read-only: %s", e)
     try:  # a proc for the new pid namespace: the code sees only its own processes
-        _mount(lib, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        mount_fs(lib, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     except OSError as e:  # e.g. a container that masks parts of /proc; the host /proc stays
         log.debug("sandbox: no private /proc: %s", e)
     try:
@@ -240,11 +240,11 @@ def _setup_namespaces_fs(lib, cfg: dict, foreign_uid: bool) -> str:
         _expose_interpreter(lib)
     for point, keep in _mountinfo():
         try:
-            _mount(lib, None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | keep)
+            mount_fs(lib, None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | keep)
         except OSError:
             pass  # hidden (over-mounted) or vanished mount points cannot be reached anyway
     disk = f"size={int(cfg['disk_mb'])}m,nr_inodes=16384,mode=1777"
-    _mount(lib, "tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, disk)
+    mount_fs(lib, "tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, disk)
     if os.path.isdir("/dev/shm"):
-        _mount(lib, "tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=16m,mode=1777")
+        mount_fs(lib, "tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=16m,mode=1777")
     return "host-readonly"

@@ -19,7 +19,7 @@ SANDBOX_UID_FIRST, SANDBOX_UID_LAST = 100_000_000, 4_000_000_000  # blocks of SP
 
 def default_tool_cpus() -> float:
     """CPUs all calls of one tool may use together by default: the machine's. The tool's cgroup
-    weighs as many busy tasks (see _CallCgroups._limit), so under contention the trainer's own
+    weighs as many busy tasks (see CallCgroups._limit), so under contention the trainer's own
     threads keep their share; each call is capped by `cpus_per_call`. (Leaving a CPU out of the
     quota cost a 2-core machine 15-20 % of its call throughput under load: measured in BENCHMARKS.md.)"""
     return float(os.cpu_count() or 1)

@@ -17,13 +17,13 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 MS_REMOUNT, MS_NOATIME, MS_NODIRATIME, MS_BIND = 0x20, 0x400, 0x800, 0x1000
 MS_REC, MS_PRIVATE, MS_RELATIME, MS_STRICTATIME = 0x4000, 0x40000, 0x200000, 0x1000000
 PR_SET_NAME, PR_CAPBSET_DROP, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 15, 24, 36, 38
-_MOUNT_OPTION_FLAGS = {
+MOUNT_OPTION_FLAGS = {
     "nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": MS_NOATIME,
     "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME, "strictatime": MS_STRICTATIME,
 }
 
 
-def _libc():
+def load_libc():
     lib = ctypes.CDLL(None, use_errno=True)
     lib.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
     lib.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
@@ -34,18 +34,18 @@ def _libc():
     return lib
 
 
-def _check(ret: int, what: str) -> None:
+def check_ret(ret: int, what: str) -> None:
     if ret != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
-def _mount(lib, src, target, fstype, flags, data=None) -> None:
+def mount_fs(lib, src, target, fstype, flags, data=None) -> None:
     enc = lambda s: s.encode() if isinstance(s, str) else s  # noqa: E731
-    _check(lib.mount(enc(src), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
+    check_ret(lib.mount(enc(src), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
 
 
-def _kill_descendants() -> None:
+def kill_descendants() -> None:
     """Without a pid namespace: kill everything reparented to us (we are a subreaper)."""
     for _ in range(50):
         kids: set[int] = set()
@@ -62,11 +62,11 @@ def _kill_descendants() -> None:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        _reap(None)
+        reap(None)
         time.sleep(0.01)
 
 
-def _reap(watch: int | None) -> int | None:
+def reap(watch: int | None) -> int | None:
     """Reap every zombie; return the wait status of `watch` if it was among them."""
     found = None
     while True:
@@ -80,7 +80,7 @@ def _reap(watch: int | None) -> int | None:
             found = st
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]

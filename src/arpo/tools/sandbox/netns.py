@@ -21,7 +21,7 @@ _NETNS_SYSCTLS = (("ipv4/tcp_rmem", "4096 131072 1048576"), ("ipv4/tcp_wmem", "4
 _NETNS_SYSCTLS_NO_TCP = (("core/somaxconn", "128"),)  # the backlog of AF_UNIX listeners too
 
 
-def _loopback_up() -> None:
+def loopback_up() -> None:
     """A fresh network namespace has `lo` down; up, it lets code use localhost inside itself."""
     import fcntl
 
@@ -32,7 +32,7 @@ def _loopback_up() -> None:
         fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack("16sh14x", b"lo", flags | IFF_UP))
 
 
-def _limit_netns(tcp: bool = True) -> None:
+def limit_netns(tcp: bool = True) -> None:
     """Per-socket buffer caps of this (private) network namespace (see _NETNS_SYSCTLS); `tcp`:
     whether the call may have TCP at all (else the TCP caps are moot: seccomp denies the sockets)."""
     for name, value in _NETNS_SYSCTLS if tcp else _NETNS_SYSCTLS_NO_TCP:

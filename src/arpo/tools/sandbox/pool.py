@@ -17,9 +17,24 @@ import threading
 import time
 import warnings
 from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from .cgroups import CGROUP_TEARDOWN_S
-from .runner import _SANDBOX_ENV
+from .protocol import (
+    CTL,
+    ENDED,
+    FAILED,
+    FAMILY_READY,
+    INIT_PID,
+    RUNNER,
+    RUNNER_READY,
+    SPAWN,
+    Channel,
+    Message,
+    ProtocolError,
+)
+from .runner import SANDBOX_ENV
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +43,7 @@ _warned_modes: set[str | None] = set()
 # the sandbox modules' file name in the zygote's code objects (tracebacks, faults)
 SANDBOX_SOURCE_NAME = "<arpo-sandbox>"
 # The sandbox side, in dependency order: each imports only the standard library and the ones before it.
-ZYGOTE_MODULES = ("linux", "fsview", "netns", "seccomp", "cgroups", "runner", "session", "zygote")
+ZYGOTE_MODULES = ("protocol", "linux", "fsview", "netns", "seccomp", "cgroups", "runner", "session", "zygote")
 ZYGOTE_PACKAGE = "_arpo_sandbox"  # their package's name inside the zygote (not `arpo`: nothing of it is imported)
 # The zygote's command line is what every call sees as /proc/1/cmdline (init is a fork of the
 # zygote): it carries no configuration and no host path. Both arrive as the first message on the
@@ -64,7 +79,7 @@ _ZYGOTE_BOOT = (
     "    setattr(pkg, name, mod)\n"
     "    exec(compile(source, setup['name'], 'exec'), mod.__dict__)\n"
     "del setup['modules'], name, source\n"
-    "mod._zygote_main(setup['cfg'], sock)\n"
+    "mod.zygote_main(setup['cfg'], sock)\n"
 )
 
 
@@ -105,7 +120,7 @@ class _Zygote:
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", "-B", "-c", _ZYGOTE_BOOT, str(child.fileno())],
-                pass_fds=(child.fileno(),), env=dict(_SANDBOX_ENV), cwd="/",
+                pass_fds=(child.fileno(),), env=dict(SANDBOX_ENV), cwd="/",
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             )
         finally:
@@ -129,15 +144,15 @@ class _Zygote:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def spawn(self) -> _Worker:
-        """Ask the zygote for one worker; it arrives asynchronously (see `_Worker.wait_ready`)."""
+    def spawn(self) -> Worker:
+        """Ask the zygote for one worker; it arrives asynchronously (see `Worker.wait_ready`)."""
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         code_r, code_w = os.pipe2(os.O_CLOEXEC)
         rep_r, rep_w = os.pipe2(os.O_CLOEXEC)
         try:
             with self.lock:
-                socket.send_fds(self.sock, [b"spawn"], [child.fileno(), out_w, code_r, rep_w])
+                socket.send_fds(self.sock, [SPAWN.encode()], [child.fileno(), out_w, code_r, rep_w])
         except OSError:
             parent.close()
             for fd in (out_r, code_w, rep_r):
@@ -147,7 +162,7 @@ class _Zygote:
             child.close()
             for fd in (out_w, code_r, rep_w):
                 os.close(fd)
-        return _Worker(parent, out_r, code_w, rep_r, self.info["mode"], session=bool(self.cfg.get("session")))
+        return Worker(parent, out_r, code_w, rep_r, self.info["mode"], session=bool(self.cfg.get("session")))
 
     def close(self) -> None:
         try:
@@ -161,7 +176,7 @@ class _Zygote:
             self.proc.wait()
 
 
-class _Worker:
+class Worker:
     """One pre-started sandbox, good for exactly one call.
 
     Channels: `ctl` talks to init (its pidfd arrives on it; crash and deadline reports come
@@ -233,18 +248,42 @@ class _Worker:
             if remaining <= 0:
                 raise SandboxUnavailable("a python sandbox worker did not become ready in time")
             for fd, _ in poller.poll(max(1, int(remaining * 1000))):
-                lines = self.read_ctl() if fd == self.ctl.fileno() else self.read_rep()
+                from_ctl = fd == self.ctl.fileno()
+                lines = self.read_ctl() if from_ctl else self.read_rep()
                 if self.session and fd == self.rep_r and lines == ["EOF"]:
                     poller.unregister(self.rep_r)  # init closed the unused runner pipes
                     continue
                 for line in lines:
-                    if line.startswith("P "):
-                        self.pid = int(line[2:])
-                    elif line == "R":
-                        self.ready = True
-                    elif line.startswith(("E ", "X ")) or line == "EOF":
-                        raise SandboxUnavailable(line[2:] if line.startswith("E ")
-                                                 else "a sandbox worker died at start")
+                    self._starting(line, CTL if from_ctl else RUNNER)
+
+    def _starting(self, line: str, channel: Channel) -> None:
+        """One message from c1 or init (CTL) or the runner (RUNNER) while the worker starts, by its
+        handler (_on_start); one that does not belong here fails the worker, saying what came."""
+        if line == "EOF":
+            raise SandboxUnavailable("a sandbox worker died at start")
+        try:
+            channel.dispatch(line, self._on_start, self)
+        except ProtocolError as e:
+            raise SandboxUnavailable(f"a python sandbox worker sent what it should not at start: {e}") from None
+
+    def _on_pid(self, pid: str) -> None:
+        """INIT_PID: init's pid (its pidfd came with it: read_ctl)."""
+        if not pid.isdigit():
+            raise ProtocolError(f"{INIT_PID!r}: the pid must be a number, got {pid!r}")
+        self.pid = int(pid)
+
+    def _on_ready(self) -> None:
+        """RUNNER_READY (a one-shot runner, on its report pipe) or FAMILY_READY (a session family's init)."""
+        self.ready = True
+
+    def _on_failed(self, why: str) -> None:
+        raise SandboxUnavailable(why)
+
+    def _on_ended(self, how: str) -> None:
+        raise SandboxUnavailable("a sandbox worker died at start")
+
+    _on_start: Mapping[Message, Callable[..., Any]] = {
+        INIT_PID: _on_pid, RUNNER_READY: _on_ready, FAMILY_READY: _on_ready, FAILED: _on_failed, ENDED: _on_ended}
 
     def kill(self) -> None:
         """Kill init: in namespace mode the kernel then kills everything the call started."""
@@ -266,7 +305,7 @@ class _Worker:
         self.ctl.close()
 
 
-class _PoolState:
+class PoolState:
     """The zygote and the queue of ready workers, shared by the tool and its refill thread.
 
     Kept apart from `PythonTool` so that a garbage-collected tool can still be shut down by
@@ -274,7 +313,7 @@ class _PoolState:
 
     def __init__(self):
         self.cond = threading.Condition()
-        self.pool: deque[_Worker] = deque()
+        self.pool: deque[Worker] = deque()
         self.closed = False
         self.zygote: _Zygote | None = None
         self.info: dict = {}
@@ -339,7 +378,7 @@ class _PoolState:
             warnings.warn(msg, RuntimeWarning, stacklevel=2)
             log.warning(msg)
 
-    def acquire(self, deadline: float) -> _Worker:
+    def acquire(self, deadline: float) -> Worker:
         for _attempt in range(3):
             with self.cond:
                 while not self.pool:

@@ -13,7 +13,7 @@ from .pool import SANDBOX_SOURCE_NAME
 from .runner import EXIT_EXC, EXIT_HARNESS
 
 
-def _fmt_seconds(t: float) -> str:
+def fmt_seconds(t: float) -> str:
     return f"{t:.1f}" if abs(t * 10 - round(t * 10)) < 1e-9 else f"{t:g}"
 
 
@@ -64,7 +64,7 @@ def call_result(raw: bytes, status: str | None, timeout: float, timed_out: bool,
     text = _clean_fault_report(raw.decode("utf-8", "replace").replace("\x00", ""))
     ok, error = True, None
     if timed_out or status == "T":
-        ok, error = False, f"Error: execution timed out after {_fmt_seconds(timeout)} s"
+        ok, error = False, f"Error: execution timed out after {fmt_seconds(timeout)} s"
     elif overflow:
         ok, error = False, f"Error: output limit exceeded; the program was stopped after {max_read_bytes} bytes"
     elif status == "X oom":

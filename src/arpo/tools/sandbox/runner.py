@@ -14,22 +14,22 @@ import ctypes
 import linecache
 import logging
 import os
-import struct
 import sys
 import threading
 import traceback
 import types
 
 from .cgroups import process_slots
-from .linux import PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, _check
-from .seccomp import SECCOMP_DENY, SECCOMP_DENY_NO_MEMCG, _load_seccomp
+from .linux import PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, check_ret
+from .protocol import CODE_HEADER, RUNNER_READY
+from .seccomp import SECCOMP_DENY, SECCOMP_DENY_NO_MEMCG, load_seccomp
 
 log = logging.getLogger(__name__)
 
 # Why a fresh process gets these variables and nothing else: the trainer's environment holds
 # tokens and paths that model-written code must not read; thread counts of 1 keep numeric
 # libraries from spawning thread pools (fork-unsafe in the zygote, and RLIMIT_NPROC counts them).
-_SANDBOX_ENV = {
+SANDBOX_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
     "HOME": "/tmp",
     "TMPDIR": "/tmp",
@@ -47,7 +47,6 @@ _SANDBOX_ENV = {
 
 USER_FILENAME = "<string>"  # what tracebacks of the model's code show, as for `python -c`
 TRACEBACK_FRAMES = 5  # frames of the model's own code kept in a traceback (the last ones)
-_CODE_HEADER = struct.Struct("!dQ")  # (timeout_s, len(code)) in front of the code bytes
 EXIT_EXC, EXIT_HARNESS = 1, 125  # an uncaught exception (as python does); the harness itself failed
 
 
@@ -57,7 +56,7 @@ def _drop_capabilities(lib) -> None:
         lib.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
     header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
     data = (ctypes.c_uint32 * 6)()
-    _check(lib.capset(header, data), "capset")
+    check_ret(lib.capset(header, data), "capset")
 
 
 def _close_fds_except(keep: set[int]) -> None:
@@ -165,7 +164,7 @@ def _set_limits(cfg: dict) -> None:
             log.debug("sandbox: setrlimit(%s) failed: %s", which, e)
 
 
-def _lock_down(lib, cfg: dict, mode: str, uid: int | None, workdir: str, out_w: int, keep: set[int]) -> None:
+def lock_down(lib, cfg: dict, mode: str, uid: int | None, workdir: str, out_w: int, keep: set[int]) -> None:
     """Turn this process into the locked-down one that runs model code: only `keep` (and stdio on
     out_w) open, its own session, rlimits, a scrubbed environment, the sandbox uid, no_new_privs,
     no capabilities, the working directory, fresh randomness, the seccomp filter."""
@@ -181,12 +180,12 @@ def _lock_down(lib, cfg: dict, mode: str, uid: int | None, workdir: str, out_w: 
         os.nice(int(cfg["nice"]))
     _set_limits(dict(cfg, _own_uid=uid is not None or mode == "userns"))
     os.environ.clear()
-    os.environ.update(_SANDBOX_ENV)
+    os.environ.update(SANDBOX_ENV)
     if uid is not None:  # root: a uid of our own makes the host's files and processes foreign
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)
-    _check(lib.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    check_ret(lib.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     if mode == "userns":
         _drop_capabilities(lib)
     os.chdir(workdir)
@@ -207,38 +206,38 @@ def _lock_down(lib, cfg: dict, mode: str, uid: int | None, workdir: str, out_w: 
     if "numpy.random" in sys.modules:
         sys.modules["numpy.random"].seed()
     deny = SECCOMP_DENY + (() if cfg.get("_memcg") else SECCOMP_DENY_NO_MEMCG)
-    if cfg.get("seccomp", True) and not _load_seccomp(deny, _denies_ip_streams(cfg)) and cfg.get("_seccomp_required"):
+    if cfg.get("seccomp", True) and not load_seccomp(deny, denies_ip_streams(cfg)) and cfg.get("_seccomp_required"):
         raise OSError("the seccomp filter could not be installed")
 
 
-def _denies_ip_streams(cfg: dict) -> bool:
+def denies_ip_streams(cfg: dict) -> bool:
     """Whether a call's IP stream sockets are denied (seccomp.IP_STREAM_TYPES): in its own network
     namespace, unless the tool asked for loopback TCP."""
     return not cfg["network"] and not cfg.get("loopback_tcp")
 
 
-def _runner_main(lib, cfg: dict, mode: str, uid: int | None, workdir: str,
+def runner_main(lib, cfg: dict, mode: str, uid: int | None, workdir: str,
                  code_r: int, rep_w: int, out_w: int) -> None:
     """Become the locked-down process that runs one call; never returns."""
     status = "crash"
     try:
-        _lock_down(lib, cfg, mode, uid, workdir, out_w, {code_r, rep_w})
+        lock_down(lib, cfg, mode, uid, workdir, out_w, {code_r, rep_w})
         if mode != "none":
             _hold_address_space(lib)
-        os.write(rep_w, b"R\n")
+        os.write(rep_w, RUNNER_READY.encode())
         os.close(rep_w)  # the model's code gets no channel to the trainer: its status is our exit status
-        status = _receive_and_run(code_r)
+        status = receive_and_run(code_r)
     except BaseException:  # noqa: BLE001
-        _print_exc()
-    _flush_std()
-    os._exit(_exit_code(status))
+        print_exc()
+    flush_std()
+    os._exit(exit_code(status))
 
 
-def _receive_and_run(code_r: int, mod: types.ModuleType | None = None) -> str:
+def receive_and_run(code_r: int, mod: types.ModuleType | None = None) -> str:
     """Read one call (timeout, code) from the code pipe, cap its CPU time, run it; its status."""
     import resource
 
-    timeout_s, n = _CODE_HEADER.unpack(_read_exact(code_r, _CODE_HEADER.size))
+    timeout_s, n = CODE_HEADER.unpack(_read_exact(code_r, CODE_HEADER.size))
     src = _read_exact(code_r, n).decode("utf-8", "replace")
     cpu = int(timeout_s) + 2
     # a session's runner inherits its state's limit, which no unprivileged process can raise: there the
@@ -248,14 +247,14 @@ def _receive_and_run(code_r: int, mod: types.ModuleType | None = None) -> str:
     return _run_user_code(src, mod)
 
 
-def _print_exc() -> None:
+def print_exc() -> None:
     try:
         traceback.print_exc()
     except Exception:  # noqa: BLE001 - reporting the user's exception must not fail the run's report
         pass
 
 
-def _flush_std() -> None:
+def flush_std() -> None:
     try:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -284,7 +283,7 @@ def _hold_address_space(lib) -> None:
 _HELD: list = []
 
 
-def _exit_code(status: str) -> int:
+def exit_code(status: str) -> int:
     """The runner reports how the code ended through its exit status, which init reads with
     waitpid (the code cannot forge it: it can only end the process, as any program can)."""
     if status == "ok":

@@ -9,7 +9,7 @@ import ctypes
 import os
 import socket
 
-from .linux import PR_SET_NO_NEW_PRIVS, _check, _libc
+from .linux import PR_SET_NO_NEW_PRIVS, check_ret, load_libc
 
 # ---- seccomp: kernel surfaces model code has no use for ------------------------------------------
 # keyrings (state and secrets that outlive a call: keys belong to a uid, not to a namespace),
@@ -68,7 +68,7 @@ def _seccomp_lib():
     return _SECCOMP_LIB[0]
 
 
-def _load_seccomp(deny: tuple[str, ...], deny_ip_streams: bool = False) -> bool:
+def load_seccomp(deny: tuple[str, ...], deny_ip_streams: bool = False) -> bool:
     """Install a filter: `deny` fail with EPERM, clone3 with ENOSYS (libc falls back to clone,
     whose flags a filter can see), clone with namespace flags with EPERM, socket families outside
     SOCKET_FAMILIES with EAFNOSUPPORT, and (`deny_ip_streams`) IP stream sockets (IP_STREAM_TYPES)
@@ -123,14 +123,14 @@ def _load_seccomp(deny: tuple[str, ...], deny_ip_streams: bool = False) -> bool:
         sc.seccomp_release(ctx)
 
 
-def _probe_seccomp(deny: tuple[str, ...], deny_ip_streams: bool = False) -> bool:
+def probe_seccomp(deny: tuple[str, ...], deny_ip_streams: bool = False) -> bool:
     """Whether the filter installs here (tried in a throwaway child)."""
     pid = os.fork()
     if pid == 0:
         try:
-            lib = _libc()
-            _check(lib.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-            os._exit(0 if _load_seccomp(deny, deny_ip_streams) else 1)
+            lib = load_libc()
+            check_ret(lib.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+            os._exit(0 if load_seccomp(deny, deny_ip_streams) else 1)
         except BaseException:  # noqa: BLE001
             os._exit(1)
     _, st = os.waitpid(pid, 0)

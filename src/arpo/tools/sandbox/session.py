@@ -1,5 +1,6 @@
 """The sandbox side of `python` sessions (trainer side: tools/python_session.py): a session
-family's init and its state processes.
+family's init and its state processes. What they send each other and the trainer is protocol.py's
+(channels SESSION, REPORT, STATE, FAMILY); each receiver has one handler per message.
 
 Loaded inside the zygote (see the package docstring): standard library only."""
 
@@ -14,8 +15,30 @@ import struct
 import sys
 import time
 import types
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from .runner import EXIT_HARNESS, _exit_code, _flush_std, _lock_down, _print_exc, _receive_and_run
+from .protocol import (
+    CALL_STARTED,
+    CARRIED,
+    DONE,
+    DROP,
+    ENDED,
+    FAMILY,
+    FAMILY_READY,
+    FORK,
+    IS_STATE,
+    KILL,
+    RUN,
+    SESSION,
+    STATE,
+    STATE_FORK,
+    STATE_RUN,
+    Message,
+    ProtocolError,
+)
+from .protocol import lines as split_lines
+from .runner import EXIT_HARNESS, exit_code, flush_std, lock_down, print_exc, receive_and_run
 
 # ---- stateful sessions (PythonSessionTool, tools/python_session.py) --------------------------------
 # A session family is one sandbox (namespaces, cgroup, uid) whose init manages *state processes*:
@@ -64,18 +87,73 @@ def _own_workdir(workdir: str) -> str:
     return newdir
 
 
-def _be_state(chan: socket.socket, workdir: str, ready: socket.socket | None) -> tuple:  # noqa: C901 - sandbox boot code (runs in the forked interpreter, no arpo imports); to be split per message (issue 42 item 3)
-    """A state process: say so to init, have a runner for the next call (`ready`: the socket of
-    one forked with us; else fork one), then wait for init's commands on `chan`: b"X" + fds
-    [code_r, out_w, new_chan]: the runner runs a call; b"F" + fds [new_chan]: a child becomes a
-    branch's state; EOF: end (the snapshot is dropped). Returns only in a forked child:
-    (role, chan, workdir, socket) for _session_process."""
+class _StateProcess:
+    """A state process's own data: its channel to init, its working directory and the socket of
+    its waiting runner (None: none now)."""
+
+    def __init__(self, chan: socket.socket, workdir: str, ready: socket.socket | None):
+        self.chan, self.workdir, self.ready = chan, workdir, ready
+
+    def run_call(self, fds: list[int]) -> tuple | None:
+        """STATE_RUN: hand the call's descriptors to the waiting runner (a second call from this
+        snapshot: a new one). A runner that died meanwhile is replaced once; else init reports a
+        crash. Returns the runner's role in a forked runner, else None (the state goes on)."""
+        for _ in range(2):
+            if self.ready is None:
+                self.ready, child = _fork_runner(self.chan)
+                if child is not None:
+                    _close_all(fds)
+                    return "runner", None, self.workdir, child
+                if self.ready is None:
+                    break
+            try:
+                socket.send_fds(self.ready, [STATE_RUN.encode()], fds)
+                sent = True
+            except OSError:
+                sent = False
+            self.ready.close()
+            self.ready = None
+            if sent:
+                break
+        _close_all(fds)
+        return None
+
+    def fork_state(self, fds: list[int]) -> tuple | None:
+        """STATE_FORK: fork a branch's state, which talks to init on the channel that came (the
+        last descriptor). Returns its role in the child, None in this state."""
+        try:
+            pid = os.fork()
+        except OSError:
+            pid = -1
+        if pid != 0:
+            _close_all(fds)
+            return None
+        self.chan.close()
+        if self.ready is not None:
+            self.ready.close()
+        return "state", socket.socket(fileno=fds[-1]), _own_workdir(self.workdir), None
+
+
+_STATE_HANDLERS = {STATE_RUN: _StateProcess.run_call, STATE_FORK: _StateProcess.fork_state}
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)
+
+
+def _be_state(chan: socket.socket, workdir: str, ready: socket.socket | None) -> tuple:
+    """A state process: say so to init (IS_STATE), have a runner for the next call (`ready`: the
+    socket of one forked with us; else fork one), then serve init's STATE messages on `chan` (one
+    handler each, _STATE_HANDLERS); EOF: end (the snapshot is dropped). Returns only in a forked
+    child: (role, chan, workdir, socket) for _session_process."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # states never wait for their children: auto-reaped
-    chan.sendall(f"P {os.getpid()}\n".encode())  # init learns this process's pid from the kernel (SO_PASSCRED)
+    chan.sendall(IS_STATE.encode(os.getpid()))  # init learns this process's pid from the kernel (SO_PASSCRED)
     if ready is None:
         ready, child = _fork_runner(chan)
         if child is not None:
             return "runner", None, workdir, child
+    state = _StateProcess(chan, workdir, ready)
     while True:
         try:
             msg, fds, _, _ = socket.recv_fds(chan, 64, 4)
@@ -83,40 +161,13 @@ def _be_state(chan: socket.socket, workdir: str, ready: socket.socket | None) ->
             os._exit(0)
         if not msg or not fds:
             os._exit(0)
-        if msg[:1] == b"X":  # to the waiting runner (a second call from this snapshot: a new one)
-            for _ in range(2):  # a runner that died meanwhile is replaced once; else init reports a crash
-                if ready is None:
-                    ready, child = _fork_runner(chan)
-                    if child is not None:
-                        for fd in fds:
-                            os.close(fd)
-                        return "runner", None, workdir, child
-                    if ready is None:
-                        break
-                try:
-                    socket.send_fds(ready, [b"X"], fds)
-                    sent = True
-                except OSError:
-                    sent = False
-                ready.close()
-                ready = None
-                if sent:
-                    break
-            for fd in fds:
-                os.close(fd)
-            continue
         try:
-            pid = os.fork()
-        except OSError:
-            pid = -1
-        if pid != 0:
-            for fd in fds:
-                os.close(fd)
+            role = STATE.dispatch(msg, _STATE_HANDLERS, state, fds)
+        except ProtocolError:  # (only init writes here) not ours: dropped
+            _close_all(fds)
             continue
-        chan.close()
-        if ready is not None:
-            ready.close()
-        return "state", socket.socket(fileno=fds[-1]), _own_workdir(workdir), None
+        if role is not None:
+            return role
 
 
 def _fork_runner(chan: socket.socket) -> tuple:
@@ -153,14 +204,14 @@ def _be_runner(sock: socket.socket, workdir: str, mod: types.ModuleType) -> tupl
     except OSError:
         os._exit(0)
     sock.close()
-    if msg[:1] != b"X" or len(fds) != 3:
+    if msg != STATE_RUN.encode() or len(fds) != len(STATE_RUN.fds):
         os._exit(0)  # the state was dropped
     code_r, out_w = fds[0], fds[1]
     chan = socket.socket(fileno=fds[2])
     workdir = _own_workdir(workdir)
     holder = _hold_memory()
     try:  # init learns our pid from the kernel (SO_PASSCRED), and gets the holder's pidfd
-        socket.send_fds(chan, [b"C\n"], [holder] if holder is not None else [])
+        socket.send_fds(chan, [CALL_STARTED.encode()], [holder] if holder is not None else [])
     except OSError:
         os._exit(EXIT_HARNESS)
     if holder is not None:
@@ -172,10 +223,10 @@ def _be_runner(sock: socket.socket, workdir: str, mod: types.ModuleType) -> tupl
         os._exit(EXIT_HARNESS)
     if pid != 0:
         try:
-            chan.sendall(b"S\n")
+            chan.sendall(CARRIED.encode())
         except OSError:
             pass
-        os._exit(_exit_code(status))
+        os._exit(exit_code(status))
     # Our child: init adopts it when we exit. It forks the new state (the snapshot after this call)
     # and stays its runner: the next call's process exists before that call comes, with one fork
     # on this call's path (ours) and none on the next one's.
@@ -232,10 +283,10 @@ def _session_call(code_r: int, out_w: int, mod: types.ModuleType) -> str:
         sys.stdout.flush()
         os.dup2(out_w, 1)
         os.dup2(out_w, 2)
-        status = _receive_and_run(code_r, mod)
+        status = receive_and_run(code_r, mod)
     except BaseException:  # noqa: BLE001
-        _print_exc()
-    _flush_std()
+        print_exc()
+    flush_std()
     devnull = os.open("/dev/null", os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
@@ -280,25 +331,26 @@ def _session_chan() -> tuple[socket.socket, socket.socket]:
     return a, b
 
 
-def _wait_report(st: int, state: bool) -> str:
-    """A call process's wait status as the "D <how> <state 0|1>" line its report pipe gets; `state`:
-    the call's process forked the new state (the session goes on from it)."""
+def _wait_report(st: int, state: bool) -> bytes:
+    """A call process's wait status as the DONE line its report pipe gets ("D wexit N 1", "D signal
+    N 0"); `state`: the call's process forked the new state (the session goes on from it)."""
     how = f"signal {os.WTERMSIG(st)}" if os.WIFSIGNALED(st) else f"wexit {os.waitstatus_to_exitcode(st)}"
-    return f"D {how} {int(state)}\n"
+    return DONE.encode(how, int(state))
 
 
-def _session_init(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket, pipes: tuple[int, int, int]) -> None:  # noqa: C901 - sandbox boot code (runs in the forked interpreter, no arpo imports); to be split per message (issue 42 item 3)
-    """init of a session family: start the root state, then relay the trainer's commands to states.
-    Trainer -> init (ctl): "X src dst" + fds [code_r, out_w, rep_w]; "F src dst"; "Q id" (drop a state);
-    "K id" (kill a state's or a running call's process). init -> trainer: "R" (ready), "X dead id" (a
-    state vanished); on a call's rep_w (kept by init, never passed on): "D wexit N" / "D signal N".
-    On a state's channel (senders' pids from the kernel): "P" (a state), "C" + its holder's pidfd (a
-    runner starts a call: its exit is the report), "S" (that runner's child carries the state on)."""
+def session_init(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket, pipes: tuple[int, int, int]) -> None:
+    """init of a session family: start the root state, then relay the trainer's SESSION commands
+    to the states and report each call (protocol.py: SESSION, STATE, FAMILY, REPORT). Never returns."""
     for fd in pipes:
         os.close(fd)
+    _FamilyInit(ctl, _start_root_state(lib, cfg, mode, uid, ctl)).serve()
+
+
+def _start_root_state(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket) -> socket.socket:
+    """Fork the session's root state (locked down as a one-shot runner is, in /tmp/s0, with a fresh
+    __main__); init's end of its channel."""
     a, b = _session_chan()
-    root = os.fork()
-    if root == 0:
+    if os.fork() == 0:
         ctl.close()
         a.close()
         try:
@@ -306,22 +358,37 @@ def _session_init(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket
             if uid is not None:
                 os.chown("/tmp/s0", uid, uid)
             null = os.open("/dev/null", os.O_WRONLY)
-            _lock_down(lib, cfg, mode, uid, "/tmp/s0", null, {b.fileno()})
+            lock_down(lib, cfg, mode, uid, "/tmp/s0", null, {b.fileno()})
             mod = types.ModuleType("__main__")
             mod.__dict__["__builtins__"] = builtins  # (typeshed's ModuleType has no __builtins__ attribute)
             _session_process(b, "/tmp/s0", mod)
         except BaseException:  # noqa: BLE001
             os._exit(1)
     b.close()
-    chans: dict[str, socket.socket] = {"0": a}
-    pids: dict[str, int] = {}
-    calls: dict[str, dict] = {}  # dst -> {"rep": rep_w, "pid": the call's runner once it said "C", "holder"}
-    exited: dict[int, tuple] = {}  # pid -> (wait status, when) of the processes init reaped
-    bufs: dict[str, bytes] = {}
-    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    signal.set_wakeup_fd(wake_w)  # a SIGCHLD wakes the poll below
+    return a
 
-    def collect(*_):
+
+class _FamilyInit:
+    """init of a session family: the trainer's commands come on `ctl` (SESSION, one handler each),
+    each state's and runner's messages on that state's channel (FAMILY, one handler each, the
+    sender's pid from the kernel); SIGCHLD wakes the poll (a wake-up pipe) and the call whose
+    runner exited is reported on its report pipe (DONE), which init alone holds."""
+
+    def __init__(self, ctl: socket.socket, root: socket.socket):
+        self.ctl = ctl
+        self.chans: dict[str, socket.socket] = {"0": root}  # state id -> init's end of its channel
+        self.pids: dict[str, int] = {}  # state id -> the pid of its state, or of the call running from it
+        self.calls: dict[str, dict] = {}  # dst -> {"rep": rep_w, "pid": its runner once it said C, "holder"}
+        self.exited: dict[int, tuple] = {}  # pid -> (wait status, when) of the processes init reaped
+        self.bufs: dict[str, bytes] = {}  # state id -> the unfinished line its channel sent
+        self.inbox = b""  # the trainer's unfinished command
+        self.fd_groups: list[list[int]] = []  # descriptors of RUN commands not read yet, in order
+        self.ready_sent = False
+        self.wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(wake_w)  # a SIGCHLD wakes the poll
+        signal.signal(signal.SIGCHLD, self._collect)
+
+    def _collect(self, *_) -> None:
         while True:
             try:
                 pid, st = os.waitpid(-1, os.WNOHANG)
@@ -329,147 +396,217 @@ def _session_init(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket
                 return
             if pid == 0:
                 return
-            exited[pid] = (st, time.monotonic())
+            self.exited[pid] = (st, time.monotonic())
 
-    signal.signal(signal.SIGCHLD, collect)
-    inbox, ready_sent, fd_groups = b"", False, []
-    while True:
-        poller = select.poll()
-        poller.register(ctl.fileno(), select.POLLIN)
-        poller.register(wake_r, select.POLLIN)
-        by_fd = {c.fileno(): k for k, c in chans.items()}
-        for fd in by_fd:
-            poller.register(fd, select.POLLIN)
-        try:
-            events = poller.poll(1000)
-        except InterruptedError:
-            continue
-        for fd, _ in events:
-            if fd == wake_r:
-                try:
-                    os.read(wake_r, 4096)
-                except OSError:
-                    pass
-                continue
-            if fd == ctl.fileno():
-                try:
-                    msg, fds, _, _ = socket.recv_fds(ctl, 4096, 4)
-                except (BlockingIOError, InterruptedError):
-                    continue
-                except OSError:
-                    msg, fds = b"", []
-                if not msg:
-                    os._exit(0)  # the trainer is gone: the namespace dies with us
-                # a stream socket may deliver several commands at once: one per line; each X command's
-                # three descriptors arrive with it, in order
-                fd_groups += [fds[i:i + 3] for i in range(0, len(fds), 3)]
-                inbox += msg
-                while b"\n" in inbox:
-                    line, inbox = inbox.split(b"\n", 1)
-                    cmd = line.decode(errors="replace").strip()
-                    group = fd_groups.pop(0) if cmd.startswith("X ") and fd_groups else []
-                    _session_command(cmd, group, chans, pids, calls)
-                continue
-            k = by_fd[fd]
+    def serve(self) -> None:
+        while True:
+            poller = select.poll()
+            poller.register(self.ctl.fileno(), select.POLLIN)
+            poller.register(self.wake_r, select.POLLIN)
+            by_fd = {c.fileno(): k for k, c in self.chans.items()}
+            for fd in by_fd:
+                poller.register(fd, select.POLLIN)
             try:
-                data, sender, fds = _sender_pid(chans[k])
-            except OSError:
-                data, sender, fds = b"", None, []
-            if not data:
-                chans.pop(k).close()
-                call = calls.get(k)
-                if call is not None and call["pid"] is None:  # the call's process died before it started
-                    _report(calls, k, "D signal 9 0\n")
-                if k in pids:
-                    pids.pop(k)
-                    try:
-                        ctl.sendall(f"X dead {k}\n".encode())
-                    except OSError:
-                        os._exit(0)
+                events = poller.poll(1000)
+            except InterruptedError:
                 continue
-            lines = (bufs.get(k, b"") + data).split(b"\n")
-            bufs[k] = lines.pop()[-4096:]
-            for line in lines:
-                call = calls.get(k)
-                if line == b"C" and call is not None and call["pid"] is None and sender:
-                    call["pid"] = pids[k] = sender  # the process that runs the call: its exit is the report
-                    if fds and _pidfd_pid(fds[0]) != os.getpid():  # its memory holder (sent before the
-                        call["holder"] = fds.pop(0)  # code ran): killed after the report
-                elif line == b"S" and call is not None and sender == call["pid"]:
-                    call["state"] = True
-                elif line.startswith(b"P ") and sender:
-                    pids[k] = sender
-                    if k == "0" and not ready_sent:
-                        ready_sent = True
-                        ctl.sendall(b"R\n")
-            for fd in fds:  # anything else a call's code sent us
-                os.close(fd)
-        for k, call in list(calls.items()):
-            if call["pid"] in exited:
-                if k in chans and not call.get("state"):  # its "S" was sent before it exited: read it first
-                    chans[k].setblocking(False)
+            for fd, _ in events:
+                if fd == self.wake_r:
                     try:
-                        while True:
-                            data, sender, fds = _sender_pid(chans[k])
-                            for fd in fds:
-                                os.close(fd)
-                            if not data:
-                                break
-                            lines = (bufs.get(k, b"") + data).split(b"\n")
-                            bufs[k] = lines.pop()[-4096:]
-                            call["state"] = call.get("state") or (sender == call["pid"] and b"S" in lines)
-                            if sender and sender != call["pid"] and any(ln.startswith(b"P ") for ln in lines):
-                                pids[k] = sender
-                    except (BlockingIOError, OSError):
+                        os.read(self.wake_r, 4096)
+                    except OSError:
                         pass
-                    chans[k].setblocking(True)
-                _report(calls, k, _wait_report(exited.pop(call["pid"])[0], bool(call.get("state"))))
-        now = time.monotonic()
-        for pid, (_, at) in list(exited.items()):  # (a copy: SIGCHLD may add to it meanwhile)
-            if now - at > 30:  # no call claimed it
-                exited.pop(pid, None)
+                elif fd == self.ctl.fileno():
+                    self._read_ctl()
+                else:
+                    self._read_family(by_fd[fd])
+            self._report_exited_calls()
+            now = time.monotonic()
+            for pid, (_, at) in list(self.exited.items()):  # (a copy: SIGCHLD may add to it meanwhile)
+                if now - at > 30:  # no call claimed it
+                    self.exited.pop(pid, None)
 
-
-def _report(calls: dict, k: str, line: str) -> None:
-    """Write a call's report; then kill its memory holder (its memory is freed off the call's path)."""
-    call = calls.pop(k)
-    try:
-        os.write(call["rep"], line.encode())
-    except OSError:
-        pass
-    os.close(call["rep"])
-    holder = call.get("holder")
-    if holder is not None:
+    # -- the trainer's commands (SESSION) ---------------------------------------------------------
+    def _read_ctl(self) -> None:
         try:
-            signal.pidfd_send_signal(holder, signal.SIGKILL)
+            msg, fds, _, _ = socket.recv_fds(self.ctl, 4096, 4)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            msg, fds = b"", []
+        if not msg:
+            os._exit(0)  # the trainer is gone: the namespace dies with us
+        # a stream socket may deliver several commands at once: one per line; each RUN command's
+        # descriptors arrive with it, in order
+        n = len(RUN.fds)
+        self.fd_groups += [fds[i:i + n] for i in range(0, len(fds), n)]
+        lines, self.inbox = split_lines(self.inbox, msg, keep=1 << 30)
+        for line in lines:
+            self._command(line.decode(errors="replace").strip())
+
+    def _command(self, cmd: str) -> None:
+        """One command, by its handler (_on_command). A malformed one is dropped and takes no
+        descriptors: only a well-formed RUN has them (the trainer's RUN.encode makes no other), so
+        garbage cannot take the next call's pipes (test_sandbox_protocol.py)."""
+        try:
+            msg, fields = SESSION.decode(cmd)
+        except ProtocolError:
+            return
+        group = self.fd_groups.pop(0) if msg is RUN and self.fd_groups else []
+        keep = None
+        try:
+            keep = self._on_command[msg](self, group, **fields)
+        except OSError:  # a command that failed is dropped: a call's pipes close, its report is EOF
+            pass
+        finally:
+            for fd in group:
+                if fd != keep:
+                    os.close(fd)
+
+    def _relay(self, msg: Message, src: str, dst: str, fds: list[int]) -> bool:
+        """Send `msg` (STATE_RUN, STATE_FORK) to state `src` with `fds` and a new channel, which
+        becomes state `dst`'s; False: no state `src`."""
+        if src not in self.chans:
+            return False
+        a, b = _session_chan()
+        socket.send_fds(self.chans[src], [msg.encode()], [*fds, b.fileno()])
+        b.close()
+        self.chans[dst] = a
+        return True
+
+    def _run(self, fds: list[int], src: str, dst: str) -> int | None:
+        """RUN: the call goes to state src's runner; init keeps the report pipe (the descriptor it returns)."""
+        if self._relay(STATE_RUN, src, dst, fds[:2]) and len(fds) == len(RUN.fds):
+            self.calls[dst] = {"rep": fds[2], "pid": None}  # init writes the call's status to it
+            return fds[2]
+        return None
+
+    def _fork(self, fds: list[int], src: str, dst: str) -> None:
+        """FORK: state src forks a branch's state dst."""
+        self._relay(STATE_FORK, src, dst, [])
+
+    def _drop(self, fds: list[int], sid: str) -> None:
+        """DROP: close the state's channel (it ends); a call still running from it reports "dropped"."""
+        if sid in self.chans:
+            self.pids.pop(sid, None)
+            self.chans.pop(sid).close()
+            if sid in self.calls:
+                self._report(sid, DONE.encode("dropped", 0))
+
+    def _kill(self, fds: list[int], sid: str) -> None:
+        """KILL: SIGKILL the state's process, or its call's."""
+        if sid in self.pids:
+            os.kill(self.pids[sid], signal.SIGKILL)
+
+    _on_command: Mapping[Message, Callable[..., Any]] = {RUN: _run, FORK: _fork, DROP: _drop, KILL: _kill}
+
+    # -- the states' and runners' messages (FAMILY) --------------------------------------------------
+    def _read_family(self, k: str) -> None:
+        try:
+            data, sender, fds = _sender_pid(self.chans[k])
+        except OSError:
+            data, sender, fds = b"", None, []
+        if not data:
+            self._channel_closed(k)
+            return
+        lines, self.bufs[k] = split_lines(self.bufs.get(k, b""), data)
+        for line in lines:
+            try:
+                FAMILY.dispatch(line, self._on_family, self, k, sender, fds)
+            except ProtocolError:  # a call's code may write anything here: not ours, dropped
+                pass
+        for fd in fds:  # anything else a call's code sent us
+            os.close(fd)
+
+    def _channel_closed(self, k: str) -> None:
+        """State k's channel closed: a call that had not started is reported killed; a state that
+        vanished is told to the trainer ("X dead <id>")."""
+        self.chans.pop(k).close()
+        call = self.calls.get(k)
+        if call is not None and call["pid"] is None:  # the call's process died before it started
+            self._report(k, DONE.encode("signal 9", 0))
+        if k in self.pids:
+            self.pids.pop(k)
+            try:
+                self.ctl.sendall(ENDED.encode(f"dead {k}"))
+            except OSError:
+                os._exit(0)
+
+    def _state_up(self, k: str, sender: int | None, fds: list[int], pid: str) -> None:
+        """IS_STATE: the state's pid (from the kernel); the root's first one makes the family ready."""
+        if sender:
+            self.pids[k] = sender
+            if k == "0" and not self.ready_sent:
+                self.ready_sent = True
+                self.ctl.sendall(FAMILY_READY.encode())
+
+    def _call_started(self, k: str, sender: int | None, fds: list[int]) -> None:
+        """CALL_STARTED (once, before the code runs): the sender runs the call, its exit is the
+        report; the pidfd that came with it (not init's own) is its memory holder."""
+        call = self.calls.get(k)
+        if call is not None and call["pid"] is None and sender:
+            call["pid"] = self.pids[k] = sender
+            if fds and _pidfd_pid(fds[0]) != os.getpid():  # its memory holder (sent before the
+                call["holder"] = fds.pop(0)  # code ran): killed after the report
+
+    def _carried(self, k: str, sender: int | None, fds: list[int]) -> None:
+        """CARRIED, from the call's own process only: its child carries the state on."""
+        call = self.calls.get(k)
+        if call is not None and sender == call["pid"]:
+            call["state"] = True
+
+    _on_family: Mapping[Message, Callable[..., Any]] = {
+        IS_STATE: _state_up, CALL_STARTED: _call_started, CARRIED: _carried}
+
+    # -- reports (DONE) ----------------------------------------------------------------------------
+    def _report_exited_calls(self) -> None:
+        for k, call in list(self.calls.items()):
+            if call["pid"] in self.exited:
+                if k in self.chans and not call.get("state"):  # its "S" was sent before it exited: read it first
+                    self._drain(k, call)
+                self._report(k, _wait_report(self.exited.pop(call["pid"])[0], bool(call.get("state"))))
+
+    def _drain(self, k: str, call: dict) -> None:
+        """Read what state k's channel holds without waiting: the exited call's CARRIED, and a new
+        state's IS_STATE (its pid)."""
+        chan = self.chans[k]
+        chan.setblocking(False)
+        try:
+            while True:
+                data, sender, fds = _sender_pid(chan)
+                for fd in fds:
+                    os.close(fd)
+                if not data:
+                    break
+                lines, self.bufs[k] = split_lines(self.bufs.get(k, b""), data)
+                said = {_letter(line) for line in lines}
+                call["state"] = call.get("state") or (sender == call["pid"] and CARRIED in said)
+                if sender and sender != call["pid"] and IS_STATE in said:
+                    self.pids[k] = sender
+        except (BlockingIOError, OSError):
+            pass
+        chan.setblocking(True)
+
+    def _report(self, k: str, line: bytes) -> None:
+        """Write a call's report; then kill its memory holder (its memory is freed off the call's path)."""
+        call = self.calls.pop(k)
+        try:
+            os.write(call["rep"], line)
         except OSError:
             pass
-        os.close(holder)
+        os.close(call["rep"])
+        holder = call.get("holder")
+        if holder is not None:
+            try:
+                signal.pidfd_send_signal(holder, signal.SIGKILL)
+            except OSError:
+                pass
+            os.close(holder)
 
 
-def _session_command(cmd: str, fds: list[int], chans: dict, pids: dict, calls: dict) -> None:
-    parts = cmd.split()
-    op = parts[0] if parts else ""
-    keep = None
+def _letter(line: bytes) -> Message | None:
+    """The FAMILY message a line is (None: not one)."""
     try:
-        if op in ("X", "F") and len(parts) == 3 and parts[1] in chans:
-            a, b = _session_chan()
-            socket.send_fds(chans[parts[1]], [op.encode()], [*(fds[:2] if op == "X" else []), b.fileno()])
-            b.close()
-            chans[parts[2]] = a
-            if op == "X" and len(fds) == 3:
-                keep = fds[2]  # the report pipe stays here: init writes the call's status to it
-                calls[parts[2]] = {"rep": keep, "pid": None}
-        elif op == "Q" and len(parts) == 2 and parts[1] in chans:
-            pids.pop(parts[1], None)
-            chans.pop(parts[1]).close()
-            if parts[1] in calls:
-                _report(calls, parts[1], "D dropped 0\n")
-        elif op == "K" and len(parts) == 2 and parts[1] in pids:
-            os.kill(pids[parts[1]], signal.SIGKILL)
-    except OSError:
-        pass
-    finally:
-        for fd in fds:
-            if fd != keep:
-                os.close(fd)
+        return FAMILY.decode(line)[0]
+    except ProtocolError:
+        return None
