@@ -60,18 +60,39 @@ def test_arms_name_a_preset_and_a_branch_rule(tmp_path):
 
 
 def test_quick_branch_rules_experiment_end_to_end(tmp_path):
-    """Two arms (a staged rule and the paper's), two seeds, two steps: the hop2 pipeline's statistics,
-    branch placement per arm, the matched-calls section, and a dev-only ledger."""
+    """Two arms (a staged rule and the paper's), one seed (the study: >= 5), one step: the hop2
+    pipeline's statistics, branch placement per arm, the matched-calls section, a dev-only ledger."""
     out = tmp_path / "q"
     res = X.run(X.BranchRulesConfig.quick(out=str(out), threads=1))
     assert res["test"] is None and set(res["dev"]["selected_steps"]) == {"arpo@top_entropy", "arpo"}
     saved = json.loads((out / "results.json").read_text())
     mc = saved["matched_calls"]
     assert mc["base"] == "arpo" and [lv["fraction"] for lv in mc["levels"]] == [0.25, 0.5, 0.75, 1.0]
-    assert len(mc["levels"][-1]["arms"]["arpo@top_entropy"]["accuracy_per_seed"]) == 2
+    assert len(mc["levels"][-1]["arms"]["arpo@top_entropy"]["accuracy_per_seed"]) == 1
     assert "arpo@top_entropy_vs_arpo" in saved["statistics"]["dev"]
     assert "arpo@top_entropy/arpo" in saved["statistics"]["calls_to_accuracy"]
-    assert set(saved["branching"]) == {"arpo@top_entropy", "arpo"} and "by_result" in saved["branching"]["arpo"]["pooled"]
+    assert set(saved["branching"]) == {"arpo@top_entropy", "arpo"}
+    assert "by_result" in saved["branching"]["arpo"]["pooled"]
     led = json.loads((out / "protocol.json").read_text())
     assert {e["split"] for e in led["entries"]} == {"dev"}
     assert any(e["name"] == "arpo@top_entropy/accuracy_at_matched_calls" for e in led["entries"])
+
+
+def test_the_command_builds_the_config_and_prints_the_matched_calls(monkeypatch, capsys):
+    """`arpo experiment branch-rules --quick ...` reaches branch_rules.run with the quick config and the
+    overrides, and prints the matched-calls section (the run itself is the test above)."""
+    from arpo.cli import main
+
+    seen = {}
+
+    def fake(cfg):
+        seen["cfg"] = cfg
+        return {"wall_seconds": 1.0, "start_dev": {}, "dev": {}, "test": None, "matched_calls": {"c_max": 7.0}}
+
+    monkeypatch.setattr(X, "run", fake)
+    assert main(["experiment", "branch-rules", "--quick", "--seeds", "3", "--out", "/tmp/x",
+                 "methods=[arpo@zscore,grpo]"]) == 0
+    cfg = seen["cfg"]
+    assert isinstance(cfg, X.BranchRulesConfig) and cfg.seeds == 3 and cfg.out == "/tmp/x"
+    assert cfg.methods == ["arpo@zscore", "grpo"] and cfg.sft_overrides[0] == "model.name=tiny-random"
+    assert json.loads(capsys.readouterr().out)["matched_calls"] == {"c_max": 7.0}

@@ -55,7 +55,7 @@ class BranchRulesConfig(hop2.Hop2ExperimentConfig):
         """A smoke-test size on the tiny random model (plumbing, not a result)."""
         base = {k: getattr(hop2.Hop2ExperimentConfig.quick(), k) for k in
                 ("sft_data", "eval_data", "test_data", "sft_overrides", "train_overrides")}
-        base.update(seeds=2, steps=2, eval_every=2, methods=["arpo@top_entropy", "arpo"],
+        base.update(seeds=1, steps=1, eval_every=1, methods=["arpo@top_entropy", "arpo"],
                     out="runs/experiments/branch_rules_quick")
         base["train_overrides"] = [*base["train_overrides"], "agent.max_response_tokens=16"]
         base.update(over)
