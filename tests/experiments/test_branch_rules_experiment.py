@@ -37,6 +37,9 @@ def test_matched_calls_reads_every_run_at_the_budget_all_reached():
     vs = lv["vs_base"]["arpo@top_entropy_vs_arpo"]
     assert vs["diff"] == pytest.approx(0.8 - 0.585) and vs["wins"] == 2 and vs["p_sign_flip"] == 0.5
     assert res["levels"][0]["arms"]["arpo"]["accuracy_per_seed"] == pytest.approx([0.56, 0.525])
+    table = X.matched_calls_table(res).splitlines()
+    assert table[0] == "| calls (f · C_max) | arpo@top_entropy | arpo |" and len(table) == 4
+    assert table[3].startswith("| 60 (1) | 0.800 [") and "Δ +0.215, p 0.50" in table[3]
 
 
 def test_webhop_needs_its_sft_model_and_takes_its_data():
@@ -73,6 +76,7 @@ def test_quick_branch_rules_experiment_end_to_end(tmp_path):
     assert "arpo@top_entropy/arpo" in saved["statistics"]["calls_to_accuracy"]
     assert set(saved["branching"]) == {"arpo@top_entropy", "arpo"}
     assert "by_result" in saved["branching"]["arpo"]["pooled"]
+    assert "Accuracy at matched executed tool calls" in (out / "report.md").read_text()
     led = json.loads((out / "protocol.json").read_text())
     assert {e["split"] for e in led["entries"]} == {"dev"}
     assert any(e["name"] == "arpo@top_entropy/accuracy_at_matched_calls" for e in led["entries"])

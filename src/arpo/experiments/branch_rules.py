@@ -118,6 +118,25 @@ def matched_calls(runs: dict[str, list[dict]], fractions: list[float], opts: dic
     return out
 
 
+def matched_calls_table(mc: dict) -> str:
+    """Markdown: per budget C, each arm's mean dev accuracy at C (seed bootstrap) and, against the base,
+    the mean difference with the sign-flip p over seeds (the permutation p where seeds are unpaired)."""
+    from arpo.experiments.hop2_report import _ci, _f, _p
+
+    arms = list(mc["levels"][0]["arms"]) if mc["levels"] else []
+    lines = ["| calls (f · C_max) | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
+    for lv in mc["levels"]:
+        cells = []
+        for m in arms:
+            a, vs = lv["arms"][m], lv["vs_base"].get(f"{m}_vs_{mc['base']}")
+            cell = f"{_f(a['accuracy_mean'])} {_ci(a['seed_bootstrap'])}"
+            if vs:
+                cell += f"; Δ {_f(vs['diff'], sign=True)}, p {_p(vs.get('p_sign_flip', vs['p_permutation']))}"
+            cells.append(cell)
+        lines.append(f"| {_f(lv['calls'], 0)} ({lv['fraction']:g}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def run(cfg: BranchRulesConfig) -> dict:
     """hop2.run with these arms, then the budget-matched section (recorded as dev in the ledger)."""
     cfg = with_task(cfg)
@@ -129,6 +148,9 @@ def run(cfg: BranchRulesConfig) -> dict:
     for m, a in top["arms"].items():
         ledger.record(f"{m}/accuracy_at_matched_calls", a["accuracy_mean"], "dev", calls=top["calls"],
                       data=cfg.eval_data)
+    report = Path(cfg.out) / "report.md"
+    report.write_text(report.read_text() + "\nAccuracy at matched executed tool calls (dev; seeds only):\n\n"
+                      + matched_calls_table(res["matched_calls"]) + "\n")
     path = Path(cfg.out) / "results.json"
     path.write_text(json.dumps({k: v for k, v in res.items() if k != "figures"}, indent=1, default=str))
     return res
