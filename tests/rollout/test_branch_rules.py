@@ -217,3 +217,20 @@ def test_staged_rules_do_not_depend_on_the_order_results_arrive(tiny_lm, tiny_to
                       [x.traj.response_ids for x in t.trajectories]) for t in trees])
     assert any(len(s[0]) > 3 and any(len(p) > 1 for p in s[0]) for s in runs[0])  # they branch
     assert runs[1] == runs[0]
+
+
+def test_a_staged_rule_with_aepos_dynamic_budget_fills_the_group(tiny_lm, tiny_tok):
+    """AEPO's probe picks N per prompt; the staged rule's points are those N samples', its budget
+    ⌈(M − N)/Z⌉, and the group still ends with M trajectories."""
+    import math
+
+    from arpo.rollout.arpo import RolloutConfig
+
+    cfg = RolloutConfig(group_size=6, initial_rollouts=3, entropy_tokens=2, branch_rule="top_entropy",
+                        dynamic_budget=True)
+    for tree in _two_answer_rollout(tiny_lm, tiny_tok, cfg, n_prompts=1):
+        n = tree.budget["initial_rollouts"]
+        ts = tree.trajectories
+        assert len(ts) == 6 and all(t.parent_id is None for t in ts[:n])
+        ds = [d for t in ts[:n] for d in t.branch_decisions]
+        assert len(ds) == 2 * n and sum(d["branched"] for d in ds) == min(len(ds), math.ceil((6 - n) / 1))
