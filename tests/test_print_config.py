@@ -65,3 +65,22 @@ def test_train_honours_run_log_every(tmp_path, scripted_run):
     run = scripted_run(tmp_path, steps=3, **{"run.log_every": 2})
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps == [2, 3]
+
+
+def test_print_config_lists_the_branch_rules(capsys):
+    """`arpo train --print-config` (and `--json`) lists every branch rule, one line each (issue 41);
+    the text stays a config that loads."""
+    import json
+
+    from arpo.rollout.branch_rules import BRANCH_RULES
+    from arpo.rollout.staged_rules import STAGED_RULES
+
+    assert main(["train", "--print-config"]) == 0
+    out = capsys.readouterr().out
+    for name in {"auto"} | set(BRANCH_RULES) | set(STAGED_RULES):
+        assert sum(line.startswith(f"#   {name}: ") for line in out.splitlines()) == 1, name
+    assert yaml.safe_load(out)["rollout"]["branch_rule"] == "auto"
+    assert main(["train", "--print-config", "--json"]) == 0
+    rules = json.loads(capsys.readouterr().out)["branch_rules"]
+    assert set(rules) == {"auto"} | set(BRANCH_RULES) | set(STAGED_RULES)
+    assert "largest ΔH" in rules["top_entropy"]

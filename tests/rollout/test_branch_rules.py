@@ -27,7 +27,8 @@ def test_auto_picks_by_mode_and_penalty_and_plugins_resolve():
     assert auto_rule_name("paper", 0.05) == "aepo" and auto_rule_name("reference", 0.05) == "aepo"
     assert get_branch_rule("auto", "reference") is BRANCH_RULES["reference"]
     assert get_branch_rule("arpo.rollout.branch_rules:bernoulli_rule") is BRANCH_RULES["bernoulli"]
-    with pytest.raises(ArpoError, match="unknown branch rule 'coin'.*aepo, arpo, bernoulli, reference"):
+    with pytest.raises(ArpoError, match="unknown branch rule 'coin'.*aepo, arpo, bernoulli, outcome_open, reference, "
+                                        "top_entropy, zscore"):
         get_branch_rule("coin")
     with pytest.raises(ArpoError, match="has no attribute"):
         get_branch_rule("arpo.rollout.branch_rules:nope")
@@ -69,3 +70,167 @@ def test_the_old_tree_grpo_name_is_refused_with_the_new_one():
         get_branch_rule("tree_grpo")
     with pytest.raises(ArpoError, match="rollout.branch_rule: branch rule 'tree_grpo' was renamed bernoulli"):
         RolloutConfig(branch_rule="tree_grpo").validate()
+
+
+# ---- staged rules (issue 41): hand-computed values ------------------------------------------------
+def _pts(dhs, keys=None, shares=None):
+    from arpo.rollout.staged_rules import DecisionPoint
+
+    keys = keys or list(range(len(dhs)))
+    shares = shares or [0.0] * len(dhs)
+    return [DecisionPoint(dh, 0, k, s) for dh, k, s in zip(dhs, keys, shares, strict=True)]
+
+
+def test_zscore_rule_hand_values():
+    from arpo.rollout.staged_rules import GroupContext, z_scores, zscore_rule
+
+    # ΔH = 0.01, 0.03, 0.05: mean 0.03, population sd sqrt((0.0004 + 0 + 0.0004)/3) = 0.016330
+    assert z_scores([0.01, 0.03, 0.05]) == pytest.approx([-1.224745, 0.0, 1.224745], abs=1e-6)
+    assert z_scores([0.2, 0.2]) == [0.0, 0.0] and z_scores([]) == []
+    ctx = GroupContext(beta=0.2, tau=0.5, forks=2)
+    # P = clip(0.5 + 0.2·z): 0.5 − 0.244949, 0.5, 0.5 + 0.244949 — the scale of ΔH does not matter
+    assert zscore_rule(_pts([0.01, 0.03, 0.05]), ctx) == pytest.approx([0.255051, 0.5, 0.744949], abs=1e-6)
+    assert zscore_rule(_pts([1.0, 3.0, 5.0]), ctx) == pytest.approx([0.255051, 0.5, 0.744949], abs=1e-6)
+    assert zscore_rule(_pts([0.0, 0.0, 0.0, 9.0]), GroupContext(1.0, 0.5, 1))[-1] == 1.0  # z = sqrt(3): clipped
+
+
+def test_top_entropy_rule_spends_the_budget_on_the_largest_delta_h():
+    from arpo.rollout.staged_rules import GroupContext, branch_order, top_entropy_rule
+
+    pts = _pts([0.1, 0.4, -0.2, 0.4, 0.3], keys=[5, 9, 1, 2, 7])
+    # ΔH order: 0.4 (key 2, index 3) before 0.4 (key 9, index 1), then 0.3 (index 4)
+    assert top_entropy_rule(pts, GroupContext(0.2, 0.5, forks=2)) == [0.0, 1.0, 0.0, 1.0, 0.0]
+    assert top_entropy_rule(pts, GroupContext(0.2, 0.5, forks=3)) == [0.0, 1.0, 0.0, 1.0, 1.0]
+    assert top_entropy_rule(pts, GroupContext(0.2, 0.5, forks=0)) == [0.0] * 5
+    assert top_entropy_rule(pts, GroupContext(0.2, 0.5, forks=9)) == [1.0] * 5
+    # the order branched points take the room in: P descending, then key
+    assert branch_order(pts, [0.5, 1.0, 0.5, 1.0, 0.2]) == [3, 1, 2, 0, 4]
+
+
+def test_outcome_open_rule_and_open_shares_hand_values():
+    from arpo.rollout.staged_rules import GroupContext, final_answer, open_shares, outcome_open_rule
+
+    # four initial samples: calls [x, y], [x, y], [x, z], [w]; answers 7, 8, 7, 7
+    paths = [["x", "y"], ["x", "y"], ["x", "z"], ["w"]]
+    shares = open_shares(paths, ["7", "8", "7", "7"])
+    # after result 0: samples 0-2 made call x (answers 7, 8, 7): 1 − 2/3; sample 3 is alone: 0
+    # after result 1: samples 0, 1 made x, y (7, 8): 1 − 1/2; sample 2 is alone: 0
+    assert [x for row in shares for x in row] == pytest.approx([1 / 3, 0.5, 1 / 3, 0.5, 1 / 3, 0.0, 0.0])
+    assert [len(row) for row in shares] == [2, 2, 2, 1]
+    assert open_shares([["x"], ["x"]], [None, None]) == [[0.0], [0.0]]  # no answer twice: they agree
+    assert open_shares([["x"], ["x"]], ["1", None]) == [[0.5], [0.5]]
+    pts = _pts([0.1, 0.0, 0.3, 0.2], keys=[4, 3, 2, 1], shares=[1 / 3, 0.5, 1 / 3, 0.0])
+    assert outcome_open_rule(pts, GroupContext(0.2, 0.5, forks=2)) == [0.0, 1.0, 1.0, 0.0]  # 0.5, then larger ΔH
+    assert outcome_open_rule(pts, GroupContext(0.2, 0.5, forks=9)) == [1.0, 1.0, 1.0, 0.0]  # agreed: never
+    assert final_answer("<think>..</think><answer> \\boxed{ 7 } </answer>", "answer") == "\\boxed{ 7 }"
+    assert final_answer("<answer>1</answer> then <answer>2</answer>", "answer") == "2"
+    assert final_answer("<answer>1", "length") is None
+
+
+def test_staged_rules_are_registered_listed_and_refused_in_reference_mode():
+    from arpo.rollout.arpo import RolloutConfig
+    from arpo.rollout.branch_rules import RULE_SUMMARIES, rule_lines
+    from arpo.rollout.staged_rules import STAGED_RULES, is_staged
+
+    assert set(RULE_SUMMARIES) == {"auto"} | set(BRANCH_RULES) | set(STAGED_RULES)
+    assert all(is_staged(get_branch_rule(n)) for n in STAGED_RULES)
+    assert not any(is_staged(r) for r in BRANCH_RULES.values())
+    assert any(line.startswith("top_entropy: ") for line in rule_lines())
+    with pytest.raises(ArpoError, match="rollout.branch_rule: zscore is a staged rule.*mode: paper"):
+        RolloutConfig(branch_rule="zscore", mode="reference").validate()
+
+
+def _two_answer_rollout(tiny_lm, tiny_tok, cfg, delivery="step", tool=None, n_prompts=2, seed=3):
+    """Scripted calls, with the answer 1 or 2 by the parity of a sample's first (free) token: the initial
+    samples of a prompt disagree, so the outcome-open rule has points to branch at."""
+    from test_keyed_rollout import JitterEcho
+
+    from arpo.engine.hf import HFEngine
+    from arpo.rollout.agent import AgentConfig
+    from arpo.rollout.arpo import ARPORollout
+    from arpo.testing import hook_rollout, scripted_hook
+    from arpo.tools.registry import ToolRegistry
+
+    calls = ["<python> a </python>", "<python> bb </python>"]
+    one = scripted_hook(tiny_tok, calls + ["<answer> \\boxed{1} </answer>"], free_tokens=2)
+    two = scripted_hook(tiny_tok, calls + ["<answer> \\boxed{2} </answer>"], free_tokens=2)
+
+    def hook(seq, logits):
+        first = seq.tokens[seq.prompt_len] if len(seq.tokens) > seq.prompt_len else 0
+        return (one if first % 2 == 0 else two)(seq, logits)
+
+    ro = ARPORollout(HFEngine(tiny_lm, tiny_tok), ToolRegistry([tool or JitterEcho(0.0)]),
+                     AgentConfig(max_response_tokens=200, tool_delivery=delivery), cfg)
+    hook_rollout(ro, hook)
+    return ro.run([tiny_tok(f"Question number {i}?")["input_ids"] for i in range(n_prompts)], seed=seed)
+
+
+@pytest.mark.parametrize("rule", ["zscore", "top_entropy", "outcome_open"])
+def test_staged_rules_keep_the_tree_invariants(tiny_lm, tiny_tok, rule):
+    """M trajectories per prompt; forks only from initial samples, right after a tool result, never
+    branching again; every initial sample's decision point recorded with the rule's probability; the
+    budgeted rules spend their whole budget when there are enough points."""
+    from arpo.rollout.arpo import RolloutConfig
+
+    cfg = RolloutConfig(group_size=7, initial_rollouts=3, branch_factor=2, entropy_tokens=2, branch_rule=rule)
+    trees = _two_answer_rollout(tiny_lm, tiny_tok, cfg)
+    for tree in trees:
+        tree.validate()
+        ts = tree.trajectories
+        assert len(ts) == 7
+        initial = [t for t in ts[:3]]
+        assert all(t.parent_id is None for t in initial)
+        forks = [t for t in ts if t.parent_id is not None]
+        assert all(t.parent_id in (0, 1, 2) for t in forks)  # from initial samples only
+        for t in forks:
+            assert t.branch_token_index in [c.result_span[1] for c in ts[t.parent_id].traj.tool_calls]
+            assert not t.branch_decisions
+        ds = [d for t in initial for d in t.branch_decisions]
+        assert len(ds) == 6  # 3 samples x 2 tool results
+        assert sum(d["branched"] for d in ds) * 2 >= len(forks) >= 1 or rule == "zscore"
+        if rule == "top_entropy":  # ⌈(7 − 3)/2⌉ = 2 points, the two largest ΔH
+            assert sum(d["branched"] for d in ds) == 2 and len(forks) == 4
+            top = sorted(ds, key=lambda d: -d["delta_entropy"])[:2]
+            assert all(d["branched"] for d in top) or top[1]["delta_entropy"] == sorted(
+                ds, key=lambda d: -d["delta_entropy"])[2]["delta_entropy"]
+        if rule == "outcome_open":
+            assert all(d["open_share"] > 0 or not d["branched"] for d in ds)
+            assert any(d["open_share"] > 0 for d in ds)  # the two answers do occur
+
+
+@pytest.mark.parametrize("rule", ["zscore", "top_entropy", "outcome_open"])
+def test_staged_rules_do_not_depend_on_the_order_results_arrive(tiny_lm, tiny_tok, rule):
+    """A tool with jittered latency (results finish in a new order each run), delivered at token-defined
+    steps (`agent.tool_delivery: step`, the default): the same seed gives the same trees, decisions
+    and tokens (the stage is the moment the last initial sample finishes: a property of its tokens,
+    and the points' uniforms are keyed). With `arrival` delivery the sampled tokens themselves can
+    differ (who shares a decode batch moves log-probs: issue 38), so no rule can promise it there."""
+    from test_keyed_rollout import JitterEcho, shape
+
+    from arpo.rollout.arpo import RolloutConfig
+
+    cfg = RolloutConfig(group_size=6, initial_rollouts=3, entropy_tokens=2, branch_rule=rule)
+    runs = []
+    for _ in range(2):
+        trees = _two_answer_rollout(tiny_lm, tiny_tok, cfg, delivery="step", tool=JitterEcho(0.01))
+        runs.append([(shape(t), [d for x in t.trajectories for d in x.branch_decisions],
+                      [x.traj.response_ids for x in t.trajectories]) for t in trees])
+    assert any(len(s[0]) > 3 and any(len(p) > 1 for p in s[0]) for s in runs[0])  # they branch
+    assert runs[1] == runs[0]
+
+
+def test_a_staged_rule_with_aepos_dynamic_budget_fills_the_group(tiny_lm, tiny_tok):
+    """AEPO's probe picks N per prompt; the staged rule's points are those N samples', its budget
+    ⌈(M − N)/Z⌉, and the group still ends with M trajectories."""
+    import math
+
+    from arpo.rollout.arpo import RolloutConfig
+
+    cfg = RolloutConfig(group_size=6, initial_rollouts=3, entropy_tokens=2, branch_rule="top_entropy",
+                        dynamic_budget=True)
+    for tree in _two_answer_rollout(tiny_lm, tiny_tok, cfg, n_prompts=1):
+        n = tree.budget["initial_rollouts"]
+        ts = tree.trajectories
+        assert len(ts) == 6 and all(t.parent_id is None for t in ts[:n])
+        ds = [d for t in ts[:n] for d in t.branch_decisions]
+        assert len(ds) == 2 * n and sum(d["branched"] for d in ds) == min(len(ds), math.ceil((6 - n) / 1))

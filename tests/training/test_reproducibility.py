@@ -46,12 +46,13 @@ def tiny_dir(tmp_path_factory):
     return d
 
 
-@pytest.mark.parametrize("preset", ["arpo", "aepo", "grpo"])
+@pytest.mark.parametrize("preset", ["arpo", "aepo", "grpo", "arpo@top_entropy"])  # preset@branch_rule
 def test_same_seed_same_trees_metrics_and_weights_with_a_jittered_tool(tiny_dir, tmp_path, scripted_training, preset):
     outcomes = []
     for name in ("a", "b"):
         ov = {"model.name": tiny_dir / "model", "data.path": tiny_dir / "q.jsonl",
-              "tools.enabled": "[arpo.testing:jitter_echo]", "tools.cache": "false", "algo.preset": preset,
+              "tools.enabled": "[arpo.testing:jitter_echo]", "tools.cache": "false",
+              "algo.preset": preset.partition("@")[0], "rollout.branch_rule": preset.partition("@")[2] or "auto",
               "agent.max_response_tokens": 80, "rollout.group_size": 4, "rollout.initial_rollouts": 2,
               "rollout.branch_threshold": 0.3, "reward.fn": "arpo.testing:toy_reward", "steps": 2,
               "prompts_per_step": 2, "optim.lr": 1e-3, "run.dir": tmp_path / name, "run.save_every": 0,

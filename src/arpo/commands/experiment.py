@@ -24,12 +24,15 @@ EXAMPLES = """examples:
   arpo experiment hop2-arpo-vs-grpo report_test=true # freeze the dev selection, report hop2:test once
   arpo experiment hop2-arpo-vs-grpo "methods=[arpo,grpo,aepo]" --seeds 3 --steps 20
   arpo experiment hop2-stats --results runs/hop2/results.json   # recompute its statistics, print the tables
+  arpo experiment branch-rules --seeds 5 --steps 20  # branch rules on hop2, equal trajectories and equal
+                                                     # executed tool calls (docs/branch_rules.md)
+  arpo experiment branch-rules --quick --out /tmp/br # tiny random model: plumbing only
   arpo experiment branching models=[runs/quickstart/sft,runs/quickstart/arpo]   \
 # branch rule settings (docs/branching.md)
 
 Any field of arpo.experiments.arpo_vs_grpo.ExperimentConfig (svamp-arpo-vs-grpo:
 arpo.experiments.svamp.SvampExperimentConfig; hop2-arpo-vs-grpo: arpo.experiments.hop2.Hop2ExperimentConfig;
-branching: arpo.experiments.branching.BranchingConfig)
+branching: arpo.experiments.branching.BranchingConfig; branch-rules: arpo.experiments.branch_rules.BranchRulesConfig)
 can be set as key=value. Writes
 OUT/results.json (settings, per-method per-seed curves, the tool-call ratio), OUT/accuracy_vs_step.png
 and OUT/accuracy_vs_tool_calls.png."""
@@ -40,7 +43,7 @@ def register(sub) -> None:
                        description="Run a controlled experiment end to end with arpo's own pipeline.",
                        epilog=EXAMPLES, formatter_class=HELP)
     p.add_argument("name", choices=["arpo-vs-grpo", "svamp-arpo-vs-grpo", "hop2-arpo-vs-grpo", "hop2-stats",
-                                    "branching"])
+                                    "branching", "branch-rules"])
     p.add_argument("--seeds", type=POS_INT, default=None, help="RL seeds per method (default 3; --quick: 1)")
     p.add_argument("--steps", type=POS_INT, default=None, help="RL steps per run (default 40; svamp: 30)")
     p.add_argument("--out", default=None, help="output dir (default runs/experiments/arpo_vs_grpo)")
@@ -64,7 +67,7 @@ def run(args) -> int:
 
     if args.name == "branching":
         return run_branching(args)
-    if args.name == "hop2-arpo-vs-grpo":
+    if args.name in ("hop2-arpo-vs-grpo", "branch-rules"):
         return run_hop2(args)
     if args.name == "hop2-stats":
         return run_hop2_stats(args)
@@ -97,10 +100,15 @@ def run(args) -> int:
 
 
 def run_hop2(args) -> int:
-    """hop2-arpo-vs-grpo: dev statistics always; test only with report_test=true (experiments/hop2.py)."""
+    """hop2-arpo-vs-grpo and branch-rules: dev statistics always; test only with report_test=true
+    (experiments/hop2.py, experiments/branch_rules.py)."""
     from arpo.config import from_dict, parse_overrides
-    from arpo.experiments.hop2 import Hop2ExperimentConfig
-    from arpo.experiments.hop2 import run as run_experiment
+    from arpo.experiments import branch_rules, hop2
+
+    Hop2ExperimentConfig: type[hop2.Hop2ExperimentConfig] = hop2.Hop2ExperimentConfig
+    run_experiment: Callable[..., dict] = hop2.run
+    if args.name == "branch-rules":
+        Hop2ExperimentConfig, run_experiment = branch_rules.BranchRulesConfig, branch_rules.run
 
     over = parse_overrides(list(args.overrides) + list(args.more))
     for key in ("seeds", "steps", "out", "threads"):
@@ -114,7 +122,9 @@ def run_hop2(args) -> int:
         cfg = from_dict(Hop2ExperimentConfig, over)
     res = run_experiment(cfg)
     print(json.dumps({"out": cfg.out, "wall_seconds": round(res["wall_seconds"], 1), "start_dev": res["start_dev"],
-                      "dev": res["dev"], "test": res["test"]}, indent=1, default=str))
+                      "dev": res["dev"], "test": res["test"],
+                      **({"matched_calls": res["matched_calls"]} if "matched_calls" in res else {})},
+                     indent=1, default=str))
     return 0
 
 

@@ -23,10 +23,12 @@ def add_common(p, *, run_dir: bool = True) -> None:
 def print_config(cfg, as_json: bool = False) -> int:
     """The resolved config; an algorithm's fields left unset show the preset's values (they used to
     print as null). `as_json`: one JSON object (`--print-config --json`; it printed YAML), with train's
-    memory estimate per GPU under `memory_estimate`."""
+    memory estimate per GPU under `memory_estimate`. A config with a rollout section also lists the
+    branch rules `rollout.branch_rule` can name, one line each (comment lines; JSON: `branch_rules`)."""
     import dataclasses
 
     from arpo.config import explain
+    from arpo.rollout.branch_rules import RULE_SUMMARIES, rule_lines
 
     if getattr(cfg, "lora", None) is not None and hasattr(cfg, "model"):  # null: resolved against model.name
         cfg = dataclasses.replace(cfg, lora=cfg.lora.resolve(cfg.model.name))
@@ -47,12 +49,17 @@ def print_config(cfg, as_json: bool = False) -> int:
             est, gpu, what = config_estimate(cfg)
             out["memory_estimate"] = {"assumed": what, "gpu_memory_gb": gpu,
                                       "bytes": None if est is None else {**est.terms, "peak": est.peak}}
+        if hasattr(cfg, "rollout"):
+            out["branch_rules"] = dict(RULE_SUMMARIES)
         print(json.dumps(out, default=str))
         return 0
     text = explain(cfg)
     if preset_name is not None:
         text = text.replace("\nalgo:", f"\nalgo:  # the {preset_name} preset's values, except the keys you set", 1)
     print(text)
+    if hasattr(cfg, "rollout"):
+        lines = [f"#   {x}" for x in rule_lines()]
+        print("\n".join(["# branch rules (rollout.branch_rule; docs/branch_rules.md):", *lines]))
     if hasattr(cfg, "memory"):  # train: the memory per GPU this config needs (training/memory.py)
         from arpo.training.memory import report
 

@@ -78,9 +78,11 @@ def train_config(cfg: SvampExperimentConfig, sft_model: str, method: str, seed: 
     from arpo.config import load_config
     from arpo.recipes import train
 
-    over = list(cfg.train_overrides) + [f"model.name={sft_model}", f"algo.preset={method}", f"run.seed={seed}",
+    preset, _, rule = method.partition("@")  # an arm `preset@rule`: that preset with rollout.branch_rule=rule
+    over = list(cfg.train_overrides) + [f"model.name={sft_model}", f"algo.preset={preset}", f"run.seed={seed}",
                                         f"rollout.seed={seed}", f"run.dir={run_dir}", f"run.threads={cfg.threads}",
                                         "run.tensorboard=false", "validation.path=null"]
+    over += [f"rollout.branch_rule={rule}"] if rule else []
     tc = load_config(train.TrainConfig, cfg.train_config, over)
     tc.run.save_every = cfg.eval_every
     tc.run.keep_checkpoints = getattr(cfg, "keep_checkpoints", 1)  # hop2.py keeps each eval step's

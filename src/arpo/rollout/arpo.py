@@ -34,6 +34,10 @@ the decision's index), so the order in which trajectories reach their decisions 
 tool results arrive — cannot change them. With `agent.tool_delivery: step` (rollout/agent.py) that
 order, and who shares a decode batch, are fixed too, and a seed gives the same trees on one machine
 (docs/reproducibility.md).
+
+Staged branch rules (`branch_rule: zscore | top_entropy | outcome_open`, rollout/staged_rules.py) do
+not decide online: the N initial samples run to their end, then all their decision points are decided
+at once (`_expand`), forks run without branching again, and fill-up globals complete the group.
 """
 
 from __future__ import annotations
@@ -51,6 +55,14 @@ from arpo.rollout.branch_rules import (
     BranchContext,
     auto_rule_name,
     get_branch_rule,
+)
+from arpo.rollout.staged_rules import (
+    DecisionPoint,
+    GroupContext,
+    branch_order,
+    final_answer,
+    is_staged,
+    open_shares,
 )
 from arpo.rollout.tree import RolloutTree, TreeTrajectory
 from arpo.tools.registry import ToolRegistry
@@ -72,7 +84,8 @@ class RolloutConfig:
     dynamic_budget: bool = False  # AEPO: N from a probe rollout's entropies
     consecutive_branch_penalty: float = 0.0  # AEPO: 0.05
     # the branch probability: auto (aepo with a penalty, else the mode's: arpo | reference) | arpo | reference |
-    # aepo | bernoulli (entropy-blind) | module.path:function (rollout/branch_rules.py)
+    # aepo | bernoulli (entropy-blind) | staged, after the N initial samples finish: zscore | top_entropy |
+    # outcome_open (rollout/staged_rules.py) | module.path:function (rollout/branch_rules.py; docs/branch_rules.md)
     branch_rule: str = "auto"
     seed: int = 0  # arpo rollout's sampling seed (arpo train derives its seeds from run.seed)
     # engine vllm_server: base URLs of the `vllm serve` endpoints that generate (docs/vllm_backend.md)
@@ -96,9 +109,12 @@ class RolloutConfig:
 
             check_server_urls(self.servers, "rollout.servers")
         try:
-            get_branch_rule(self.branch_rule, self.mode, self.consecutive_branch_penalty)
+            rule = get_branch_rule(self.branch_rule, self.mode, self.consecutive_branch_penalty)
         except ArpoError as e:
             raise ArpoError(f"rollout.branch_rule: {e}") from e
+        need(not (is_staged(rule) and self.mode == "reference"), "branch_rule",
+             f"{self.branch_rule} is a staged rule (it decides after the initial samples finish, with the "
+             "paper's ΔH); use it with mode: paper")
 
 
 # ---- the math, as pure functions ------------------------------------------------------------------
@@ -167,6 +183,17 @@ def _calls_through_result(calls, t: int) -> int:
     return len(calls)
 
 
+def _result_blocks(calls) -> list[str]:
+    """One string per tool result: the calls (tool and input) whose results it holds (staged rules'
+    siblings: samples that made the same calls, open_shares)."""
+    out, lo = [], 0
+    for t in range(sum(rec.result_span[1] > 0 for rec in calls)):
+        hi = _calls_through_result(calls, t)
+        out.append("\x1f".join(f"{rec.tool}\x1e{rec.input}" for rec in calls[lo:hi]))
+        lo = hi
+    return out
+
+
 # ---- the scheduler -------------------------------------------------------------------------------
 @dataclass
 class _Traj(TrajState):
@@ -190,6 +217,8 @@ class _Group:
     n_globals: int = 0  # global samples started so far (the k of the next one's key)
     target_globals: int = 0
     branched_at: set[int] = field(default_factory=set)  # tool-call depths t at which this prompt branched
+    expanded: bool = False  # staged rules: the initial samples' decision points were decided
+    points: list[tuple[int, int, int, float]] = field(default_factory=list)  # staged: (sid, t, start, ΔH)
 
 
 def _h_initial(sid: int, st: _Traj) -> float:
@@ -224,6 +253,7 @@ class ARPORollout:
         self.engine = engine
         self.vocab = len(engine.tokenizer)
         self.rule = get_branch_rule(self.cfg.branch_rule, self.cfg.mode, self.cfg.consecutive_branch_penalty)
+        self.staged = is_staged(self.rule)  # decides once the initial samples finished (rollout/staged_rules.py)
 
     def run(self, prompts: list[list[int]], prompt_ids: list[str] | None = None, seed: int | None = None,
             group_offset: int = 0) -> list[RolloutTree]:
@@ -308,8 +338,13 @@ class ARPORollout:
         for sid in {o.sid for o in outs if o.sid in states}:
             self._measure(sid, states[sid], states, groups)
         for gi, g in enumerate(groups):
-            if all(self.engine.seq(s).status == "finished" for s in g.sids):
+            if self.staged and not g.expanded and self._all_finished(g):
+                self._expand(g, states, groups)
+            if self._all_finished(g):
                 self._refill(gi, g, states)
+
+    def _all_finished(self, g: _Group) -> bool:
+        return all(self.engine.seq(s).status == "finished" for s in g.sids)
 
     def _measure(self, sid: int, st: _Traj, states, groups) -> None:
         """Record H_initial / H_t once k tokens (or the whole segment) follow the start / a tool result;
@@ -353,6 +388,10 @@ class ARPORollout:
 
     def _decide(self, sid, st: _Traj, t: int, start: int, dh: float, states, g: _Group) -> None:
         c = self.cfg
+        if self.staged:  # an initial sample's point waits for the stage; later ones are not decision points
+            if not g.expanded:
+                g.points.append((sid, t, start, dh))
+            return
         room = c.group_size - len(g.sids)
         if room <= 0:
             return  # branching stops once M trajectories exist
@@ -368,10 +407,13 @@ class ARPORollout:
                              "branched": branched, "consecutive": consec})
         if not branched:
             return
+        self._fork(sid, st, t, start, min(c.branch_factor, room), states, g)
+
+    def _fork(self, sid, st: _Traj, t: int, start: int, n: int, states, g: _Group) -> None:
+        """n forks of trajectory `sid` right after its tool result t (response index `start`)."""
+        c = self.cfg
         g.branched_at.add(t)
-        s = self.engine.seq(sid)
-        at = s.prompt_len + start
-        n = min(c.branch_factor, room)
+        at = self.engine.seq(sid).prompt_len + start
         seeds = [key_seed(rollout_key(g.seed, g.index, FORK, *st.lineage, t, j)) for j in range(n)]
         for j, k in enumerate(self.engine.fork(sid, n, at=at, seeds=seeds)):
             # the tools' sessions fork with the sequence (same event, any engine)
@@ -387,6 +429,47 @@ class ARPORollout:
                 step_entropies=list(st.step_entropies[:t]), decided=t + 1, lineage=st.lineage + (t, j),
             )
             g.sids.append(k)
+
+    def _expand(self, g: _Group, states, groups) -> None:
+        """A staged rule's stage (rollout/staged_rules.py): every initial sample of the group has
+        finished; take all their decision points' branch decisions at once and fork the branched ones,
+        highest P first (branch_order), while the group has room."""
+        c = self.cfg
+        for sid in list(g.sids):  # every decision point measured (a finished sample's last ones included)
+            st = states[sid]
+            while True:
+                before = (len(st.step_entropies), st.decided, len(g.points))
+                self._measure(sid, st, states, groups)
+                if (len(st.step_entropies), st.decided, len(g.points)) == before:
+                    break
+        g.expanded = True
+        order = {sid: i for i, sid in enumerate(g.sids)}
+        paths = [_result_blocks(states[sid].calls) for sid in g.sids]
+        answers = [final_answer(self.loop.tok.decode(self.engine.seq(sid).response), states[sid].finish_reason or "")
+                   for sid in g.sids]
+        shares = open_shares(paths, answers)
+        pts = sorted(g.points, key=lambda p: (order[p[0]], p[1]))
+        points = [DecisionPoint(dh, t, rollout_key(g.seed, g.index, DECISION, *states[sid].lineage, t),
+                                shares[order[sid]][t] if t < len(shares[order[sid]]) else 0.0)
+                  for sid, t, _, dh in pts]
+        room = c.group_size - len(g.sids)
+        probs = [float(p) for p in self.rule(points, GroupContext(c.entropy_weight, c.branch_threshold,
+                                                                  math.ceil(max(0, room) / c.branch_factor)))]
+        if len(probs) != len(points) or not all(0.0 <= p <= 1.0 for p in probs):
+            raise ArpoError(f"rollout.branch_rule {c.branch_rule!r} returned {probs} for {len(points)} decision "
+                            "points: one probability in [0, 1] per point")
+        forked = set()
+        for i in branch_order(points, probs):
+            if room > 0 and key_uniform(points[i].key) < probs[i]:
+                sid, t, start, _ = pts[i]
+                n = min(c.branch_factor, room)
+                self._fork(sid, states[sid], t, start, n, states, g)
+                room -= n
+                forked.add(i)
+        for i, (sid, t, _, dh) in enumerate(pts):
+            states[sid].decisions.append({"tool_call_index": t, "probability": round(probs[i], 6),
+                                          "delta_entropy": round(dh, 6), "branched": i in forked, "consecutive": 0,
+                                          "open_share": round(points[i].open_share, 6)})
 
     def _refill(self, gi: int, g: _Group, states) -> None:
         """All paths of this prompt ended: fill the group up to M with fresh global samples (spec §2, step 4)."""

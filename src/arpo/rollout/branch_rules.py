@@ -11,6 +11,10 @@ Choose one with `rollout.branch_rule`: a name of BRANCH_RULES, `auto` (aepo when
 `consecutive_branch_penalty > 0`, else reference in reference mode, else arpo) or your own
 `module.path:function` taking a BranchContext. Each rule's docstring gives its math; the tests check
 them against hand-computed values (tests/rollout/test_branch_rules.py).
+
+Staged rules (rollout/staged_rules.py: zscore, top_entropy, outcome_open) decide for all of a
+prompt's decision points at once, after its N initial samples have finished; they share this
+registry and `rollout.branch_rule`. RULE_SUMMARIES has one line per rule (`arpo train --print-config`).
 """
 
 from __future__ import annotations
@@ -76,6 +80,17 @@ BRANCH_RULES: dict[str, BranchRule] = {
     "aepo": aepo_rule,
     "bernoulli": bernoulli_rule,
 }
+# one line per built-in rule, per-decision and staged (`arpo train --print-config` lists them)
+RULE_SUMMARIES = {
+    "auto": "aepo with a consecutive-branch penalty, else reference in mode reference, else arpo",
+    "arpo": "the paper's rule, per decision: P = clip(1 − τ + β·ΔH)",
+    "reference": "the reference code's rule, per decision: P = clip(τ + β·ΔH)",
+    "aepo": "AEPO's code: the score α + β·ΔH scaled by max(0, 1 − c·l) for l consecutive branching rounds",
+    "bernoulli": "entropy-blind control, per decision: P = clip(1 − τ) (not Tree-GRPO's node sampling)",
+    "zscore": "staged: P = clip(1 − τ + β·z), z = ΔH standardized over the prompt's decision points",
+    "top_entropy": "staged, budgeted: the ⌈(M − N)/Z⌉ decision points with the largest ΔH branch (EPTree)",
+    "outcome_open": "staged: branch where the finished initial samples that made the same calls disagree",
+}
 # names that were built-in rules once: what to write instead (get_branch_rule refuses them with it)
 RENAMED = {"tree_grpo": "bernoulli: it is a Bernoulli(1 − τ) at every tool step, not Tree-GRPO's node sampling"}
 
@@ -87,7 +102,7 @@ def auto_rule_name(mode: str, penalty: float) -> str:
     return "reference" if mode == "reference" else "arpo"
 
 
-def get_branch_rule(spec: str, mode: str = "paper", penalty: float = 0.0) -> BranchRule:
+def get_branch_rule(spec: str, mode: str = "paper", penalty: float = 0.0) -> Callable:
     """The rule named `spec` (auto, a BRANCH_RULES name, or module.path:function); a RENAMED name is
     an error that gives the new one (not a silent alias: results would carry the old label)."""
     from arpo.errors import ArpoError
@@ -96,4 +111,14 @@ def get_branch_rule(spec: str, mode: str = "paper", penalty: float = 0.0) -> Bra
     if spec in RENAMED:
         raise ArpoError(f"branch rule {spec!r} was renamed {RENAMED[spec]}")
 
-    return resolve(auto_rule_name(mode, penalty) if spec == "auto" else spec, BRANCH_RULES, "branch rule")
+    from arpo.rollout.staged_rules import STAGED_RULES
+
+    table: dict[str, Callable] = {**BRANCH_RULES, **STAGED_RULES}
+    return resolve(auto_rule_name(mode, penalty) if spec == "auto" else spec, table, "branch rule")
+
+
+def rule_lines() -> list[str]:
+    """`name: what it does`, one line per built-in rule (RULE_SUMMARIES), and how to plug in your own."""
+    return [f"{name}: {line}" for name, line in RULE_SUMMARIES.items()] + [
+        "module.path:function: your own; a per-decision rule(ctx: BranchContext) -> P, or a staged "
+        "rule(points, ctx) -> [P] marked staged = True (rollout/staged_rules.py)"]

@@ -1,0 +1,156 @@
+"""Branch rules compared under the blind protocol, at equal trajectories and at equal executed tool
+calls (issue 41; docs/branch_rules.md):
+
+    arpo experiment branch-rules [--seeds 5] [--steps 20] [--out DIR] [report_test=true]
+    arpo experiment branch-rules task=webhop sft_from=runs/deep_search/sft "train_overrides=[tools.web.url=URL]"
+
+It is hop2's experiment (experiments/hop2.py: SFT, RL per seed and arm, dev curves, the step chosen
+on dev, test once through protocol.Ledger, the seed- and cluster-aware `statistics` of hop2_stats.py,
+calls to reach an accuracy, and analysis/branches.py's branch placement and outcome changes per arm)
+with arms `preset@rule`: the preset with `rollout.branch_rule: rule` (experiments/svamp.train_config).
+Every arm has the same M trajectories per prompt and the same prompts at each step (same seeds).
+The last arm is the base of every comparison (default: arpo, the paper's rule).
+
+Budget-matched: each arm spends a different number of executed tool calls per step (prefix sharing,
+AEPO's probe), so next to "accuracy at the dev-selected step" the results hold `matched_calls`:
+each run's dev accuracy at the same cumulative executed training calls C, linearly interpolated
+between its evaluations (accuracy_at), for C = f·C_max, C_max = the calls every run reached (the
+smallest final cumulative count over all runs, so nothing is extrapolated), f in budget_fractions;
+per C the seed-level tests against the base (clustered.seed_level) and a seed bootstrap. Training is
+not cut short at C: every arm trains the same steps, and the comparison reads the curves at C.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from arpo.errors import ArpoError
+from arpo.experiments import clustered as C
+from arpo.experiments import hop2
+from arpo.experiments import protocol as P
+
+# what task=webhop changes (where the setting still has hop2's value); its SFT model comes from
+# examples/deep_search/run.sh (sft_from) and its web from `arpo web serve --corpus webhop:pages`
+WEBHOP = {"train_config": "examples/deep_search/train.yaml", "eval_data": "webhop:dev", "test_data": "webhop:test"}
+
+
+@dataclass
+class BranchRulesConfig(hop2.Hop2ExperimentConfig):
+    out: str = "runs/experiments/branch_rules"
+    task: str = "hop2"  # hop2 | webhop (needs sft_from and a served web: docs/branch_rules.md)
+    # arms: a preset, or preset@rule (rollout.branch_rule); the last is the base of every comparison
+    methods: list[str] = field(default_factory=lambda: ["arpo@zscore", "arpo@top_entropy", "arpo@outcome_open",
+                                                        "aepo", "grpo", "arpo"])
+    seeds: int = 5
+    steps: int = 20
+    eval_every: int = 4
+    budget_fractions: list[float] = field(default_factory=lambda: [0.25, 0.5, 0.75, 1.0])  # of C_max
+
+    @classmethod
+    def quick(cls, **over) -> BranchRulesConfig:
+        """A smoke-test size on the tiny random model (plumbing, not a result)."""
+        base = {k: getattr(hop2.Hop2ExperimentConfig.quick(), k) for k in
+                ("sft_data", "eval_data", "test_data", "sft_overrides", "train_overrides")}
+        base.update(seeds=1, steps=1, eval_every=1, methods=["arpo@top_entropy", "arpo"],
+                    out="runs/experiments/branch_rules_quick")
+        base["train_overrides"] = [*base["train_overrides"], "agent.max_response_tokens=16"]
+        base.update(over)
+        return cls(**base)
+
+
+def with_task(cfg: BranchRulesConfig) -> BranchRulesConfig:
+    """The config with task=webhop's data and RL config where they still hold hop2's defaults; an
+    error naming the key for what cannot be defaulted."""
+    import dataclasses
+
+    if cfg.task not in ("hop2", "webhop"):
+        raise ArpoError(f"task: {cfg.task!r}; choose hop2 or webhop")
+    if not cfg.methods or len(set(cfg.methods)) != len(cfg.methods):
+        raise ArpoError(f"methods: {cfg.methods}; give distinct arms (preset or preset@rule), the base last")
+    if not all(0 < f <= 1 for f in cfg.budget_fractions):
+        raise ArpoError(f"budget_fractions: {cfg.budget_fractions}; each must be in (0, 1]")
+    if cfg.task == "hop2":
+        return cfg
+    if not cfg.sft_from:
+        raise ArpoError("sft_from: task=webhop needs an SFT model (examples/deep_search/run.sh writes "
+                        "runs/deep_search/sft); this experiment makes hop2's SFT data only")
+    default = BranchRulesConfig()
+    changes: dict[str, Any] = {k: v for k, v in WEBHOP.items() if getattr(cfg, k) == getattr(default, k)}
+    return dataclasses.replace(cfg, **changes)
+
+
+def accuracy_at(curve: list[dict], calls: float) -> float:
+    """Accuracy at `calls` cumulative executed training calls on a run's curve [(c_0, a_0), ...] (c
+    non-decreasing): a_i + (a_{i+1} − a_i)·(calls − c_i)/(c_{i+1} − c_i) for c_i ≤ calls ≤ c_{i+1}
+    (the first such segment; a flat stretch c_i = c_{i+1} = calls gives a_i). Outside [c_0, c_last]: an error."""
+    pts = [(float(p["tool_calls"]), float(p["accuracy"])) for p in curve]
+    for (c0, a0), (c1, a1) in zip(pts, pts[1:], strict=False):
+        if c0 <= calls <= c1:
+            return a0 if c1 == c0 else a0 + (a1 - a0) * (calls - c0) / (c1 - c0)
+    if pts and calls == pts[0][0]:
+        return pts[0][1]
+    raise ValueError(f"{calls} calls lie outside the curve's [{pts[0][0]}, {pts[-1][0]}]")
+
+
+def matched_calls(runs: dict[str, list[dict]], fractions: list[float], opts: dict) -> dict:
+    """Per budget C = f·C_max (module docstring): each run's accuracy at C, the arm's mean and seed
+    bootstrap, and each arm against the base (the last) with clustered.seed_level."""
+    methods = list(runs)
+    base = methods[-1]
+    c_max = min(float(r["curve"][-1]["tool_calls"]) for rs in runs.values() for r in rs)
+    out: dict[str, Any] = {"c_max": c_max, "base": base, "levels": [],
+                           "how": "each run's dev curve against cumulative executed training tool calls, linearly "
+                                  "interpolated at C = f·c_max; c_max = the smallest final count over all runs"}
+    for f in fractions:
+        c = f * c_max
+        accs = {m: [accuracy_at(r["curve"], c) for r in rs] for m, rs in runs.items()}
+        out["levels"].append({
+            "fraction": f, "calls": c,
+            "arms": {m: {"accuracy_per_seed": a, "accuracy_mean": statistics.fmean(a),
+                         "seed_bootstrap": {**C.crossed_bootstrap_mean([[x] for x in a], ["all"], **opts),
+                                            "resampled": "seeds only (each run's interpolated accuracy)"}}
+                     for m, a in accs.items()},
+            "vs_base": {f"{m}_vs_{base}": C.seed_level(accs[m], accs[base]) for m in methods if m != base}})
+    return out
+
+
+def matched_calls_table(mc: dict) -> str:
+    """Markdown: per budget C, each arm's mean dev accuracy at C (seed bootstrap) and, against the base,
+    the mean difference with the sign-flip p over seeds (the permutation p where seeds are unpaired)."""
+    from arpo.experiments.hop2_report import _ci, _f, _p
+
+    arms = list(mc["levels"][0]["arms"]) if mc["levels"] else []
+    lines = ["| calls (f · C_max) | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
+    for lv in mc["levels"]:
+        cells = []
+        for m in arms:
+            a, vs = lv["arms"][m], lv["vs_base"].get(f"{m}_vs_{mc['base']}")
+            cell = f"{_f(a['accuracy_mean'])} {_ci(a['seed_bootstrap'])}"
+            if vs:
+                cell += f"; Δ {_f(vs['diff'], sign=True)}, p {_p(vs.get('p_sign_flip', vs['p_permutation']))}"
+            cells.append(cell)
+        lines.append(f"| {_f(lv['calls'], 0)} ({lv['fraction']:g}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def run(cfg: BranchRulesConfig) -> dict:
+    """hop2.run with these arms, then the budget-matched section (recorded as dev in the ledger)."""
+    cfg = with_task(cfg)
+    res = hop2.run(cfg)
+    opts = {"n_resamples": cfg.bootstrap_resamples, "level": cfg.level, "seed": cfg.bootstrap_seed}
+    res["matched_calls"] = matched_calls(res["runs"], list(cfg.budget_fractions), opts)
+    ledger = P.Ledger(Path(cfg.out) / "protocol.json")
+    top = res["matched_calls"]["levels"][-1]
+    for m, a in top["arms"].items():
+        ledger.record(f"{m}/accuracy_at_matched_calls", a["accuracy_mean"], "dev", calls=top["calls"],
+                      data=cfg.eval_data)
+    report = Path(cfg.out) / "report.md"
+    report.write_text(report.read_text() + "\nAccuracy at matched executed tool calls (dev; seeds only):\n\n"
+                      + matched_calls_table(res["matched_calls"]) + "\n")
+    path = Path(cfg.out) / "results.json"
+    path.write_text(json.dumps({k: v for k, v in res.items() if k != "figures"}, indent=1, default=str))
+    return res

@@ -1,0 +1,102 @@
+"""`arpo experiment branch-rules` (issue 41): accuracy at matched executed tool calls, hand-computed,
+and the whole harness end to end on the tiny random model (plumbing, not a result)."""
+
+import json
+
+import pytest
+
+from arpo.errors import ArpoError
+from arpo.experiments import branch_rules as X
+
+
+def _curve(*pts):
+    return [{"tool_calls": c, "accuracy": a} for c, a in pts]
+
+
+def test_accuracy_at_interpolates_the_calls_curve():
+    curve = _curve((0, 0.5), (40, 0.7), (40, 0.9), (100, 0.6))
+    assert X.accuracy_at(curve, 0) == 0.5
+    assert X.accuracy_at(curve, 10) == pytest.approx(0.55)  # 0.5 + 0.2·10/40
+    assert X.accuracy_at(curve, 40) == pytest.approx(0.7)  # the first segment that holds it
+    assert X.accuracy_at(curve, 70) == pytest.approx(0.75)  # 0.9 − 0.3·30/60
+    assert X.accuracy_at(curve, 100) == pytest.approx(0.6)
+    with pytest.raises(ValueError, match="outside"):
+        X.accuracy_at(curve, 101)
+
+
+def test_matched_calls_reads_every_run_at_the_budget_all_reached():
+    runs = {"arpo@top_entropy": [{"curve": _curve((0, 0.5), (60, 0.8))}, {"curve": _curve((0, 0.5), (80, 0.9))}],
+            "arpo": [{"curve": _curve((0, 0.5), (100, 0.7))}, {"curve": _curve((0, 0.5), (120, 0.6))}]}
+    res = X.matched_calls(runs, [0.5, 1.0], {"n_resamples": 200, "level": 0.95, "seed": 0})
+    assert res["c_max"] == 60 and res["base"] == "arpo"  # the smallest final count
+    lv = res["levels"][1]
+    assert lv["calls"] == 60
+    # at 60 calls: 0.8, 0.5 + 0.4·60/80 = 0.8; base: 0.5 + 0.2·0.6 = 0.62, 0.5 + 0.1·0.5 = 0.55
+    assert lv["arms"]["arpo@top_entropy"]["accuracy_per_seed"] == pytest.approx([0.8, 0.8])
+    assert lv["arms"]["arpo"]["accuracy_per_seed"] == pytest.approx([0.62, 0.55])
+    vs = lv["vs_base"]["arpo@top_entropy_vs_arpo"]
+    assert vs["diff"] == pytest.approx(0.8 - 0.585) and vs["wins"] == 2 and vs["p_sign_flip"] == 0.5
+    assert res["levels"][0]["arms"]["arpo"]["accuracy_per_seed"] == pytest.approx([0.56, 0.525])
+    table = X.matched_calls_table(res).splitlines()
+    assert table[0] == "| calls (f · C_max) | arpo@top_entropy | arpo |" and len(table) == 4
+    assert table[3].startswith("| 60 (1) | 0.800 [") and "Δ +0.215, p 0.50" in table[3]
+
+
+def test_webhop_needs_its_sft_model_and_takes_its_data():
+    with pytest.raises(ArpoError, match="sft_from: task=webhop"):
+        X.with_task(X.BranchRulesConfig(task="webhop"))
+    cfg = X.with_task(X.BranchRulesConfig(task="webhop", sft_from="runs/deep_search/sft"))
+    assert (cfg.eval_data, cfg.test_data, cfg.train_config) == ("webhop:dev", "webhop:test",
+                                                                "examples/deep_search/train.yaml")
+    with pytest.raises(ArpoError, match="task: 'web'"):
+        X.with_task(X.BranchRulesConfig(task="web"))
+
+
+def test_arms_name_a_preset_and_a_branch_rule(tmp_path):
+    from arpo.experiments import svamp
+
+    cfg = X.BranchRulesConfig()
+    assert cfg.methods[-1] == "arpo" and cfg.seeds >= 5
+    tc = svamp.train_config(cfg, "some/sft", "arpo@outcome_open", 1, tmp_path / "r")
+    assert tc.algo.preset == "arpo" and tc.rollout.branch_rule == "outcome_open"
+    assert svamp.train_config(cfg, "some/sft", "grpo", 1, tmp_path / "r").rollout.branch_rule == "auto"
+
+
+def test_quick_branch_rules_experiment_end_to_end(tmp_path):
+    """Two arms (a staged rule and the paper's), one seed (the study: >= 5), one step: the hop2
+    pipeline's statistics, branch placement per arm, the matched-calls section, a dev-only ledger."""
+    out = tmp_path / "q"
+    res = X.run(X.BranchRulesConfig.quick(out=str(out), threads=1))
+    assert res["test"] is None and set(res["dev"]["selected_steps"]) == {"arpo@top_entropy", "arpo"}
+    saved = json.loads((out / "results.json").read_text())
+    mc = saved["matched_calls"]
+    assert mc["base"] == "arpo" and [lv["fraction"] for lv in mc["levels"]] == [0.25, 0.5, 0.75, 1.0]
+    assert len(mc["levels"][-1]["arms"]["arpo@top_entropy"]["accuracy_per_seed"]) == 1
+    assert "arpo@top_entropy_vs_arpo" in saved["statistics"]["dev"]
+    assert "arpo@top_entropy/arpo" in saved["statistics"]["calls_to_accuracy"]
+    assert set(saved["branching"]) == {"arpo@top_entropy", "arpo"}
+    assert "by_result" in saved["branching"]["arpo"]["pooled"]
+    assert "Accuracy at matched executed tool calls" in (out / "report.md").read_text()
+    led = json.loads((out / "protocol.json").read_text())
+    assert {e["split"] for e in led["entries"]} == {"dev"}
+    assert any(e["name"] == "arpo@top_entropy/accuracy_at_matched_calls" for e in led["entries"])
+
+
+def test_the_command_builds_the_config_and_prints_the_matched_calls(monkeypatch, capsys):
+    """`arpo experiment branch-rules --quick ...` reaches branch_rules.run with the quick config and the
+    overrides, and prints the matched-calls section (the run itself is the test above)."""
+    from arpo.cli import main
+
+    seen = {}
+
+    def fake(cfg):
+        seen["cfg"] = cfg
+        return {"wall_seconds": 1.0, "start_dev": {}, "dev": {}, "test": None, "matched_calls": {"c_max": 7.0}}
+
+    monkeypatch.setattr(X, "run", fake)
+    assert main(["experiment", "branch-rules", "--quick", "--seeds", "3", "--out", "/tmp/x",
+                 "methods=[arpo@zscore,grpo]"]) == 0
+    cfg = seen["cfg"]
+    assert isinstance(cfg, X.BranchRulesConfig) and cfg.seeds == 3 and cfg.out == "/tmp/x"
+    assert cfg.methods == ["arpo@zscore", "grpo"] and cfg.sft_overrides[0] == "model.name=tiny-random"
+    assert json.loads(capsys.readouterr().out)["matched_calls"] == {"c_max": 7.0}
