@@ -105,8 +105,8 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
             for step in range(start, cfg.steps):
                 metrics, trees = train_step(tr, step)
                 rollouts.write(step + 1, trees)
-                msgs = [m for part in distributed.gather(pending) for m in part] if multi else list(pending)
-                pending.clear()
+                mine = [pending.pop(0) for _ in range(len(pending))]  # off-policy: the rollout thread may append
+                msgs = [m for part in distributed.gather(mine) for m in part] if multi else mine
                 if main and msgs:
                     with open(errors_path, "a") as f:
                         f.write("".join(m + "\n" for m in msgs))

@@ -79,7 +79,7 @@ class RolloutConfig:
     servers: list[str] = field(default_factory=list)
     # arpo train: 0 = synchronous (a step's trees are generated, then trained on); 1 = one step off-policy:
     # the trees of step n+1 generate (weights of version n, every tree under one version) while step n
-    # trains; a tree more than this many updates old is rejected (docs/scaling.md#one-step-off-policy)
+    # trains; a tree more than this many updates old is rejected (docs/scaling.md: "One step off-policy")
     max_off_policy_steps: int = 0
     # C of the truncated importance weight min(π_old/π_behaviour, C) on each token of a lagged tree
     # (decoupled PPO, algos/losses.truncated_is_weight); used only when max_off_policy_steps > 0

@@ -244,6 +244,8 @@ def produce_trees(tr: Trainer, step: int) -> list:
     Runs in the pipeline's thread: nothing here touches the trained policy or a collective."""
     engine = tr.engine
     assert isinstance(engine, VersionedEngine)
+    if tr.cfg.run.threads:  # this thread's torch ops: the run's thread count, as the main thread's
+        torch.set_num_threads(tr.cfg.run.threads)
     engine.begin()
     try:
         got, _ = round_trees(tr, step, 0, set())
