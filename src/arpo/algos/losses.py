@@ -130,6 +130,23 @@ def gspo_token_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Ten
     return torch.exp(log_s[:, None] + logp - logp.detach())
 
 
+def truncated_is_weight(old_logp: torch.Tensor, behav_logp: torch.Tensor, mask: torch.Tensor,
+                        cap: float = 2.0) -> torch.Tensor:
+    """Truncated importance weight of decoupled PPO (Hilton et al. 2021; AReaL, verl) for tokens that
+    an older policy version sampled (one step off-policy, training/pipeline.py):
+
+        w_t = min(π_old(o_t) / π_behav(o_t), C) = min(exp(log π_old − log π_behav), C)
+
+    π_behav generated the token (its log-prob recorded by the engine), π_old is the current pre-update
+    policy (the PPO ratio ρ_t = π_θ/π_old is taken against it). The loss term of token t is scaled by
+    the constant w_t: −w_t·min(ρ_t Â_t, clip(ρ_t) Â_t) = −min(ρ_t (w_t Â_t), clip(ρ_t)(w_t Â_t)) since
+    w_t > 0, so the trainer passes w_t·Â_t as the advantage. Tokens off the mask get 1. No gradient.
+    (B, T) x3 -> (B, T)"""
+    log_w = (old_logp - behav_logp).detach().clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
+    w = torch.exp(log_w).clamp(max=cap)
+    return torch.where(mask > 0, w, torch.ones_like(w))
+
+
 # --------------------------------------------------------------------------------------------
 # Clipped surrogate (spec §4) and AEPO's entropy-balanced clipping (spec §7)
 # --------------------------------------------------------------------------------------------

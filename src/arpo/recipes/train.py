@@ -39,6 +39,7 @@ from arpo.training.checkpoint import (
 from arpo.training.config import AlgoConfig, TrainConfig, TrainRunConfig, ValidationConfig
 from arpo.training.logger import MetricsLogger
 from arpo.training.memory import check_fits
+from arpo.training.pipeline import check_off_policy, in_flight_checkpoint, restore_in_flight
 from arpo.training.progress import StepProgress
 from arpo.training.rollout_log import RolloutLog
 from arpo.training.rundir import RunDir
@@ -64,6 +65,7 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
         if preset.loss_agg not in LOSS_DENOMINATORS:
             raise ArpoError(f"distributed training cannot split the loss aggregation {preset.loss_agg!r}")
     check_fits(cfg, distributed.world_size())  # the estimate per GPU (training/memory.py) vs its memory
+    check_off_policy(cfg, preset, multi)  # rollout.max_off_policy_steps: what the pipeline supports
     main = distributed.is_main()
     # everything that can be wrong with the config fails here, before the run dir is touched
     reward_fn = get_reward_fn(cfg.reward.fn)
@@ -84,11 +86,14 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
             pending.append(msg)
 
         tr = setup(cfg, preset, examples, reward_fn, ckpt, multi, log_error)
-        start = 0
+        state: dict = {}
         if ckpt is not None and (multi or is_distributed_checkpoint(ckpt)):  # DCP: reshards to this rank count
-            start = load_distributed_state(ckpt, tr.model, tr.opt, tr.sched)["step"]
+            state = load_distributed_state(ckpt, tr.model, tr.opt, tr.sched)
         elif ckpt is not None:
-            start = load_trainer_state(ckpt, tr.opt, tr.sched)["step"]
+            state = load_trainer_state(ckpt, tr.opt, tr.sched)
+        start = tr.version = state.get("step", 0)
+        if tr.pipe is not None:  # one step off-policy: the trees the saving run had generated for step `start`
+            restore_in_flight(tr.pipe, ckpt, state)
         rd.begin(dataclasses.asdict(cfg))
         log = MetricsLogger(run_dir, resume_step=start if ckpt is not None else None, tensorboard=cfg.run.tensorboard,
                             enabled=main, wandb_project=cfg.run.wandb, config=dataclasses.asdict(cfg))
@@ -100,8 +105,8 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
             for step in range(start, cfg.steps):
                 metrics, trees = train_step(tr, step)
                 rollouts.write(step + 1, trees)
-                msgs = [m for part in distributed.gather(pending) for m in part] if multi else list(pending)
-                pending.clear()
+                mine = [pending.pop(0) for _ in range(len(pending))]  # off-policy: the rollout thread may append
+                msgs = [m for part in distributed.gather(mine) for m in part] if multi else mine
                 if main and msgs:
                     with open(errors_path, "a") as f:
                         f.write("".join(m + "\n" for m in msgs))
@@ -114,8 +119,10 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
                     log.log(done, metrics)
                 if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps or stopping:
                     save = save_distributed_checkpoint if multi else save_checkpoint
-                    save(run_dir, done, tr.model, tr.tok, tr.opt, tr.sched, {"kind": "train", "total_steps": cfg.steps},
-                         keep=cfg.run.keep_checkpoints)
+                    extra, files = in_flight_checkpoint(tr.pipe) if tr.pipe is not None else ({}, {})
+                    save(run_dir, done, tr.model, tr.tok, tr.opt, tr.sched,
+                         {"kind": "train", "total_steps": cfg.steps, **extra}, keep=cfg.run.keep_checkpoints,
+                         files=files)
                     rd.checkpoint_written()
                 bar.update(done, metrics)
                 if stopping:

@@ -90,6 +90,13 @@ class RolloutConfig:
     seed: int = 0  # arpo rollout's sampling seed (arpo train derives its seeds from run.seed)
     # engine vllm_server: base URLs of the `vllm serve` endpoints that generate (docs/vllm_backend.md)
     servers: list[str] = field(default_factory=list)
+    # arpo train: 0 = synchronous (a step's trees are generated, then trained on); 1 = one step off-policy:
+    # the trees of step n+1 generate (weights of version n, every tree under one version) while step n
+    # trains; a tree more than this many updates old is rejected (docs/scaling.md: "One step off-policy")
+    max_off_policy_steps: int = 0
+    # C of the truncated importance weight min(π_old/π_behaviour, C) on each token of a lagged tree
+    # (decoupled PPO, algos/losses.truncated_is_weight); used only when max_off_policy_steps > 0
+    off_policy_is_cap: float = 2.0
 
     def validate(self) -> None:
         def need(ok, key, msg):
@@ -104,6 +111,10 @@ class RolloutConfig:
         need(self.entropy_reduction in ("mean", "sum"), "entropy_reduction", "must be mean or sum")
         need(self.mode in ("paper", "reference"), "mode", "must be paper or reference")
         need(self.consecutive_branch_penalty >= 0, "consecutive_branch_penalty", "must be >= 0")
+        need(isinstance(self.max_off_policy_steps, int) and self.max_off_policy_steps in (0, 1), "max_off_policy_steps",
+             f"must be 0 (synchronous) or 1 (one step off-policy), got {self.max_off_policy_steps!r}")
+        need(self.off_policy_is_cap >= 1, "off_policy_is_cap",
+             f"must be >= 1 (C < 1 would down-weight on-policy tokens too), got {self.off_policy_is_cap}")
         if self.servers:
             from arpo.engine.vllm_server import check_server_urls
 

@@ -52,6 +52,9 @@ class RolloutTree:
     trajectories: list[TreeTrajectory]
     example: dict | None = None  # the dataset row (question, answers, task)
     budget: dict | None = None  # AEPO dynamic budget: {h_root, h_tool, initial_rollouts} of the probe pass
+    # the policy version (updates applied) whose weights generated every token of the tree; set by the
+    # off-policy pipeline (training/pipeline.py), None in a synchronous run
+    policy_version: int | None = None
 
     def __len__(self) -> int:
         return len(self.trajectories)

@@ -73,8 +73,9 @@ def set_rng_state(state: dict) -> None:
 
 
 def save_checkpoint(run_dir: str | Path, step: int, model, tokenizer=None, optimizer=None, scheduler=None,
-                    state: dict | None = None, keep: int = 2) -> Path:
-    """Write checkpoint `step` atomically and prune all but the newest `keep`. Returns its path."""
+                    state: dict | None = None, keep: int = 2, files: dict | None = None) -> Path:
+    """Write checkpoint `step` atomically and prune all but the newest `keep`. Returns its path.
+    `files`: {name: object} also saved in it (torch.save), e.g. the off-policy pipeline's in-flight trees."""
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:06d}"
@@ -92,6 +93,8 @@ def save_checkpoint(run_dir: str | Path, step: int, model, tokenizer=None, optim
         "scheduler": scheduler.state_dict() if scheduler is not None else None,
         "rng": rng_state(),
     }, tmp / "trainer.pt")
+    for name, obj in (files or {}).items():
+        torch.save(obj, tmp / name)
     with open(tmp / "state.json", "w") as f:
         json.dump({"step": step, **(state or {})}, f, indent=1)
         f.flush()
@@ -159,7 +162,8 @@ def _full_weights(model) -> dict:
 
 
 def save_distributed_checkpoint(run_dir: str | Path, step: int, model, tokenizer=None, optimizer=None,
-                                scheduler=None, state: dict | None = None, keep: int = 2) -> Path:
+                                scheduler=None, state: dict | None = None, keep: int = 2,
+                                files: dict | None = None) -> Path:
     """`save_checkpoint` for a torchrun run; every rank calls it. Each rank writes its shards into
     the temporary directory; after a barrier rank 0 adds model/, trainer.pt and state.json and
     renames it into place (same atomicity as save_checkpoint). Returns the final path."""
@@ -189,6 +193,8 @@ def save_distributed_checkpoint(run_dir: str | Path, step: int, model, tokenizer
             tokenizer.save_pretrained(tmp / "model")
         torch.save({"scheduler": scheduler.state_dict() if scheduler is not None else None, "rng": rng_state()},
                    tmp / "trainer.pt")
+        for name, obj in (files or {}).items():  # rank 0's
+            torch.save(obj, tmp / name)
         with open(tmp / "state.json", "w") as f:
             json.dump({"step": step, "world_size": dist.get_world_size(), **(state or {})}, f, indent=1)
         _publish(tmp, final, run_dir, keep)

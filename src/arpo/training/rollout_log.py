@@ -109,6 +109,7 @@ def tree_record(tree, tokenizer, step: int, index: int, meta=None) -> dict:
            "question": ex.get("question"), "gold": gold, "task": ex.get("task"),
            **({"supporting": ex["supporting"]} if ex.get("supporting") else {}),
            "prompt": tokenizer.decode(tree.prompt_ids), **(meta or {}),
+           **({"policy_version": tree.policy_version} if tree.policy_version is not None else {}),
            "trained": all(t.advantages is not None for t in tree.trajectories), "trajectories": trajs}
     return {"summary": tree_summary(rec), **rec}
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import torch
 
 from arpo.algos.advantages import compute_advantages, hard_attribution, hard_attribution_weights, soft_attribution
-from arpo.algos.losses import policy_loss
+from arpo.algos.losses import masked_mean, policy_loss, truncated_is_weight
+from arpo.errors import ArpoError
 from arpo.training.batch import TreeBatch, rollout_logprobs
 
 
@@ -78,7 +79,11 @@ def build_batch(trees, preset, advantages: list[torch.Tensor] | None = None):
 
 
 def use_rollout_logprobs(cfg, model) -> bool:
-    """Whether old_logp comes from the engine's records (see TrainConfig.old_logprobs)."""
+    """Whether old_logp comes from the engine's records (see TrainConfig.old_logprobs). Never one step
+    off-policy: π_old is then the current weights (recomputed), the records are π_behav (the version
+    that generated the tree, training/pipeline.py)."""
+    if cfg.rollout.max_off_policy_steps > 0:
+        return False
     if cfg.old_logprobs != "auto":
         return cfg.old_logprobs == "rollout"
     exact = cfg.agent.top_p >= 1.0 and cfg.agent.top_k == 0 and cfg.agent.temperature > 0
@@ -90,6 +95,24 @@ def old_logprobs_from_rollout(trees, batch):
     vals = {(ti, i): (t.traj.logprobs, t.traj.entropies) for ti, tr in enumerate(trees)
             for i, t in enumerate(tr.trajectories)}
     return rollout_logprobs(batch, vals)
+
+
+def weight_lagged_tokens(batch, behav_logp: torch.Tensor | None, rollout) -> dict:
+    """One step off-policy (rollout.max_off_policy_steps > 0, training/pipeline.py): scale each token's
+    advantage by the truncated importance weight w = min(π_old/π_behav, C), C = rollout.off_policy_is_cap
+    (algos/losses.truncated_is_weight; batch.old_logp is π_old, `behav_logp` the engine's records).
+    Returns is_weight_mean and is_weight_capped_frac; synchronous runs: nothing changes, {}."""
+    if not rollout.max_off_policy_steps:
+        return {}
+    cap = rollout.off_policy_is_cap
+    if behav_logp is None or batch.old_logp is None:
+        raise ArpoError("rollout.max_off_policy_steps: the engine recorded no log-probs, so the truncated "
+                        "importance weight min(π_old/π_behav, C) cannot be computed: set it to 0")
+    w = truncated_is_weight(batch.old_logp, behav_logp, batch.mask, cap)
+    batch.advantages = batch.advantages * w
+    valid = (batch.mask > 0).float()
+    return {"is_weight_mean": float(masked_mean(w, valid)),
+            "is_weight_capped_frac": float(masked_mean((w >= cap).float(), valid))}
 
 
 def make_loss_fn(batch, preset, agg_normalizer: float | None = None):

@@ -42,6 +42,7 @@ from arpo.training.config import TrainConfig
 from arpo.training.distributed import ParallelModel
 from arpo.training.mismatch import mismatch_metrics, mismatch_sums
 from arpo.training.optim import build_optimizer, build_scheduler, checkpoint_activations, clip_gradients, load_policy
+from arpo.training.pipeline import RolloutPipeline, VersionedEngine, lag_metrics, snapshot, tag_versions
 from arpo.training.rollout_log import keep_trained_values
 from arpo.training.rollout_metrics import metrics_of, traj_stats
 from arpo.training.sharded import LocalComm, step_comm
@@ -52,6 +53,7 @@ from arpo.training.step_batch import (
     old_logprobs_from_rollout,
     step_advantages,
     use_rollout_logprobs,
+    weight_lagged_tokens,
 )
 
 
@@ -76,6 +78,8 @@ class Trainer:
     log_error: Callable[[str], None] = print  # (message) -> None: errors.log
     stale: bool = False  # the policy changed since the engine last received its weights
     on_lap: Callable[[str], None] | None = None  # called as each phase of a step ends (benchmarks: sync, memory)
+    pipe: RolloutPipeline | None = None  # rollout.max_off_policy_steps > 0: the trees of the next step (pipeline.py)
+    version: int = 0  # the policy's version: steps trained so far (step n trains version n)
 
     @property
     def lp_kw(self) -> dict:
@@ -91,8 +95,12 @@ class Trainer:
         if self.stale:
             sync_weights(self.engine, self.par.rollout)
             self.stale = False
+        if isinstance(self.engine, VersionedEngine):
+            self.engine.set_version(self.version)
 
     def close(self) -> None:
+        if self.pipe is not None:
+            self.pipe.close()
         self.tools.close()
         self.engine.close()
 
@@ -130,10 +138,17 @@ def setup(cfg: TrainConfig, preset, examples: list, reward_fn, ckpt=None, multi:
     # vllm_server: the servers of rollout.servers, which start from the model directory; the policy's
     # weights (a resumed checkpoint, merged LoRA) are pushed before the first rollout (stale)
     opts = dict(cfg.engine_options, **({"servers": cfg.rollout.servers} if cfg.engine == "vllm_server" else {}))
-    engine = make_engine(cfg.engine, par.rollout, tok, model_dir=cfg.model.name, **opts)
+    # one step off-policy: the engine generates while the policy trains, so hf decodes with a snapshot
+    off = cfg.rollout.max_off_policy_steps > 0
+    gen = snapshot(par.rollout) if off and cfg.engine == "hf" else None
+    engine: Engine = make_engine(cfg.engine, gen if gen is not None else par.rollout, tok, model_dir=cfg.model.name,
+                                 **opts)
+    if off:
+        engine = VersionedEngine(engine, gen)
     ro = ARPORollout(engine, tools, cfg.agent, rollout_config(cfg.rollout, preset))
     return Trainer(cfg, preset, model, tok, par, opt, sched, engine, tools, ro, reward_fn, examples, ref_model,
-                   step_comm(multi), log_error, stale=cfg.engine == "vllm_server")
+                   step_comm(multi), log_error, stale=cfg.engine == "vllm_server",
+                   pipe=RolloutPipeline() if off else None)
 
 
 def rollout_step(ro, prompts, examples, seed: int, log_error, offset: int = 0) -> list:
@@ -178,14 +193,22 @@ def train_step(tr: Trainer, step: int) -> tuple[dict, list]:
     time_backward, time_optimizer, time_training (everything after generation) and step_seconds."""
     cfg, preset, comm = tr.cfg, tr.preset, tr.comm
     lap = _Laps(tr.on_lap)
+    tr.version = step
     # 1-2. this step's prompts (a pure function of seed and step), their rollout trees, rewards
-    tr.engine_ready()
-    trees, stats, n_rolled, sampling = sample_groups(tr, step, lap)
-    tr.engine.sleep(level=1)  # vllm on GPU with enable_sleep_mode frees its memory for training; else a no-op
+    lagged: dict = {}
+    if tr.pipe is None:
+        tr.engine_ready()
+        trees, stats, n_rolled, sampling = sample_groups(tr, step, lap)
+        tr.engine.sleep(level=1)  # vllm on GPU with enable_sleep_mode frees its memory for training; else a no-op
+    else:  # one step off-policy: the trees of step+1 generate while this step trains
+        trees, stats, n_rolled, lagged = off_policy_groups(tr, step)
+        sampling = {}
     lap("time_generation")
+    tr.version = step + 1  # the weights this step leaves (unchanged if it skips)
     if not n_rolled:
         return {"skipped": 1, "reason": "every rollout failed"}, trees
     metrics = metrics_of(comm.all_stats(stats))
+    metrics.update(lagged)
     n_trees, off = comm.kept(len(trees))
     if preset.dynamic_sampling:
         metrics.update({"groups_dropped": sampling["uniform"], "groups_trained": n_trees,
@@ -203,6 +226,57 @@ def train_step(tr: Trainer, step: int) -> tuple[dict, list]:
     return metrics, trees
 
 
+def round_trees(tr: Trainer, step: int, rnd: int, used: set[int]) -> tuple[list, list[int]]:
+    """The rollout trees (not yet scored) of this rank's slice of generation round `rnd` of `step`,
+    and the dataset rows of the whole round."""
+    cfg, comm = tr.cfg, tr.comm
+    picked = round_indices(len(tr.examples), cfg.prompts_per_step, cfg.run.seed, step, rnd, used)
+    mine = comm.shard(len(picked))  # this rank's slice of the round's prompts (one process: all)
+    batch_ex = [tr.examples[picked[k]] for k in mine]
+    prompts = prompts_for(batch_ex, tr.tok, tr.tools, cfg.data.template, cfg.agent.tool_format)
+    got = rollout_step(tr.ro, prompts, batch_ex, cfg.run.seed * 100_003 + step + 1_000_003 * rnd, tr.log_error,
+                       offset=mine.start)
+    return got, picked
+
+
+def produce_trees(tr: Trainer, step: int) -> list:
+    """The scored trees of `step` (round 0), each tagged with the one policy version that generated it.
+    Runs in the pipeline's thread: nothing here touches the trained policy or a collective."""
+    engine = tr.engine
+    assert isinstance(engine, VersionedEngine)
+    if tr.cfg.run.threads:  # this thread's torch ops: the run's thread count, as the main thread's
+        torch.set_num_threads(tr.cfg.run.threads)
+    engine.begin()
+    try:
+        got, _ = round_trees(tr, step, 0, set())
+        tag_versions(got, engine)
+    finally:
+        engine.end()
+    score_trees(got, tr.reward_fn, tr.cfg.reward.math_scorer, tr.tools.names)
+    return got
+
+
+def off_policy_groups(tr: Trainer, step: int) -> tuple[list, list, int, dict]:
+    """Like sample_groups (without dynamic sampling), one step off-policy (training/pipeline.py): this
+    step's trees from the pipeline (generated under version step − 1 while the previous step trained; the
+    first step's now), then the engine synced to this version and the next step's trees started. Trees
+    lagging more than rollout.max_off_policy_steps versions are rejected. Returns (trees, stats,
+    n_rolled, lag metrics)."""
+    cfg, pipe = tr.cfg, tr.pipe
+    assert pipe is not None
+    got = pipe.take(step)
+    if got is None:  # the first step (or a resume without an in-flight batch): generated now
+        tr.engine_ready()
+        got = produce_trees(tr, step)
+    if step + 1 < cfg.steps:  # weights reach the engine here only, with no tree in flight
+        tr.engine_ready()
+        pipe.start(step + 1, lambda: produce_trees(tr, step + 1))
+    lags = [step - t.policy_version for t in got]
+    keep = [t for t, lag in zip(got, lags, strict=True) if lag <= cfg.rollout.max_off_policy_steps]
+    metrics = lag_metrics([lag for lag in lags if lag <= cfg.rollout.max_off_policy_steps], len(got) - len(keep))
+    return keep, traj_stats(keep), tr.comm.total(len(got)), metrics
+
+
 def sample_groups(tr: Trainer, step: int, lap) -> tuple[list, list, int, dict]:
     """This step's rollout trees, scored (spec §5), with every rolled-out trajectory's stats, the
     number of groups rolled out (all ranks) and {rounds, uniform}. One round of prompts_per_step
@@ -214,13 +288,8 @@ def sample_groups(tr: Trainer, step: int, lap) -> tuple[list, list, int, dict]:
     used: set[int] = set()
     rounds = preset.dynamic_sampling_max_rounds if preset.dynamic_sampling else 1
     for rnd in range(rounds):
-        picked = round_indices(len(tr.examples), cfg.prompts_per_step, cfg.run.seed, step, rnd, used)
+        got, picked = round_trees(tr, step, rnd, used)
         used.update(picked)
-        mine = comm.shard(len(picked))  # this rank's slice of the round's prompts (one process: all)
-        batch_ex = [tr.examples[picked[k]] for k in mine]
-        prompts = prompts_for(batch_ex, tr.tok, tr.tools, cfg.data.template, cfg.agent.tool_format)
-        got = rollout_step(tr.ro, prompts, batch_ex, cfg.run.seed * 100_003 + step + 1_000_003 * rnd, tr.log_error,
-                           offset=mine.start)
         lap("time_generation")
         n_rolled += comm.total(len(got))
         score_trees(got, tr.reward_fn, cfg.reward.math_scorer, tr.tools.names)
@@ -270,6 +339,7 @@ def policy_update(tr: Trainer, trees: list, n_trees: int, off: int, step: int, l
     if preset.entropy_aware_advantage:  # AEPO: advantages scaled by the tokens' entropy
         comm.entropy_aware(batch, old_ent, preset.entropy_aware_alpha)
     if batch is not None:  # each trajectory keeps the values it trains with (RUN_DIR/rollouts, arpo view)
+        mismatch.update(weight_lagged_tokens(batch, rollout_lp, cfg.rollout))  # off-policy: w = min(π_old/π_behav, C)
         keep_trained_values(trees, batch)
     lap("time_old_logprobs")
     tr.model.train()
@@ -295,7 +365,7 @@ def policy_update(tr: Trainer, trees: list, n_trees: int, off: int, step: int, l
             if was_first:  # the training forward before any update vs the rollout's records
                 mm = (mismatch_sums(rollout_lp[rows][:, : sub.width], record, sub.mask)
                       if record is not None and rollout_lp is not None and sub is not None else (0.0, 0.0, 0.0))
-                mismatch = mismatch_metrics(comm.per_rank(mm))
+                mismatch.update(mismatch_metrics(comm.per_rank(mm)))
             par.reduce_grads()
             lap("time_backward")
             gnorms.append(clip_gradients(tr.model, cfg.optim.grad_clip))
@@ -317,6 +387,8 @@ def policy_update(tr: Trainer, trees: list, n_trees: int, off: int, step: int, l
 
 def validate(tr: Trainer, val_examples: list) -> dict:
     """Held-out metrics (rank 0 evaluates alone; the others wait at the next collective)."""
+    if tr.pipe is not None:  # the next step's trees finish first: the engine then takes the current weights
+        tr.pipe.wait()
     tr.engine_ready()
     if not tr.comm.is_main:
         return {}

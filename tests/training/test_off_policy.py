@@ -1,0 +1,267 @@
+"""One step off-policy rollouts (rollout.max_off_policy_steps, training/pipeline.py): the truncated
+importance weight, the config's errors, the version guard, and real runs of the tiny model: trees
+lag one version and never span two, a stale tree is rejected and counted, lag 0 equals the
+synchronous run, and a run resumed mid-pipeline continues exactly."""
+
+import json
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from arpo.algos.losses import clipped_surrogate, truncated_is_weight
+from arpo.errors import ArpoError
+from arpo.testing import save_tiny_model
+
+TIMING = ("seconds", "tokens_per_s", "time_", "tool_seconds")
+
+
+# ---- the clamp ------------------------------------------------------------------------------------
+def test_truncated_is_weight_hand_values():
+    # π_old / π_behav = 0.5/0.25 = 2 -> capped at C = 1.5; 0.9/0.9 = 1; 0.2/0.4 = 0.5; off the mask: 1
+    old = torch.log(torch.tensor([[0.5, 0.9, 0.2, 0.3]]))
+    behav = torch.log(torch.tensor([[0.25, 0.9, 0.4, 0.01]]))
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    w = truncated_is_weight(old, behav, mask, cap=1.5)
+    assert torch.allclose(w, torch.tensor([[1.5, 1.0, 0.5, 1.0]]), atol=1e-6)
+    assert not w.requires_grad
+    # the default C = 2: a ratio of 3 is cut to 2, one of 1.8 kept
+    w2 = truncated_is_weight(torch.log(torch.tensor([[0.6, 0.9]])), torch.log(torch.tensor([[0.2, 0.5]])),
+                             torch.ones(1, 2))
+    assert torch.allclose(w2, torch.tensor([[2.0, 1.8]]), atol=1e-6)
+
+
+def test_weighting_the_advantage_weights_the_clipped_loss():
+    """The docstring's identity: −min(ρ·wÂ, clip(ρ)·wÂ) = w·(−min(ρÂ, clip(ρ)Â)) for w > 0 (dual clip too)."""
+    g = torch.Generator().manual_seed(0)
+    ratio = torch.rand(3, 7, generator=g) * 4
+    adv = torch.randn(3, 7, generator=g)
+    w = torch.rand(3, 7, generator=g) * 2 + 0.01
+    a, _ = clipped_surrogate(ratio, adv * w)
+    b, _ = clipped_surrogate(ratio, adv)
+    assert torch.allclose(a, w * b, atol=1e-6)
+
+
+# ---- config -----------------------------------------------------------------------------------------
+def _cfg(**over):
+    from arpo.config import load_config
+    from arpo.training.config import TrainConfig
+
+    return load_config(TrainConfig, None, [f"{k}={v}" for k, v in over.items()])
+
+
+@pytest.mark.parametrize("over, key", [
+    ({"rollout.max_off_policy_steps": 2}, "rollout.max_off_policy_steps"),
+    ({"rollout.max_off_policy_steps": -1}, "rollout.max_off_policy_steps"),
+    ({"rollout.max_off_policy_steps": 1, "rollout.off_policy_is_cap": 0.5}, "rollout.off_policy_is_cap"),
+])
+def test_config_errors_name_the_key(over, key):
+    with pytest.raises(ArpoError, match=key.replace(".", r"\.")):
+        _cfg(**over).validate()
+
+
+@pytest.mark.parametrize("over, says", [
+    ({"engine": "vllm"}, "engine hf or vllm_server"),
+    ({"old_logprobs": "rollout"}, "old_logprobs"),
+    ({"algo.preset": "dapo"}, "dynamic"),
+])
+def test_what_the_pipeline_does_not_support_is_refused_by_key(over, says):
+    from arpo.training.pipeline import check_off_policy
+
+    cfg = _cfg(**{"rollout.max_off_policy_steps": 1, **over})
+    with pytest.raises(ArpoError, match=r"rollout\.max_off_policy_steps.*" + says):
+        check_off_policy(cfg, cfg.algo.resolve(cfg.rollout), multi=False)
+    with pytest.raises(ArpoError, match="torchrun"):
+        check_off_policy(_cfg(**{"rollout.max_off_policy_steps": 1}), cfg.algo.resolve(cfg.rollout), multi=True)
+    cfg0 = _cfg(**over)  # 0: nothing refused here
+    check_off_policy(cfg0, cfg0.algo.resolve(cfg0.rollout), multi=True)
+
+
+# ---- the version guard ------------------------------------------------------------------------------
+def test_versions_are_read_per_token_and_the_engine_refuses_a_push_mid_rollout(tiny_lm, tiny_tok):
+    from arpo.engine.base import SamplingParams
+    from arpo.engine.hf import HFEngine
+    from arpo.training.pipeline import VersionedEngine, snapshot, tag_versions
+
+    gen = snapshot(tiny_lm)
+    eng = VersionedEngine(HFEngine(gen, tiny_tok), gen)
+    assert all(p.data_ptr() != q.data_ptr() for p, q in zip(gen.parameters(), tiny_lm.parameters(), strict=True))
+    eng.begin()
+    sid = eng.add([1, 2, 3], SamplingParams(temperature=1.0, max_len=40, seed=1))
+    eng.step()
+    with pytest.raises(RuntimeError, match="span two policy versions"):
+        eng.load_weights(tiny_lm)
+    with pytest.raises(RuntimeError, match="span two policy versions"):
+        eng.set_version(1)
+    (kid,) = eng.fork(sid, 1, seeds=[2])
+    trajs = [SimpleNamespace(traj=SimpleNamespace(sid=s)) for s in (sid, kid)]
+    tree = SimpleNamespace(prompt_id="p", trajectories=trajs)
+    tag_versions([tree], eng)
+    assert tree.policy_version == 0
+    eng.version = 1  # what the guard prevents: a new version in the middle of the tree
+    eng.step()
+    with pytest.raises(RuntimeError, match=r"spans policy versions \[0, 1\]"):
+        tag_versions([tree], eng)
+    eng.end()
+    with torch.no_grad():
+        tiny_lm.lm_head.weight.add_(1.0)
+    assert eng.load_weights(tiny_lm) > 0  # idle: the snapshot takes the policy's weights
+    assert torch.equal(gen.lm_head.weight, tiny_lm.lm_head.weight)
+    with torch.no_grad():
+        tiny_lm.lm_head.weight.sub_(1.0)
+
+
+# ---- real runs --------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("offpolicy")
+    save_tiny_model(d / "model")
+    (d / "q.jsonl").write_text("".join(json.dumps({"question": f"What is {i} + {i}?", "answer": str(2 * i),
+                                                   "task": "math"}) + "\n" for i in range(6)))
+    return d
+
+
+def _run(tiny_dir, run_dir, resume=False, **over):
+    from arpo.recipes import train
+
+    ov = {"model.name": tiny_dir / "model", "data.path": tiny_dir / "q.jsonl", "tools.enabled": "[]",
+          "agent.max_response_tokens": 12, "rollout.group_size": 4, "rollout.initial_rollouts": 2,
+          "reward.fn": "arpo.testing:toy_reward", "steps": 4, "prompts_per_step": 2, "optim.lr": 1e-2,
+          "run.dir": run_dir, "run.save_every": 1, "run.keep_checkpoints": 10, "run.tensorboard": "false",
+          "run.threads": 1, "run.seed": 3, "rollout.max_off_policy_steps": 1, **over}
+    threads = torch.get_num_threads()
+    try:
+        return train.run(_cfg(**ov), resume=resume, quiet=True)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _rows(run_dir):
+    rows = [json.loads(x) for x in (Path(run_dir) / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    return [{k: v for k, v in r.items() if not any(t in k for t in TIMING)} for r in rows]
+
+
+def _weights(run_dir, step=None):
+    ck = Path(run_dir) / "checkpoints"
+    name = f"step_{step:06d}" if step is not None else (ck / "latest").read_text().strip()
+    return load_file(str(ck / name / "model" / "model.safetensors"))
+
+
+def test_trees_lag_one_version_generated_with_that_versions_weights(tiny_dir, tmp_path, monkeypatch):
+    """Step n's trees come from the thread that ran while step n−1 trained, with version n−1's weights
+    (exactly the checkpoint of step n−1), every generated token of a tree under that one version."""
+    import arpo.training.trainer as trainer_mod
+    from arpo.training.pipeline import tag_versions
+    from arpo.training.rollout_log import read_run_trees
+
+    seen = []  # (thread, engine version, per-tree version sets, the generating weights)
+
+    def recording(trees, engine):
+        sets = [engine.versions_of(t) for t in trees]
+        weights = {k: v.clone() for k, v in engine.module.state_dict().items()}
+        seen.append((threading.current_thread().name, engine.version, sets, weights))
+        tag_versions(trees, engine)
+
+    monkeypatch.setattr(trainer_mod, "tag_versions", recording)
+    run = tmp_path / "run"
+    _run(tiny_dir, run, **{"run.save_rollouts": 1, "run.rollout_trees": 0})
+    rows = _rows(run)
+    assert [r["policy_lag_max"] for r in rows] == [0, 1, 1, 1]
+    assert [r["policy_lag_mean"] for r in rows] == [0.0, 1.0, 1.0, 1.0]
+    assert all(r["stale_trees_rejected"] == 0 for r in rows) and all("is_weight_mean" in r for r in rows)
+    # step 0's trees generated now (main thread, version 0); steps 1-3's in the thread, versions 0, 1, 2
+    assert [v for _, v, _, _ in seen] == [0, 0, 1, 2]
+    assert seen[0][0] == threading.main_thread().name and all(n.startswith("arpo-rollout") for n, *_ in seen[1:])
+    for _, v, sets, _ in seen:
+        assert sets and all(s == {v} for s in sets)
+    for _, v, _, weights in seen:  # version v's weights: the model for v = 0, else the checkpoint of step v
+        ref = load_file(str(tiny_dir / "model" / "model.safetensors")) if v == 0 else _weights(run, v)
+        assert ref and all(torch.equal(weights[k], t) for k, t in ref.items())
+    assert not all(torch.equal(_weights(run, 1)[k], t) for k, t in _weights(run, 2).items())  # versions differ
+    recs = read_run_trees(run)
+    assert recs and {r["step"] - 1 - r["policy_version"] for r in recs} == {0, 1}
+
+
+def test_a_stale_tree_is_rejected_and_counted(tiny_dir, tmp_path, monkeypatch):
+    """A tree older than max_off_policy_steps versions (here: made to look two versions old) is not trained."""
+    import arpo.training.trainer as trainer_mod
+    from arpo.training.pipeline import tag_versions
+
+    def aging(trees, engine):
+        tag_versions(trees, engine)
+        if engine.version == 1:  # the trees of step 2: the first one claims version -1 (lag 3)
+            trees[0].policy_version = -1
+
+    monkeypatch.setattr(trainer_mod, "tag_versions", aging)
+    run = tmp_path / "run"
+    _run(tiny_dir, run, steps=3)
+    rows = _rows(run)
+    assert [r["stale_trees_rejected"] for r in rows] == [0, 0, 1]
+    assert [r["trajectories"] for r in rows] == [8, 8, 4]  # 2 trees of 4; step 3 trains the one left
+    assert rows[2]["policy_lag_max"] == 1
+
+
+def test_lag_zero_equals_the_synchronous_run(tiny_dir, tmp_path):
+    """One step (nothing in flight, lag 0): the snapshot generates the trees the policy generates in a
+    synchronous run, and the update is the same (w = π_old/π_behav = 1 up to float rounding)."""
+    over = {"steps": 1, "old_logprobs": "recompute", "run.save_rollouts": 1, "run.rollout_trees": 0}
+    _run(tiny_dir, tmp_path / "sync", **over, **{"rollout.max_off_policy_steps": 0})
+    _run(tiny_dir, tmp_path / "off", **over)
+    from arpo.training.rollout_log import read_run_trees
+
+    ta, tb = read_run_trees(tmp_path / "sync"), read_run_trees(tmp_path / "off")
+    strip = ("advantage", "logp", "summary", "policy_version")
+
+    def clean(recs):
+        return [{k: (v if k != "trajectories" else [{a: b for a, b in t.items() if a not in strip} for t in v])
+                 for k, v in r.items() if k not in strip} for r in recs]
+
+    assert clean(ta) == clean(tb) and {r["policy_version"] for r in tb} == {0}
+    (ra,), (rb,) = _rows(tmp_path / "sync"), _rows(tmp_path / "off")
+    assert abs(rb.pop("is_weight_mean") - 1.0) < 1e-5 and rb.pop("is_weight_capped_frac") == 0.0
+    assert {rb.pop(k) for k in ("policy_lag_mean", "policy_lag_max", "stale_trees_rejected")} == {0}
+    assert ra.keys() == rb.keys()
+    for k in ra:
+        assert ra[k] == pytest.approx(rb[k], rel=1e-4, abs=1e-6), k
+    wa, wb = _weights(tmp_path / "sync"), _weights(tmp_path / "off")
+    # AdamW's first step moves each weight by about lr = 1e-2 whatever the gradient's size: a gradient
+    # that differs by float rounding moves it by ~1e-5 (measured: max 3.7e-5 on 4 of 8192 weights)
+    assert all(torch.allclose(wa[k], wb[k], atol=1e-4) for k in wa)
+
+
+def test_resume_mid_pipeline_continues_exactly(tiny_dir, tmp_path, monkeypatch):
+    """Stopped after the checkpoint of step 2 (the trees of step 3 in flight), then resumed: the same
+    metrics, trees and weights as the uninterrupted run."""
+    import arpo.recipes.train as recipe
+
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    _run(tiny_dir, full)
+    real = recipe.train_step
+
+    def crash(tr, step):
+        if step == 2:
+            raise _Killed("mid-pipeline")
+        return real(tr, step)
+
+    monkeypatch.setattr(recipe, "train_step", crash)
+    with pytest.raises(_Killed):
+        _run(tiny_dir, cut)
+    monkeypatch.setattr(recipe, "train_step", real)
+    state = json.loads((cut / "checkpoints" / "step_000002" / "state.json").read_text())
+    assert state["in_flight"]["step"] == 2 and state["in_flight"]["policy_versions"] == [1]
+    assert len(state["in_flight"]["prompt_ids"]) == 2
+    assert (cut / "checkpoints" / "step_000002" / state["in_flight"]["file"]).is_file()
+    assert "in_flight" not in json.loads((full / "checkpoints" / "step_000004" / "state.json").read_text())
+    _run(tiny_dir, cut, resume=True)
+    ra, rb = _rows(full), _rows(cut)
+    assert [r["step"] for r in rb] == [1, 2, 3, 4]
+    assert ra == rb
+    wa, wb = _weights(full), _weights(cut)
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+class _Killed(Exception):
+    """The run stops here (as if killed after its last checkpoint)."""
