@@ -262,3 +262,53 @@ def test_eval_of_hop2_asks_with_hop2s_tool_and_prompt(capsys):
                "--tools", "python"])
     err = capsys.readouterr().err
     assert rc == 0 and "tools python," in err, err[-800:]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _hotpot_row(tmp_path, name="d.jsonl"):
+    import json
+
+    f = tmp_path / name
+    f.write_text(json.dumps({"id": "a", "question": "Who?", "answer": "Bob",
+                             "supporting_facts": {"title": ["Bob page"], "sent_id": [0]}}) + "\n")
+    return f
+
+
+def test_web_sft_data_never_empties_the_data_or_a_good_output(tmp_path, capsys):
+    """`arpo web sft-data --out` equal to `--data` emptied the data file, and a rerun where nothing
+    checked out (the web down) replaced a good output with an empty one."""
+    data = _hotpot_row(tmp_path)
+    before = data.read_text()
+    down = f"http://127.0.0.1:{_free_port()}"
+    assert main(["web", "sft-data", "--data", str(data), "--out", str(data), "--web-url", down, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert data.read_text() == before and f"--out {data} would overwrite the input {data}" in err, err
+    good = tmp_path / "good.jsonl"
+    good.write_text('{"question": "kept"}\n')
+    assert main(["web", "sft-data", "--data", str(data), "--out", str(good), "--web-url", down, "--quiet"]) != 0
+    assert good.read_text() == '{"question": "kept"}\n', capsys.readouterr().err
+
+
+def test_a_judge_cache_that_is_not_one_is_refused(tmp_path):
+    """`--judge-cache` pointed at the data file appended judgments to the dataset (any file was)."""
+    import pytest
+
+    from arpo.errors import ArpoError
+    from arpo.eval.judge import JudgeCache
+
+    data = _hotpot_row(tmp_path)
+    with pytest.raises(ArpoError, match=r"d.jsonl:1: not a judge cache"):
+        JudgeCache(data)
+    (tmp_path / "notes.txt").write_text("hello\n")
+    with pytest.raises(ArpoError, match="not a judge cache"):
+        JudgeCache(tmp_path / "notes.txt")
+    cache = JudgeCache(tmp_path / "c.jsonl")  # new, then reopened: a cache
+    cache.put({"key": "k", "verdict": True})
+    assert JudgeCache(tmp_path / "c.jsonl").get("k") == {"key": "k", "verdict": True}
