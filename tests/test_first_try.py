@@ -312,3 +312,68 @@ def test_a_judge_cache_that_is_not_one_is_refused(tmp_path):
     cache = JudgeCache(tmp_path / "c.jsonl")  # new, then reopened: a cache
     cache.put({"key": "k", "verdict": True})
     assert JudgeCache(tmp_path / "c.jsonl").get("k") == {"key": "k", "verdict": True}
+
+
+def test_an_mcp_server_printing_to_stdout_fails_at_once_in_one_line(tmp_path, capfd):
+    """An MCP server that printed to stdout dumped the SDK's traceback and failed 45 s later with
+    "initialize timed out" (its text ran into the reply to initialize)."""
+    import sys
+
+    import pytest
+
+    from arpo.errors import ArpoError
+    from arpo.tools import build_tools
+
+    pytest.importorskip("mcp")
+    p = tmp_path / "noisy_server.py"
+    p.write_text("import sys\nfrom mcp.server.mcpserver import MCPServer\n"
+                 "app = MCPServer('noisy', log_level='CRITICAL')\n"
+                 "sys.stdout.write('loading my database... '); sys.stdout.flush()\n"
+                 "@app.tool()\ndef add(a: int, b: int) -> int:\n    '''Add.'''\n    return a + b\n"
+                 "app.run()\n")
+    t0 = time.perf_counter()
+    with pytest.raises(ArpoError, match=r"noisy_server\.py: .*wrote a line that is not JSON-RPC to its stdout "
+                                        r"\('loading my database"):
+        build_tools([], mcp=[{"command": sys.executable, "args": [str(p)], "timeout_s": 5}],)
+    assert time.perf_counter() - t0 < 40
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_web_sft_data_with_the_local_web_down_fails_at_once_naming_it(tmp_path, capsys):
+    """With the local web down, `arpo web sft-data` ran 456 s in silence, then wrote an empty file
+    ("search failed: 300"); with a provider's key missing it failed the same way without naming it."""
+    data = _hotpot_row(tmp_path)
+    down = f"http://127.0.0.1:{_free_port()}"
+    t0 = time.perf_counter()
+    assert main(["web", "sft-data", "--data", str(data), "--out", str(tmp_path / "o.jsonl"), "--web-url", down]) == 2
+    err = capsys.readouterr().err
+    assert f"the local web at {down} does not answer" in err and "arpo web serve --corpus" in err, err
+    assert time.perf_counter() - t0 < 30 and not (tmp_path / "o.jsonl").exists()
+
+
+def test_a_missing_provider_key_is_named_at_the_start_of_every_command(tmp_path, capsys, monkeypatch):
+    """`arpo train` with serper and no key trained on (every search an error); eval, chat, serve agent
+    and web sft-data the same: all check with one function (web_config.require_web_keys) at start."""
+    monkeypatch.delenv("SERPER_API_KEY", raising=False)
+    data = _hotpot_row(tmp_path)
+    web = ["--tools", "web_search", "--web-provider", "serper"]
+    commands = {
+        "train": ["train", "model.name=tiny-random", f"data.path={data}", "tools.enabled=[web_search]",
+                  "tools.web.provider=serper", f"run.dir={tmp_path / 'run'}", "steps=1", "--quiet"],
+        "eval": ["eval", "--model", "tiny-random", "--data", str(data), *web, "--quiet"],
+        "chat": ["chat", "--model", "tiny-random", *web, "Who?"],
+        "serve agent": ["serve", "agent", "--model", "tiny-random", *web, "--port", str(_free_port())],
+        "web sft-data": ["web", "sft-data", "--data", str(data), "--out", str(tmp_path / "o.jsonl"),
+                         "--web-provider", "serper"],
+    }
+    import arpo.models
+
+    def no_model(*a, **k):
+        raise AssertionError("a model loaded before the key was checked")
+
+    monkeypatch.setattr(arpo.models, "load_model", no_model)
+    for name, argv in commands.items():
+        rc = main(argv)
+        err = capsys.readouterr().err
+        assert rc == 2 and "needs an API key: set the environment variable SERPER_API_KEY" in err, (name, err[-800:])
+    assert not (tmp_path / "run").exists()
