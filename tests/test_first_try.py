@@ -401,3 +401,20 @@ def test_a_reward_returning_inf_or_nan_fails_its_start_check_by_name(tmp_path, m
         with pytest.raises(ArpoError, match=rf"reward '?bad_rewards:{name}\b.*(inf|nan)"):
             check_reward(get_reward_fn(spec), ex, name=spec)
     check_reward(lambda r, e, **k: RewardResult(1.0, 1.0, True, None, None, True), ex)  # finite: fine
+
+
+def test_experiment_methods_are_checked_at_config_time(tmp_path, capsys):
+    """`arpo experiment hop2-arpo-vs-grpo "methods=[]"` failed after the SFT with an IndexError."""
+    import arpo.experiments.hop2 as hop2
+
+    cases = {"methods=[]": "methods: needs at least one algo preset",
+             "methods=[arpo,nope]": "methods: unknown algo preset 'nope'",
+             "methods=[arpo,grpo,arpo]": "methods: arpo given twice"}
+    for name in ("hop2-arpo-vs-grpo", "svamp-arpo-vs-grpo", "arpo-vs-grpo"):
+        for over, msg in cases.items():
+            t0 = time.perf_counter()
+            rc = main(["experiment", name, over, "--out", str(tmp_path / "x")])
+            err = capsys.readouterr().err
+            assert rc == 2 and msg in err, (name, over, err[-500:])
+            assert time.perf_counter() - t0 < 30 and not (tmp_path / "x").exists()  # before any SFT
+    assert hop2.Hop2ExperimentConfig().methods == ["arpo", "grpo"]
