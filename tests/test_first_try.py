@@ -262,3 +262,159 @@ def test_eval_of_hop2_asks_with_hop2s_tool_and_prompt(capsys):
                "--tools", "python"])
     err = capsys.readouterr().err
     assert rc == 0 and "tools python," in err, err[-800:]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _hotpot_row(tmp_path, name="d.jsonl"):
+    import json
+
+    f = tmp_path / name
+    f.write_text(json.dumps({"id": "a", "question": "Who?", "answer": "Bob",
+                             "supporting_facts": {"title": ["Bob page"], "sent_id": [0]}}) + "\n")
+    return f
+
+
+def test_web_sft_data_never_empties_the_data_or_a_good_output(tmp_path, capsys):
+    """`arpo web sft-data --out` equal to `--data` emptied the data file, and a rerun where nothing
+    checked out (the web down) replaced a good output with an empty one."""
+    data = _hotpot_row(tmp_path)
+    before = data.read_text()
+    down = f"http://127.0.0.1:{_free_port()}"
+    assert main(["web", "sft-data", "--data", str(data), "--out", str(data), "--web-url", down, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert data.read_text() == before and f"--out {data} would overwrite the input {data}" in err, err
+    good = tmp_path / "good.jsonl"
+    good.write_text('{"question": "kept"}\n')
+    assert main(["web", "sft-data", "--data", str(data), "--out", str(good), "--web-url", down, "--quiet"]) != 0
+    assert good.read_text() == '{"question": "kept"}\n', capsys.readouterr().err
+
+
+def test_a_judge_cache_that_is_not_one_is_refused(tmp_path):
+    """`--judge-cache` pointed at the data file appended judgments to the dataset (any file was)."""
+    import pytest
+
+    from arpo.errors import ArpoError
+    from arpo.eval.judge import JudgeCache
+
+    data = _hotpot_row(tmp_path)
+    with pytest.raises(ArpoError, match=r"d.jsonl:1: not a judge cache"):
+        JudgeCache(data)
+    (tmp_path / "notes.txt").write_text("hello\n")
+    with pytest.raises(ArpoError, match="not a judge cache"):
+        JudgeCache(tmp_path / "notes.txt")
+    cache = JudgeCache(tmp_path / "c.jsonl")  # new, then reopened: a cache
+    cache.put({"key": "k", "verdict": True})
+    assert JudgeCache(tmp_path / "c.jsonl").get("k") == {"key": "k", "verdict": True}
+
+
+def test_an_mcp_server_printing_to_stdout_fails_at_once_in_one_line(tmp_path, capfd):
+    """An MCP server that printed to stdout dumped the SDK's traceback and failed 45 s later with
+    "initialize timed out" (its text ran into the reply to initialize)."""
+    import sys
+
+    import pytest
+
+    from arpo.errors import ArpoError
+    from arpo.tools import build_tools
+
+    pytest.importorskip("mcp")
+    p = tmp_path / "noisy_server.py"
+    p.write_text("import sys\nfrom mcp.server.mcpserver import MCPServer\n"
+                 "app = MCPServer('noisy', log_level='CRITICAL')\n"
+                 "sys.stdout.write('loading my database... '); sys.stdout.flush()\n"
+                 "@app.tool()\ndef add(a: int, b: int) -> int:\n    '''Add.'''\n    return a + b\n"
+                 "app.run()\n")
+    t0 = time.perf_counter()
+    with pytest.raises(ArpoError, match=r"noisy_server\.py: .*wrote a line that is not JSON-RPC to its stdout "
+                                        r"\('loading my database"):
+        build_tools([], mcp=[{"command": sys.executable, "args": [str(p)], "timeout_s": 5}],)
+    assert time.perf_counter() - t0 < 40
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_web_sft_data_with_the_local_web_down_fails_at_once_naming_it(tmp_path, capsys):
+    """With the local web down, `arpo web sft-data` ran 456 s in silence, then wrote an empty file
+    ("search failed: 300"); with a provider's key missing it failed the same way without naming it."""
+    data = _hotpot_row(tmp_path)
+    down = f"http://127.0.0.1:{_free_port()}"
+    t0 = time.perf_counter()
+    assert main(["web", "sft-data", "--data", str(data), "--out", str(tmp_path / "o.jsonl"), "--web-url", down]) == 2
+    err = capsys.readouterr().err
+    assert f"the local web at {down} does not answer" in err and "arpo web serve --corpus" in err, err
+    assert time.perf_counter() - t0 < 30 and not (tmp_path / "o.jsonl").exists()
+
+
+def test_a_missing_provider_key_is_named_at_the_start_of_every_command(tmp_path, capsys, monkeypatch):
+    """`arpo train` with serper and no key trained on (every search an error); eval, chat, serve agent
+    and web sft-data the same: all check with one function (web_config.require_web_keys) at start."""
+    monkeypatch.delenv("SERPER_API_KEY", raising=False)
+    data = _hotpot_row(tmp_path)
+    web = ["--tools", "web_search", "--web-provider", "serper"]
+    commands = {
+        "train": ["train", "model.name=tiny-random", f"data.path={data}", "tools.enabled=[web_search]",
+                  "tools.web.provider=serper", f"run.dir={tmp_path / 'run'}", "steps=1", "--quiet"],
+        "eval": ["eval", "--model", "tiny-random", "--data", str(data), *web, "--quiet"],
+        "chat": ["chat", "--model", "tiny-random", *web, "Who?"],
+        "serve agent": ["serve", "agent", "--model", "tiny-random", *web, "--port", str(_free_port())],
+        "web sft-data": ["web", "sft-data", "--data", str(data), "--out", str(tmp_path / "o.jsonl"),
+                         "--web-provider", "serper"],
+    }
+    import arpo.models
+
+    def no_model(*a, **k):
+        raise AssertionError("a model loaded before the key was checked")
+
+    monkeypatch.setattr(arpo.models, "load_model", no_model)
+    for name, argv in commands.items():
+        rc = main(argv)
+        err = capsys.readouterr().err
+        assert rc == 2 and "needs an API key: set the environment variable SERPER_API_KEY" in err, (name, err[-800:])
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_reward_returning_inf_or_nan_fails_its_start_check_by_name(tmp_path, monkeypatch):
+    """A reward returning `inf` passed the start check and killed the step."""
+    import pytest
+
+    from arpo.errors import ArpoError
+    from arpo.rewards import get_reward_fn
+    from arpo.rewards.custom import check_reward
+    from arpo.rewards.result import RewardResult
+
+    (tmp_path / "bad_rewards.py").write_text(
+        "from arpo.rewards.result import RewardResult\n"
+        "def inf(response, example):\n    return float('inf')\n"
+        "def minus_inf(response, example):\n    return {'reward': 0.5, 'score': float('-inf')}\n"
+        "def nan(response, example):\n    return float('nan')\n"
+        "def own(response, example):\n    return RewardResult(float('inf'), 1.0, True, None, None, True)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ex = [{"id": "a", "question": "1+1?", "answers": ["2"], "task": "math"}]
+    for name in ("inf", "minus_inf", "nan", "own"):
+        spec = f"bad_rewards:{name}"
+        with pytest.raises(ArpoError, match=rf"reward '?bad_rewards:{name}\b.*(inf|nan)"):
+            check_reward(get_reward_fn(spec), ex, name=spec)
+    check_reward(lambda r, e, **k: RewardResult(1.0, 1.0, True, None, None, True), ex)  # finite: fine
+
+
+def test_experiment_methods_are_checked_at_config_time(tmp_path, capsys):
+    """`arpo experiment hop2-arpo-vs-grpo "methods=[]"` failed after the SFT with an IndexError."""
+    import arpo.experiments.hop2 as hop2
+
+    cases = {"methods=[]": "methods: needs at least one algo preset",
+             "methods=[arpo,nope]": "methods: unknown algo preset 'nope'",
+             "methods=[arpo,grpo,arpo]": "methods: arpo given twice"}
+    for name in ("hop2-arpo-vs-grpo", "svamp-arpo-vs-grpo", "arpo-vs-grpo"):
+        for over, msg in cases.items():
+            t0 = time.perf_counter()
+            rc = main(["experiment", name, over, "--out", str(tmp_path / "x")])
+            err = capsys.readouterr().err
+            assert rc == 2 and msg in err, (name, over, err[-500:])
+            assert time.perf_counter() - t0 < 30 and not (tmp_path / "x").exists()  # before any SFT
+    assert hop2.Hop2ExperimentConfig().methods == ["arpo", "grpo"]

@@ -67,10 +67,18 @@ class ToolsConfig:
         for key in ("max_output_chars", "search_top_k", "search_max_chars"):
             require(getattr(self, key) >= 1, f"tools.{key}", f"must be >= 1, got {getattr(self, key)}")
 
+    def check_keys(self) -> None:
+        """The web provider's key is set when web_search is on (tools/web_config.require_web_keys):
+        build() calls it, and train before its model loads."""
+        from arpo.tools.web_config import require_web_keys
+
+        require_web_keys(self.enabled, self.web)
+
     def build(self):
         from arpo.tools import build_tools
         from arpo.tools.cache import ToolCache
 
+        self.check_keys()
         cache = ToolCache(path=self.cache_path) if self.cache else None
         return build_tools(self.enabled, python_timeout_s=self.python_timeout_s, max_output_chars=self.max_output_chars,
                            search_index=self.search_index, search_url=self.search_url, search_top_k=self.search_top_k,

@@ -116,13 +116,14 @@ def run(args) -> int:  # noqa: C901 - the command's steps in order (data, reward
             raise ArpoError(f"--engine vllm: {INSTALL_HINT}")
     reward_fn = get_reward_fn(args.reward)
     judge = _make_judge(args)  # a bad judge flag fails before the model loads
-    from arpo.data.sources import builtin_agent
 
     datasets = {d: load_examples(d, args.limit, args.task) for d in args.data}
     from arpo.rewards.custom import check_reward
 
     for examples in datasets.values():  # a broken reward fails now, not after the model has loaded
         check_reward(reward_fn, examples, args.math_scorer, args.reward)
+    for path, examples in datasets.items():  # a web provider's key, before the model loads
+        _tools_for(r, path, examples)[0].check_keys()
     if args.out:
         from arpo.data.sources import input_paths
         from arpo.jsonl import prepare_output
@@ -144,12 +145,7 @@ def run(args) -> int:  # noqa: C901 - the command's steps in order (data, reward
     with Bar(enabled=not (args.quiet or args.json)) as bar:
         try:  # Ctrl-C keeps every finished answer (written to --out), as train keeps checkpoints
             for path, examples in datasets.items():
-                tcfg = r.tools
-                own_tools, own_template = builtin_agent(path)  # hop2, webhop: the tools their task is posed with
-                template = r.template or own_template
-                if not r.tools_chosen:  # nothing named the tools: the dataset's, else the task's ([] is a choice)
-                    tcfg = replace(tcfg, enabled=list(own_tools) or (
-                        ["python"] if all(ex["task"] == "math" for ex in examples) else ["search"]))
+                tcfg, template = _tools_for(r, path, examples)
                 tools = tcfg.build()
                 if not args.quiet:
                     print(template_line("eval", args.model, template, r.source, ",".join(tools.names)),
@@ -218,6 +214,19 @@ def write_out(path: Path, text: str) -> Path:
             raise e from None
         print(f"arpo eval: could not write {path} ({e.strerror}); the evaluation is kept in {spare}", file=sys.stderr)
         return Path(spare)
+
+
+def _tools_for(r, path: str, examples: list[dict]):
+    """(tools config, template) that dataset `path` is evaluated with: the flags', else the dataset's
+    own (hop2, webhop: the tools their task is posed with), else the task's ([] is a choice)."""
+    from arpo.data.sources import builtin_agent
+
+    tcfg = r.tools
+    own_tools, own_template = builtin_agent(path)
+    if not r.tools_chosen:
+        tcfg = replace(tcfg, enabled=list(own_tools) or (
+            ["python"] if all(ex["task"] == "math" for ex in examples) else ["search"]))
+    return tcfg, r.template or own_template
 
 
 def _make_judge(args):

@@ -98,8 +98,11 @@ def run_serve(args) -> int:
 
 
 def run_sft_data(args) -> int:
+    from arpo.data.sources import input_paths
+    from arpo.jsonl import prepare_output
     from arpo.recipes.web_sft_data import build_deep_search_sft
 
+    prepare_output(args.out, inputs=input_paths([args.data]))  # --out equal to --data emptied the data
     stats = build_deep_search_sft(args.data, args.out, web=web_options(args), limit=args.limit,
                                   max_pages=args.max_pages, progress=not args.quiet)
     print(json.dumps(stats))

@@ -147,12 +147,32 @@ class JudgeCache:
         self.rows: dict[str, dict] = {}
         self._lock = threading.Lock()
         if self.path and self.path.exists():
+            self._check_is_cache(self.path)
             for line in self.path.read_text(encoding="utf-8").splitlines():
                 try:
                     row = json.loads(line)
                     self.rows[row["key"]] = row
                 except (json.JSONDecodeError, KeyError, TypeError):
                     continue
+
+    @staticmethod
+    def _check_is_cache(path: Path) -> None:
+        """Refuse a file that is not a judge cache (its first line a judgment: {key, verdict, ...}):
+        judgments were appended to any file, a dataset given as --judge-cache included."""
+        try:
+            with path.open(encoding="utf-8") as f:
+                first = next((line for line in f if line.strip()), None)
+        except (OSError, UnicodeDecodeError) as e:
+            raise ArpoError(f"judge cache {path}: cannot read it ({e})") from None
+        if first is None:
+            return
+        try:
+            row = json.loads(first)
+        except json.JSONDecodeError:
+            row = None
+        if not (isinstance(row, dict) and "key" in row and "verdict" in row):
+            raise ArpoError(f"{path}:1: not a judge cache (its lines are {{key, verdict, ...}} judgments); "
+                            "give --judge-cache a new file or an existing cache, not a data file")
 
     def get(self, key: str) -> dict | None:
         return self.rows.get(key)

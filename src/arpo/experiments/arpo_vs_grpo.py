@@ -100,6 +100,7 @@ class ExperimentConfig:
 
         for key in ("seeds", "steps", "threads", "eval_every"):
             require(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
+        check_methods(self.methods)
 
     @classmethod
     def quick(cls, **over) -> ExperimentConfig:
@@ -111,6 +112,20 @@ class ExperimentConfig:
                     eval_samples=2)
         base.update(over)
         return cls(**base)
+
+
+def check_methods(methods: list[str], key: str = "methods") -> None:
+    """The experiments' `methods`: algo presets (algos/presets.py), at least one, none twice (`methods=[]`
+    failed after the SFT with an IndexError). ArpoError naming the key."""
+    from arpo.algos.presets import PRESETS
+    from arpo.errors import require
+
+    require(isinstance(methods, list) and len(methods) >= 1, key,
+            f"needs at least one algo preset, e.g. [arpo,grpo] (got {methods!r})")
+    for m in methods:
+        require(m in PRESETS, key, f"unknown algo preset {m!r}; valid: {', '.join(sorted(PRESETS))}")
+    twice = sorted({m for m in methods if methods.count(m) > 1})
+    require(not twice, key, f"{', '.join(twice)} given twice; each method once")
 
 
 # ---- tool-call counting --------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from arpo.experiments import stop_if_signalled
-from arpo.experiments.arpo_vs_grpo import log, summarize
+from arpo.experiments.arpo_vs_grpo import check_methods, log, summarize
 from arpo.provenance import provenance
 
 
@@ -61,6 +61,7 @@ class SvampExperimentConfig:
 
         for key in ("seeds", "steps", "threads", "eval_every"):
             require(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
+        check_methods(self.methods)
 
     @classmethod
     def quick(cls, **over) -> SvampExperimentConfig:

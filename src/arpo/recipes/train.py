@@ -71,6 +71,7 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
     reward_fn = get_reward_fn(cfg.reward.fn)
     examples = load_examples(cfg.data.path, cfg.data.limit, cfg.data.task)
     check_reward(reward_fn, examples, cfg.reward.math_scorer, cfg.reward.fn)  # one call, before the model loads
+    cfg.tools.check_keys()  # serper with no key trained on, every search an error
     val_examples = (load_examples(cfg.validation.path, cfg.validation.limit, cfg.data.task)
                     if cfg.validation.path else [])
     check_model(cfg.model.name, cfg.model.device)

@@ -135,12 +135,16 @@ def to_deep_search(row: dict, search_tool, browse_tool, max_pages: int = 2) -> t
 def build_deep_search_sft(data: str, out_path: str, web: dict | None = None, limit: int | None = None,
                           max_pages: int = 2, progress: bool = True) -> dict:
     """Convert the rows of the data spec `data` (HotpotQA rows, or webhop questions) until `limit`
-    rows check out; write JSONL atomically. Returns {written, read, dropped{reason: n}, out}."""
+    rows check out; write JSONL atomically. None checking out is an error and an existing `out_path`
+    is kept (a rerun with the web down replaced a good file with an empty one). Returns {written,
+    read, dropped{reason: n}, out}."""
     from arpo.data.sources import iter_rows
-    from arpo.jsonl import write_jsonl
-    from arpo.recipes.sft_data import _convert_rows, _stats
+    from arpo.recipes.sft_data import _convert_rows, _stats, _write
     from arpo.tools import build_tools
+    from arpo.tools.web_config import require_local_web, require_web_keys
 
+    require_web_keys(["web_search"], web)  # a missing key failed every row, silently
+    require_local_web(web)  # the local web down: 456 s of silent retries, then nothing written
     tools = build_tools(["web_search", "browse"], web=web)
     try:
         src = [row for _, row in iter_rows(data)]
@@ -149,4 +153,4 @@ def build_deep_search_sft(data: str, out_path: str, web: dict | None = None, lim
             limit, progress, "deep-search trajectories")
     finally:
         tools.close()
-    return _stats(rows, reasons, write_jsonl(out_path, rows))
+    return _stats(rows, reasons, _write(out_path, rows, reasons))

@@ -16,7 +16,7 @@ It may return
 * a number r (TRL's convention): reward r; score = r clipped to [0, 1]; correct when r >= 1;
 * a dict with `reward` (number) and optionally `score`, `correct`, `format_ok`, `format_error`, `answer`;
 * an object with those attributes (arpo.rewards.RewardResult).
-Anything else, a NaN, or an exception is an ArpoError that names the function and the example; every
+Anything else, a NaN or an infinity, or an exception is an ArpoError that names the function and the example; every
 command calls the reward once (`check_reward`) before it loads a model, so a broken reward fails in a
 second, not after the model has loaded.
 """
@@ -106,8 +106,9 @@ def to_result(out, response: str, where: str, tool_spans=None):
         score = float(vals["score"]) if vals.get("score") is not None else min(max(reward, 0.0), 1.0)
     except (TypeError, ValueError) as e:
         raise ArpoError(f"{where}: reward/score is not a number ({e}); " + CONTRACT) from e
-    if math.isnan(reward) or math.isnan(score):
-        raise ArpoError(f"{where}: returned NaN")
+    if not (math.isfinite(reward) and math.isfinite(score)):  # inf passed the start check, then killed the step
+        raise ArpoError(f"{where}: returned {reward if not math.isfinite(reward) else score} (reward and score "
+                        "must be finite numbers)")
     correct = bool(vals["correct"]) if vals.get("correct") is not None else score >= 1.0 - 1e-9
     return RewardResult(reward, score, bool(vals.get("format_ok", True)), vals.get("format_error"),
                         vals["answer"] if "answer" in vals else response_answer(response, tool_spans), correct)
@@ -130,3 +131,8 @@ def check_reward(fn, examples: list[dict], math_scorer: str = "math_equal", name
         raise ArpoError(f"reward {name or fn!r} raised {type(e).__name__}: {e} on its check call") from e
     if not hasattr(res, "reward"):
         raise ArpoError(f"reward {name or fn!r}: returned {type(res).__name__}; " + CONTRACT)
+    for k in ("reward", "score"):
+        v = getattr(res, k, 0.0)
+        if not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ArpoError(f"reward {name or fn!r}: its {k} is {v!r} on its check call (a well-formed answer with "
+                            "the gold); reward and score must be finite numbers")

@@ -26,6 +26,7 @@ import builtins
 import concurrent.futures
 import tempfile
 import threading
+import time
 
 from arpo.errors import ArpoError
 from arpo.tools.base import ToolResult
@@ -60,10 +61,12 @@ class MCPServerTools:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="arpo-mcp", daemon=True)
         self._thread.start()
-        self._client = mcp.Client(target, read_timeout_seconds=self.timeout_s)
+        self.bad_stdout: str | None = None  # the first stdout line that was not JSON-RPC
+        _quiet_parse_errors()
+        self._client = mcp.Client(target, read_timeout_seconds=self.timeout_s, message_handler=self._on_message)
         try:
-            self._run(self._client.__aenter__(), start_timeout_s)
-            listed = self._run(self._client.list_tools(), start_timeout_s)
+            self._run(self._client.__aenter__(), start_timeout_s, starting=True)
+            listed = self._run(self._client.list_tools(), start_timeout_s, starting=True)
         except Exception as e:
             cause = self._cause(e, start_timeout_s)
             self.close()
@@ -72,13 +75,43 @@ class MCPServerTools:
         self._tools = [MCPTool(self, t.name, t.description or "", _field(t, "input_schema", "inputSchema")
                                or {"type": "object", "properties": {}}) for t in listed.tools]
 
-    def _run(self, coro, timeout: float):
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+    async def _on_message(self, message) -> None:
+        """The SDK hands over what the server wrote to stdout that is not JSON-RPC as an exception
+        (it logged a traceback, skipped the line and, if the line held a reply, waited for it until
+        the timeout): kept, and the connection's start fails on it (_run)."""
+        if isinstance(message, ValueError) and self.bad_stdout is None:  # pydantic's ValidationError
+            errors = getattr(message, "errors", None)
+            line = errors()[0].get("input") if callable(errors) and errors() else message
+            self.bad_stdout = f"{line!r:.200}" if not isinstance(line, str) else repr(line[:200])
+            if getattr(self, "_tools", None) is not None:  # after the start: the call goes on, said once
+                import sys
+
+                print(f"arpo: MCP server {self.label} wrote a line that is not JSON-RPC to its stdout "
+                      f"({self.bad_stdout}, skipped); a stdio server must print to stderr", file=sys.stderr)
+
+    def _run(self, coro, timeout: float, starting: bool = False):
+        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        if not starting:
+            return fut.result(timeout)
+        deadline = time.monotonic() + timeout
+        while True:  # the start fails at once on a stdout line that is not JSON-RPC
+            try:
+                return fut.result(min(0.1, max(0.0, deadline - time.monotonic())))
+            except concurrent.futures.TimeoutError:
+                if self.bad_stdout is not None:
+                    fut.cancel()
+                    raise ArpoError(f"it wrote a line that is not JSON-RPC to its stdout ({self.bad_stdout}); a stdio "
+                                    "server's stdout carries only the protocol: print to stderr "
+                                    "(print(..., file=sys.stderr)) or log") from None
+                if time.monotonic() >= deadline:
+                    raise
 
     def _cause(self, e: BaseException, timeout: float) -> str:
         """One line on why a request failed: the last line the server printed to stderr (a stdio
         server that crashed says why there), else the innermost SDK exception (an ExceptionGroup of
         the SDK's task group is unwrapped)."""
+        if isinstance(e, ArpoError):
+            return str(e)
         last = self.stderr_tail()
         if last:
             return f"the server printed: {last}"
@@ -129,6 +162,21 @@ class MCPServerTools:
             self._thread.join(5)
         if self._errlog is not None:
             self._errlog.close()
+
+
+def _quiet_parse_errors() -> None:
+    """The SDK logs a traceback for each stdout line that is not JSON-RPC; MCPServerTools reports the
+    line itself (one line), so the SDK's record is dropped."""
+    import logging
+
+    log = logging.getLogger("mcp.client.stdio")
+    if not any(isinstance(f, _DropParseErrors) for f in log.filters):
+        log.addFilter(_DropParseErrors())
+
+
+class _DropParseErrors:
+    def filter(self, record) -> bool:
+        return not str(record.msg).startswith("Failed to parse JSONRPC message")
 
 
 def _innermost(e: BaseException) -> BaseException:

@@ -21,6 +21,7 @@ and flags may name any variable.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, fields
 
 from arpo.errors import ArpoError, require
@@ -49,10 +50,40 @@ PROVIDERS = {
 # the environment variables a provider's key may come from when a run dir names one (api_key_env);
 # a provider without a key has none
 KEY_ENVS: dict[str, tuple[str, ...]] = {name: (p.key_env,) if p.key_env else () for name, p in PROVIDERS.items()}
+KEY_REQUIRED = ("serper", "tavily", "brave", "exa")  # providers that answer nothing without a key
 SUMMARIZER_KEY_ENVS = ("OPENAI_API_KEY", "ARPO_API_KEY")  # an OpenAI-compatible endpoint; arpo serve agent's key
 # tools.web keys that say where requests and keys go or which addresses browse may fetch: taken from
 # a run dir only with --trust-run-config (commands/from_run.py)
 RUN_TRUST_KEYS = ("url", "api_key_env", "summarizer_url", "summarizer_key_env", "allow_private", "allow_hosts")
+
+
+def require_web_keys(enabled, web, where: str = "tools.web") -> None:
+    """Before anything loads (train, eval, chat, serve agent, web sft-data): when `enabled` has
+    web_search and its provider needs a key, the key's environment variable must be set (a run with
+    serper and no key trained on, every search an error). ArpoError naming the variable."""
+    if "web_search" not in enabled:
+        return
+    cfg = web_config(web, where)
+    if cfg.provider in KEY_REQUIRED and not os.environ.get(cfg.key_env or ""):
+        raise ArpoError(f"{where}.provider {cfg.provider} needs an API key: set the environment variable "
+                        f"{cfg.key_env} (or use --web-provider local with `arpo web serve`, or ddgs: no key)")
+
+
+def require_local_web(web, where: str = "tools.web") -> None:
+    """With provider local: one search request to the local web, which must answer (a run with it
+    down searched in silence for minutes, then wrote nothing). ArpoError naming the URL and how to
+    start it."""
+    import httpx
+
+    cfg = web_config(web, where)
+    if cfg.provider != "local":
+        return
+    try:
+        httpx.get(cfg.base_url + "/search", params={"q": "test", "format": "json"}, timeout=cfg.timeout_s)
+    except httpx.HTTPError as e:
+        raise ArpoError(f"the local web at {cfg.base_url} does not answer ({type(e).__name__}: {e}); start it "
+                        "with `arpo web serve --corpus FILE.jsonl` (or `arpo web serve` for the built-in corpus; "
+                        "--port to match), or set --web-url") from None
 
 
 def check_run_key_envs(web: dict, where: str = "tools.web") -> None:

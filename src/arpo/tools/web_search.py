@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
 
 from arpo.tools.base import ToolResult
-from arpo.tools.web_config import WebConfig, web_config
+from arpo.tools.web_config import KEY_REQUIRED, WebConfig, web_config
 from arpo.tools.webhttp import WebError, limiter_for, request
 
 if TYPE_CHECKING:
@@ -102,7 +102,6 @@ def _searxng(cfg, key, q):
 
 HTTP_PROVIDERS = {"serper": _serper, "tavily": _tavily, "brave": _brave, "exa": _exa, "searxng": _searxng,
                   "local": _searxng}
-KEY_REQUIRED = ("serper", "tavily", "brave", "exa")
 
 
 class WebSearchTool:
