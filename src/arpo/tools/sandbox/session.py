@@ -447,7 +447,7 @@ class _FamilyInit:
     def _command(self, cmd: str) -> None:
         """One command, by its handler (_on_command). A malformed one is dropped and takes no
         descriptors: only a well-formed RUN has them (the trainer's RUN.encode makes no other), so
-        garbage cannot take the next call's pipes (test_sandbox_protocol.py)."""
+        garbage cannot take the next call's pipes (tests/tools/test_sandbox_protocol.py)."""
         try:
             msg, fields = SESSION.decode(cmd)
         except ProtocolError:
