@@ -23,9 +23,10 @@ import time
 from pathlib import Path
 
 
-def one_run(root: Path, name: str, off: int, a) -> tuple[float, float, float]:
+def one_run(root: Path, name: str, off: int, a) -> tuple[float, float, float, float]:
     """Seconds per step (steps 2..n) of one training run, and of them: generation (off-policy: the wait
-    for the trees in flight, and the weight sync) and training (everything after)."""
+    for the trees in flight, and the weight sync) and training (everything after); and the run's CPU
+    seconds per wall second (above 1: its threads ran in parallel)."""
     from arpo.config import load_config
     from arpo.recipes import train
 
@@ -36,11 +37,13 @@ def one_run(root: Path, name: str, off: int, a) -> tuple[float, float, float]:
             "optim.lr": 1e-4, "run.dir": run_dir, "run.save_every": 0, "run.save_rollouts": 0,
             "run.tensorboard": "false", "run.threads": a.threads, "run.seed": 1, "old_logprobs": "recompute",
             "rollout.max_off_policy_steps": off}
+    cpu, wall = time.process_time(), time.perf_counter()
     train.run(load_config(train.TrainConfig, None, [f"{k}={v}" for k, v in over.items()]), quiet=True)
+    share = (time.process_time() - cpu) / (time.perf_counter() - wall)
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
     step, gen, trn = (statistics.fmean(r[k] for r in rows[1:]) for k in ("step_seconds", "time_generation",
                                                                           "time_training"))
-    return step, gen, trn
+    return step, gen, trn, share
 
 
 def main() -> None:
@@ -61,14 +64,14 @@ def main() -> None:
         save_arch_model(root / "model", "llama", hidden=a.hidden, layers=a.layers)
         (root / "q.jsonl").write_text("".join(json.dumps({"question": f"What is {i} + {i}?", "answer": str(2 * i),
                                                           "task": "math"}) + "\n" for i in range(16)))
-        times: dict[str, list[tuple[float, float, float]]] = {"sync": [], "off-policy 1": []}
+        times: dict[str, list[tuple[float, float, float, float]]] = {"sync": [], "off-policy 1": []}
         t0 = time.perf_counter()
         for r in range(a.repeats):
             for name, off in (("sync", 0), ("off-policy 1", 1)):
                 times[name].append(one_run(root, f"{name.split()[0]}_{r}", off, a))
-                step, gen, trn = times[name][-1]
-                print(f"repeat {r}: {name:13s} {step:.2f} s/step (generation or wait {gen:.2f}, training {trn:.2f})",
-                      flush=True)
+                step, gen, trn, share = times[name][-1]
+                print(f"repeat {r}: {name:13s} {step:.2f} s/step (generation or wait {gen:.2f}, training {trn:.2f}; "
+                      f"CPU/wall {share:.2f})", flush=True)
     s, o = (statistics.fmean(t[0] for t in times[k]) for k in ("sync", "off-policy 1"))
     print(f"model hidden={a.hidden} layers={a.layers}, {a.prompts} prompts x {a.group} x <= {a.tokens} tokens, "
           f"{a.steps} steps x {a.repeats} repeats, torch threads {a.threads}; {time.perf_counter() - t0:.0f} s in all")

@@ -265,3 +265,21 @@ def test_resume_mid_pipeline_continues_exactly(tiny_dir, tmp_path, monkeypatch):
 
 class _Killed(Exception):
     """The run stops here (as if killed after its last checkpoint)."""
+
+
+def test_tool_calls_branches_and_validation_off_policy(scripted_run, tmp_path):
+    """With the python tool, ARPO branches (forks share their parent's tokens) and validation between
+    steps (which waits for the trees in flight, then syncs the engine): still one version per tree,
+    lag 1 from the second step on."""
+    from arpo.training.rollout_log import read_run_trees
+
+    run = scripted_run(tmp_path, steps=3, **{"rollout.max_off_policy_steps": 1, "rollout.branch_threshold": 0.0,
+                                             "run.save_rollouts": 1, "run.rollout_trees": 0,
+                                             "validation.path": tmp_path / "q.jsonl", "validation.every": 1,
+                                             "validation.limit": 2})
+    rows = _rows(run)
+    assert sum(r["branches"] for r in rows) > 0 and all(r["tool_calls_per_traj"] > 0 for r in rows)
+    assert [r["policy_lag_max"] for r in rows] == [0, 1, 1] and all("val/pass@1" in r for r in rows)
+    recs = read_run_trees(run)
+    assert any(t["parent"] is not None for r in recs for t in r["trajectories"])  # forks were trained
+    assert {r["step"] - 1 - r["policy_version"] for r in recs if r["step"] > 1} == {1}
