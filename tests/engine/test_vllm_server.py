@@ -612,3 +612,50 @@ def test_train_with_vllm_server_engine(setup, tiny_tok, tmp_path, monkeypatch):
     assert [r["step"] for r in rows] == [1, 2] and res["checkpoint"]
     # the initial push (unchanged weights), then one push of updated weights before step 2's rollout
     assert len(pushed) == 2 and pushed[0] == 0.0 and pushed[1] > 0, pushed
+
+
+def test_one_step_off_policy_on_the_server(setup, tiny_tok, tmp_path, monkeypatch):
+    """`rollout.max_off_policy_steps: 1` with `engine: vllm_server` (issue 39 item 3): step n's trees are
+    generated on the server while step n−1 trains, each tree under one policy version; weights reach the
+    server only between batches of trees, and after each push it generates like the HF engine on them."""
+    from arpo.config import from_dict
+    from arpo.engine.vllm import hf_state_dict
+    from arpo.engine.vllm_server import VLLMServerEngine
+    from arpo.recipes import train
+    from arpo.training.rollout_log import read_run_trees
+
+    url, a, _, d = setup
+    w0 = a.model.embed_tokens.weight.detach().clone()
+    pushed = []
+    orig = VLLMServerEngine.load_weights
+
+    def spy(self, model):
+        pushed.append(float((hf_state_dict(model)["model.embed_tokens.weight"] - w0).abs().max()))
+        n = orig(self, model)
+        _server_continues_like_hf(url, tiny_tok, model)  # no tree in flight: the server is ours to probe
+        return n
+
+    monkeypatch.setattr(VLLMServerEngine, "load_weights", spy)
+    run = tmp_path / "run"
+    cfg = from_dict(train.TrainConfig, {
+        "model": {"name": str(d / "model")}, "data": {"path": str(_data(tmp_path))}, "tools": {"enabled": []},
+        "agent": {"max_response_tokens": 12},
+        "rollout": {"group_size": 4, "initial_rollouts": 2, "entropy_estimator": "topk", "servers": [url],
+                    "max_off_policy_steps": 1},
+        "reward": {"fn": "arpo.testing:toy_reward"}, "steps": 3, "prompts_per_step": 2, "optim": {"lr": 1e-2},
+        "engine": "vllm_server", "engine_options": {"topk_entropy": K},
+        "run": {"dir": str(run), "save_every": 0, "tensorboard": False, "threads": 1, "save_rollouts": 1}})
+    try:
+        train.run(cfg, quiet=True)
+    finally:
+        monkeypatch.undo()
+        e = make_engine("vllm_server", None, tiny_tok, servers=[url])
+        e.load_weights(a)  # back to policy A for the other tests
+        e.close()
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert [r["policy_lag_max"] for r in rows] == [0, 1, 1] and all(r["stale_trees_rejected"] == 0 for r in rows)
+    # step 1's trees: version 0 (generated first); steps 2 and 3: versions 0 and 1 (one step behind)
+    assert sorted({(t["step"], t["policy_version"]) for t in read_run_trees(run)}) == [(1, 0), (2, 0), (3, 1)]
+    # version 0 pushed before the first rollout, then versions 1 and 2 between batches
+    assert len(pushed) == 3 and pushed[0] == 0.0 and 0 < pushed[1] and 0 < pushed[2], pushed
