@@ -418,3 +418,89 @@ def test_experiment_methods_are_checked_at_config_time(tmp_path, capsys):
             assert rc == 2 and msg in err, (name, over, err[-500:])
             assert time.perf_counter() - t0 < 30 and not (tmp_path / "x").exists()  # before any SFT
     assert hop2.Hop2ExperimentConfig().methods == ["arpo", "grpo"]
+
+
+def test_web_serve_keeps_pages_with_one_title_and_prints_the_port_it_got(tmp_path):
+    """`arpo web serve` dropped the second of two pages with one title, and `--port 0` never printed
+    the port it listened on. A real `arpo web serve` on 127.0.0.1."""
+    import json
+    import os
+    import re
+    import subprocess
+    import sys
+
+    import httpx
+
+    rows = [{"title": "Springfield", "text": "Springfield, Illinois is the capital of Illinois."},
+            {"title": "Springfield", "text": "Springfield, Massachusetts is where basketball began."}]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path))
+    f = tmp_path / "pages.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cmd = [sys.executable, "-m", "arpo", "web", "serve", "--corpus", str(f), "--port", "0"]
+    refused = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and f"{f}:2: title (its id when a row has none) 'Springfield' is already the " \
+        f"title of {f}:1, with another text; give each row its own 'id'" in refused.stderr, refused.stderr
+    f.write_text("".join(json.dumps({"id": f"s{i}", **r}) + "\n" for i, r in enumerate(rows)))
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = proc.stdout.readline()
+        m = re.search(r" on (http://127\.0\.0\.1:(\d+)) ", line)
+        assert m and m.group(2) != "0", line
+        url = m.group(1)
+        hits = httpx.get(f"{url}/search", params={"q": "Springfield", "format": "json"}, timeout=30).json()["results"]
+        assert sorted(h["url"] for h in hits) == [f"{url}/wiki/Springfield", f"{url}/wiki/Springfield_(2)"]
+        assert "basketball" in httpx.get(f"{url}/wiki/Springfield_(2)", timeout=30).text
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_chat_streams_the_answer_as_it_is_generated(monkeypatch):
+    """`arpo chat` printed nothing until the whole answer was done. The tiny model's answer reaches
+    stdout in several writes, made while it is being generated."""
+    import arpo.rollout.agent as agent
+
+    writes: list[tuple[str, bool]] = []
+    generating = [False]
+
+    class Out(io.StringIO):
+        def write(self, s):
+            writes.append((s, generating[0]))
+            return super().write(s)
+
+    run = agent.AgentLoop.run
+
+    def spy(self, *a, **k):
+        generating[0] = True
+        try:
+            return run(self, *a, **k)
+        finally:
+            generating[0] = False
+
+    monkeypatch.setattr(agent.AgentLoop, "run", spy)
+    monkeypatch.setattr("sys.stdout", Out())
+    assert main(["chat", "--model", "tiny-random", "--tools", "none", "--max-response-tokens", "12",
+                 "--temperature", "1", "--quiet", "hello"]) == 0
+    during = [s for s, gen in writes if gen and s.strip()]
+    assert len(during) >= 2, writes
+
+
+def test_sft_says_what_it_does_before_its_first_step(tmp_path, capsys):
+    """The deep-search SFT showed nothing for its first 260 s (model load, tokenization, first step)."""
+    import json
+
+    from arpo.config import load_config
+    from arpo.recipes import sft
+
+    data = tmp_path / "sft.jsonl"
+    data.write_text(json.dumps({"question": "1+1?", "response": "<answer> \\boxed{2} </answer>"}) + "\n")
+    ov = [f"data.path=[{data}]", "model.name=tiny-random", "prompts_per_step=1", "steps=1", "run.tensorboard=false"]
+    sft.run(load_config(sft.SFTConfig, None, ov + [f"run.dir={tmp_path / 'a'}"]))
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if x.startswith("sft: ")]
+    assert [x.split(" (")[0] for x in lines[:1]] == ["sft: loading the model tiny-random"], err
+    assert any(x.startswith("sft: tokenizing 1 rows") for x in lines), err
+    assert any(x.startswith("sft: step 1/1 running") for x in lines), err
+    assert err.index("sft: step 1/1 running") < err.index("sft step 1/1"), err  # before the step's own line
+    sft.run(load_config(sft.SFTConfig, None, ov + [f"run.dir={tmp_path / 'b'}"]), quiet=True)
+    assert "sft: " not in capsys.readouterr().err  # --quiet

@@ -11,9 +11,14 @@ def require_port_free(host: str, port: int) -> None:
     """Raise ArpoError naming host:port when nothing can listen there (port taken, address not local).
 
     uvicorn only logs such a failure and exits, so servers call this first for a clear message."""
+    listen(host, port).close()
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket listening on host:port (port 0: a free one, read back with .getsockname()[1]), for
+    uvicorn's `sockets=`; ArpoError naming host:port when nothing can listen there."""
     try:
-        with socket.create_server((host, port)):
-            pass
+        return socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
     except OSError as e:
         raise ArpoError(f"cannot listen on {host}:{port} ({e.strerror or e}); is another server running? "
                         "pick another --port") from e

@@ -90,13 +90,22 @@ def run(args) -> int:
         print(template_line("chat", args.model, template, r.source, ",".join(names) or "none"), file=sys.stderr)
     prompt = render_prompt(tok, args.question, system, tools=tools, tool_format=r.agent.tool_format)
     loop = AgentLoop(HFEngine(model, tok), tools, r.agent)
+    shown = None if args.json else Transcript(tok)  # the answer as it is generated (it came all at once at the end)
+    if shown is not None:
+        shown.start(args.question)
+
+    def on_step(outs, states) -> None:
+        if shown is not None:
+            for sid in states:
+                shown.feed(loop.engine.seq(sid).response)
+
     t1 = time.perf_counter()
     try:
-        traj = loop.run([prompt], seeds=[args.seed])[0]
+        traj = loop.run([prompt], seeds=[args.seed], on_step=on_step)[0]
     finally:
         tools.close()
     t_run = time.perf_counter() - t1
-    if args.json:
+    if shown is None:  # --json
         from arpo.commands.agent_flags import settings_of
 
         settings = settings_of(r) | {"tools": names}
@@ -106,45 +115,47 @@ def run(args) -> int:
                                 "text": tok.decode(traj.response_ids, skip_special_tokens=True)}  # no <|im_end|>
         print(json.dumps(out, ensure_ascii=False))
     else:
-        print_transcript(tok, traj, args.question, t_run)
+        shown.end(traj, t_run)
     return 0
 
 
+class Transcript:
+    """What `arpo chat` prints, as it is generated: the question, then the response's text as its
+    tokens arrive (tool results as they join, in their <result> blocks), then a summary line. On a
+    terminal, control characters in the question, the model's text and the tools' output are shown as
+    escapes (arpo/terminal.py), never acted on."""
+
+    def __init__(self, tok, console=None):
+        from rich.console import Console
+
+        from arpo.terminal import visible
+
+        self.tok, self.con, self.text = tok, console or Console(), ""
+        self.shown = visible if self.con.is_terminal else (lambda s: s)
+
+    def start(self, question: str) -> None:
+        from rich.panel import Panel
+        from rich.text import Text
+
+        self.con.print(Panel(Text(self.shown(question)), title="question", border_style="blue"))
+
+    def feed(self, response_ids) -> None:
+        """Print what the response's text gained since the last call (no special tokens)."""
+        text = self.tok.decode(list(response_ids), skip_special_tokens=True).rstrip("\ufffd")  # a split character waits
+        if text.startswith(self.text) and len(text) > len(self.text):
+            new, self.text = text[len(self.text):], text
+            self.con.file.write(self.shown(new))
+            self.con.file.flush()
+
+    def end(self, traj, seconds: float) -> None:
+        self.feed(traj.response_ids)
+        self.con.file.write("\n")
+        self.con.print(f"[dim]finish: {traj.finish_reason} · {traj.n_generated_tokens} generated tokens · "
+                       f"{len(traj.tool_calls)} tool calls · {seconds:.1f} s[/dim]")
+
+
 def print_transcript(tok, traj, question: str, seconds: float, console=None) -> None:
-    """The transcript, rendered by rich. On a terminal, control characters in the question, the
-    model's text and the tools' output are shown as escapes (arpo/terminal.py), never acted on."""
-    from rich.console import Console
-    from rich.panel import Panel
-    from rich.text import Text
-
-    from arpo.terminal import visible
-
-    con = console or Console()
-    shown = visible if con.is_terminal else (lambda s: s)
-    con.print(Panel(Text(shown(question)), title="question", border_style="blue"))
-    pos = 0
-    for call in traj.tool_calls:
-        a, b = call.result_span
-        if b <= a:
-            continue
-        con.print(_highlight(shown(tok.decode(traj.response_ids[pos:a], skip_special_tokens=True))))
-        style = "green" if call.ok else "red"
-        con.print(Panel(Text(shown(call.output)), title=f"<result> {call.tool}", border_style=style))
-        pos = b
-    con.print(_highlight(shown(tok.decode(traj.response_ids[pos:], skip_special_tokens=True))))  # no <|im_end|>
-    con.print(
-        f"[dim]finish: {traj.finish_reason} · {traj.n_generated_tokens} generated tokens · "
-        f"{len(traj.tool_calls)} tool calls · {seconds:.1f} s[/dim]"
-    )
-
-
-def _highlight(text: str):
-    import re
-
-    from rich.text import Text
-
-    t = Text(text)
-    t.highlight_regex(r"</?(python|search|web_search|browse)>", "bold cyan")
-    t.highlight_regex(r"</?answer>|\\boxed\{[^}]*\}", "bold magenta")
-    t.highlight_regex(r"</?think>", "dim")
-    return t if re.sub(r"\s", "", text) else Text("")
+    """A finished trajectory's transcript, as `arpo chat` prints it (Transcript, all at once)."""
+    t = Transcript(tok, console)
+    t.start(question)
+    t.end(traj, seconds)

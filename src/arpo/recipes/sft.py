@@ -184,11 +184,12 @@ def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False, overwrite: bo
     from arpo.training.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
     from arpo.training.logger import MetricsLogger
     from arpo.training.optim import build_optimizer, build_scheduler, clip_gradients, load_policy
-    from arpo.training.progress import StepProgress
+    from arpo.training.progress import Phases, StepProgress
     from arpo.training.rundir import RunDir
     from arpo.training.signals import GracefulStop
 
     cfg.validate()
+    phase = Phases("sft", enabled=not quiet)
     cfg = dataclasses.replace(cfg, lora=cfg.lora.resolve(cfg.model.name))  # as in recipes/train.py
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
@@ -201,7 +202,9 @@ def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False, overwrite: bo
         rd.check_resume_config(dataclasses.asdict(cfg))
         ckpt = rd.checkpoint
         torch.manual_seed(cfg.run.seed)
+        phase(f"loading the model {ckpt or cfg.model.name}")
         model, tok = load_policy(cfg.model, cfg.lora, ckpt)
+        phase(f"tokenizing {len(rows)} rows")
         model.train()
         data, skipped = [], 0
         for r in rows:
@@ -214,6 +217,8 @@ def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False, overwrite: bo
             raise ArpoError(f"every SFT row is longer than data.max_seq_len={cfg.data.max_seq_len}")
         per_epoch = (len(data) + cfg.prompts_per_step - 1) // cfg.prompts_per_step
         total = cfg.steps or per_epoch * cfg.epochs
+        phase(f"{len(data)} rows tokenized ({skipped} longer than data.max_seq_len skipped); {total} steps of "
+              f"{cfg.prompts_per_step} rows")
         opt = build_optimizer(model, cfg.optim)
         sched = build_scheduler(opt, cfg.optim, total)
         start = load_trainer_state(ckpt, opt, sched)["step"] if ckpt is not None else 0
@@ -230,6 +235,8 @@ def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False, overwrite: bo
                             wandb_project=cfg.run.wandb, config=dataclasses.asdict(cfg))
         pad = tok.pad_token_id if tok.pad_token_id is not None else 0
         last = {}
+        if start < total:
+            phase(f"step {start + 1}/{total} running")
         with GracefulStop() as stop, StepProgress("sft", total, start, enabled=not quiet) as bar:
             for step in range(start, total):
                 t0 = time.perf_counter()

@@ -101,7 +101,8 @@ def load_corpus(paths: Sequence[str | Path] | str | Path) -> list[Doc]:
     """Documents from data specs (JSONL files, globs, built-in names such as `hotpotqa`; see
     arpo.data.sources), one of three layouts per row:
 
-    - `{"id", "title", "text"}`: one document (deduplicated by id);
+    - `{"id", "title", "text"}`: one document (deduplicated by id; a row without one has its title as
+      its id, and a second such row with that title and another text is an error naming both rows);
     - HotpotQA (Hugging Face layout), `context{title[], sentences[][]}`: one document per
       paragraph, text = "".join(sentences), deduplicated by title (the first copy wins);
     - MuSiQue, `paragraphs[{title, paragraph_text}]`: one document per paragraph, deduplicated by title.
@@ -113,14 +114,21 @@ def load_corpus(paths: Sequence[str | Path] | str | Path) -> list[Doc]:
 
     if isinstance(paths, (str, Path)):
         paths = [paths]
-    seen: set[str] = set()
+    seen: dict[str, tuple[str, str]] = {}  # dedup key -> (where, text) of its first document
     docs: list[Doc] = []
     for path in paths:
         for where, row in iter_rows(path):
+            by_title = "context" not in row and "paragraphs" not in row and "id" not in row  # its id is its title
             for key, d in _docs_of_row(row, where):
-                if not d.text or key in seen:
+                if not d.text:
                     continue
-                seen.add(key)
+                if key in seen:
+                    first, text = seen[key]
+                    if by_title and text != d.text:  # a page with the title of another was dropped unseen
+                        raise ArpoError(f"{where}: title (its id when a row has none) {key!r} is already the title of "
+                                        f"{first}, with another text; give each row its own 'id' to keep both pages")
+                    continue
+                seen[key] = (where, d.text)
                 docs.append(d)
     if not docs:
         raise ArpoError(f"no documents in {', '.join(map(str, paths)) or '(no files)'}")

@@ -20,6 +20,20 @@ def _info(metrics: dict) -> str:
     return metrics.get("reason", "")
 
 
+class Phases:
+    """One line on stderr per phase before the first step's progress ("sft: loading the model X ...",
+    the time since the start on each): the deep-search SFT showed nothing for its first 260 s.
+    Silent when not `enabled` (--quiet)."""
+
+    def __init__(self, name: str, enabled: bool = True, stream=None):
+        self.name, self.enabled, self.stream = name, enabled, stream or sys.stderr
+        self._t0 = time.perf_counter()
+
+    def __call__(self, what: str) -> None:
+        if self.enabled:
+            print(f"{self.name}: {what} ({time.perf_counter() - self._t0:.0f} s)", file=self.stream, flush=True)
+
+
 class StepProgress:
     def __init__(self, name: str, total: int, start: int = 0, enabled: bool = True, stream=None):
         self.name, self.total, self.start, self.enabled = name, total, start, enabled

@@ -91,16 +91,23 @@ def load_site(corpus: list[str] | None = None, search_index: str | None = None, 
 
 def serve(site: Site, host: str = "127.0.0.1", port: int = DEFAULT_PORT, per_page: int = 10,
           log_level: str = "warning") -> None:
+    """Serve `site` until interrupted; the URL it listens on is printed once the socket listens
+    (`--port 0`: a free port, which was never printed)."""
     import uvicorn
 
     from arpo.http_guard import warn_bind
-    from arpo.ports import require_port_free
+    from arpo.ports import listen
 
-    require_port_free(host, port)
-    print(f"arpo web: {len(site)} pages ({site.name}) on http://{host}:{port}  "
+    sock = listen(host, port)
+    port = sock.getsockname()[1]
+    url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    print(f"arpo web: {len(site)} pages ({site.name}) on {url}  "
           f"(search: /search?q=...&format=json, pages: {site.paths[0] if site.paths else '-'} ...)", flush=True)
     warn_bind("arpo web serve", host, port, False)
     # lifespan off: the app has no startup/shutdown handlers, and uvicorn's lifespan task could print a
     # CancelledError traceback on Ctrl-C (seen 2 in ~15 interrupts)
-    uvicorn.run(create_app(site, per_page=per_page, bind_host=host), host=host, port=port, log_level=log_level,
-                lifespan="off")
+    config = uvicorn.Config(create_app(site, per_page=per_page, bind_host=host), log_level=log_level, lifespan="off")
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        sock.close()
