@@ -115,6 +115,25 @@ def test_versions_are_read_per_token_and_the_engine_refuses_a_push_mid_rollout(t
         tiny_lm.lm_head.weight.sub_(1.0)
 
 
+def test_every_rank_joins_its_batch_and_a_barrier_before_the_sync():
+    """off_policy_groups: take (this rank's batch joined) → barrier (every rank's: the servers are shared)
+    → sync → start the next batch; on the last step the sync still runs (the FSDP replica computes π_old)."""
+    from arpo.training.trainer import off_policy_groups
+
+    events = []
+    tr = SimpleNamespace(cfg=SimpleNamespace(steps=3, rollout=SimpleNamespace(max_off_policy_steps=1)),
+                         pipe=SimpleNamespace(take=lambda s: events.append("take") or [],
+                                              start=lambda s, fn: events.append(f"start {s}")),
+                         comm=SimpleNamespace(barrier=lambda: events.append("barrier"), per_rank=lambda x: [x],
+                                              total=lambda x: x),
+                         engine_ready=lambda: events.append("sync"))
+    off_policy_groups(tr, 1)
+    assert events == ["take", "barrier", "sync", "start 2"]
+    events.clear()
+    off_policy_groups(tr, 2)
+    assert events == ["take", "barrier", "sync"]
+
+
 # ---- real runs --------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
