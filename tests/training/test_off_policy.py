@@ -134,6 +134,42 @@ def test_every_rank_joins_its_batch_and_a_barrier_before_the_sync():
     assert events == ["take", "barrier", "sync"]
 
 
+def test_in_flight_trees_saved_per_rank_and_resliced_on_another_rank_count(tmp_path):
+    """Each rank checkpoints its own in-flight trees; state.json lists every rank's prompts in global
+    order. A resume on the saving rank count gives each rank its file; on another count the global list
+    is re-sliced like the prompts. Ranks that disagree on the step all raise."""
+    from arpo.training.pipeline import RolloutPipeline, in_flight_checkpoint, restore_in_flight
+
+    trees = [[SimpleNamespace(prompt_id=p, policy_version=1) for p in ps] for ps in (["a", "b"], ["c"])]
+    parts = [(2, [(t.prompt_id, 1) for t in ts]) for ts in trees]  # what the gather returns on every rank
+    for r in (0, 1):
+        pipe = RolloutPipeline()
+        pipe.restore(2, trees[r])
+        extra, files = in_flight_checkpoint(pipe, r, 2, gather=lambda mine: parts)
+        pipe.close()
+        assert extra["in_flight"] == {"step": 2, "files": ["in_flight.rank0.pt", "in_flight.rank1.pt"],
+                                      "prompt_ids": ["a", "b", "c"], "policy_versions": [1]}
+        ((name, obj),) = files.items()
+        assert name == f"in_flight.rank{r}.pt"
+        torch.save(obj, tmp_path / name)
+
+    def restored(rank, world):
+        pipe = RolloutPipeline()
+        restore_in_flight(pipe, tmp_path, extra, rank, world)
+        got = pipe.take(2)
+        pipe.close()
+        return [t.prompt_id for t in got]
+
+    assert [restored(r, 2) for r in (0, 1)] == [["a", "b"], ["c"]]
+    assert restored(0, 1) == ["a", "b", "c"]
+    assert [restored(r, 3) for r in range(3)] == [["a"], ["b"], ["c"]]
+    pipe = RolloutPipeline()
+    pipe.restore(2, trees[0])
+    with pytest.raises(RuntimeError, match="disagree"):
+        in_flight_checkpoint(pipe, 0, 2, gather=lambda mine: [mine, None])
+    pipe.close()
+
+
 # ---- real runs --------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
