@@ -657,6 +657,47 @@ def test_one_step_off_policy_on_the_server(setup, tiny_tok, tmp_path, monkeypatc
     assert [r["policy_lag_max"] for r in rows] == [0, 1, 1] and all(r["stale_trees_rejected"] == 0 for r in rows)
     # step 1's trees: version 0 (generated first); steps 2 and 3: versions 0 and 1 (one step behind)
     assert sorted({(t["step"], t["policy_version"]) for t in read_run_trees(run)}) == [(1, 0), (2, 0), (3, 1)]
-    # version 0 pushed before the first rollout, version 1 before the last batch (generated while step 2
-    # trains); no batch follows the last step, so version 2 is not pushed
-    assert len(pushed) == 2 and pushed[0] == 0.0 and pushed[1] > 0, pushed
+    # version 0 pushed before the first rollout, version 1 between batches, version 2 after the last step
+    # (the sync runs on every step: under FSDP the replica that computes π_old is the synced one)
+    assert len(pushed) == 3 and pushed[0] == 0.0 and 0 < pushed[1] and 0 < pushed[2], pushed
+
+
+def test_torchrun_one_step_off_policy_on_the_shared_server(setup, tiny_tok, tmp_path):
+    """`torchrun --nproc-per-node 2` (gloo, FSDP2, fp32) with `rollout.max_off_policy_steps: 1` on one shared
+    server: both ranks' rollout threads generate step n+1's trees there while step n trains; every rank
+    joins its batch and passes a barrier before rank 0 pushes (training/trainer.py off_policy_groups).
+    Lag 0, 1, 1, nothing stale, each tree under one version, each rank's in-flight trees checkpointed in
+    its own file, and the last push (version 2, before the last step) left the server generating like the
+    HF engine on the step-2 checkpoint."""
+    from safetensors.torch import load_file
+
+    from arpo.training.rollout_log import read_run_trees
+
+    url, a, _, d = setup
+    run_dir = tmp_path / "run"
+    ov = {"model.name": d / "model", "data.path": _data(tmp_path), "tools.enabled": "[]",
+          "agent.max_response_tokens": 12, "rollout.group_size": 4, "rollout.initial_rollouts": 2,
+          "rollout.entropy_estimator": "topk", "rollout.servers": f"[{url}]", "engine": "vllm_server",
+          "rollout.max_off_policy_steps": 1, "reward.fn": "arpo.testing:toy_reward", "steps": 3,
+          "prompts_per_step": 2, "optim.lr": 1e-2, "run.dir": run_dir, "run.save_every": 1,
+          "run.keep_checkpoints": 5, "run.save_rollouts": 1, "run.tensorboard": "false", "run.distributed": "fsdp"}
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    try:
+        p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                            "-m", "arpo", "train", *[f"{k}={v}" for k, v in ov.items()], "run.threads=1", "--quiet"],
+                           env=env, capture_output=True, text=True, timeout=900)
+        assert p.returncode == 0, p.stderr[-4000:]
+        rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+        assert [r["step"] for r in rows] == [1, 2, 3] and all(r["trajectories"] == 8 for r in rows)
+        assert [r["policy_lag_max"] for r in rows] == [0, 1, 1] and all(r["stale_trees_rejected"] == 0 for r in rows)
+        assert sorted({(t["step"], t["policy_version"]) for t in read_run_trees(run_dir)}) == [(1, 0), (2, 0), (3, 1)]
+        info = json.loads((run_dir / "checkpoints" / "step_000002" / "state.json").read_text())["in_flight"]
+        assert info["files"] == ["in_flight.rank0.pt", "in_flight.rank1.pt"] and info["policy_versions"] == [1]
+        step2 = load_file(str(run_dir / "checkpoints" / "step_000002" / "model" / "model.safetensors"))
+        m2 = _model(tiny_tok, 0)
+        m2.load_state_dict(step2, strict=False)
+        _server_continues_like_hf(url, tiny_tok, m2)
+    finally:
+        e = make_engine("vllm_server", None, tiny_tok, servers=[url])
+        e.load_weights(a)  # back to policy A for the other tests
+        e.close()

@@ -74,8 +74,9 @@ def test_what_the_pipeline_does_not_support_is_refused_by_key(over, says):
     cfg = _cfg(**{"rollout.max_off_policy_steps": 1, **over})
     with pytest.raises(ArpoError, match=r"rollout\.max_off_policy_steps.*" + says):
         check_off_policy(cfg, cfg.algo.resolve(cfg.rollout), multi=False)
-    with pytest.raises(ArpoError, match="torchrun"):
-        check_off_policy(_cfg(**{"rollout.max_off_policy_steps": 1}), cfg.algo.resolve(cfg.rollout), multi=True)
+    # torchrun: supported (each rank runs the pipeline; test_torchrun_two_ranks_off_policy_...)
+    plain = _cfg(**{"rollout.max_off_policy_steps": 1})
+    check_off_policy(plain, plain.algo.resolve(plain.rollout), multi=True)
     cfg0 = _cfg(**over)  # 0: nothing refused here
     check_off_policy(cfg0, cfg0.algo.resolve(cfg0.rollout), multi=True)
 
@@ -112,6 +113,61 @@ def test_versions_are_read_per_token_and_the_engine_refuses_a_push_mid_rollout(t
     assert torch.equal(gen.lm_head.weight, tiny_lm.lm_head.weight)
     with torch.no_grad():
         tiny_lm.lm_head.weight.sub_(1.0)
+
+
+def test_every_rank_joins_its_batch_and_a_barrier_before_the_sync():
+    """off_policy_groups: take (this rank's batch joined) → barrier (every rank's: the servers are shared)
+    → sync → start the next batch; on the last step the sync still runs (the FSDP replica computes π_old)."""
+    from arpo.training.trainer import off_policy_groups
+
+    events = []
+    tr = SimpleNamespace(cfg=SimpleNamespace(steps=3, rollout=SimpleNamespace(max_off_policy_steps=1)),
+                         pipe=SimpleNamespace(take=lambda s: events.append("take") or [],
+                                              start=lambda s, fn: events.append(f"start {s}")),
+                         comm=SimpleNamespace(barrier=lambda: events.append("barrier"), per_rank=lambda x: [x],
+                                              total=lambda x: x),
+                         engine_ready=lambda: events.append("sync"))
+    off_policy_groups(tr, 1)
+    assert events == ["take", "barrier", "sync", "start 2"]
+    events.clear()
+    off_policy_groups(tr, 2)
+    assert events == ["take", "barrier", "sync"]
+
+
+def test_in_flight_trees_saved_per_rank_and_resliced_on_another_rank_count(tmp_path):
+    """Each rank checkpoints its own in-flight trees; state.json lists every rank's prompts in global
+    order. A resume on the saving rank count gives each rank its file; on another count the global list
+    is re-sliced like the prompts. Ranks that disagree on the step all raise."""
+    from arpo.training.pipeline import RolloutPipeline, in_flight_checkpoint, restore_in_flight
+
+    trees = [[SimpleNamespace(prompt_id=p, policy_version=1) for p in ps] for ps in (["a", "b"], ["c"])]
+    parts = [(2, [(t.prompt_id, 1) for t in ts]) for ts in trees]  # what the gather returns on every rank
+    for r in (0, 1):
+        pipe = RolloutPipeline()
+        pipe.restore(2, trees[r])
+        extra, files = in_flight_checkpoint(pipe, r, 2, gather=lambda mine: parts)
+        pipe.close()
+        assert extra["in_flight"] == {"step": 2, "files": ["in_flight.rank0.pt", "in_flight.rank1.pt"],
+                                      "prompt_ids": ["a", "b", "c"], "policy_versions": [1]}
+        ((name, obj),) = files.items()
+        assert name == f"in_flight.rank{r}.pt"
+        torch.save(obj, tmp_path / name)
+
+    def restored(rank, world):
+        pipe = RolloutPipeline()
+        restore_in_flight(pipe, tmp_path, extra, rank, world)
+        got = pipe.take(2)
+        pipe.close()
+        return [t.prompt_id for t in got]
+
+    assert [restored(r, 2) for r in (0, 1)] == [["a", "b"], ["c"]]
+    assert restored(0, 1) == ["a", "b", "c"]
+    assert [restored(r, 3) for r in range(3)] == [["a"], ["b"], ["c"]]
+    pipe = RolloutPipeline()
+    pipe.restore(2, trees[0])
+    with pytest.raises(RuntimeError, match="disagree"):
+        in_flight_checkpoint(pipe, 0, 2, gather=lambda mine: [mine, None])
+    pipe.close()
 
 
 # ---- real runs --------------------------------------------------------------------------------------
@@ -253,7 +309,7 @@ def test_resume_mid_pipeline_continues_exactly(tiny_dir, tmp_path, monkeypatch):
     state = json.loads((cut / "checkpoints" / "step_000002" / "state.json").read_text())
     assert state["in_flight"]["step"] == 2 and state["in_flight"]["policy_versions"] == [1]
     assert len(state["in_flight"]["prompt_ids"]) == 2
-    assert (cut / "checkpoints" / "step_000002" / state["in_flight"]["file"]).is_file()
+    assert (cut / "checkpoints" / "step_000002" / state["in_flight"]["files"][0]).is_file()
     assert "in_flight" not in json.loads((full / "checkpoints" / "step_000004" / "state.json").read_text())
     _run(tiny_dir, cut, resume=True)
     ra, rb = _rows(full), _rows(cut)
@@ -283,3 +339,72 @@ def test_tool_calls_branches_and_validation_off_policy(scripted_run, tmp_path):
     recs = read_run_trees(run)
     assert any(t["parent"] is not None for r in recs for t in r["trajectories"])  # forks were trained
     assert {r["step"] - 1 - r["policy_version"] for r in recs if r["step"] > 1} == {1}
+
+
+# ---- torchrun: 2 ranks (gloo, FSDP2, fp32) ------------------------------------------------------------
+def _torchrun_args(tiny_dir, run_dir):
+    ov = {"model.name": tiny_dir / "model", "model.dtype": "float32", "data.path": tiny_dir / "q.jsonl",
+          "tools.enabled": "[]", "agent.max_response_tokens": 12, "rollout.group_size": 4,
+          "rollout.initial_rollouts": 2, "reward.fn": "arpo.testing:toy_reward", "steps": 3, "prompts_per_step": 2,
+          "optim.lr": 1e-2, "run.dir": run_dir, "run.save_every": 1, "run.keep_checkpoints": 10,
+          "run.tensorboard": "false", "run.threads": 1, "run.seed": 3, "rollout.max_off_policy_steps": 1}
+    return [f"{k}={v}" for k, v in ov.items()]
+
+
+def _torchrun(tiny_dir, run_dir, *flags):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONHASHSEED="0")
+    return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                             "-m", "arpo", "train", *_torchrun_args(tiny_dir, run_dir), "--quiet", *flags],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finish(p, timeout=600):
+    _, err = p.communicate(timeout=timeout)
+    assert p.returncode == 0, err[-4000:]
+
+
+def test_torchrun_two_ranks_off_policy_lag_one_deterministic_and_resumed_mid_pipeline(tiny_dir, tmp_path):
+    """2 ranks, hf engine (each rank decodes with its FSDP generation replica, the snapshot): lag 0, 1, 1,
+    nothing stale, the rollout thread joined before every sync (else the run deadlocks or a tree spans
+    two versions, which tag_versions refuses). A second run, SIGKILLed once the checkpoint of step 2
+    (each rank's in-flight trees of step 3 in its own file) is published and resumed on 2 ranks,
+    ends with the same metrics and the same weights."""
+    import os
+    import signal
+    import time
+
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    _finish(_torchrun(tiny_dir, full))
+    rows = _rows(full)
+    assert [r["policy_lag_max"] for r in rows] == [0, 1, 1]
+    assert all(r["stale_trees_rejected"] == 0 and r["trajectories"] == 8 for r in rows)
+    # π_old (version n, the rank's replica synced at every step, the last one too) vs π_behav (version n−1)
+    assert all(r["is_weight_mean"] != 1.0 for r in rows[1:])
+    p = _torchrun(tiny_dir, cut)
+    deadline = time.time() + 600
+    while time.time() < deadline and p.poll() is None:
+        if (cut / "checkpoints" / "step_000002" / "state.json").exists():
+            kids = Path(f"/proc/{p.pid}/task/{p.pid}/children")
+            for pid in kids.read_text().split() if kids.exists() else []:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            p.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.05)
+    p.communicate()
+    assert p.returncode == -signal.SIGKILL and not (cut / "checkpoints" / "step_000003").exists()
+    ck = cut / "checkpoints" / "step_000002"
+    info = json.loads((ck / "state.json").read_text())["in_flight"]
+    assert info["step"] == 2 and info["policy_versions"] == [1] and len(info["prompt_ids"]) == 2
+    assert info["files"] == ["in_flight.rank0.pt", "in_flight.rank1.pt"]
+    assert [len(torch.load(ck / f, weights_only=False)) for f in info["files"]] == [1, 1]  # each rank's tree
+    _finish(_torchrun(tiny_dir, cut, "--resume"))
+    assert _rows(cut) == rows
+    wa, wb = _weights(full), _weights(cut)
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)

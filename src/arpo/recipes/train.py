@@ -94,7 +94,7 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
             state = load_trainer_state(ckpt, tr.opt, tr.sched)
         start = tr.version = state.get("step", 0)
         if tr.pipe is not None:  # one step off-policy: the trees the saving run had generated for step `start`
-            restore_in_flight(tr.pipe, ckpt, state)
+            restore_in_flight(tr.pipe, ckpt, state, distributed.rank(), distributed.world_size())
         rd.begin(dataclasses.asdict(cfg))
         log = MetricsLogger(run_dir, resume_step=start if ckpt is not None else None, tensorboard=cfg.run.tensorboard,
                             enabled=main, wandb_project=cfg.run.wandb, config=dataclasses.asdict(cfg))
@@ -120,7 +120,9 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
                     log.log(done, metrics)
                 if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps or stopping:
                     save = save_distributed_checkpoint if multi else save_checkpoint
-                    extra, files = in_flight_checkpoint(tr.pipe) if tr.pipe is not None else ({}, {})
+                    extra, files = (in_flight_checkpoint(tr.pipe, distributed.rank(), distributed.world_size(),
+                                                         distributed.gather if multi else None)
+                                    if tr.pipe is not None else ({}, {}))
                     save(run_dir, done, tr.model, tr.tok, tr.opt, tr.sched,
                          {"kind": "train", "total_steps": cfg.steps, **extra}, keep=cfg.run.keep_checkpoints,
                          files=files)

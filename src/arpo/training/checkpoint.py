@@ -165,8 +165,9 @@ def save_distributed_checkpoint(run_dir: str | Path, step: int, model, tokenizer
                                 scheduler=None, state: dict | None = None, keep: int = 2,
                                 files: dict | None = None) -> Path:
     """`save_checkpoint` for a torchrun run; every rank calls it. Each rank writes its shards into
-    the temporary directory; after a barrier rank 0 adds model/, trainer.pt and state.json and
-    renames it into place (same atomicity as save_checkpoint). Returns the final path."""
+    the temporary directory, and its own `files` ({name: object}, torch.save; names must differ per
+    rank); after a barrier rank 0 adds model/, trainer.pt and state.json and renames it into place
+    (same atomicity as save_checkpoint). Returns the final path."""
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
@@ -183,7 +184,9 @@ def save_distributed_checkpoint(run_dir: str | Path, step: int, model, tokenizer
     msd, osd = get_state_dict(model, optimizer, options=_dsd_options())
     dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(tmp / "dcp"))
     full = _full_weights(model)
-    dist.barrier()  # every shard is on disk
+    for name, obj in (files or {}).items():  # this rank's (names differ per rank, e.g. in-flight trees)
+        torch.save(obj, tmp / name)
+    dist.barrier()  # every shard (and every rank's file) is on disk
     if main:
         from transformers.utils import logging as hf_logging
 
@@ -193,8 +196,6 @@ def save_distributed_checkpoint(run_dir: str | Path, step: int, model, tokenizer
             tokenizer.save_pretrained(tmp / "model")
         torch.save({"scheduler": scheduler.state_dict() if scheduler is not None else None, "rng": rng_state()},
                    tmp / "trainer.pt")
-        for name, obj in (files or {}).items():  # rank 0's
-            torch.save(obj, tmp / name)
         with open(tmp / "state.json", "w") as f:
             json.dump({"step": step, "world_size": dist.get_world_size(), **(state or {})}, f, indent=1)
         _publish(tmp, final, run_dir, keep)

@@ -17,8 +17,15 @@ ARPO's ΔH (a trajectory's entropy against its own initial entropy) never compar
 Engines: `vllm_server` holds version n on its servers until the next sync. `hf` would decode with the
 policy module the trainer is updating, so it decodes with a snapshot instead: one more copy of the
 weights in the model dtype (no gradients, no optimizer state), refreshed in place at each sync; its KV
-cache now lives during training too. The in-process `vllm` engine and torchrun are refused
-(`check_off_policy`): not built.
+cache now lives during training too. The in-process `vllm` engine is refused (`check_off_policy`).
+
+Under torchrun (W ranks) every rank runs this pipeline on its slice of the prompts. hf: the rank's FSDP
+generation replica (training/distributed.py) is the snapshot (no third copy; DDP: a snapshot as in one
+process), refreshed by `ParallelModel.sync_rollout` at the sync only. vllm_server: the ranks roll out on
+the shared servers, so the sync (rank 0 pushes) must wait for every rank's batch: each rank joins its own
+batch, then a barrier (`off_policy_groups`), then the push. Every collective (the sync's gathers, metrics,
+the barrier) runs on the main thread; the rollout thread only generates and scores. A checkpoint keeps
+each rank's in-flight trees in its own file (`in_flight_checkpoint`).
 """
 
 from __future__ import annotations
@@ -41,8 +48,6 @@ def check_off_policy(cfg, preset, multi: bool) -> None:
     if cfg.engine not in ("hf", "vllm_server"):
         raise ArpoError(f"{key}: one step off-policy runs with engine hf or vllm_server, not {cfg.engine!r} "
                         "(the in-process vLLM engine would generate on the GPU the trainer uses): set engine, or 0")
-    if multi:
-        raise ArpoError(f"{key}: one step off-policy is built for one trainer process; under torchrun set it to 0")
     if preset.dynamic_sampling:
         raise ArpoError(f"{key}: the preset {preset.name!r} samples dynamically (rounds that depend on the rewards "
                         "of the step): set it to 0, or pick a preset without dynamic sampling")
@@ -57,7 +62,10 @@ def snapshot(model) -> torch.nn.Module:
 
 
 def copy_weights(dst, src) -> int:
-    """dst's parameters and buffers := src's (same module structure), in place. Returns tensors copied."""
+    """dst's parameters and buffers := src's (same module structure), in place. Returns tensors copied
+    (0 when dst is src: under FSDP the hf engine decodes with the replica that sync_rollout refreshes)."""
+    if dst is src:
+        return 0
     s = dict(src.named_parameters())
     s.update(src.named_buffers())
     n = 0
@@ -88,6 +96,9 @@ class VersionedEngine:
 
     def end(self) -> None:
         self.busy = False
+
+    def check_idle(self, what: str) -> None:
+        self._idle(what)
 
     def _idle(self, what: str) -> None:
         if self.busy:
@@ -211,30 +222,56 @@ class RolloutPipeline:
 IN_FLIGHT = "in_flight.pt"  # a checkpoint's batch of trees generated for the next step (torch.save of the trees)
 
 
-def in_flight_checkpoint(pipe: RolloutPipeline) -> tuple[dict, dict]:
-    """What a checkpoint keeps of the pipeline: (state.json entries, {file name: object}). The batch in
-    flight is finished first; its trees are saved whole, since the weights that generated them are gone
-    after the update. The prompts consumed are those of the steps before the checkpoint's (the data
-    order is a pure function of the step, data/order.py); the in-flight ones are listed."""
+def in_flight_file(rank: int, world: int) -> str:
+    """The file of rank `rank`'s in-flight trees (one process: in_flight.pt)."""
+    return IN_FLIGHT if world == 1 else f"in_flight.rank{rank}.pt"
+
+
+def in_flight_checkpoint(pipe: RolloutPipeline, rank: int = 0, world: int = 1, gather=None) -> tuple[dict, dict]:
+    """What a checkpoint keeps of the pipeline: (state.json entries, {file name: object} of this rank). The
+    batch in flight is finished first; its trees are saved whole, since the weights that generated them
+    are gone after the update. Under torchrun each rank saves its own trees (in_flight_file) and
+    `gather` (a collective, main thread) collects every rank's prompt ids and versions for state.json.
+    The prompts consumed are those of the steps before the checkpoint's (the data order is a pure
+    function of the step, data/order.py); the in-flight ones are listed, in global order."""
     done = pipe.wait()
+    mine = None if done is None else (done[0], [(t.prompt_id, t.policy_version) for t in done[1]])
+    parts = gather(mine) if gather is not None else [mine]
+    steps = [None if p is None else p[0] for p in parts]
+    if len(set(steps)) > 1:  # every rank raises: none waits in the next collective
+        raise RuntimeError(f"ranks disagree on the in-flight step: {steps}")
     if done is None:
         return {}, {}
     step, trees = done
-    return ({"in_flight": {"step": step, "file": IN_FLIGHT, "prompt_ids": [t.prompt_id for t in trees],
-                           "policy_versions": sorted({t.policy_version for t in trees})}},
-            {IN_FLIGHT: trees})
+    pairs = [x for p in parts if p is not None for x in p[1]]
+    files = [in_flight_file(r, world) for r in range(world)]
+    return ({"in_flight": {"step": step, "files": files, "prompt_ids": [pid for pid, _ in pairs],
+                           "policy_versions": sorted({v for _, v in pairs})}},
+            {files[rank]: trees})
 
 
-def restore_in_flight(pipe: RolloutPipeline, ckpt, state: dict) -> None:
-    """On --resume: the checkpoint's in-flight trees become the next step's, as in the run that saved it."""
+def restore_in_flight(pipe: RolloutPipeline, ckpt, state: dict, rank: int = 0, world: int = 1) -> None:
+    """On --resume: the checkpoint's in-flight trees become the next step's, as in the run that saved it.
+    On the rank count that saved them each rank takes its own file; on another count the ranks' trees,
+    concatenated in rank order (the step's global order), are re-sliced like the prompts
+    (distributed.shard)."""
     from pathlib import Path
 
     info = state.get("in_flight")
     if not info:
         return
-    path = Path(ckpt) / info["file"]
-    try:
-        trees = torch.load(path, weights_only=False)
-    except (OSError, EOFError, RuntimeError) as e:
-        raise ArpoError(f"{path}: cannot read the checkpoint's in-flight rollout trees ({e})") from e
+    files = info.get("files") or [info["file"]]
+
+    def load(name: str) -> list:
+        path = Path(ckpt) / name
+        try:
+            return torch.load(path, weights_only=False)
+        except (OSError, EOFError, RuntimeError) as e:
+            raise ArpoError(f"{path}: cannot read the checkpoint's in-flight rollout trees ({e})") from e
+
+    if len(files) == world:
+        trees = load(files[rank])
+    else:
+        every = [t for name in files for t in load(name)]
+        trees = every[len(every) * rank // world: len(every) * (rank + 1) // world]
     pipe.restore(int(info["step"]), trees)

@@ -48,7 +48,7 @@ class LocalComm:
         return stats
 
     def per_rank(self, x) -> list:
-        """A value of every rank (numbers, tuples of numbers), in rank order."""
+        """A value of every rank (anything picklable: numbers, tuples, lists), in rank order."""
         return [x]
 
     def kept(self, n_trees: int) -> tuple[int, int]:
@@ -68,6 +68,9 @@ class LocalComm:
 
     def slowest(self, times: dict) -> dict:
         return times
+
+    def barrier(self) -> None:
+        """Every rank got here (one process: nothing to wait for)."""
 
 
 class ShardedComm(LocalComm):
@@ -90,6 +93,9 @@ class ShardedComm(LocalComm):
 
     def per_rank(self, x) -> list:
         return distributed.gather(x)
+
+    def barrier(self) -> None:
+        distributed.barrier()
 
     def entropy_aware(self, batch, old_ent, alpha: float) -> None:
         if batch is None:  # no trees on this rank: it still joins the gather

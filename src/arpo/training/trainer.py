@@ -89,6 +89,8 @@ class Trainer:
 
     def engine_ready(self) -> None:
         """Before a rollout: eval mode, the generation replica in sync, vLLM awake with fresh weights."""
+        if isinstance(self.engine, VersionedEngine):  # under FSDP sync_rollout refreshes what hf decodes with
+            self.engine.check_idle("weights pushed")
         self.model.eval()
         self.par.sync_rollout()
         self.engine.wake_up()
@@ -138,9 +140,10 @@ def setup(cfg: TrainConfig, preset, examples: list, reward_fn, ckpt=None, multi:
     # vllm_server: the servers of rollout.servers, which start from the model directory; the policy's
     # weights (a resumed checkpoint, merged LoRA) are pushed before the first rollout (stale)
     opts = dict(cfg.engine_options, **({"servers": cfg.rollout.servers} if cfg.engine == "vllm_server" else {}))
-    # one step off-policy: the engine generates while the policy trains, so hf decodes with a snapshot
+    # one step off-policy: the engine generates while the policy trains, so hf decodes with a snapshot:
+    # under FSDP the generation replica is one (only sync_rollout writes it), else a copy of the policy
     off = cfg.rollout.max_off_policy_steps > 0
-    gen = snapshot(par.rollout) if off and cfg.engine == "hf" else None
+    gen = (par.rollout if par.rollout is not model else snapshot(model)) if off and cfg.engine == "hf" else None
     engine: Engine = make_engine(cfg.engine, gen if gen is not None else par.rollout, tok, model_dir=cfg.model.name,
                                  **opts)
     if off:
@@ -264,16 +267,20 @@ def off_policy_groups(tr: Trainer, step: int) -> tuple[list, list, int, dict]:
     n_rolled, lag metrics)."""
     cfg, pipe = tr.cfg, tr.pipe
     assert pipe is not None
-    got = pipe.take(step)
+    got = pipe.take(step)  # this rank's batch joined; the barrier: every rank's (shared servers)
+    tr.comm.barrier()  # so the sync below never reaches a server another rank's rollout thread still uses
+    # weights reach the engine here only, with no tree in flight on any rank; also on the last step: under
+    # FSDP the generation replica computes this step's old log-probs (π_old: version `step`)
+    tr.engine_ready()
     if got is None:  # the first step (or a resume without an in-flight batch): generated now
-        tr.engine_ready()
         got = produce_trees(tr, step)
-    if step + 1 < cfg.steps:  # weights reach the engine here only, with no tree in flight
-        tr.engine_ready()
+    if step + 1 < cfg.steps:
         pipe.start(step + 1, lambda: produce_trees(tr, step + 1))
     lags = [step - t.policy_version for t in got]
     keep = [t for t, lag in zip(got, lags, strict=True) if lag <= cfg.rollout.max_off_policy_steps]
-    metrics = lag_metrics([lag for lag in lags if lag <= cfg.rollout.max_off_policy_steps], len(got) - len(keep))
+    kept_lags = [lag for lag in lags if lag <= cfg.rollout.max_off_policy_steps]
+    every = tr.comm.per_rank((kept_lags, len(got) - len(keep)))  # all ranks' trees (main thread)
+    metrics = lag_metrics([lag for ls, _ in every for lag in ls], sum(n for _, n in every))
     return keep, traj_stats(keep), tr.comm.total(len(got)), metrics
 
 
@@ -387,8 +394,9 @@ def policy_update(tr: Trainer, trees: list, n_trees: int, off: int, step: int, l
 
 def validate(tr: Trainer, val_examples: list) -> dict:
     """Held-out metrics (rank 0 evaluates alone; the others wait at the next collective)."""
-    if tr.pipe is not None:  # the next step's trees finish first: the engine then takes the current weights
+    if tr.pipe is not None:  # the next step's trees finish first, on every rank: then the engine takes the weights
         tr.pipe.wait()
+        tr.comm.barrier()
     tr.engine_ready()
     if not tr.comm.is_main:
         return {}
