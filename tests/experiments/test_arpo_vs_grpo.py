@@ -6,7 +6,7 @@ import re
 import pytest
 
 from arpo.experiments import arpo_vs_grpo as X
-from arpo.experiments import kbenv
+from arpo.experiments import common, kbenv
 
 
 @pytest.fixture(scope="module")
@@ -86,9 +86,9 @@ def test_tokenizer_round_trips_and_keeps_tags_and_numbers_whole(env):
 
 
 def test_calls_to_reach_interpolates():
-    assert X.calls_to_reach([0, 100, 200], [0.2, 0.4, 0.6], 0.5) == pytest.approx(150)
-    assert X.calls_to_reach([0, 100, 200], [0.2, 0.4, 0.6], 0.1) == 0
-    assert X.calls_to_reach([0, 100, 200], [0.2, 0.4, 0.3], 0.45) is None
+    assert common.calls_to_reach([0, 100, 200], [0.2, 0.4, 0.6], 0.5) == pytest.approx(150)
+    assert common.calls_to_reach([0, 100, 200], [0.2, 0.4, 0.6], 0.1) == 0
+    assert common.calls_to_reach([0, 100, 200], [0.2, 0.4, 0.3], 0.45) is None
 
 
 def test_summary_ratio_on_hand_made_curves():
@@ -97,7 +97,7 @@ def test_summary_ratio_on_hand_made_curves():
                                         for i, (c, a) in enumerate(zip(calls, accs, strict=True))]}
 
     runs = {"arpo": [run(0, [0, 50, 100], [0.2, 0.4, 0.5])], "grpo": [run(0, [0, 100, 200], [0.2, 0.3, 0.4])]}
-    s = X.summarize(runs, start_acc=0.2)
+    s = common.summarize(runs, start_acc=0.2)
     assert s["target_accuracy"] == pytest.approx(0.4)
     assert s["ratio_levels"]["1.00"]["calls_arpo"] == pytest.approx(50)
     assert s["ratio_levels"]["1.00"]["calls_grpo"] == pytest.approx(200)

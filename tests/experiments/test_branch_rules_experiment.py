@@ -53,13 +53,13 @@ def test_webhop_needs_its_sft_model_and_takes_its_data():
 
 
 def test_arms_name_a_preset_and_a_branch_rule(tmp_path):
-    from arpo.experiments import svamp
+    from arpo.experiments import common
 
     cfg = X.BranchRulesConfig()
     assert cfg.methods[-1] == "arpo" and cfg.seeds >= 5
-    tc = svamp.train_config(cfg, "some/sft", "arpo@outcome_open", 1, tmp_path / "r")
+    tc = common.train_config(cfg, "some/sft", "arpo@outcome_open", 1, tmp_path / "r")
     assert tc.algo.preset == "arpo" and tc.rollout.branch_rule == "outcome_open"
-    assert svamp.train_config(cfg, "some/sft", "grpo", 1, tmp_path / "r").rollout.branch_rule == "auto"
+    assert common.train_config(cfg, "some/sft", "grpo", 1, tmp_path / "r").rollout.branch_rule == "auto"
 
 
 def test_quick_branch_rules_experiment_end_to_end(tmp_path):

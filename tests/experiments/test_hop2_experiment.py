@@ -72,13 +72,13 @@ def test_quick_experiment_is_blind_end_to_end(tmp_path):
 def test_default_configs_load(tmp_path):
     """The full-size defaults: the SFT overrides and the RL config are valid (caught 'lr' vs 'optim.lr')."""
     from arpo.config import load_config
-    from arpo.experiments import svamp
+    from arpo.experiments import common
     from arpo.recipes.sft import SFTConfig
 
     cfg = X.Hop2ExperimentConfig()
     sc = load_config(SFTConfig, cfg.sft_config, list(cfg.sft_overrides))
     assert sc.optim.lr == 1e-4 and sc.steps == 8
-    tc = svamp.train_config(cfg, "some/sft", "grpo", 1, tmp_path / "r")
+    tc = common.train_config(cfg, "some/sft", "grpo", 1, tmp_path / "r")
     assert tc.tools.enabled == ["arpo.data.hop2:lookup"] and tc.data.template == "hop2"
     assert tc.algo.preset == "grpo" and tc.run.keep_checkpoints == cfg.keep_checkpoints
 
@@ -90,17 +90,17 @@ def test_the_evaluation_prompt_is_the_training_prompt(tmp_path, monkeypatch):
     from arpo.data.datasets import load_examples
     from arpo.data.prompts import prompts_for
     from arpo.engine.hf import HFEngine
-    from arpo.experiments import svamp
+    from arpo.experiments import common
     from arpo.models import TINY_MODEL, load_model
 
     seen: list[list[int]] = []
     add = HFEngine.add
     monkeypatch.setattr(HFEngine, "add", lambda self, p, *a, **k: (seen.append(list(p)), add(self, p, *a, **k))[1])
     cfg = X.Hop2ExperimentConfig.quick()
-    tc = svamp.train_config(cfg, TINY_MODEL, "arpo", 0, tmp_path / "r")
+    tc = common.train_config(cfg, TINY_MODEL, "arpo", 0, tmp_path / "r")
     tc.agent.max_response_tokens = 4
     ex = load_examples("hop2:dev[0:2]")
-    svamp.evaluate_model(TINY_MODEL, tc, cfg, ex)
+    common.evaluate_model(TINY_MODEL, tc, cfg, ex)
     _, tok = load_model(TINY_MODEL)
     reg = tc.tools.build()
     try:

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from arpo.experiments import common
 from arpo.experiments import svamp as X
 
 
@@ -43,8 +44,8 @@ def test_a_rerun_reuses_finished_checkpoints_and_cached_evaluations(tmp_path, mo
     first = X.run(cfg)["runs"]["arpo"][0]
     assert [p["step"] for p in first["curve"]] == [0, 1, 2] and first["reused_steps"] == []
     evals = []
-    real_eval = X.evaluate_model
-    monkeypatch.setattr(X, "evaluate_model", lambda *a, **k: evals.append(a[0]) or real_eval(*a, **k))
+    real_eval = common.evaluate_model
+    monkeypatch.setattr(common, "evaluate_model", lambda *a, **k: evals.append(a[0]) or real_eval(*a, **k))
 
     def no_training(*a, **k):
         raise AssertionError("trained again")
@@ -87,7 +88,7 @@ def test_ctrl_c_ends_the_experiment(tmp_path, monkeypatch):
 
 def test_seed_curves_use_the_sample_sd():
     """Three seeds are a sample: the spread is the ddof-1 sd (the population sd is ≈ 22 % too small)."""
-    from arpo.experiments.arpo_vs_grpo import mean_curve
+    from arpo.experiments.common import mean_curve
 
     runs = [{"curve": [{"step": 5, "accuracy": a, "tool_calls": c}]} for a, c in ((0.2, 10), (0.3, 20), (0.4, 60))]
     c = mean_curve(runs)

@@ -1,15 +1,16 @@
-"""`arpo experiment`: controlled end-to-end experiments (src/arpo/experiments/)."""
+"""`arpo experiment NAME`: controlled end-to-end experiments (src/arpo/experiments/), one entry of
+STUDIES each: its module's config class (whose quick() is the --quick smoke config) and run(), a
+one-line help, and what the command prints of its results."""
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Any
 
 from arpo.commands import HELP, POS_INT
-
-if TYPE_CHECKING:
-    from arpo.experiments import arpo_vs_grpo, svamp
 
 EXAMPLES = """examples:
   arpo experiment arpo-vs-grpo                       # the full run: 3 seeds per method \
@@ -30,20 +31,96 @@ EXAMPLES = """examples:
   arpo experiment branching models=[runs/quickstart/sft,runs/quickstart/arpo]   \
 # branch rule settings (docs/branching.md)
 
-Any field of arpo.experiments.arpo_vs_grpo.ExperimentConfig (svamp-arpo-vs-grpo:
-arpo.experiments.svamp.SvampExperimentConfig; hop2-arpo-vs-grpo: arpo.experiments.hop2.Hop2ExperimentConfig;
-branching: arpo.experiments.branching.BranchingConfig; branch-rules: arpo.experiments.branch_rules.BranchRulesConfig)
-can be set as key=value. Writes
-OUT/results.json (settings, per-method per-seed curves, the tool-call ratio), OUT/accuracy_vs_step.png
-and OUT/accuracy_vs_tool_calls.png."""
+Any field of the study's config class can be set as key=value (or --set key=value): {fields}.
+Writes OUT/results.json (settings, per-method per-seed curves, the statistics) and the study's figures."""
+
+
+def _ratio_summary(res: dict, cfg) -> dict:
+    """arpo-vs-grpo, svamp-arpo-vs-grpo: the start, the target accuracy and the tool-call ratio."""
+    s = res["summary"]
+    return {"out": cfg.out, "wall_seconds": round(res["wall_seconds"], 1),
+            "start_accuracy": s["start_accuracy"], "target_accuracy": s.get("target_accuracy"),
+            "tool_call_ratio": s.get("tool_call_ratio"),
+            **({"per_seed_ratio_spread": s["per_seed_ratio_spread"]} if "per_seed_ratio_spread" in s else {}),
+            **{m: s[m] for m in cfg.methods if m in s}}
+
+
+def _protocol_summary(res: dict, cfg) -> dict:
+    """hop2-arpo-vs-grpo, branch-rules: dev statistics always; test only with report_test=true."""
+    return {"out": cfg.out, "wall_seconds": round(res["wall_seconds"], 1), "start_dev": res["start_dev"],
+            "dev": res["dev"], "test": res["test"],
+            **({"matched_calls": res["matched_calls"]} if "matched_calls" in res else {})}
+
+
+def _branching_summary(res: dict, cfg) -> dict:
+    keys = ("branch_rate", "branches", "delta_entropy_mean", "initial_entropy_mean", "post_tool_entropy_mean",
+            "mixed_groups", "branch_share_in_mixed", "branch_outcome_differs", "corr_p_branch_outcome_var")
+    return {"out": cfg.out, "wall_seconds": round(res["wall_seconds"], 1),
+            "models": {m: {n: {k: r[k] for k in keys} for n, r in rs.items()} for m, rs in res["models"].items()}}
+
+
+def _hop2_stats(args) -> int:
+    """hop2-stats: recompute the statistics section of a hop2 results.json (experiments/hop2_stats.py)."""
+    from pathlib import Path
+
+    from arpo.errors import ArpoError
+    from arpo.experiments.hop2_report import report
+    from arpo.experiments.hop2_stats import recompute
+
+    if not args.results:
+        raise ArpoError("hop2-stats needs --results PATH (a results.json of hop2-arpo-vs-grpo)")
+    recompute(args.results)
+    print(report(json.loads(Path(args.results).read_text())), end="")  # the tables docs/experiment_hop2.md quotes
+    return 0
+
+
+@dataclass(frozen=True)
+class Study:
+    """One `arpo experiment NAME`. Its module is imported only when the study is run."""
+
+    help: str  # one line for `arpo experiment --help`
+    module: str  # arpo.experiments.X, with run(cfg) -> results
+    config: str | None = None  # the config class's name in module; its quick() is the --quick config
+    printed: Callable[[dict, Any], dict] = _ratio_summary  # (results, cfg) -> what the command prints
+    flags: tuple[str, ...] = ("seeds", "steps", "out", "threads")  # the command's flags the config takes
+    command: Callable[[Any], int] | None = None  # instead of config + run: the whole command (hop2-stats)
+
+    def config_class(self) -> type:
+        return getattr(importlib.import_module(self.module), str(self.config))
+
+    def quick(self):
+        """The smoke-test config (plumbing, not a result), or None where the study has none."""
+        quick = getattr(self.config_class(), "quick", None)
+        return quick() if quick is not None else None
+
+    def run(self, cfg) -> dict:
+        return importlib.import_module(self.module).run(cfg)  # looked up now: a test may replace run
+
+
+STUDIES: dict[str, Study] = {
+    "arpo-vs-grpo": Study("ARPO vs GRPO on a generated knowledge-base tool task (docs/experiment_arpo_vs_grpo.md)",
+                          "arpo.experiments.arpo_vs_grpo", "ExperimentConfig"),
+    "svamp-arpo-vs-grpo": Study("ARPO vs GRPO on SVAMP with SmolLM2-135M (docs/experiment_svamp_arpo_vs_grpo.md)",
+                                "arpo.experiments.svamp", "SvampExperimentConfig"),
+    "hop2-arpo-vs-grpo": Study("ARPO vs GRPO (vs AEPO) on hop2, blind: dev, test once (docs/experiment_hop2.md)",
+                               "arpo.experiments.hop2", "Hop2ExperimentConfig", _protocol_summary),
+    "hop2-stats": Study("recompute the statistics of a hop2 results.json (--results) and print its tables",
+                        "arpo.experiments.hop2_stats", command=_hop2_stats),
+    "branching": Study("branch rule settings on fixed models, no training (docs/branching.md)",
+                       "arpo.experiments.branching", "BranchingConfig", _branching_summary, flags=("out", "threads")),
+    "branch-rules": Study("branch rules on hop2 at equal trajectories and equal tool calls (docs/branch_rules.md)",
+                          "arpo.experiments.branch_rules", "BranchRulesConfig", _protocol_summary),
+}
 
 
 def register(sub) -> None:
+    studies = "\n".join(f"  {n:<20} {st.help}" for n, st in STUDIES.items())
+    fields = "; ".join(f"{n}: {st.module}.{st.config}" for n, st in STUDIES.items() if st.config)
     p = sub.add_parser("experiment", help="controlled experiments, e.g. ARPO vs GRPO on a generated tool task",
-                       description="Run a controlled experiment end to end with arpo's own pipeline.",
-                       epilog=EXAMPLES, formatter_class=HELP)
-    p.add_argument("name", choices=["arpo-vs-grpo", "svamp-arpo-vs-grpo", "hop2-arpo-vs-grpo", "hop2-stats",
-                                    "branching", "branch-rules"])
+                       description="Run a controlled experiment end to end with arpo's own pipeline.\n\n"
+                                   f"studies:\n{studies}",
+                       epilog=EXAMPLES.format(fields=fields), formatter_class=HELP)
+    p.add_argument("name", choices=list(STUDIES), metavar="NAME", help="the study, one of those listed above")
     p.add_argument("--seeds", type=POS_INT, default=None, help="RL seeds per method (default 3; --quick: 1)")
     p.add_argument("--steps", type=POS_INT, default=None, help="RL steps per run (default 40; svamp: 30)")
     p.add_argument("--out", default=None, help="output dir (default runs/experiments/arpo_vs_grpo)")
@@ -60,86 +137,27 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from arpo.config import from_dict, parse_overrides
-
-    # one of two experiments, each with its own config class and run()
-    ExperimentConfig: type[svamp.SvampExperimentConfig] | type[arpo_vs_grpo.ExperimentConfig]
-    run_experiment: Callable[[svamp.SvampExperimentConfig], dict] | Callable[[arpo_vs_grpo.ExperimentConfig], dict]
-
-    if args.name == "branching":
-        return run_branching(args)
-    if args.name in ("hop2-arpo-vs-grpo", "branch-rules"):
-        return run_hop2(args)
-    if args.name == "hop2-stats":
-        return run_hop2_stats(args)
-    if args.name == "svamp-arpo-vs-grpo":
-        from arpo.experiments.svamp import SvampExperimentConfig as ExperimentConfig
-        from arpo.experiments.svamp import run as run_experiment
-    else:
-        from arpo.experiments.arpo_vs_grpo import ExperimentConfig
-        from arpo.experiments.arpo_vs_grpo import run as run_experiment
-
-    over = parse_overrides(list(args.overrides) + list(args.more))
-    for key in ("seeds", "steps", "out", "threads"):
-        if getattr(args, key) is not None:
-            over[key] = getattr(args, key)
-    if args.quick:
-        base = ExperimentConfig.quick()
-        cfg = from_dict(ExperimentConfig, {**_fields(base), **over})
-        if "out" not in over:
-            cfg.out = cfg.out + "_quick"
-    else:
-        cfg = from_dict(ExperimentConfig, over)
-    res = run_experiment(cfg)
-    s = res["summary"]
-    print(json.dumps({"out": cfg.out, "wall_seconds": round(res["wall_seconds"], 1),
-                      "start_accuracy": s["start_accuracy"], "target_accuracy": s.get("target_accuracy"),
-                      "tool_call_ratio": s.get("tool_call_ratio"),
-                      **({"per_seed_ratio_spread": s["per_seed_ratio_spread"]} if "per_seed_ratio_spread" in s else {}),
-                      **{m: s[m] for m in cfg.methods if m in s}}, indent=1, default=str))
-    return 0
-
-
-def run_hop2(args) -> int:
-    """hop2-arpo-vs-grpo and branch-rules: dev statistics always; test only with report_test=true
-    (experiments/hop2.py, experiments/branch_rules.py)."""
-    from arpo.config import from_dict, parse_overrides
-    from arpo.experiments import branch_rules, hop2
-
-    Hop2ExperimentConfig: type[hop2.Hop2ExperimentConfig] = hop2.Hop2ExperimentConfig
-    run_experiment: Callable[..., dict] = hop2.run
-    if args.name == "branch-rules":
-        Hop2ExperimentConfig, run_experiment = branch_rules.BranchRulesConfig, branch_rules.run
-
-    over = parse_overrides(list(args.overrides) + list(args.more))
-    for key in ("seeds", "steps", "out", "threads"):
-        if getattr(args, key) is not None:
-            over[key] = getattr(args, key)
-    if args.quick:
-        cfg = from_dict(Hop2ExperimentConfig, {**_fields(Hop2ExperimentConfig.quick()), **over})
-        if "out" not in over:
-            cfg.out = cfg.out + "_quick"
-    else:
-        cfg = from_dict(Hop2ExperimentConfig, over)
-    res = run_experiment(cfg)
-    print(json.dumps({"out": cfg.out, "wall_seconds": round(res["wall_seconds"], 1), "start_dev": res["start_dev"],
-                      "dev": res["dev"], "test": res["test"],
-                      **({"matched_calls": res["matched_calls"]} if "matched_calls" in res else {})},
-                     indent=1, default=str))
-    return 0
-
-
-def run_hop2_stats(args) -> int:
-    """hop2-stats: recompute the statistics section of a hop2 results.json (experiments/hop2_stats.py)."""
-    from pathlib import Path
-
     from arpo.errors import ArpoError
-    from arpo.experiments.hop2_report import report
-    from arpo.experiments.hop2_stats import recompute
 
-    if not args.results:
-        raise ArpoError("hop2-stats needs --results PATH (a results.json of hop2-arpo-vs-grpo)")
-    recompute(args.results)
-    print(report(json.loads(Path(args.results).read_text())), end="")  # the tables docs/experiment_hop2.md quotes
+    study = STUDIES[args.name]
+    if study.command is not None:
+        return study.command(args)
+    over = parse_overrides(list(args.overrides) + list(args.more))
+    for key in study.flags:
+        if getattr(args, key) is not None:
+            over[key] = getattr(args, key)
+    cls = study.config_class()
+    if args.quick:
+        base = study.quick()
+        if base is None:
+            raise ArpoError(f"--quick: {args.name} has no smoke-test config; set its fields as key=value instead")
+        cfg = from_dict(cls, {**_fields(base), **over})
+        if "out" not in over:
+            cfg.out = cfg.out + "_quick"
+    else:
+        cfg = from_dict(cls, over)
+    res = study.run(cfg)
+    print(json.dumps(study.printed(res, cfg), indent=1, default=str))
     return 0
 
 
@@ -147,22 +165,3 @@ def _fields(cfg) -> dict:
     import dataclasses
 
     return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
-
-
-def run_branching(args) -> int:
-    from arpo.config import from_dict, parse_overrides
-    from arpo.experiments.branching import BranchingConfig
-    from arpo.experiments.branching import run as run_study
-
-    over = parse_overrides(list(args.overrides) + list(args.more))
-    for key in ("out", "threads"):
-        if getattr(args, key) is not None:
-            over[key] = getattr(args, key)
-    cfg = from_dict(BranchingConfig, over)
-    res = run_study(cfg)
-    keys = ("branch_rate", "branches", "delta_entropy_mean", "initial_entropy_mean", "post_tool_entropy_mean",
-            "mixed_groups", "branch_share_in_mixed", "branch_outcome_differs", "corr_p_branch_outcome_var")
-    print(json.dumps({"out": cfg.out, "wall_seconds": round(res["wall_seconds"], 1),
-                      "models": {m: {n: {k: r[k] for k in keys} for n, r in rs.items()}
-                                 for m, rs in res["models"].items()}}, indent=1, default=str))
-    return 0

@@ -46,11 +46,24 @@ _VOWELS = ["a", "e", "i", "o", "u", "ai", "ou"]
 _CODAS = ["", "n", "r", "l", "s", "m", "nd", "rk"]
 
 
-def _name(rng: random.Random) -> str:
-    return "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS) for _ in range(2)).capitalize()
+def _name(rng: random.Random, codas: list[str], syllables: int | tuple[int, ...]) -> str:
+    n = syllables if isinstance(syllables, int) else rng.choice(syllables)  # a fixed count draws nothing
+    return "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(codas) for _ in range(n)).capitalize()
 
 
-def _derangement(rng: random.Random, names: list[str], avoid: dict[str, str] | None = None) -> dict[str, str]:
+def town_names(rng: random.Random, n: int, codas: list[str] = _CODAS,
+               syllables: int | tuple[int, ...] = 2) -> list[str]:
+    """`n` distinct made-up names of 4-10 letters, each `syllables` onset+vowel+coda syllables (a tuple:
+    the count drawn from it per name), drawn from `rng` in order (experiments/kbenv.py's towns too)."""
+    names: list[str] = []
+    while len(names) < n:
+        nm = _name(rng, codas, syllables)
+        if 4 <= len(nm) <= 10 and nm not in names:
+            names.append(nm)
+    return names
+
+
+def derangement(rng: random.Random, names: list[str], avoid: dict[str, str] | None = None) -> dict[str, str]:
     """A random map name -> other name, a permutation with no fixed point (and != avoid[name])."""
     while True:
         perm = names[:]
@@ -64,13 +77,9 @@ def make_kb(n: int = N_TOWNS, seed: int = SEED) -> list[dict]:
     letters), twin and rival derangements (twin != rival), numbers distinct per attribute, `facts`
     the page's sentences in their shuffled order."""
     rng = random.Random(f"hop2-kb:{seed}")
-    names: list[str] = []
-    while len(names) < n:
-        nm = _name(rng)
-        if 4 <= len(nm) <= 10 and nm not in names:
-            names.append(nm)
-    twin = _derangement(rng, names)
-    rival = _derangement(rng, names, avoid=twin)
+    names = town_names(rng, n)
+    twin = derangement(rng, names)
+    rival = derangement(rng, names, avoid=twin)
     values = {a: rng.sample(range(lo, hi + 1), n) for a, (lo, hi) in RANGES.items()}
     towns = []
     for i, nm in enumerate(names):

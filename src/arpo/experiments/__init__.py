@@ -1,5 +1,8 @@
 """Controlled experiments that run arpo's real pipeline end to end on small, fast tasks.
 
+    common.py        what the studies share: the run preamble and record, the RL runs of svamp.py /
+                     hop2.py / branch_rules.py (train_config, run_rl, cached evaluations), the
+                     tool-call-ratio analysis (summarize)
     kbenv.py         a procedurally generated tool environment (multi-hop questions over a
                      fictional knowledge base: `<search>` for facts, `<python>` for arithmetic),
                      its scripted expert traces, a small tokenizer and a from-scratch Llama
@@ -15,11 +18,3 @@
                      (`arpo experiment hop2-stats`); hop2_report.py renders its tables
 """
 
-
-def stop_if_signalled(res: dict) -> dict:
-    """A train/sft run that Ctrl-C or SIGTERM stopped (it wrote its checkpoint) ends the whole
-    experiment, as the signal asked: KeyboardInterrupt (the CLI: 'interrupted', exit 130). An
-    experiment used to go on with its next segment and run after each stop."""
-    if res.get("stopped_by"):
-        raise KeyboardInterrupt
-    return res

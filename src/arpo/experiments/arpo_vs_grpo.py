@@ -46,7 +46,8 @@ from pathlib import Path
 from typing import Any
 
 from arpo.errors import ArpoError
-from arpo.experiments import kbenv, stop_if_signalled
+from arpo.experiments import kbenv
+from arpo.experiments.common import check_methods, log, start_run, stop_if_signalled, summarize
 from arpo.provenance import provenance
 from arpo.settings import ToolsConfig
 from arpo.tools.registry import ToolRegistry
@@ -114,20 +115,6 @@ class ExperimentConfig:
         return cls(**base)
 
 
-def check_methods(methods: list[str], key: str = "methods") -> None:
-    """The experiments' `methods`: algo presets (algos/presets.py), at least one, none twice (`methods=[]`
-    failed after the SFT with an IndexError). ArpoError naming the key."""
-    from arpo.algos.presets import PRESETS
-    from arpo.errors import require
-
-    require(isinstance(methods, list) and len(methods) >= 1, key,
-            f"needs at least one algo preset, e.g. [arpo,grpo] (got {methods!r})")
-    for m in methods:
-        require(m in PRESETS, key, f"unknown algo preset {m!r}; valid: {', '.join(sorted(PRESETS))}")
-    twice = sorted({m for m in methods if methods.count(m) > 1})
-    require(not twice, key, f"{', '.join(twice)} given twice; each method once")
-
-
 # ---- tool-call counting --------------------------------------------------------------------------
 class CountingRegistry(ToolRegistry):
     """The tools of `inner`, counting every call handed to `run` (thread-safe). `close` is a no-op:
@@ -162,10 +149,6 @@ class CountingToolsConfig(ToolsConfig):
 
 
 # ---- the stages ----------------------------------------------------------------------------------
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
 def prepare_env(cfg: ExperimentConfig, out: Path) -> dict:
     """KB, index, question sets and expert SFT traces; returns paths, examples and counts."""
     kb = kbenv.make_kb(cfg.n_towns, cfg.env_seed)
@@ -320,83 +303,7 @@ def run_rl(cfg: ExperimentConfig, method: str, seed: int, sft_model: str, env: d
             "seconds": time.perf_counter() - t0}
 
 
-# ---- analysis ------------------------------------------------------------------------------------
-def calls_to_reach(calls: list[float], accs: list[float], target: float) -> float | None:
-    """Tool calls at which the curve first reaches `target` (linear interpolation), None if never."""
-    for i, a in enumerate(accs):
-        if a >= target - 1e-12:
-            if i == 0:
-                return float(calls[0])
-            a0, c0, c1 = accs[i - 1], calls[i - 1], calls[i]
-            return float(c0 + (c1 - c0) * (target - a0) / (a - a0))
-    return None
-
-
-def mean_curve(runs: list[dict]) -> dict:
-    """Seed mean / std / min / max of accuracy and mean cumulative calls at each evaluation step (std:
-    the sample sd, ddof 1, over seeds; 0 for one seed)."""
-
-    def sd(xs: list[float]) -> float:
-        return statistics.stdev(xs) if len(xs) > 1 else 0.0
-
-    n = min(len(r["curve"]) for r in runs)
-    keys = ("step", "accuracy_mean", "accuracy_std", "accuracy_min", "accuracy_max", "tool_calls_mean",
-            "tool_calls_std", "heldout_accuracy_mean", "heldout_accuracy_std")
-    out: dict[str, list[float | None]] = {k: [] for k in keys}  # held-out: None where no run measured it
-    for i in range(n):
-        accs = [r["curve"][i]["accuracy"] for r in runs]
-        calls = [r["curve"][i]["tool_calls"] for r in runs]
-        out["step"].append(runs[0]["curve"][i]["step"])
-        out["accuracy_mean"].append(statistics.fmean(accs))
-        out["accuracy_std"].append(sd(accs))
-        out["accuracy_min"].append(min(accs))
-        out["accuracy_max"].append(max(accs))
-        out["tool_calls_mean"].append(statistics.fmean(calls))
-        out["tool_calls_std"].append(sd(calls))
-        held = [r["curve"][i]["heldout_accuracy"] for r in runs if "heldout_accuracy" in r["curve"][i]]
-        out["heldout_accuracy_mean"].append(statistics.fmean(held) if held else None)
-        out["heldout_accuracy_std"].append(sd(held) if held else None)
-    return out
-
-
-def summarize(runs: dict[str, list[dict]], start_acc: float, a: str = "arpo", b: str = "grpo") -> dict:
-    """Per-method mean curves and the tool-call ratio a/b at the common target accuracy."""
-    curves = {m: mean_curve(rs) for m, rs in runs.items()}
-    s: dict = {"curves": curves, "start_accuracy": start_acc}
-    for m, c in curves.items():
-        s[m] = {"final_accuracy_mean": c["accuracy_mean"][-1], "final_accuracy_std": c["accuracy_std"][-1],
-                "final_heldout_accuracy_mean": c["heldout_accuracy_mean"][-1],
-                "best_accuracy_mean": max(c["accuracy_mean"]), "total_tool_calls_mean": c["tool_calls_mean"][-1],
-                "tool_calls_per_step_mean": c["tool_calls_mean"][-1] / max(1, c["step"][-1])}
-    if a not in curves or b not in curves:
-        return s
-    ca, cb = curves[a], curves[b]
-    target = min(max(ca["accuracy_mean"]), max(cb["accuracy_mean"]))
-    s["per_step_tool_call_ratio"] = s[a]["total_tool_calls_mean"] / max(1e-9, s[b]["total_tool_calls_mean"])
-    levels = {}
-    for frac in (0.25, 0.5, 0.75, 1.0):
-        x = start_acc + frac * (target - start_acc)
-        na = calls_to_reach(ca["tool_calls_mean"], ca["accuracy_mean"], x)
-        nb = calls_to_reach(cb["tool_calls_mean"], cb["accuracy_mean"], x)
-        levels[f"{frac:.2f}"] = {"accuracy": x, f"calls_{a}": na, f"calls_{b}": nb,
-                                 "ratio": na / nb if na is not None and nb else None}
-    s["target_accuracy"] = target
-    s["improvement_over_sft"] = target - start_acc
-    s["ratio_levels"] = levels
-    s["tool_call_ratio"] = levels["1.00"]["ratio"] if target > start_acc + 1e-9 else None
-    pairs = []
-    for ra, rb in zip(runs[a], runs[b], strict=True):
-        acc_a = [p["accuracy"] for p in ra["curve"]]
-        acc_b = [p["accuracy"] for p in rb["curve"]]
-        x = min(max(acc_a), max(acc_b))
-        na = calls_to_reach([p["tool_calls"] for p in ra["curve"]], acc_a, x)
-        nb = calls_to_reach([p["tool_calls"] for p in rb["curve"]], acc_b, x)
-        pairs.append({"seed": ra["seed"], "target_accuracy": x, f"calls_{a}": na, f"calls_{b}": nb,
-                      "ratio": na / nb if (na is not None and nb and x > start_acc + 1e-9) else None})
-    s["per_seed_ratio"] = pairs
-    return s
-
-
+# ---- figures -------------------------------------------------------------------------------------
 def plot(results: dict, out: Path) -> list[Path]:
     import matplotlib
 
@@ -444,14 +351,7 @@ def plot(results: dict, out: Path) -> list[Path]:
 
 # ---- the experiment ------------------------------------------------------------------------------
 def run(cfg: ExperimentConfig) -> dict:
-    import os
-
-    import torch
-
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    torch.set_num_threads(cfg.threads)
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = start_run(cfg.out, cfg.threads)
     t0 = time.perf_counter()
     env = prepare_env(cfg, out)
     log(f"env: {cfg.n_towns} towns, {len(env['sft_rows'])} expert traces ({env['sft_dropped']} dropped), "

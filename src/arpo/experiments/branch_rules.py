@@ -7,7 +7,7 @@ calls (issue 41; docs/branch_rules.md):
 It is hop2's experiment (experiments/hop2.py: SFT, RL per seed and arm, dev curves, the step chosen
 on dev, test once through protocol.Ledger, the seed- and cluster-aware `statistics` of hop2_stats.py,
 calls to reach an accuracy, and analysis/branches.py's branch placement and outcome changes per arm)
-with arms `preset@rule`: the preset with `rollout.branch_rule: rule` (experiments/svamp.train_config).
+with arms `preset@rule`: the preset with `rollout.branch_rule: rule` (experiments/common.train_config).
 Every arm has the same M trajectories per prompt and the same prompts at each step (same seeds).
 The last arm is the base of every comparison (default: arpo, the paper's rule).
 

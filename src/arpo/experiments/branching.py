@@ -33,8 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from arpo.experiments.arpo_vs_grpo import log
-from arpo.provenance import provenance
+from arpo.experiments.common import log, run_record, start_run
 
 # name -> RolloutConfig overrides; the defaults of RolloutConfig are the paper's settings
 DEFAULT_SETTINGS: dict[str, dict] = {
@@ -198,22 +197,14 @@ def plot(results: dict, out: Path) -> Path:
 
 
 def run(cfg: BranchingConfig) -> dict:
-    import os
-
-    import torch
-
     from arpo.data.datasets import load_examples
 
-    torch.set_num_threads(cfg.threads)
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = start_run(cfg.out, cfg.threads)
     examples = load_examples(cfg.data)
     t0 = time.perf_counter()
     results: dict[str, Any] = {"settings": dict(cfg.settings), "config": dataclasses.asdict(cfg),
                "models": {m: measure(m, cfg, examples) for m in cfg.models}}
-    results["wall_seconds"] = time.perf_counter() - t0
-    results["load_average_at_end"] = os.getloadavg()
-    results["provenance"] = provenance()
+    results.update(run_record(t0))  # wall_seconds, load_average_at_end, provenance
     results["plot"] = str(plot(results, out))
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
     return results

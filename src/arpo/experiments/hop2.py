@@ -2,12 +2,12 @@
 
     arpo experiment hop2-arpo-vs-grpo [--seeds 3] [--steps 20] [--out DIR] [report_test=true]
 
-The pipeline (svamp.py's, on hop2's data, tool and template):
+The pipeline (common.py's RL runs, as svamp.py's, on hop2's data, tool and template):
 
     scripted two-lookup trajectories of hop2:train[0:sft_n] through the real `lookup` tool
       ─► SFT of the embedded SmolLM2-135M (sft_config) ─► for seed, for method: RL on
          hop2:train[sft_n:] (train_config, identical but for algo.preset and the seed), every
-         `eval_every` steps greedy accuracy on **dev** (svamp.run_rl: exact resumes, cached evaluations)
+         `eval_every` steps greedy accuracy on **dev** (common.run_rl: exact resumes, cached evaluations)
       ─► selection on dev, per method: the eval step with the best seed-mean dev accuracy (ties: the
          earlier step) ─► results.json: dev statistics (protocol.py: bootstrap intervals over questions,
          sample sd over seeds, paired wins / losses between arms, the training tool-call ratio with a
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -33,17 +32,16 @@ from typing import Any
 
 from arpo.analysis import branches
 from arpo.errors import ArpoError
-from arpo.experiments import hop2_figures, hop2_report, hop2_stats, svamp
+from arpo.experiments import common, hop2_figures, hop2_report, hop2_stats
 from arpo.experiments import protocol as P
-from arpo.experiments.arpo_vs_grpo import log
-from arpo.provenance import provenance
+from arpo.experiments.common import log
 from arpo.recipes.sft_data import hop2_sft_rows
 from arpo.training.rollout_log import read_run_trees
 
 
 # ---- the experiment ------------------------------------------------------------------------------
 @dataclass
-class Hop2ExperimentConfig(svamp.SvampExperimentConfig):
+class Hop2ExperimentConfig(common.RLStudyConfig):
     out: str = "runs/experiments/hop2_arpo_vs_grpo"
     methods: list[str] = field(default_factory=lambda: ["arpo", "grpo"])  # e.g. [arpo,grpo,aepo]
     sft_config: str = "configs/sft_quickstart.yaml"
@@ -177,14 +175,9 @@ def tool_call_ratio(runs: dict[str, list[dict]], cfg: Hop2ExperimentConfig) -> d
 
 
 def run(cfg: Hop2ExperimentConfig) -> dict:
-    import torch
-
     from arpo.data.datasets import load_examples
 
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    torch.set_num_threads(cfg.threads)
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = common.start_run(cfg.out, cfg.threads)
     ledger = P.Ledger(out / "protocol.json")
     done = ledger.frozen if ledger.data.get("test_reported_for") else None
     if cfg.report_test and done is not None and done["selection"]["settings"] != _frozen_settings(cfg):
@@ -198,14 +191,14 @@ def run(cfg: Hop2ExperimentConfig) -> dict:
         log(f"SFT{' (reused)' if sft.get('reused') else ''}: {sft['rows']} scripted rows, {sft['steps']} steps, "
             f"loss {sft['final_loss']:.3f} ({sft['seconds']:.0f} s) -> {sft['model']}")
     dev = load_examples(cfg.eval_data)
-    tc0 = svamp.train_config(cfg, sft["model"], cfg.methods[0], 0, out / "rl" / "_")
-    m0, recs0 = svamp.cached_eval(out, 0, sft["model"], tc0, cfg, dev)
-    start = {"point": svamp.point(m0, recs0), "records": recs0}
+    tc0 = common.train_config(cfg, sft["model"], cfg.methods[0], 0, out / "rl" / "_")
+    m0, recs0 = common.cached_eval(out, 0, sft["model"], tc0, cfg, dev)
+    start = {"point": common.point(m0, recs0), "records": recs0}
     log(f"SFT start: dev {m0['pass@1']:.3f} on {len(dev)} questions")
     runs: dict[str, list[dict]] = {mt: [] for mt in cfg.methods}
     for seed in range(cfg.seeds):  # interleaved: a cut-short run still has every method
         for mt in cfg.methods:
-            runs[mt].append(svamp.run_rl(cfg, mt, seed, sft["model"], dev, start, out))
+            runs[mt].append(common.run_rl(cfg, mt, seed, sft["model"], dev, start, out))
     selection = select_steps(runs)
 
     def records(split_cfg, step_of) -> dict[str, list[list[dict]]]:
@@ -215,10 +208,11 @@ def run(cfg: Hop2ExperimentConfig) -> dict:
             for seed in range(cfg.seeds):
                 run_dir = out / "rl" / f"{mt}_seed{seed}"
                 model = run_dir / "checkpoints" / f"step_{step_of[mt]:06d}" / "model"
-                tc = svamp.train_config(split_cfg, sft["model"], mt, seed, run_dir)
+                tc = common.train_config(split_cfg, sft["model"], mt, seed, run_dir)
                 where = run_dir if split_cfg.eval_data == cfg.eval_data else run_dir / "test_eval"
                 where.mkdir(parents=True, exist_ok=True)
-                got[mt].append(svamp.cached_eval(where, step_of[mt], str(model), tc, split_cfg, examples(split_cfg))[1])
+                got[mt].append(common.cached_eval(where, step_of[mt], str(model), tc, split_cfg,
+                                                  examples(split_cfg))[1])
         return got
 
     cache: dict[str, list] = {}
@@ -237,7 +231,7 @@ def run(cfg: Hop2ExperimentConfig) -> dict:
                       step=selection[mt], data=cfg.eval_data)
     branching = branching_study(out, cfg)
     results: dict[str, Any] = {"settings": dataclasses.asdict(cfg), "sft": sft, "start_dev": start["point"],
-                               "runs": runs, "summary": svamp.summarize(runs, start["point"]["accuracy"])
+                               "runs": runs, "summary": common.summarize(runs, start["point"]["accuracy"])
                                if len(cfg.methods) >= 2 and {"arpo", "grpo"} <= set(cfg.methods) else {},
                                "dev": dev_stats, "branching": branching}
     if cfg.report_test:
@@ -255,9 +249,7 @@ def run(cfg: Hop2ExperimentConfig) -> dict:
         log(f"test not evaluated: selection on dev is {selection}; rerun with report_test=true to freeze it and "
             f"report {cfg.test_data} once")
     results["statistics"] = hop2_stats.statistics(results)
-    results["wall_seconds"] = time.perf_counter() - t0
-    results["load_average_at_end"] = os.getloadavg()
-    results["provenance"] = provenance()
+    results.update(common.run_record(t0))  # wall_seconds, load_average_at_end, provenance
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
     (out / "report.md").write_text(hop2_report.report(results))
     results["figures"] = [str(p) for p in hop2_figures.plot(results, out)]

@@ -18,7 +18,7 @@ Every interval says what it resampled (`resampled`) and every test its independe
   steps), the steps-only interval as reported, the per-seed ratios and their sign-flip test;
 * calls to reach an accuracy (the paper's metric): cumulative training tool calls at which each arm's
   seed-mean dev curve first reaches 25 / 50 / 75 / 100 % of the way from the SFT start to the highest
-  accuracy both reach (arpo_vs_grpo.summarize), and per seed pair.
+  accuracy both reach (common.summarize), and per seed pair.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pathlib import Path
 
 from arpo.errors import ArpoError
 from arpo.experiments import clustered as C
-from arpo.experiments.arpo_vs_grpo import summarize
+from arpo.experiments.common import summarize
 
 QUESTION_PAIRED = "question (as independent; per-question accuracy averaged over seeds)"
 QUESTION_BOOTSTRAP = "questions as independent units (per-question accuracy averaged over seeds); no seed variance"
@@ -119,7 +119,7 @@ def tool_calls_section(results: dict, methods: list[str], opts: dict) -> dict:
 
 
 def calls_to_accuracy(results: dict, methods: list[str]) -> dict:
-    """Per method vs the base: arpo_vs_grpo.summarize's calls-to-reach levels (seed-mean curves of dev
+    """Per method vs the base: common.summarize's calls-to-reach levels (seed-mean curves of dev
     accuracy against cumulative training calls, linear interpolation) and per seed pair."""
     base, out = methods[-1], {}
     for m in methods[:-1]:

@@ -36,6 +36,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
+from arpo.data import hop2
+
 ATTRIBUTES = ("population", "elevation", "area")
 RANGES = {"population": (100, 999), "elevation": (100, 999), "area": (10, 99)}
 OPS = {"plus": "+", "minus": "-", "times": "*"}
@@ -49,9 +51,7 @@ USER_ONLY_TEMPLATE = (
     "+ message['content'] + '<|im_end|>' + '\\n'}}{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
-_ONSETS = ["b", "c", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "gr", "st",
-           "tr", "sh", "th"]
-_VOWELS = ["a", "e", "i", "o", "u", "ai", "ou"]
+# town names: data/hop2.py's generator with one more coda and 2-3 syllables (the KB of seed s is unchanged)
 _CODAS = ["", "n", "r", "l", "s", "m", "th", "nd", "rk"]
 
 
@@ -85,26 +85,13 @@ class KB:
         return [self.document(t) for t in self.towns]
 
 
-def _name(rng: random.Random) -> str:
-    n = rng.choice((2, 2, 3))
-    return "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS) for _ in range(n)).capitalize()
-
-
 def make_kb(n_towns: int = 40, seed: int = 0) -> KB:
     """`n_towns` towns with distinct names, random attributes and a twin each (a random derangement:
     nobody is their own twin; twinship is not symmetric in general)."""
     rng = random.Random(f"kb:{seed}")
-    names: list[str] = []
-    while len(names) < n_towns:
-        nm = _name(rng)
-        if 4 <= len(nm) <= 10 and nm not in names:
-            names.append(nm)
-    while True:
-        perm = names[:]
-        rng.shuffle(perm)
-        if all(a != b for a, b in zip(names, perm, strict=True)):
-            break
-    return KB([_town(rng, nm, tw) for nm, tw in zip(names, perm, strict=True)], seed)
+    names = hop2.town_names(rng, n_towns, codas=_CODAS, syllables=(2, 2, 3))
+    twin = hop2.derangement(rng, names)
+    return KB([_town(rng, nm, twin[nm]) for nm in names], seed)
 
 
 def _town(rng: random.Random, name: str, twin: str) -> Town:

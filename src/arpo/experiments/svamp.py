@@ -16,7 +16,7 @@ The pipeline, all of it arpo's own recipes and configs:
 Tool calls are the training metric `tool_calls_issued` (training/rollout_metrics.py): every call a training
 rollout ran, a branch's inherited prefix calls counted once — the saving ARPO claims. The analysis
 (tool-call ratio at the highest accuracy both methods' seed means reach, also per seed pair) is
-experiments/arpo_vs_grpo.summarize; each run's final checkpoint is also compared with the SFT start
+experiments/common.summarize; each run's final checkpoint is also compared with the SFT start
 question by question (eval/paired.py: newly solved vs newly failed).
 """
 
@@ -24,44 +24,34 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from arpo.experiments import stop_if_signalled
-from arpo.experiments.arpo_vs_grpo import check_methods, log, summarize
-from arpo.provenance import provenance
+from arpo.experiments.common import (
+    RLStudyConfig,
+    cached_eval,
+    log,
+    point,
+    run_record,
+    run_rl,
+    start_run,
+    stop_if_signalled,
+    summarize,
+    train_config,
+)
 
 
 @dataclass
-class SvampExperimentConfig:
+class SvampExperimentConfig(RLStudyConfig):
+    """common.RLStudyConfig with SVAMP's data and RL config (its other defaults are SVAMP's too)."""
+
     out: str = "runs/experiments/svamp_arpo_vs_grpo"  # results.json, PNGs, sft/, rl/
-    methods: list[str] = field(default_factory=lambda: ["arpo", "grpo"])  # algo presets
-    seeds: int = 3  # RL seeds per method (0 .. seeds-1)
-    threads: int = 2  # torch CPU threads
-    # the SFT start: an existing model (a dir, a run dir), or SFT from sft_config on sft_data
-    sft_from: str | None = None
-    sft_config: str = "configs/sft_quickstart.yaml"
     sft_data: str = "svamp:train[0:160]"  # `arpo sft-data svamp` rows made from these problems
-    sft_overrides: list[str] = field(default_factory=list)  # key=value on sft_config
-    # RL: train_config with these overrides; each run sets algo.preset, run.seed, run.dir, steps
     train_config: str = "configs/svamp_rl.yaml"
-    train_overrides: list[str] = field(default_factory=list)
-    steps: int = 30
-    # held-out evaluation (greedy): SVAMP test problems, never trained on
-    eval_data: str = "svamp:test[0:300]"
-    eval_every: int = 10
-    eval_batch: int = 64
-
-    def validate(self) -> None:
-        from arpo.errors import require
-
-        for key in ("seeds", "steps", "threads", "eval_every"):
-            require(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
-        check_methods(self.methods)
+    eval_data: str = "svamp:test[0:300]"  # held-out SVAMP test problems, never trained on
 
     @classmethod
     def quick(cls, **over) -> SvampExperimentConfig:
@@ -73,40 +63,6 @@ class SvampExperimentConfig:
                                      "agent.max_response_tokens=24", "rollout.branch_threshold=0.0"])
         base.update(over)
         return cls(**base)
-
-
-def train_config(cfg: SvampExperimentConfig, sft_model: str, method: str, seed: int, run_dir: Path):
-    from arpo.config import load_config
-    from arpo.recipes import train
-
-    preset, _, rule = method.partition("@")  # an arm `preset@rule`: that preset with rollout.branch_rule=rule
-    over = list(cfg.train_overrides) + [f"model.name={sft_model}", f"algo.preset={preset}", f"run.seed={seed}",
-                                        f"rollout.seed={seed}", f"run.dir={run_dir}", f"run.threads={cfg.threads}",
-                                        "run.tensorboard=false", "validation.path=null"]
-    over += [f"rollout.branch_rule={rule}"] if rule else []
-    tc = load_config(train.TrainConfig, cfg.train_config, over)
-    tc.run.save_every = cfg.eval_every
-    tc.run.keep_checkpoints = getattr(cfg, "keep_checkpoints", 1)  # hop2.py keeps each eval step's
-    return tc
-
-
-def evaluate_model(model_dir: str, tc, cfg: SvampExperimentConfig, examples: list[dict]) -> tuple[dict, list]:
-    """Greedy held-out metrics and per-question records, with the RL config's agent and template."""
-    from arpo.engine.hf import HFEngine
-    from arpo.eval.evaluate import evaluate
-    from arpo.models import load_model
-    from arpo.rewards import get_reward_fn
-
-    model, tok = load_model(model_dir, device="cpu", dtype="float32")
-    tools = tc.tools.build()
-    recs: list = []
-    try:
-        m = evaluate(HFEngine(model, tok), tools, tok, examples, reward_fn=get_reward_fn(tc.reward.fn),
-                     agent=tc.agent, temperature=0.0, template=tc.data.template,
-                     batch_size=cfg.eval_batch, records_out=recs)
-    finally:
-        tools.close()
-    return m, recs
 
 
 def make_sft(cfg: SvampExperimentConfig, out: Path) -> dict:
@@ -124,109 +80,6 @@ def make_sft(cfg: SvampExperimentConfig, out: Path) -> dict:
     res = stop_if_signalled(sft_run(sc, overwrite=True, quiet=True))
     return {"model": res["model"], "data": stats, "steps": res["steps"], "final_loss": res["final_loss"],
             "seconds": time.perf_counter() - t0}
-
-
-def reusable_steps(run_dir: Path, tc, eval_steps: list[int]) -> list[int]:
-    """Eval steps whose checkpoint (or its cached evaluation) an earlier run of the same training config
-    left in run_dir.
-
-    A run dir is reused only when its config.yaml differs from `tc` in keys that do not change what is
-    trained (training/rundir.SAFE_ON_RESUME, plus run.dir): an interrupted experiment, or runs made
-    before with `arpo train` on the same config and seed, are evaluated instead of trained again."""
-    import dataclasses
-
-    import yaml
-
-    from arpo.training.rundir import unsafe_changes
-
-    saved = run_dir / "config.yaml"
-    if not saved.is_file():
-        return []
-    old = yaml.safe_load(saved.read_text()) or {}
-    tc = dataclasses.replace(tc, lora=tc.lora.resolve(tc.model.name))  # as train.run records it in config.yaml
-    if [c for c in unsafe_changes(old, dataclasses.asdict(tc)) if c[0] != "run.dir"]:
-        return []
-    have = []
-    for s in eval_steps:
-        model = run_dir / "checkpoints" / f"step_{s:06d}" / "model"
-        cache = run_dir / f"heldout_step_{s:06d}.json"  # evaluated before (its checkpoint may be rotated away)
-        if model.is_dir() or (cache.is_file() and json.loads(cache.read_text()).get("model") == str(model)):
-            have.append(s)
-    return have
-
-
-def cached_eval(run_dir: Path, step: int, model_dir: str, tc, cfg: SvampExperimentConfig, examples) -> tuple:
-    """evaluate_model, kept as run_dir/heldout_step_N.json so a rerun does not evaluate twice."""
-    from arpo.training.checkpoint import write_text_atomic
-
-    path = run_dir / f"heldout_step_{step:06d}.json"
-    if path.is_file():
-        d = json.loads(path.read_text())
-        if d.get("eval_data") == cfg.eval_data and d.get("model") == model_dir:
-            return d["metrics"], d["records"]
-    m, recs = evaluate_model(model_dir, tc, cfg, examples)
-    write_text_atomic(path, json.dumps({"eval_data": cfg.eval_data, "model": model_dir, "metrics": m, "records": recs},
-                                       default=str))
-    return m, recs
-
-
-def step_rows(run_dir: Path) -> list[dict]:
-    """metrics.jsonl's training-step rows, the last one of each step (a resumed run may repeat steps)."""
-    from arpo.training.logger import read_metrics
-
-    rows = {r["step"]: r for r in read_metrics(run_dir) if "step" in r and "reward_mean" in r}
-    return [rows[k] for k in sorted(rows)]
-
-
-def run_rl(cfg: SvampExperimentConfig, method: str, seed: int, sft_model: str, examples, start: dict,
-           out: Path) -> dict:
-    """One RL run in segments of eval_every steps, evaluated between segments. Checkpoints an earlier
-    run of the same config left in the run dir are evaluated, not trained again (reusable_steps)."""
-    from arpo.eval.paired import accuracy_interval, paired
-    from arpo.recipes import train
-
-    run_dir = out / "rl" / f"{method}_seed{seed}"
-    tc = train_config(cfg, sft_model, method, seed, run_dir)
-    ends = list(range(cfg.eval_every, cfg.steps + 1, cfg.eval_every))
-    have = reusable_steps(run_dir, tc, ends)
-    if not have:
-        shutil.rmtree(run_dir, ignore_errors=True)
-    else:
-        log(f"{method} seed {seed}: reusing the checkpoints of steps {have} in {run_dir}")
-    curve = [{"step": 0, "tool_calls": 0, **start["point"], "seconds": 0.0}]
-    t0, recs = time.perf_counter(), start["records"]
-    for end in ends:
-        ckpt = run_dir / "checkpoints" / f"step_{end:06d}"
-        if end not in have:
-            tc.steps = end
-            res = stop_if_signalled(train.run(tc, resume=(run_dir / "checkpoints").is_dir(), quiet=True))
-            ckpt = Path(res["checkpoint"])
-        m, recs = cached_eval(run_dir, end, str(ckpt / "model"), tc, cfg, examples)
-        rows = [r for r in step_rows(run_dir) if r["step"] <= end]
-        calls = sum(r.get("tool_calls_issued", 0) for r in rows)
-        curve.append({"step": end, "tool_calls": calls, **point(m, recs), "seconds": time.perf_counter() - t0})
-        log(f"{method} seed {seed} step {end}: held-out {m['pass@1']:.3f}  cumulative tool calls {calls}  "
-            f"train reward {rows[-1].get('reward_mean', float('nan')) if rows else float('nan'):.3f}")
-    keys = ("reward_mean", "accuracy", "format_error_rate", "tool_calls_per_traj", "tool_calls_issued", "branches",
-            "branch_decisions", "branch_rate", "delta_entropy", "trajectories", "response_length", "step_seconds",
-            "initial_entropy", "post_tool_entropy")
-    per_step = [{"step": r["step"], **{k: r[k] for k in keys if k in r}} for r in step_rows(run_dir)
-                if r["step"] <= cfg.steps]
-    return {"method": method, "seed": seed, "curve": curve, "per_step": per_step, "reused_steps": have,
-            "final_vs_sft": {k: v for k, v in paired(start["records"], recs).items() if not k.endswith("_ids")},
-            "final_interval": accuracy_interval(recs),
-            "branches_total": sum(r.get("branches", 0) for r in per_step),
-            "trajectories_total": sum(r.get("trajectories", 0) for r in per_step),
-            "seconds": time.perf_counter() - t0}
-
-
-def point(metrics: dict, recs: list) -> dict:
-    from arpo.eval.paired import accuracy_interval
-
-    ci = accuracy_interval(recs)
-    return {"accuracy": metrics["pass@1"], "ci_low": ci["ci_low"], "ci_high": ci["ci_high"],
-            "format_error_rate": metrics["format_error_rate"], "tool_calls_per_answer": metrics["tool_calls"],
-            "response_tokens": metrics["response_tokens"]}
 
 
 def seed_spread(summary: dict) -> dict:
@@ -344,16 +197,9 @@ def report(results: dict) -> str:
 
 
 def run(cfg: SvampExperimentConfig) -> dict:
-    import os
-
-    import torch
-
     from arpo.data.datasets import load_examples
 
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    torch.set_num_threads(cfg.threads)
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = start_run(cfg.out, cfg.threads)
     t0 = time.perf_counter()
     if cfg.sft_from:
         sft: dict[str, Any] = {"model": cfg.sft_from, "reused": True}
@@ -375,9 +221,7 @@ def run(cfg: SvampExperimentConfig) -> dict:
                "start": start["point"], "runs": runs}
     results["summary"] = summarize(runs, start["point"]["accuracy"])
     results["summary"]["per_seed_ratio_spread"] = seed_spread(results["summary"])
-    results["wall_seconds"] = time.perf_counter() - t0
-    results["load_average_at_end"] = os.getloadavg()
-    results["provenance"] = provenance()
+    results.update(run_record(t0))  # wall_seconds, load_average_at_end, provenance
     results["plots"] = [str(p) for p in plot(results, out)]
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
     (out / "report.md").write_text(report(results))
