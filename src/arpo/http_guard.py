@@ -89,6 +89,33 @@ def _default_error(status: int, message: str) -> dict:
     return {"detail": message, "message": message}
 
 
+DRAIN_BYTES = 16 * 2**20  # of a refused body, at most this much is read (and dropped) before the 413
+DRAIN_SECONDS = 10.0
+
+
+async def drain(receive, budget: int = DRAIN_BYTES, seconds: float = DRAIN_SECONDS) -> None:
+    """Read and drop the rest of a refused request's body (at most `budget` bytes, `seconds` long) before
+    the error is sent: a server that closes a socket with unread data sends a TCP reset, and a client
+    still sending its body then loses the 413 (httpx: "peer closed connection without sending complete
+    message body"). A larger or slower body is cut off as before."""
+    import asyncio
+
+    async def read() -> None:
+        left = budget
+        while left > 0:
+            msg = await receive()
+            if msg["type"] != "http.request":
+                return
+            left -= len(msg.get("body", b""))
+            if not msg.get("more_body", False):
+                return
+
+    try:
+        await asyncio.wait_for(read(), seconds)
+    except (TimeoutError, asyncio.TimeoutError):
+        pass
+
+
 class RequestGuard:
     """ASGI middleware: HTTP 400 for a Host not in `allowed` (None: any), HTTP 413 for a body over
     `max_body_bytes`; `error(status, message) -> dict` is the JSON error body (the app's own format)."""
@@ -119,6 +146,7 @@ class RequestGuard:
         except ValueError:
             return await self._reply(send, 400, "invalid Content-Length header")
         if length > limit:
+            await drain(receive)
             return await self._reply(send, 413, too_big)
         seen = 0
         started = False
@@ -143,6 +171,7 @@ class RequestGuard:
         except BodyTooLarge as e:  # raised where no handler turned it into a response
             if started:
                 raise
+            await drain(receive)
             await self._reply(send, 413, str(e.detail))
 
 

@@ -218,8 +218,21 @@ def test_servers_print_the_warning_on_all_interfaces(index, site, monkeypatch, c
     from arpo.web import server as web
 
     runs = []
+
+    class Listening:  # what arpo.ports.listen returns, without listening anywhere
+        def __init__(self, port):
+            self.port = port
+
+        def getsockname(self):
+            return ("0.0.0.0", self.port)
+
+        def close(self):
+            pass
+
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: runs.append(kw))
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: runs.append({"sockets": sockets}))
     monkeypatch.setattr(arpo.ports, "require_port_free", lambda host, port: None)
+    monkeypatch.setattr(arpo.ports, "listen", lambda host, port: Listening(port))
     monkeypatch.delenv("ARPO_RETRIEVER_KEY", raising=False)
     web.serve(site, host="0.0.0.0", port=18090)
     assert "WARNING: arpo web serve listens on every network interface (port 18090)" in capsys.readouterr().err
