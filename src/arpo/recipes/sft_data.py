@@ -356,7 +356,7 @@ def build_sft_dataset(task: str, in_path: str, out_path: str, limit: int | None 
     p = in_path  # a data spec: built-in name (gsm8k:train), file, glob or hf:...
     tcfg = tools_cfg or tools_defaults("sft-data")
     if task == "hop2":
-        return _hop2_dataset(p, out_path, limit, tcfg)
+        return _hop2_dataset(p, out_path, limit, tcfg, progress)
     tools = replace(tcfg, enabled=["search"] if task == "hotpotqa" else ["python"], mcp=[], options={}).build()
     try:
         if task in ("gsm8k", "svamp"):
@@ -381,19 +381,19 @@ def build_sft_dataset(task: str, in_path: str, out_path: str, limit: int | None 
     return _stats(rows, reasons, _write(out_path, rows, reasons))
 
 
-def _hop2_dataset(data: str, out_path: str, limit: int | None, tools_cfg: ToolsConfig) -> dict:
-    """hop2's scripted trajectories (hop2_sft_rows) of the first `limit` questions of `data`; a row whose
-    trajectory does not reach the question's answer through the tool is dropped ("answer not reached")."""
+def _hop2_dataset(data: str, out_path: str, limit: int | None, tools_cfg: ToolsConfig, progress: bool) -> dict:
+    """hop2's scripted trajectories (hop2_sft_rows) of `data`, through _convert_rows like the other
+    sources (`limit`: rows kept); a row whose trajectory does not reach the question's answer through
+    the tool is dropped ("answer not reached")."""
     from arpo.data.datasets import load_examples
     from arpo.rewards.answer import extract_answer_block, extract_boxed
 
-    examples = load_examples(data)[:limit] if limit else load_examples(data)
-    reasons: Counter = Counter()
-    rows = []
-    for row in hop2_sft_rows(examples, tools_cfg):
+    def check(row):
         ok = extract_boxed(extract_answer_block(row["response"])) in row["answers"]
-        reasons["ok" if ok else "answer not reached"] += 1
-        rows += [row] if ok else []
+        return (row, "ok") if ok else (None, "answer not reached")
+
+    rows, reasons = _convert_rows(hop2_sft_rows(load_examples(data), tools_cfg), check, limit, progress,
+                                  "sft-data hop2")
     return _stats(rows, reasons, _write(out_path, rows, reasons))
 
 
