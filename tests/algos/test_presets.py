@@ -26,16 +26,41 @@ def test_arpo_matches_spec_reference_settings():
     assert (p.clip_low, p.clip_high, p.dual_clip) == (0.2, 0.2, 3.0)
     assert (p.loss_type, p.loss_agg, p.kl_type, p.kl_coef, p.entropy_coef) == (
         "ppo_clip", "token-mean", "low_var_kl", 0.0, 0.0)
-    assert (p.lr, p.weight_decay, p.grad_clip, p.ppo_epochs) == (1e-6, 0.01, 1.0, 1)
+    assert p.ppo_epochs == 1
     # spec §2, §3
-    assert (p.group_size, p.initial_rollouts, p.branch_factor) == (16, 8, 1)
-    assert (p.entropy_weight, p.branch_threshold, p.entropy_tokens) == (0.2, 0.5, 20)
     assert p.branching and p.attribution == "soft" and p.advantage_estimator == "grpo"
+
+
+def test_the_run_settings_live_in_one_place_each_not_in_the_preset():
+    """Optimizer and rollout budget are the run's (optim.*, rollout.*), the same for every preset: the
+    preset has no copy of them that nothing reads (issue 42). Their reference values, spec §2 and §4."""
+    from arpo.rollout.arpo import RolloutConfig
+    from arpo.settings import OptimConfig
+
+    fields = {f.name for f in dataclasses.fields(AlgoPreset)}
+    for gone in ["lr", "weight_decay", "grad_clip", "group_size", "initial_rollouts", "branch_factor",
+                 "entropy_weight", "branch_threshold", "entropy_tokens"]:
+        assert gone not in fields, gone
+    o, r = OptimConfig(), RolloutConfig()
+    assert (o.lr, o.weight_decay, o.grad_clip) == (1e-6, 0.01, 1.0)
+    assert (r.group_size, r.initial_rollouts, r.branch_factor) == (16, 8, 1)
+    assert (r.entropy_weight, r.branch_threshold, r.entropy_tokens) == (0.2, 0.5, 20)
+
+
+def test_a_preset_without_branching_samples_every_trajectory_globally():
+    from arpo.rollout.arpo import RolloutConfig
+    from arpo.training.trainer import rollout_config
+
+    ro = RolloutConfig(group_size=8, initial_rollouts=4)
+    assert rollout_config(ro, get_preset("arpo")).initial_rollouts == 4
+    assert rollout_config(ro, get_preset("aepo")).initial_rollouts == 4
+    for name in ["grpo", "dapo", "reinforce_pp", "dr_grpo", "gspo"]:
+        assert rollout_config(ro, get_preset(name)).initial_rollouts == 8, name
 
 
 def test_baselines_switch_what_their_papers_change():
     grpo = get_preset("grpo")
-    assert grpo.initial_rollouts == grpo.group_size == 16 and not grpo.branching
+    assert not grpo.branching
     dapo = get_preset("dapo")
     assert (dapo.clip_low, dapo.clip_high, dapo.loss_agg, dapo.kl_coef) == (0.2, 0.28, "token-mean", 0.0)
     assert dapo.dynamic_sampling and not get_preset("arpo").dynamic_sampling
@@ -50,7 +75,7 @@ def test_baselines_switch_what_their_papers_change():
     assert not get_preset("arpo").entropy_balanced_clipping
     for name in ["grpo", "dapo", "reinforce_pp", "dr_grpo", "gspo"]:  # trajectory-level baselines
         p = get_preset(name)
-        assert p.initial_rollouts == p.group_size and not p.branching, name
+        assert not p.branching, name
 
 
 def test_unknown_preset_lists_valid_names():
@@ -67,8 +92,6 @@ def test_unknown_preset_lists_valid_names():
         ({"advantage_estimator": "gae"}, "advantage_estimator"),
         ({"attribution": "medium"}, "attribution"),
         ({"kl_type": "k9"}, "kl_type"),
-        ({"initial_rollouts": 17}, "initial_rollouts"),
-        ({"branching": False}, "initial_rollouts"),  # 8 of 16 without branching cannot fill the group
         ({"dual_clip": 0.5}, "dual_clip"),
     ],
 )

@@ -54,12 +54,12 @@ def test_aepo_preset_switches_on_its_rollout_features():
     from arpo.training.trainer import rollout_config
 
     ro = RolloutConfig(group_size=8, initial_rollouts=4)
-    aepo = rollout_config(ro, AlgoConfig(preset="aepo").resolve(ro))
+    aepo = rollout_config(ro, AlgoConfig(preset="aepo").resolve())
     assert aepo.dynamic_budget and aepo.consecutive_branch_penalty == 0.05
-    arpo = rollout_config(ro, AlgoConfig(preset="arpo").resolve(ro))
+    arpo = rollout_config(ro, AlgoConfig(preset="arpo").resolve())
     assert not arpo.dynamic_budget and arpo.consecutive_branch_penalty == 0.0 and arpo.initial_rollouts == 4
-    grpo = rollout_config(ro, AlgoConfig(preset="grpo").resolve(ro))
+    grpo = rollout_config(ro, AlgoConfig(preset="grpo").resolve())
     assert grpo.initial_rollouts == 8
     own = rollout_config(RolloutConfig(group_size=8, initial_rollouts=4, consecutive_branch_penalty=0.1),
-                         AlgoConfig(preset="aepo").resolve(ro))
+                         AlgoConfig(preset="aepo").resolve())
     assert own.consecutive_branch_penalty == 0.1  # the config's own value wins

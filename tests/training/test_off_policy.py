@@ -73,12 +73,12 @@ def test_what_the_pipeline_does_not_support_is_refused_by_key(over, says):
 
     cfg = _cfg(**{"rollout.max_off_policy_steps": 1, **over})
     with pytest.raises(ArpoError, match=r"rollout\.max_off_policy_steps.*" + says):
-        check_off_policy(cfg, cfg.algo.resolve(cfg.rollout), multi=False)
+        check_off_policy(cfg, cfg.algo.resolve(), multi=False)
     # torchrun: supported (each rank runs the pipeline; test_torchrun_two_ranks_off_policy_...)
     plain = _cfg(**{"rollout.max_off_policy_steps": 1})
-    check_off_policy(plain, plain.algo.resolve(plain.rollout), multi=True)
+    check_off_policy(plain, plain.algo.resolve(), multi=True)
     cfg0 = _cfg(**over)  # 0: nothing refused here
-    check_off_policy(cfg0, cfg0.algo.resolve(cfg0.rollout), multi=True)
+    check_off_policy(cfg0, cfg0.algo.resolve(), multi=True)
 
 
 # ---- the version guard ------------------------------------------------------------------------------

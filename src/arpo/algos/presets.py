@@ -5,9 +5,12 @@ A preset is a frozen dataclass of plain hyper-parameters, the names of the funct
 KL_ESTIMATORS) and flags for rollout-side features. Every field is documented once, on
 `AlgoPreset`. Change a field with `dataclasses.replace(get_preset("arpo"), clip_high=0.28)`.
 
-Baselines keep ARPO's optimizer and rollout budget (lr, weight decay, grad clip, epochs,
-group_size) so that comparisons are like for like, as in the paper; each preset's docstring
-line says what it changes and where that comes from.
+A preset holds only what an algorithm decides: how advantages are computed and attributed, the
+policy loss, and which rollout-side features it switches on (branching, DAPO's dynamic sampling,
+AEPO's dynamic budget and branch penalty). The optimizer (`optim.*`) and the rollout budget and
+branching rule (`rollout.*`: M, N, β, τ, k, Z) are the run's, the same for every preset, so that
+comparisons are like for like, as in the paper; each preset's comment says what it changes and
+where that comes from.
 """
 
 from __future__ import annotations
@@ -45,20 +48,10 @@ class AlgoPreset:
     kl_type: str = "low_var_kl"  # key of KL_ESTIMATORS
     entropy_coef: float = 0.0  # entropy bonus coefficient
 
-    # optimization
-    lr: float = 1e-6  # AdamW, constant schedule
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0  # max global grad norm
     ppo_epochs: int = 1  # passes over each rollout batch
 
-    # rollout (spec §2)
-    group_size: int = 16  # M trajectories per prompt
-    initial_rollouts: int = 8  # N global samples; the other M − N come from branching
-    branching: bool = True  # entropy-based adaptive branching at tool steps
-    branch_factor: int = 1  # Z extra partial rollouts per branch
-    entropy_weight: float = 0.2  # β of P_t = α + β·ΔH_t
-    branch_threshold: float = 0.5  # τ
-    entropy_tokens: int = 20  # k tokens whose entropy is measured
+    # rollout-side features (spec §2; M, N, β, τ, k and Z are rollout.* settings)
+    branching: bool = True  # entropy-based adaptive branching at tool steps; False: N = M global samples
     dynamic_sampling: bool = False  # DAPO: drop groups whose rewards are all equal, sample more prompts
     dynamic_sampling_max_rounds: int = 10  # DAPO: cap on generation rounds per step (verl max_num_gen_batches)
     dynamic_budget: bool = False  # AEPO: N from a probe of H_root vs H_tool (spec §7)
@@ -80,16 +73,6 @@ class AlgoPreset:
         ):
             if getattr(self, field) not in table:
                 raise ArpoError(f"preset {self.name!r}: {field}={getattr(self, field)!r}; valid: {sorted(table)}")
-        if not 1 <= self.initial_rollouts <= self.group_size:
-            raise ArpoError(
-                f"preset {self.name!r}: initial_rollouts={self.initial_rollouts} "
-                f"must be in [1, group_size={self.group_size}]"
-            )
-        if not self.branching and self.initial_rollouts != self.group_size:
-            raise ArpoError(
-                f"preset {self.name!r}: without branching every trajectory is a global sample; "
-                f"set initial_rollouts = group_size ({self.group_size}) or branching = true"
-            )
         if self.clip_low <= 0 or self.clip_high <= 0:
             raise ArpoError(f"preset {self.name!r}: clip_low and clip_high must be > 0")
         if self.dual_clip is not None and self.dual_clip <= 1:
@@ -123,17 +106,16 @@ _ARPO = AlgoPreset(
 )
 
 class _NoBranching(TypedDict):
-    initial_rollouts: int
     branching: bool
 
 
-_NO_BRANCHING = _NoBranching(initial_rollouts=_ARPO.group_size, branching=False)
+_NO_BRANCHING = _NoBranching(branching=False)  # every trajectory a global sample: N = M
 
 PRESETS: dict[str, AlgoPreset] = {
     "arpo": _ARPO,
     # The paper's GRPO baseline: ARPO with every trajectory a global sample (spec §4).
     "grpo": dataclasses.replace(
-        _ARPO, name="grpo", source="spec §4: ARPO with initial_rollouts = group_size", **_NO_BRANCHING
+        _ARPO, name="grpo", source="spec §4: ARPO with every trajectory a global sample (N = M)", **_NO_BRANCHING
     ),
     # DAPO (arXiv 2503.14476): clip-higher 0.2/0.28, token-level loss, dynamic sampling (groups with
     # equal rewards are dropped and fresh prompts rolled out until prompts_per_step groups are kept, at

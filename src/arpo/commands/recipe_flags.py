@@ -35,7 +35,7 @@ def print_config(cfg, as_json: bool = False) -> int:
     algo = getattr(cfg, "algo", None)
     preset_name = None
     if algo is not None and hasattr(algo, "resolve") and hasattr(cfg, "rollout"):
-        preset = algo.resolve(cfg.rollout)
+        preset = algo.resolve()
         unset = {f.name: getattr(preset, f.name) for f in dataclasses.fields(algo)
                  if getattr(algo, f.name) is None and hasattr(preset, f.name)}
         if unset.get("dual_clip", 0) is None:

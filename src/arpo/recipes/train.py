@@ -57,7 +57,7 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
     # the LoRA in effect (a LoRA run as model.name continues its adapter): config.yaml records it, and a
     # resume compares it as runs always recorded it (true/false, never null)
     cfg = dataclasses.replace(cfg, lora=cfg.lora.resolve(cfg.model.name))
-    preset = cfg.algo.resolve(cfg.rollout)
+    preset = cfg.algo.resolve()
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
     multi = distributed.init(cfg.model.device)  # under torchrun: this process is one of W ranks

@@ -33,7 +33,8 @@ class AlgoConfig:
     dynamic_sampling: bool | None = None  # DAPO: drop uniform-reward groups and sample more (any preset)
     dynamic_sampling_max_rounds: int | None = None  # cap on generation rounds per step (preset default 10)
 
-    def resolve(self, rollout: RolloutConfig):
+    def resolve(self):
+        """The preset with the keys this config sets (an error names the key)."""
         from arpo.algos.presets import get_preset
 
         p = get_preset(self.preset)
@@ -41,9 +42,6 @@ class AlgoConfig:
                 if f.name != "preset" and getattr(self, f.name) is not None}
         if over.get("dual_clip") == 0:
             over["dual_clip"] = None
-        over.update(group_size=rollout.group_size, initial_rollouts=rollout.initial_rollouts)
-        if not p.branching:
-            over["initial_rollouts"] = rollout.group_size
         try:
             return dataclasses.replace(p, **over)
         except ArpoError as e:

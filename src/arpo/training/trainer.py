@@ -108,10 +108,11 @@ class Trainer:
 
 
 def rollout_config(rollout: RolloutConfig, preset) -> RolloutConfig:
-    """The rollout settings of a run: the config's, with the preset's N, and the preset's rollout-side
-    features switched on (AEPO: dynamic budget, consecutive-branch penalty) unless the config sets them."""
+    """The rollout settings of a run: the config's; N = M for a preset without branching (GRPO and the
+    other trajectory-level baselines), and the preset's rollout-side features switched on (AEPO: dynamic
+    budget, consecutive-branch penalty) unless the config sets them."""
     return dataclasses.replace(
-        rollout, initial_rollouts=preset.initial_rollouts,
+        rollout, initial_rollouts=rollout.initial_rollouts if preset.branching else rollout.group_size,
         dynamic_budget=rollout.dynamic_budget or preset.dynamic_budget,
         consecutive_branch_penalty=rollout.consecutive_branch_penalty or preset.consecutive_branch_penalty)
 
