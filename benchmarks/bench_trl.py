@@ -121,7 +121,7 @@ class ArpoStep:
         cfg.validate()
         self.errors: list = []
         self.trainer = trainer
-        self.tr = trainer.setup(cfg, cfg.algo.resolve(cfg.rollout), examples, get_reward_fn("arpo"),
+        self.tr = trainer.setup(cfg, cfg.algo.resolve(), examples, get_reward_fn("arpo"),
                                 log_error=self.errors.append, model_and_tok=(model, tok))
 
     def step(self, step: int) -> dict:

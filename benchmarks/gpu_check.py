@@ -485,7 +485,7 @@ def bench_rl(model, tok, sz: Sizes, dev: Device, errors: list) -> tuple[dict, ob
         old_logprobs="recompute",
     )
     cfg.validate()
-    preset = cfg.algo.resolve(cfg.rollout)
+    preset = cfg.algo.resolve()
     if preset.kl_coef:
         raise RuntimeError("gpu_check runs the arpo preset (kl_coef 0, no reference model)")
     tr = T.setup(cfg, preset, examples_for(cfg.steps * cfg.prompts_per_step), toy_reward,
@@ -685,7 +685,7 @@ def vllm_child(a) -> dict:
         # one ARPO rollout, same prompts/hook/tools as the HF step 1 (tool-call results are real)
         agent = AgentConfig(max_tool_calls=len(SCRIPT), max_response_tokens=sz.max_response_tokens, temperature=1.0)
         cfg = T.TrainConfig(rollout=RolloutConfig(group_size=sz.group_size, initial_rollouts=sz.initial_rollouts))
-        preset = cfg.algo.resolve(cfg.rollout)
+        preset = cfg.algo.resolve()
         rollout_cfg = dataclasses.replace(cfg.rollout, initial_rollouts=preset.initial_rollouts)
         tools = build_tools(["python"])
         tool_log: list = []

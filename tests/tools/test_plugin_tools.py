@@ -272,7 +272,7 @@ def _json_train_step(tiny_tok_name, tool_format, segments, tmp_path):
                       rollout=RolloutConfig(group_size=6, initial_rollouts=2, branch_threshold=0.0, entropy_tokens=2),
                       steps=1, prompts_per_step=2)
     cfg.validate()
-    preset = cfg.algo.resolve(cfg.rollout)
+    preset = cfg.algo.resolve()
     exs = [{"id": f"q{i}", "question": f"reverse {i}", "answers": ["x"], "task": "math"} for i in range(2)]
     tr = T.setup(cfg, preset, exs, toy_reward, model_and_tok=(model, tok))
     hook_rollout(tr.ro, scripted_hook(tok, segments, free_tokens=2))

@@ -317,80 +317,107 @@ def sample_groups(tr: Trainer, step: int, lap) -> tuple[list, list, int, dict]:
 
 
 def policy_update(tr: Trainer, trees: list, n_trees: int, off: int, step: int, lap) -> dict:
-    """Advantages → old log-probs → PPO epochs over mini-batches of (global) trees (spec §3, §4).
-    `off`: the global index of this rank's first tree; `lap(name)`: adds elapsed time to a phase."""
-    cfg, preset, comm, par, lp_kw = tr.cfg, tr.preset, tr.comm, tr.par, tr.lp_kw
-    mismatch: dict = {}
+    """Advantages → behaviour log-probs → PPO epochs over mini-batches of (global) trees (spec §3, §4).
+    `off`: the global index of this rank's first tree; `lap(name)`: adds elapsed time to a phase.
+    Under torchrun a rank may hold no trees of the step, or of a mini-batch: its batch is then None, and
+    it still joins every collective (the gathers, and FSDP's passes through `par.run`)."""
+    cfg, preset = tr.cfg, tr.preset
     device = next(tr.model.parameters()).device  # the batch's tensors live with the policy
-    advs = step_advantages(trees, preset, comm.gather, comm.rank)
-    old_ent: torch.Tensor | None
-    batch, old_ent = (build_batch(trees, preset, advs).to(device), None) if trees else (None, None)
+    advs = step_advantages(trees, preset, tr.comm.gather, tr.comm.rank)
+    batch = build_batch(trees, preset, advs).to(device) if trees else None
     lap("time_batch")
-    rollout_lp: torch.Tensor | None = None  # what the engine recorded while sampling (for the train–inference mismatch)
-    if use_rollout_logprobs(cfg, tr.model):  # what the engine recorded while sampling: no extra forward
-        if batch is not None:
-            batch.old_logp, old_ent = old_logprobs_from_rollout(trees, batch)
-            rollout_lp = batch.old_logp
-    else:
-        if batch is not None:
-            try:
-                rollout_lp = old_logprobs_from_rollout(trees, batch)[0]
-            except (ValueError, KeyError):  # an engine that records no log-probs: no mismatch metrics
-                rollout_lp = None
-        # the replica, or (FSDP without one) the shards: then every rank joins, with or without a batch
-        old = par.old_logprobs(batch, lambda m, b=batch: token_logprobs(m, b, with_entropy=True, **lp_kw), **lp_kw)
-        if old is not None and batch is not None:
-            batch.old_logp, old_ent = old
-    if batch is not None:
-        if tr.ref_model is not None:
-            batch.ref_logp, _ = token_logprobs(tr.ref_model, batch, **lp_kw)
+    behav_lp, old_ent = behaviour_logprobs(tr, trees, batch)
     if preset.entropy_aware_advantage:  # AEPO: advantages scaled by the tokens' entropy
-        comm.entropy_aware(batch, old_ent, preset.entropy_aware_alpha)
+        tr.comm.entropy_aware(batch, old_ent, preset.entropy_aware_alpha)
+    mismatch: dict = {}
     if batch is not None:  # each trajectory keeps the values it trains with (RUN_DIR/rollouts, arpo view)
-        mismatch.update(weight_lagged_tokens(batch, rollout_lp, cfg.rollout))  # off-policy: w = min(π_old/π_behav, C)
+        mismatch.update(weight_lagged_tokens(batch, behav_lp, cfg.rollout))  # off-policy: w = min(π_old/π_behav, C)
         keep_trained_values(trees, batch)
     lap("time_old_logprobs")
     tr.model.train()
-    diags, gnorms, first = [], [], True
+    diags, gnorms = [], []
     for epoch in range(preset.ppo_epochs):
-        for mb in minibatch_order(n_trees, cfg.minibatches, cfg.run.seed, step, epoch):
+        for k, mb in enumerate(minibatch_order(n_trees, cfg.minibatches, cfg.run.seed, step, epoch)):
             local = [t - off for t in mb if off <= t < off + len(trees)]  # this rank's trees (one process: all)
-            sub = batch.subset(local) if local and batch is not None else None  # None: none of mb is on this rank
-            cur, record, was_first = None, None, first
-            if first and sub is not None and batch is not None:  # weights unchanged since old_logp: reuse it
-                rows = [batch.rows[(t, i)] for t in local for i in range(len(batch.trees[t]["responses"]))]
-                assert batch.old_logp is not None and old_ent is not None  # both computed with the batch
-                cur = (batch.old_logp[rows][:, : sub.width], old_ent[rows][:, : sub.width])
-                record = torch.zeros(sub.mask.shape, dtype=torch.float32, device=sub.mask.device)
-            elif not first:  # par.run: FSDP ranks run equally many forwards (dummies for None)
-                cur = par.run(sub, lambda sub=sub: token_logprobs(par.train, sub, with_entropy=True, **lp_kw),
-                              grad=False, **lp_kw)
-            first = False
-            scale, norm, share = comm.loss_share(sub, preset)  # one process: 1, the preset's normalizer
-            out = par.run(sub, lambda sub=sub, norm=norm, cur=cur, scale=scale, record=record: loss_and_backward(
-                par.train, sub, make_loss_fn(sub, preset, norm), need_entropy=True, current=cur,
-                scale=scale, record=record, **lp_kw), grad=True, **lp_kw)
-            if was_first:  # the training forward before any update vs the rollout's records
-                mm = (mismatch_sums(rollout_lp[rows][:, : sub.width], record, sub.mask)
-                      if record is not None and rollout_lp is not None and sub is not None else (0.0, 0.0, 0.0))
-                mismatch.update(mismatch_metrics(comm.per_rank(mm)))
-            par.reduce_grads()
-            lap("time_backward")
-            gnorms.append(clip_gradients(tr.model, cfg.optim.grad_clip))
-            tr.opt.step()
-            tr.sched.step()
-            tr.opt.zero_grad(set_to_none=True)
-            tr.stale = True
-            lap("time_optimizer")
-            diag = comm.diagnostics(share, {k: float(v) for k, v in out[1].items()} if out else None)
-            # one process: every mini-batch has trees here; several: the gathered dict (sharded.py)
-            assert diag is not None
+            first = epoch == 0 and k == 0  # the weights are still those of old_logp
+            diag, gnorm, mm = minibatch_step(tr, batch, local, first, behav_lp, old_ent, lap)
             diags.append(diag)
+            gnorms.append(gnorm)
+            mismatch.update(mm)
     m = {k: statistics.fmean(d[k] for d in diags) for k in diags[0]}
     m.update(mismatch)
     m["grad_norm"] = statistics.fmean(gnorms)
-    m["trained_tokens"] = comm.total(batch.n_tokens(cfg.packed) if batch else 0)
+    m["trained_tokens"] = tr.comm.total(batch.n_tokens(cfg.packed) if batch else 0)
     return m
+
+
+def behaviour_logprobs(tr: Trainer, trees: list, batch) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Set batch.old_logp (π_old) and batch.ref_logp (π_ref, with a KL term); return (the log-probs the
+    engine recorded while sampling, or None for an engine that records none; the old entropies).
+
+    π_old is the engine's records when `use_rollout_logprobs` (no extra forward), else a forward of the
+    generation weights: the replica, or (FSDP without one) the shards, where every rank joins, with or
+    without a batch."""
+    if use_rollout_logprobs(tr.cfg, tr.model):
+        if batch is None:
+            return None, None
+        batch.old_logp, old_ent = old_logprobs_from_rollout(trees, batch)
+        behav = batch.old_logp
+    else:
+        behav, old_ent = None, None
+        if batch is not None:
+            try:
+                behav = old_logprobs_from_rollout(trees, batch)[0]
+            except (ValueError, KeyError):  # an engine that records no log-probs: no mismatch metrics
+                behav = None
+        old = tr.par.old_logprobs(batch, lambda m, b=batch: token_logprobs(m, b, with_entropy=True, **tr.lp_kw),
+                                  **tr.lp_kw)
+        if old is not None and batch is not None:
+            batch.old_logp, old_ent = old
+    if batch is not None and tr.ref_model is not None:
+        batch.ref_logp, _ = token_logprobs(tr.ref_model, batch, **tr.lp_kw)
+    return behav, old_ent
+
+
+def minibatch_step(tr: Trainer, batch, local: list[int], first: bool, behav_lp: torch.Tensor | None,
+                   old_ent: torch.Tensor | None, lap) -> tuple[dict, float, dict]:
+    """One optimizer step on a mini-batch, of which this rank holds the trees `local` (maybe none).
+    `first`: the weights are unchanged since π_old, so its log-probs are the current ones (no forward),
+    and the training forward is compared with the engine's records (the train–inference mismatch).
+    Returns (the mini-batch's diagnostics, gathered over ranks; the gradient norm; mismatch metrics)."""
+    cfg, preset, comm, par, lp_kw = tr.cfg, tr.preset, tr.comm, tr.par, tr.lp_kw
+    sub = batch.subset(local) if local and batch is not None else None  # None: none of it is on this rank
+    rows = ([batch.rows[(t, i)] for t in local for i in range(len(batch.trees[t]["responses"]))]
+            if sub is not None else [])  # the mini-batch's rows of the step's (B, T) tensors
+    cur, record = None, None
+    if first and sub is not None:
+        assert batch.old_logp is not None and old_ent is not None  # both set by behaviour_logprobs
+        cur = (batch.old_logp[rows][:, : sub.width], old_ent[rows][:, : sub.width])
+        record = torch.zeros(sub.mask.shape, dtype=torch.float32, device=sub.mask.device)
+    elif not first:  # par.run: FSDP ranks run equally many forwards (dummies for None)
+        cur = par.run(sub, lambda sub=sub: token_logprobs(par.train, sub, with_entropy=True, **lp_kw),
+                      grad=False, **lp_kw)
+    scale, norm, share = comm.loss_share(sub, preset)  # one process: 1, the preset's normalizer
+    out = par.run(sub, lambda sub=sub: loss_and_backward(
+        par.train, sub, make_loss_fn(sub, preset, norm), need_entropy=True, current=cur, scale=scale,
+        record=record, **lp_kw), grad=True, **lp_kw)
+    mismatch = {}
+    if first:  # every rank joins the gather, with or without trees here
+        sums = (mismatch_sums(behav_lp[rows][:, : sub.width], record, sub.mask)
+                if sub is not None and record is not None and behav_lp is not None else (0.0, 0.0, 0.0))
+        mismatch = mismatch_metrics(comm.per_rank(sums))
+    par.reduce_grads()
+    lap("time_backward")
+    gnorm = clip_gradients(tr.model, cfg.optim.grad_clip)
+    tr.opt.step()
+    tr.sched.step()
+    tr.opt.zero_grad(set_to_none=True)
+    tr.stale = True
+    lap("time_optimizer")
+    # one process: every mini-batch has trees here; several: the dict gathered from the ranks (sharded.py)
+    diag = comm.diagnostics(share, {k: float(v) for k, v in out[1].items()} if out else None)
+    assert diag is not None
+    return diag, gnorm, mismatch
 
 
 def validate(tr: Trainer, val_examples: list) -> dict:
