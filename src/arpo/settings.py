@@ -43,7 +43,7 @@ class ToolsConfig:
     search_max_chars: int = SEARCH_MAX_CHARS  # characters per passage (reference 1000)
     cache: bool = True  # answer identical calls once (successful results only; tools/cache.py)
     cache_path: str | None = None  # persist the cache here (JSON) across runs
-    # per tool of yours: {name: {timeout_s, max_concurrency, max_output_chars, cache}} (tools/function.py)
+    # per tool of yours: {name: {timeout_s, max_concurrency, max_output_chars, cache}} (tools/plugins/function.py)
     options: dict = field(default_factory=dict)
     mcp: list[dict] = field(default_factory=list)  # MCP servers: {command: ..., args: [...], env: {...}} or {url: ...}
     # web_search / browse: {provider, url, top_k, window_chars, summarizer_url, ...} (tools/web_config.py);

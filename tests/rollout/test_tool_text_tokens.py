@@ -143,7 +143,7 @@ def test_serve_renders_client_tool_messages_as_plain_text(smol_tok, tool_format,
     """`arpo serve`: a client's tool message is rendered into the prompt with its text plain."""
     from arpo.serve import openai_format as fmt
     from arpo.testing import echo
-    from arpo.tools.function import as_tool
+    from arpo.tools.plugins.function import as_tool
 
     tok = copy.deepcopy(smol_tok)
     if template == "qwen":

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from arpo.tools import ToolRegistry, build_tools
-from arpo.tools.function import FunctionTool, ToolOptions, as_tool
+from arpo.tools.plugins.function import FunctionTool, ToolOptions, as_tool
 
 
 def lookup_order(order_id: str, verbose: bool = False) -> str:

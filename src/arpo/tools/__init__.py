@@ -1,6 +1,6 @@
 """Tools the agent can call: the built-in `python` and `search`, the web tools `web_search` and
 `browse` (tools/web_search.py, tools/browse.py; configured by tools/web_config.py), your own functions and classes
-(`module.path:name`, tools/function.py) and MCP servers' tools (tools/mcp.py); see tools/base.py
+(`module.path:name`, tools/plugins/function.py) and MCP servers' tools (tools/plugins/mcp.py); see tools/base.py
 for the protocol and tools/formats.py for the two call formats (tags, json)."""
 
 from __future__ import annotations
@@ -28,15 +28,15 @@ def build_tools(names: list[str], *, python_timeout_s: float = PYTHON_TIMEOUT_S,
     """A registry with the named tools, configured from plain options (CLI flags / config keys).
     `names`: built-in tools (python, search) and your own as `module.path:function_or_class`;
     `options`: {tool name: {timeout_s, max_concurrency, max_output_chars, cache}} for your tools;
-    `mcp`: MCP servers whose tools join the registry ({command, args, env} or {url}, tools/mcp.py);
+    `mcp`: MCP servers whose tools join the registry ({command, args, env} or {url}, tools/plugins/mcp.py);
     `cache`: a tools.cache.ToolCache shared by the cacheable tools (identical calls answered once);
     `python_session`: python keeps its state per trajectory and forks with the tree (tools/python_session.py);
     `web`: the web tools' settings, a tools.web_config.WebConfig or a dict of its keys (None: defaults,
     the local web of `arpo web serve`)."""
-    from arpo.tools.function import ToolOptions, load_tool
+    from arpo.tools.plugins.function import ToolOptions, load_tool
 
     options = options or {}
-    from arpo.tools.function import snake_case
+    from arpo.tools.plugins.function import snake_case
 
     def keys(spec: str) -> list[str]:  # a tool's options may be keyed by its attribute or its tool name
         attr = spec.rsplit(":", 1)[1].rsplit(".", 1)[-1]
@@ -93,7 +93,7 @@ def build_tools(names: list[str], *, python_timeout_s: float = PYTHON_TIMEOUT_S,
                 raise ArpoError(f"unknown tool {n!r}; available: {', '.join(KNOWN_TOOLS)} or your own as "
                                 "module.path:function (e.g. mypkg.tools:lookup_order)")
         for i, server in enumerate(mcp or []):
-            from arpo.tools.mcp import MCPServerTools
+            from arpo.tools.plugins.mcp import MCPServerTools
 
             src = MCPServerTools(server)
             reg.sources.append(src)
@@ -114,7 +114,7 @@ class _Registry(ToolRegistry):
         self.sources: list = []  # MCP server connections (closed with the registry)
 
     def register(self, tool, source: str | None = None) -> None:
-        from arpo.tools.function import as_tool
+        from arpo.tools.plugins.function import as_tool
         from arpo.tools.registry import source_of
 
         tool = as_tool(tool)
