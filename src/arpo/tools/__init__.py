@@ -6,6 +6,7 @@ for the protocol and tools/formats.py for the two call formats (tags, json)."""
 from __future__ import annotations
 
 from arpo.errors import ArpoError
+from arpo.retrieval import load_index
 from arpo.tools.base import Tool, ToolResult  # noqa: F401
 from arpo.tools.registry import ToolRegistry
 
@@ -138,23 +139,3 @@ class _Registry(ToolRegistry):
         self.sources.clear()
         if self.cache is not None and self.cache.path is not None:
             self.cache.save()
-
-
-def default_index_dir():
-    from arpo.tools.index import default_index_dir
-
-    return default_index_dir()
-
-
-def load_index(path: str | None = None):
-    """The index at `path`, or the default one (built on first use from the built-in HotpotQA)."""
-    from arpo.tools.index import Index, default_index
-
-    if path is None:
-        return default_index()
-    try:
-        return Index.load(path)
-    except Exception as e:
-        raise ArpoError(f"search index {path!r} cannot be loaded ({e}); build one with "
-                        f"`arpo index build FILES --out {path}`, leave the index unset for the default "
-                        "(built-in HotpotQA) or pass --search-url") from e
