@@ -1,7 +1,7 @@
 """Tools the agent can call: the built-in `python` and `search`, the web tools `web_search` and
 `browse` (tools/web_search.py, tools/browse.py; configured by tools/web_config.py), your own functions and classes
 (`module.path:name`, tools/plugins/function.py) and MCP servers' tools (tools/plugins/mcp.py); see tools/base.py
-for the protocol and tools/formats.py for the two call formats (tags, json)."""
+for the protocol and rollout/tool_formats.py for the two call formats (tags, json)."""
 
 from __future__ import annotations
 
