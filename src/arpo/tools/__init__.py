@@ -1,7 +1,18 @@
-"""Tools the agent can call: the built-in `python` and `search`, the web tools `web_search` and
-`browse` (tools/web_search.py, tools/browse.py; configured by tools/web_config.py), your own functions and classes
-(`module.path:name`, tools/plugins/function.py) and MCP servers' tools (tools/plugins/mcp.py); see tools/base.py
-for the protocol and rollout/tool_formats.py for the two call formats (tags, json)."""
+"""Tools the agent can call, and `build_tools`, which makes a registry of them from names.
+
+    base.py          the Tool protocol, ToolResult, ToolCall and the tags (every tool imports it)
+    registry.py      ToolRegistry: name -> tool, the stop strings, the tag format's parse, run
+    python.py        the sandboxed `python` tool; python_session.py: with state per trajectory
+    sandbox/         where model-written code runs (docs/sandbox.md)
+    search.py        the `search` tool over a local index or a retriever (arpo/retrieval/)
+    web/             `web_search` and `browse`, their settings (web/web_config.py) and HTTP plumbing
+    plugins/         your own functions and classes (`module.path:name`, plugins/function.py) and
+                     MCP servers' tools (plugins/mcp.py)
+    cache.py         one result for identical calls
+
+How a call is written and its result appended (tags or json) is rollout/tool_formats.py, beside the
+agent loop. base.py and registry.py stay here: every tool returns a ToolResult and build_tools fills
+a ToolRegistry, and the rollout imports this package (through settings), not the other way round."""
 
 from __future__ import annotations
 
@@ -69,11 +80,11 @@ def build_tools(names: list[str], *, python_timeout_s: float = PYTHON_TIMEOUT_S,
                     index = load_index(search_index)
                     reg.register(SearchTool(index=index, top_k=search_top_k, max_chars=search_max_chars), builtin)
             elif n == "web_search":
-                from arpo.tools.web_search import WebSearchTool
+                from arpo.tools.web.web_search import WebSearchTool
 
                 reg.register(WebSearchTool(web), builtin)
             elif n == "browse":
-                from arpo.tools.browse import BrowseTool
+                from arpo.tools.web.browse import BrowseTool
 
                 reg.register(BrowseTool(web), builtin)
             elif ":" in n:
