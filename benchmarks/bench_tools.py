@@ -59,7 +59,7 @@ def bench_python(calls: int) -> dict:
 
 
 def bench_search(dense: bool) -> dict:
-    from arpo.tools.index import Index, load_corpus
+    from arpo.retrieval.index import Index, load_corpus
 
     t = time.perf_counter()
     docs = load_corpus(HOTPOT)
@@ -82,7 +82,7 @@ def bench_search(dense: bool) -> dict:
     idx.search(qs, k=10)
     out["bm25_batch200_ms_per_query"] = (time.perf_counter() - t) / len(qs) * 1e3
     if dense:
-        from arpo.tools.index import DenseEncoder
+        from arpo.retrieval.index import DenseEncoder
 
         sub = docs[:2000]
         t = time.perf_counter()

@@ -1,5 +1,5 @@
 """What arpo's own HTTP servers check before a request reaches their handlers: `arpo serve agent`
-(serve/app.py), `arpo serve retriever` (tools/server.py) and `arpo web serve` (web/server.py).
+(serve/app.py), `arpo serve retriever` (retrieval/server.py) and `arpo web serve` (web/server.py).
 
 * The Host header: a server bound to a loopback address answers only requests whose Host names a
   loopback address or the bound name (a web page that rebinds its own DNS name to 127.0.0.1 sends

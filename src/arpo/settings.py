@@ -43,10 +43,10 @@ class ToolsConfig:
     search_max_chars: int = SEARCH_MAX_CHARS  # characters per passage (reference 1000)
     cache: bool = True  # answer identical calls once (successful results only; tools/cache.py)
     cache_path: str | None = None  # persist the cache here (JSON) across runs
-    # per tool of yours: {name: {timeout_s, max_concurrency, max_output_chars, cache}} (tools/function.py)
+    # per tool of yours: {name: {timeout_s, max_concurrency, max_output_chars, cache}} (tools/plugins/function.py)
     options: dict = field(default_factory=dict)
     mcp: list[dict] = field(default_factory=list)  # MCP servers: {command: ..., args: [...], env: {...}} or {url: ...}
-    # web_search / browse: {provider, url, top_k, window_chars, summarizer_url, ...} (tools/web_config.py);
+    # web_search / browse: {provider, url, top_k, window_chars, summarizer_url, ...} (tools/web/web_config.py);
     # empty: the local web of `arpo web serve` at http://127.0.0.1:8090
     web: dict = field(default_factory=dict)
 
@@ -60,7 +60,7 @@ class ToolsConfig:
         for i, m in enumerate(self.mcp):
             require(isinstance(m, dict) and ("command" in m or "url" in m), f"tools.mcp[{i}]",
                     "needs a command (stdio server) or a url (HTTP server)")
-        from arpo.tools.web_config import web_config
+        from arpo.tools.web.web_config import web_config
 
         web_config(self.web)  # errors name tools.web.<key>
         require(self.python_timeout_s > 0, "tools.python_timeout_s", f"must be > 0, got {self.python_timeout_s}")
@@ -70,7 +70,7 @@ class ToolsConfig:
     def check_keys(self) -> None:
         """The web provider's key is set when web_search is on (tools/web_config.require_web_keys):
         build() calls it, and train before its model loads."""
-        from arpo.tools.web_config import require_web_keys
+        from arpo.tools.web.web_config import require_web_keys
 
         require_web_keys(self.enabled, self.web)
 

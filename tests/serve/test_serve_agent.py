@@ -395,7 +395,7 @@ def test_json_format_agent_messages_carry_several_calls_per_turn_and_round_trip(
     from starlette.testclient import TestClient
 
     from arpo.testing import echo, qwen_style_tokenizer
-    from arpo.tools.function import as_tool
+    from arpo.tools.plugins.function import as_tool
 
     tok = qwen_style_tokenizer()
     reg = ToolRegistry([as_tool(echo)])

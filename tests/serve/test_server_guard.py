@@ -1,5 +1,5 @@
 """arpo's local HTTP servers against hostile clients (issue 37), each a real uvicorn server on 127.0.0.1:
-`arpo serve agent` (serve/app.py), `arpo serve retriever` (tools/server.py) and `arpo web serve`
+`arpo serve agent` (serve/app.py), `arpo serve retriever` (retrieval/server.py) and `arpo web serve`
 (web/server.py) refuse oversized bodies (HTTP 413) and Host names other than loopback ones (DNS
 rebinding), the agent server stays responsive while a large request is read, the retriever takes an
 optional key, and a server bound beyond loopback without a key says so loudly."""
@@ -45,7 +45,7 @@ DOCS = [{"title": "Ed Wood", "text": "Ed Wood is a 1994 American film directed b
 
 @pytest.fixture(scope="module")
 def index(tmp_path_factory):
-    from arpo.tools.index import Doc, Index
+    from arpo.retrieval.index import Doc, Index
 
     docs = [Doc(id=str(i), title=d["title"], text=d["text"]) for i, d in enumerate(DOCS)]
     return Index.build(docs, tmp_path_factory.mktemp("idx") / "small", progress=False, sources=["in-code"])
@@ -83,7 +83,7 @@ def test_host_names_of_a_loopback_server():
 
 
 def test_wrong_host_refused_by_every_server(index, site, agent_app):
-    from arpo.tools.server import create_app as retriever_app
+    from arpo.retrieval.server import create_app as retriever_app
     from arpo.web.server import create_app as web_app
 
     for app, path in ((retriever_app(index), "/health"), (web_app(site), "/health"), (agent_app, "/health")):
@@ -109,7 +109,7 @@ def _chunks(total: int, size: int = 256 * 1024):
 
 def test_retriever_refuses_oversized_bodies(index):
     """Before: no limit (a 16 MB body took 38 s); now HTTP 413 before any search."""
-    from arpo.tools.server import MAX_BODY_BYTES, create_app
+    from arpo.retrieval.server import MAX_BODY_BYTES, create_app
 
     with served(create_app(index)) as url:
         big = json.dumps({"queries": ["Tim Burton " * (MAX_BODY_BYTES // 10)], "top_k": 1})
@@ -124,8 +124,8 @@ def test_retriever_refuses_oversized_bodies(index):
 
 
 def test_retriever_key(index, monkeypatch):
+    from arpo.retrieval.server import create_app
     from arpo.tools.search import SearchTool
-    from arpo.tools.server import create_app
 
     with served(create_app(index, api_key="k-123")) as url:
         assert httpx.get(url + "/health").status_code == 200  # liveness stays open
@@ -188,7 +188,7 @@ def test_agent_health_stays_responsive_during_a_large_request(agent_app):
 def test_a_cross_site_form_cannot_drive_the_json_apis(index, agent_app):
     """What a web page can send to a loopback server without CORS: a "simple" POST (text/plain, form
     encodings). The JSON APIs refuse it before any work (FastAPI parses only JSON content types)."""
-    from arpo.tools.server import create_app as retriever_app
+    from arpo.retrieval.server import create_app as retriever_app
 
     chat = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
     search = json.dumps({"queries": ["Tim Burton"], "top_k": 1})
@@ -214,7 +214,7 @@ def test_bind_warning_text():
 def test_servers_print_the_warning_on_all_interfaces(index, site, monkeypatch, capsys):
     """The serve() functions up to uvicorn.run (not started: the tests listen on 127.0.0.1 only)."""
     import arpo.ports
-    from arpo.tools import server as retriever
+    from arpo.retrieval import server as retriever
     from arpo.web import server as web
 
     runs = []

@@ -14,7 +14,7 @@ SEARCHER = """
 import sys, time
 from pathlib import Path
 import httpx  # imported before the burst, so the first request is not late by an import
-from arpo.tools.web_search import WebSearchTool
+from arpo.tools.web.web_search import WebSearchTool
 tool = WebSearchTool({"provider": "searxng", "url": sys.argv[1], "rate_limit": float(sys.argv[2])})
 print("ready", flush=True)
 while not Path(sys.argv[3]).exists():  # both processes start their burst together
@@ -58,7 +58,7 @@ def test_two_processes_share_one_web_rate(tmp_path):
 def test_two_processes_share_a_limiter_file(tmp_path):
     """The limiter's slot lives in a file: a second limiter on that file (another process's) waits
     for the slots the first one booked."""
-    from arpo.tools.webhttp import RateLimiter
+    from arpo.tools.web.webhttp import RateLimiter
 
     a, b = RateLimiter(10.0, tmp_path / "slot"), RateLimiter(10.0, tmp_path / "slot")
     t0 = time.monotonic()

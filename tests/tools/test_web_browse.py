@@ -14,7 +14,7 @@ from web_servers import free_port, scripted_server, uvicorn_app
 
 from arpo.tools import build_tools
 from arpo.tools.base import ToolCall
-from arpo.tools.browse import BrowseTool, excerpt, parse_input, windows
+from arpo.tools.web.browse import BrowseTool, excerpt, parse_input, windows
 
 LONG = "\n\n".join(f"Paragraph {i}. " + " ".join(f"word{i}x{j}" for j in range(30)) for i in range(12)) + \
     "\n\nThe lighthouse of Alexandria was built in the 3rd century BC by Sostratus of Cnidus."

@@ -15,9 +15,9 @@ from arpo.errors import ArpoError
 from arpo.tools import build_tools
 from arpo.tools.base import ToolCall
 from arpo.tools.cache import ToolCache
-from arpo.tools.web_config import web_config
-from arpo.tools.web_search import WebSearchTool, format_results
-from arpo.tools.webhttp import RateLimiter, retry_delay
+from arpo.tools.web.web_config import web_config
+from arpo.tools.web.web_search import WebSearchTool, format_results
+from arpo.tools.web.webhttp import RateLimiter, retry_delay
 
 HITS = [("Ed Wood (film)", "https://example.org/wiki/Ed_Wood_(film)", "A 1994 film directed by Tim Burton."),
         ("Tim Burton", "https://example.org/wiki/Tim_Burton", "An American filmmaker.  Born 1958.")]

@@ -19,10 +19,10 @@ pytest.importorskip("trafilatura")
 
 from web_servers import scripted_server
 
-from arpo.tools.browse import BrowseTool
-from arpo.tools.extract_worker import pool
-from arpo.tools.web_search import WebSearchTool
-from arpo.tools.webnet import refusal
+from arpo.tools.web.browse import BrowseTool
+from arpo.tools.web.extract_worker import pool
+from arpo.tools.web.web_search import WebSearchTool
+from arpo.tools.web.webnet import refusal
 
 PUBLIC = "93.184.216.34"  # a globally routable address (nothing in the test can reach it)
 

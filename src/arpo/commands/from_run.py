@@ -13,7 +13,7 @@ servers, your own tools' modules and their options, tools.search_url, tools.web'
 variables and address rules) are left out with a message naming each one and TRUST_FLAG. With
 TRUST_FLAG (one definition, `add_trust_flag`, for every command that loads a run) they are taken,
 after arpo prints each command it will start, module it will import and server it will reach; a
-run's web key variables are still limited to their provider's own (tools/web_config.py)."""
+run's web key variables are still limited to their provider's own (tools/web/web_config.py)."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def code_settings(tools: dict) -> list[tuple[str, str]]:
     import os
     import shlex
 
-    from arpo.tools.web_config import RUN_TRUST_KEYS, WebConfig
+    from arpo.tools.web.web_config import RUN_TRUST_KEYS, WebConfig
 
     out: list[tuple[str, str]] = []
     for i, m in enumerate(tools.get("mcp") or []):
@@ -124,7 +124,7 @@ def code_settings(tools: dict) -> list[tuple[str, str]]:
 def plain_settings(run: dict) -> dict:
     """`run` (run_settings) without its code_settings: the tools section keeps its built-in tools and
     plain keys; MCP servers, your own tools (and their options), search_url and tools.web's RUN_TRUST_KEYS go."""
-    from arpo.tools.web_config import RUN_TRUST_KEYS
+    from arpo.tools.web.web_config import RUN_TRUST_KEYS
 
     tools = run.get("tools")
     if not isinstance(tools, dict):
@@ -152,7 +152,7 @@ def admit(run: dict, model: str | None, trusted: bool, command: str) -> dict:
     name = f"the run {where.resolve()}" if where is not None else "the run"
     lines = "\n".join(f"  {k}: {v}" for k, v in risky)
     if trusted:
-        from arpo.tools.web_config import check_run_key_envs
+        from arpo.tools.web.web_config import check_run_key_envs
 
         if isinstance(tools.get("web"), dict):
             check_run_key_envs(tools["web"], where=f"{name}: tools.web")

@@ -1,4 +1,4 @@
-"""`arpo index build|info`: build / inspect a local search index over a real corpus (tools/index.py)."""
+"""`arpo index build|info`: build / inspect a local search index over a real corpus (retrieval/index.py)."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def register(sub) -> None:
 def build(args) -> int:
     from arpo.data.sources import is_builtin
     from arpo.errors import ArpoError
-    from arpo.tools.index import DEFAULT_CORPUS, Index, default_index_dir, load_corpus
+    from arpo.retrieval.index import DEFAULT_CORPUS, Index, default_index_dir, load_corpus
 
     if args.out is None and args.files != [DEFAULT_CORPUS]:
         raise ArpoError(f"give --out DIR for the index of {' '.join(args.files)}: without --out only "
@@ -79,7 +79,7 @@ def build(args) -> int:
 
 def info(args) -> int:
     from arpo.errors import ArpoError
-    from arpo.tools import default_index_dir
+    from arpo.retrieval import default_index_dir
 
     d = Path(args.dir).expanduser() if args.dir else default_index_dir()
     p = d / "meta.json"

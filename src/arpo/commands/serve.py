@@ -1,4 +1,4 @@
-"""`arpo serve retriever` (the search index over HTTP, tools/server.py) and `arpo serve agent` (a trained
+"""`arpo serve retriever` (the search index over HTTP, retrieval/server.py) and `arpo serve agent` (a trained
 agent behind an OpenAI-compatible API, serve/app.py)."""
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def _register_agent(s) -> None:
 
 
 def run(args) -> int:
-    from arpo.tools.server import serve
+    from arpo.retrieval.server import serve
 
     serve(args.search_index, args.host, args.port, log_level=args.log_level,
           api_key=os.environ.get(args.api_key_env) or None)

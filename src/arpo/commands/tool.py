@@ -52,7 +52,7 @@ def _registry(args):
     from dataclasses import replace
 
     from arpo.commands.agent_flags import resolve
-    from arpo.tools.function import snake_case
+    from arpo.tools.plugins.function import snake_case
 
     r = resolve(args, "tool").tools
     if args.tool in BUILT_IN or ":" in args.tool:

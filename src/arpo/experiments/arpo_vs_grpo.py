@@ -4,7 +4,7 @@
 
 The pipeline, all of it arpo's own code:
 
-    KB + BM25 index (tools/index.py) ─► questions (train / dev / held-out eval)
+    KB + BM25 index (retrieval/index.py) ─► questions (train / dev / held-out eval)
       ─► expert traces through the real python + search tools ─► tokenizer (BPE on the env's texts)
       ─► random-weight Llama ─► cold-start SFT (recipes/sft.py), stopped at *partial* competence:
          the first check where greedy dev accuracy ≥ `sft_target`

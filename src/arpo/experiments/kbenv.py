@@ -168,7 +168,7 @@ def write_jsonl(rows: list[dict], path: str | Path) -> Path:
 # ---- the search index and the tools --------------------------------------------------------------
 def build_index(kb: KB, out_dir: str | Path):
     """arpo's BM25 Index over the KB documents (written to `out_dir`)."""
-    from arpo.tools.index import Doc, Index
+    from arpo.retrieval.index import Doc, Index
 
     return Index.build([Doc(**d) for d in kb.documents()], out_dir, dense=False, progress=False,
                        sources=[f"kbenv seed={kb.seed} towns={len(kb.towns)}"])

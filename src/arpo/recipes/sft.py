@@ -6,7 +6,7 @@ Data: JSONL rows {question, response, system?, tool_results?} in the agent's tex
 `arpo sft-data` writes). The loss is the mean next-token NLL over the response's *generated* text:
 the prompt and every environment-inserted `<result>…</result>` block are masked out, exactly as in
 RL (spec §1), and the tools' text in them is tokenized with special tokens split, as the rollout
-does (tools/tokens.py: a tool that printed `<|im_end|>` does not end a turn). The end-of-turn
+does (rollout/tool_tokens.py: a tool that printed `<|im_end|>` does not end a turn). The end-of-turn
 token is trained, so the model learns to stop after `</answer>`.
 
 The loop is plain: shuffled batches (order = f(seed, epoch), so a resumed run sees the same
@@ -26,8 +26,8 @@ import torch
 from arpo.data.order import batch_indices
 from arpo.errors import ArpoError
 from arpo.jsonl import iter_jsonl
+from arpo.rollout.tool_tokens import encode_pieces
 from arpo.settings import LoraConfig, ModelConfig, OptimConfig, RunConfig
-from arpo.tools.tokens import encode_pieces
 
 
 @dataclass
@@ -105,7 +105,7 @@ def tokenize_row(tok, row: dict) -> tuple[list[int], list[int], list[int]]:
     from arpo.data.prompts import TASK_TOOLS, render_prompt, system_prompt
 
     if isinstance(row.get("system_prompt"), str):  # rows of `arpo sft-data tools`: the prompt the rollout uses
-        from arpo.tools.formats import SchemaTools
+        from arpo.rollout.tool_formats import SchemaTools
 
         prompt = render_prompt(tok, row["question"], row["system_prompt"], tools=SchemaTools(row.get("tools", [])),
                                tool_format=row.get("tool_format", "tags"))
@@ -136,7 +136,7 @@ def tokenize_row(tok, row: dict) -> tuple[list[int], list[int], list[int]]:
 
 
 def _result_pieces(row: dict, text: str, s: int, e: int) -> list[tuple[str, bool]]:
-    """The environment's block text[s:e] as tools/tokens.py pieces (text, from_tool), tokenized as the
+    """The environment's block text[s:e] as rollout/tool_tokens.py pieces (text, from_tool), tokenized as the
     rollout does: `tool_text` spans (the tools' own text, json rows) plain and the template markup
     around them with real special tokens; a tag-format block is all tool text. A json row without
     `tool_text` (written before it existed) keeps its markup, so its tool text is not split either."""

@@ -319,8 +319,8 @@ def hop2_sft_rows(examples: list[dict], tools_cfg: ToolsConfig | None = None) ->
 
     from arpo.data import hop2
     from arpo.data.prompts import system_prompt
+    from arpo.rollout.tool_formats import tool_schema
     from arpo.tools.base import ToolCall
-    from arpo.tools.formats import tool_schema
 
     reg = replace(tools_cfg or ToolsConfig(), enabled=[hop2.TOOL], mcp=[], options={}).build()
     try:
@@ -527,8 +527,8 @@ def tools_to_sft(row: dict, tools, tokenizer, tool_format: str, system: str, sch
     """A worked example `{question, calls: [{tool, arguments}], answer, thought?}` -> an SFT row made
     by running the real tools, in either call format; (None, reason) when a tool fails or the
     answer is not what the last call returned."""
+    from arpo.rollout.tool_formats import get_format
     from arpo.tools.base import ToolCall
-    from arpo.tools.formats import get_format
 
     calls, answer = row.get("calls"), row.get("answer")
     if not isinstance(row.get("question"), str) or not isinstance(calls, list) or not calls or answer is None:
@@ -583,7 +583,7 @@ def build_tool_sft(data: str, out_path: str, tool_names: list[str], tool_format:
 
     from arpo.data.prompts import default_template, system_prompt
     from arpo.data.sources import iter_rows
-    from arpo.tools.formats import tool_schema
+    from arpo.rollout.tool_formats import tool_schema
 
     tok = _load_tokenizer(model)
     tools = replace(tools_cfg or tools_defaults("sft-data"), enabled=list(tool_names)).build()

@@ -141,7 +141,7 @@ def build_deep_search_sft(data: str, out_path: str, web: dict | None = None, lim
     from arpo.data.sources import iter_rows
     from arpo.recipes.sft_data import _convert_rows, _stats, _write
     from arpo.tools import build_tools
-    from arpo.tools.web_config import require_local_web, require_web_keys
+    from arpo.tools.web.web_config import require_local_web, require_web_keys
 
     require_web_keys(["web_search"], web)  # a missing key failed every row, silently
     require_local_web(web)  # the local web down: 456 s of silent retries, then nothing written

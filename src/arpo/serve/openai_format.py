@@ -222,7 +222,7 @@ def chat_turns(messages: list[Message], system: str, tool_format: str = "tags",
     the agent's tool calls and their results (assistant + tool messages) are one assistant turn with
     `<result>` blocks. json format: each assistant turn ends where the model ended it, and the results
     follow as `tool` messages (`template_tools`: the chat template renders tools) or as one user turn
-    of `<tool_response>` blocks (arpo's hermes convention otherwise; tools/formats.py)."""
+    of `<tool_response>` blocks (arpo's hermes convention otherwise; rollout/tool_formats.py)."""
     sys_parts, turns = [system], []
     tool_open = False  # the last turn made tool calls, so tool messages may follow
     for i, m in enumerate(messages):
@@ -267,17 +267,17 @@ def render_messages(tokenizer, messages: list[Message], system: str, tools=None,
     the json format the tools' schemas go to the template, or the hermes block to the system prompt.
     Tool messages' text is encoded as plain text (special-token strings in it split), as the rollout
     encodes the results it appends."""
-    from arpo.tools.formats import (
+    from arpo.rollout.tool_formats import (
         PLACEHOLDER,
         fill_placeholders,
         hermes_system_block,
         template_supports_tools,
         tool_schema,
     )
-    from arpo.tools.tokens import encode_pieces
+    from arpo.rollout.tool_tokens import encode_pieces
 
     template_tools = template_supports_tools(tokenizer)
-    # the tool messages' text goes in as plain tokens (tools/tokens.py): rendered as placeholders,
+    # the tool messages' text goes in as plain tokens (rollout/tool_tokens.py): rendered as placeholders,
     # then encoded with special tokens split, so a tool's `<|im_end|>` cannot end a turn
     outputs = [_text(m, i) for i, m in enumerate(messages) if m.role == "tool"]
     marks = [PLACEHOLDER.format(k) for k in range(len(outputs))]

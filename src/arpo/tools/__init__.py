@@ -1,11 +1,23 @@
-"""Tools the agent can call: the built-in `python` and `search`, the web tools `web_search` and
-`browse` (tools/web_search.py, tools/browse.py; configured by tools/web_config.py), your own functions and classes
-(`module.path:name`, tools/function.py) and MCP servers' tools (tools/mcp.py); see tools/base.py
-for the protocol and tools/formats.py for the two call formats (tags, json)."""
+"""Tools the agent can call, and `build_tools`, which makes a registry of them from names.
+
+    base.py          the Tool protocol, ToolResult, ToolCall and the tags (every tool imports it)
+    registry.py      ToolRegistry: name -> tool, the stop strings, the tag format's parse, run
+    python.py        the sandboxed `python` tool; python_session.py: with state per trajectory
+    sandbox/         where model-written code runs (docs/sandbox.md)
+    search.py        the `search` tool over a local index or a retriever (arpo/retrieval/)
+    web/             `web_search` and `browse`, their settings (web/web_config.py) and HTTP plumbing
+    plugins/         your own functions and classes (`module.path:name`, plugins/function.py) and
+                     MCP servers' tools (plugins/mcp.py)
+    cache.py         one result for identical calls
+
+How a call is written and its result appended (tags or json) is rollout/tool_formats.py, beside the
+agent loop. base.py and registry.py stay here: every tool returns a ToolResult and build_tools fills
+a ToolRegistry, and the rollout imports this package (through settings), not the other way round."""
 
 from __future__ import annotations
 
 from arpo.errors import ArpoError
+from arpo.retrieval import load_index
 from arpo.tools.base import Tool, ToolResult  # noqa: F401
 from arpo.tools.registry import ToolRegistry
 
@@ -28,15 +40,15 @@ def build_tools(names: list[str], *, python_timeout_s: float = PYTHON_TIMEOUT_S,
     """A registry with the named tools, configured from plain options (CLI flags / config keys).
     `names`: built-in tools (python, search) and your own as `module.path:function_or_class`;
     `options`: {tool name: {timeout_s, max_concurrency, max_output_chars, cache}} for your tools;
-    `mcp`: MCP servers whose tools join the registry ({command, args, env} or {url}, tools/mcp.py);
+    `mcp`: MCP servers whose tools join the registry ({command, args, env} or {url}, tools/plugins/mcp.py);
     `cache`: a tools.cache.ToolCache shared by the cacheable tools (identical calls answered once);
     `python_session`: python keeps its state per trajectory and forks with the tree (tools/python_session.py);
     `web`: the web tools' settings, a tools.web_config.WebConfig or a dict of its keys (None: defaults,
     the local web of `arpo web serve`)."""
-    from arpo.tools.function import ToolOptions, load_tool
+    from arpo.tools.plugins.function import ToolOptions, load_tool
 
     options = options or {}
-    from arpo.tools.function import snake_case
+    from arpo.tools.plugins.function import snake_case
 
     def keys(spec: str) -> list[str]:  # a tool's options may be keyed by its attribute or its tool name
         attr = spec.rsplit(":", 1)[1].rsplit(".", 1)[-1]
@@ -68,11 +80,11 @@ def build_tools(names: list[str], *, python_timeout_s: float = PYTHON_TIMEOUT_S,
                     index = load_index(search_index)
                     reg.register(SearchTool(index=index, top_k=search_top_k, max_chars=search_max_chars), builtin)
             elif n == "web_search":
-                from arpo.tools.web_search import WebSearchTool
+                from arpo.tools.web.web_search import WebSearchTool
 
                 reg.register(WebSearchTool(web), builtin)
             elif n == "browse":
-                from arpo.tools.browse import BrowseTool
+                from arpo.tools.web.browse import BrowseTool
 
                 reg.register(BrowseTool(web), builtin)
             elif ":" in n:
@@ -93,7 +105,7 @@ def build_tools(names: list[str], *, python_timeout_s: float = PYTHON_TIMEOUT_S,
                 raise ArpoError(f"unknown tool {n!r}; available: {', '.join(KNOWN_TOOLS)} or your own as "
                                 "module.path:function (e.g. mypkg.tools:lookup_order)")
         for i, server in enumerate(mcp or []):
-            from arpo.tools.mcp import MCPServerTools
+            from arpo.tools.plugins.mcp import MCPServerTools
 
             src = MCPServerTools(server)
             reg.sources.append(src)
@@ -114,7 +126,7 @@ class _Registry(ToolRegistry):
         self.sources: list = []  # MCP server connections (closed with the registry)
 
     def register(self, tool, source: str | None = None) -> None:
-        from arpo.tools.function import as_tool
+        from arpo.tools.plugins.function import as_tool
         from arpo.tools.registry import source_of
 
         tool = as_tool(tool)
@@ -138,23 +150,3 @@ class _Registry(ToolRegistry):
         self.sources.clear()
         if self.cache is not None and self.cache.path is not None:
             self.cache.save()
-
-
-def default_index_dir():
-    from arpo.tools.index import default_index_dir
-
-    return default_index_dir()
-
-
-def load_index(path: str | None = None):
-    """The index at `path`, or the default one (built on first use from the built-in HotpotQA)."""
-    from arpo.tools.index import Index, default_index
-
-    if path is None:
-        return default_index()
-    try:
-        return Index.load(path)
-    except Exception as e:
-        raise ArpoError(f"search index {path!r} cannot be loaded ({e}); build one with "
-                        f"`arpo index build FILES --out {path}`, leave the index unset for the default "
-                        "(built-in HotpotQA) or pass --search-url") from e

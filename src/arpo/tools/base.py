@@ -2,9 +2,9 @@
 environment answers `<result>\\n{output}\\n</result>`.
 
 A tool is any object with a `name` (its tag) and `__call__(input: str) -> ToolResult`; plain
-Python functions and classes become tools through `ToolRegistry.register` (tools/function.py), and
+Python functions and classes become tools through `ToolRegistry.register` (tools/plugins/function.py), and
 tools with a JSON `schema` also take `call(arguments: dict)` (the function-calling format,
-tools/formats.py). Tools never raise into the rollout: failures come back as
+rollout/tool_formats.py). Tools never raise into the rollout: failures come back as
 `ToolResult(ok=False, output=<error text>)`.
 """
 

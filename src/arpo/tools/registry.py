@@ -1,6 +1,6 @@
 """The tool registry: maps tags to tools, gives the agent its stop strings and parses the model's
 last call (the protocol's types are in tools/base.py; plain functions and classes become tools
-through tools/function.py).
+through tools/plugins/function.py).
 
 A name belongs to one tool: registering a second tool under a name already taken (a built-in, your
 own function or class, an MCP server's tool, or two MCP servers offering one name) is an ArpoError
@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 from arpo.errors import ArpoError
 from arpo.tools.base import ANSWER_TAG, NON_CALL_TAGS, Tool, ToolCall, ToolResult, has_sessions
-from arpo.tools.function import as_tool
+from arpo.tools.plugins.function import as_tool
 
 
 class ToolRegistry:
@@ -27,7 +27,7 @@ class ToolRegistry:
             self.register(t)
 
     def register(self, tool, source: str | None = None) -> None:
-        """Add a tool: a Tool, or any function / class (tools/function.py builds its schema).
+        """Add a tool: a Tool, or any function / class (tools/plugins/function.py builds its schema).
         `source`: where it comes from, in words (default: made from the tool, source_of)."""
         tool = as_tool(tool)
         self._add(tool, source or source_of(tool))

@@ -19,6 +19,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+from arpo.retrieval.server import KEY_ENV  # the key of `arpo serve retriever`, sent when set
 from arpo.tools.base import ToolResult
 
 if TYPE_CHECKING:
@@ -54,10 +55,8 @@ def _format(hits, max_chars: int) -> tuple[str, bool]:
     return "\n\n".join(blocks), any_cut
 
 
-KEY_ENV = "ARPO_RETRIEVER_KEY"  # the key of `arpo serve retriever` (tools/server.py), sent when set
-
 class SearchTool:
-    """`<search>query</search>` over `index` (an arpo.tools.index.Index) or a retrieval server at
+    """`<search>query</search>` over `index` (an arpo.retrieval.index.Index) or a retrieval server at
     `url` (`arpo serve retriever`). Thread-safe; `calls` / `failures` count queries."""
 
     name = "search"
@@ -69,7 +68,7 @@ class SearchTool:
 
     def __init__(self, index=None, url: str | None = None, top_k: int = 10, max_chars: int = 1000,
                  mode: str = "bm25", timeout_s: float = 5.0):
-        from arpo.tools.index import MODES
+        from arpo.retrieval.index import MODES
 
         if (index is None) == (url is None):
             raise ValueError("SearchTool needs exactly one of index= or url=")

@@ -83,7 +83,7 @@ def load_site(corpus: list[str] | None = None, search_index: str | None = None, 
             atexit.register(shutil.rmtree, tmp, True)
             index_dir = f"{tmp}/index"
         return Site.from_corpus(corpus, index_dir)
-    from arpo.tools import load_index
+    from arpo.retrieval import load_index
 
     index = load_index(search_index)
     return Site.from_index(index, name="hotpotqa" if search_index is None else str(index.path.name))

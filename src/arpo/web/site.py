@@ -24,7 +24,7 @@ def slug(title: str) -> str:
 
 class Site:
     def __init__(self, index, urls: dict[str, str] | None = None, name: str = "corpus"):
-        """`index`: an arpo.tools.index.Index; `urls`: doc id -> the URL (or path) it is served at."""
+        """`index`: an arpo.retrieval.index.Index; `urls`: doc id -> the URL (or path) it is served at."""
         self.index, self.name = index, name
         self.paths: list[str] = []
         self.by_path: dict[str, int] = {}
@@ -53,7 +53,7 @@ class Site:
         """Index the documents of `specs` (JSONL rows {title, text, url?} or any layout arpo index
         reads) into `index_dir` and serve them; a row's `url` gives its page's path."""
         from arpo.data.sources import iter_rows
-        from arpo.tools.index import Index, load_corpus
+        from arpo.retrieval.index import Index, load_corpus
 
         docs = load_corpus(specs)
         urls: dict[str, str] = {}

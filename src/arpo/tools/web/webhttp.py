@@ -1,6 +1,6 @@
 """The HTTP manners of the web tools: a rate limit per provider, retries with exponential backoff
 on 429 / 5xx / timeouts / refused connections, and `browse`'s URL check (http/https only; the address
-checks are in tools/webnet.py, under the HTTP client).
+checks are in tools/web/webnet.py, under the HTTP client).
 
 Every failure is a `WebError` whose message is what the agent reads; the tools turn it into an
 `ok=False` result and the rollout goes on.
@@ -152,7 +152,7 @@ def host_port(url: str) -> tuple[str, int]:
 
 def check_url(url: str) -> None:
     """Raise WebError unless `url` is http(s) with a host. Which addresses may be reached is checked
-    when connecting, on the address connected to (tools/webnet.py)."""
+    when connecting, on the address connected to (tools/web/webnet.py)."""
     u = urlsplit(url)
     if u.scheme not in ("http", "https"):
         raise WebError(f"only http:// and https:// URLs can be browsed, not {u.scheme or 'a bare'}:// ({url[:200]})")

@@ -30,7 +30,7 @@ import time
 
 from arpo.errors import ArpoError
 from arpo.tools.base import ToolResult
-from arpo.tools.function import SchemaArgs
+from arpo.tools.plugins.function import SchemaArgs
 
 
 class MCPServerTools:

@@ -18,7 +18,7 @@ Per tool: a timeout, a limit on concurrent calls and an output cap (`ToolOptions
 or a timeout becomes an error result and the trajectory goes on.
 
 A tool is called with a dict of arguments (`call(arguments)`: the JSON function-calling format) or
-with the text between its tags (`__call__(text)`: the paper's tag format, tools/formats.py): a tool
+with the text between its tags (`__call__(text)`: the paper's tag format, rollout/tool_formats.py): a tool
 with one string argument takes the text as it is; any other tool takes a JSON object of arguments.
 """
 

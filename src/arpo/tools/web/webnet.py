@@ -35,7 +35,7 @@ from collections.abc import Iterable, Iterator
 
 import httpcore
 
-from arpo.tools.webhttp import WebError
+from arpo.tools.web.webhttp import WebError
 
 _DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("arpo_browse_deadline", default=None)
 

@@ -1,4 +1,4 @@
-"""The `<web_search>` tool: one tool, the search provider chosen in config (tools/web_config.py).
+"""The `<web_search>` tool: one tool, the search provider chosen in config (tools/web/web_config.py).
 
     ddgs      the ddgs package (keyless metasearch; it does its own HTTP)
     serper    POST {url}/search, header X-API-KEY              -> organic[{title, link, snippet}]
@@ -10,7 +10,7 @@
     local     searxng's API at `arpo web serve` (default http://127.0.0.1:8090)
 
 All but ddgs go through httpx with the timeout, the per-provider rate limit and retries on 429 /
-5xx (tools/webhttp.py). A redirect is followed only within the provider's origin (scheme, host and
+5xx (tools/web/webhttp.py). A redirect is followed only within the provider's origin (scheme, host and
 port), at most MAX_REDIRECTS times: the API key never goes to another server. What the agent reads:
 
     1. Title
@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
 
 from arpo.tools.base import ToolResult
-from arpo.tools.web_config import KEY_REQUIRED, WebConfig, web_config
-from arpo.tools.webhttp import WebError, limiter_for, request
+from arpo.tools.web.web_config import KEY_REQUIRED, WebConfig, web_config
+from arpo.tools.web.webhttp import WebError, limiter_for, request
 
 if TYPE_CHECKING:
     import httpx
@@ -175,7 +175,7 @@ class WebSearchTool:
             from ddgs.exceptions import DDGSException, RatelimitException, TimeoutException
         except ImportError as e:
             raise WebError("provider ddgs needs the ddgs package: pip install 'arpo[web]'") from e
-        from arpo.tools.webhttp import retry_delay
+        from arpo.tools.web.webhttp import retry_delay
 
         last = ""
         for attempt in range(self.cfg.retries + 1):

@@ -9,11 +9,11 @@ Input (tag format; the json format takes {url, page, query}):
 
 Fetching: http/https only; at most max_redirects redirects; only globally routable addresses,
 checked under the HTTP client for every connection (every redirect hop included) and connected to
-exactly as checked (tools/webnet.py), unless allowed (tools.web.allow_private / allow_hosts; the
+exactly as checked (tools/web/webnet.py), unless allowed (tools.web.allow_private / allow_hosts; the
 local web of `arpo web serve` is allowed when it is the search provider); at most max_bytes of the
-DECODED body read, whatever its Content-Encoding layers (tools/webdecode.py); browse_timeout_s is one
+DECODED body read, whatever its Content-Encoding layers (tools/web/webdecode.py); browse_timeout_s is one
 deadline for the whole call: name lookup, connect, headers, body and text extraction (which runs in a
-worker process killed at the deadline, tools/extract_worker.py). HTML goes through trafilatura (the
+worker process killed at the deadline, tools/web/extract_worker.py). HTML goes through trafilatura (the
 page's main text, boilerplate removed); text/plain and JSON are shown as they are; other types
 are refused. docs/web_tools.md has the threat model.
 
@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING
 from urllib.parse import urljoin
 
 from arpo.tools.base import ToolResult
-from arpo.tools.web_config import WebConfig, web_config
-from arpo.tools.webhttp import RETRY_STATUS, WebError, check_url, host_port, retry_delay
+from arpo.tools.web.web_config import WebConfig, web_config
+from arpo.tools.web.webhttp import RETRY_STATUS, WebError, check_url, host_port, retry_delay
 
 if TYPE_CHECKING:
     import httpx
@@ -156,9 +156,9 @@ class BrowseTool:
 
     def _http(self):
         """The client for the pages: every connection through webnet's address checks."""
-        from arpo.tools.extract_worker import pool
-        from arpo.tools.webdecode import ACCEPT_ENCODING
-        from arpo.tools.webnet import guarded_client
+        from arpo.tools.web.extract_worker import pool
+        from arpo.tools.web.webdecode import ACCEPT_ENCODING
+        from arpo.tools.web.webnet import guarded_client
 
         with self._lock:
             if self._client is None:
@@ -185,8 +185,8 @@ class BrowseTool:
         `deadline` (time.monotonic()): the end of the whole call (default: browse_timeout_s from now)."""
         import httpx
 
-        from arpo.tools.webdecode import read_decoded
-        from arpo.tools.webnet import deadline as net_deadline
+        from arpo.tools.web.webdecode import read_decoded
+        from arpo.tools.web.webnet import deadline as net_deadline
 
         cfg = self.cfg
         if deadline is None:
@@ -277,7 +277,7 @@ class BrowseTool:
             final, body, ctype, cut = self.fetch(url, deadline)
             if time.monotonic() >= deadline:
                 raise WebError(f"no page from {url} within {cfg.browse_timeout_s:g}s")
-            from arpo.tools.extract_worker import ExtractTimeout, pool
+            from arpo.tools.web.extract_worker import ExtractTimeout, pool
 
             try:
                 title, text = pool().extract(body, ctype, final, deadline)

@@ -18,6 +18,7 @@ loopback-bound server answers only loopback Host names (arpo/http_guard.py; docs
 # body would be taken for a query parameter).
 from dataclasses import asdict
 
+KEY_ENV = "ARPO_RETRIEVER_KEY"  # the server's key; the search tool (tools/search.py) sends the same variable's value
 MAX_QUERIES = 1024
 MAX_TOP_K = 100
 MAX_BODY_BYTES = 2 * 2**20  # 1024 queries of ~2 KB; larger bodies get HTTP 413 (16 MB took 38 s to search)
@@ -37,8 +38,7 @@ def create_app(index, *, api_key: str | None = None, bind_host: str = "127.0.0.1
 
     from arpo.errors import ArpoError
     from arpo.http_guard import RequestGuard, allowed_hosts
-    from arpo.tools.index import MODES
-    from arpo.tools.search import KEY_ENV
+    from arpo.retrieval.index import MODES
 
     class SearchRequest(BaseModel):
         queries: list[str] = Field(..., min_length=1, max_length=MAX_QUERIES,
@@ -88,8 +88,7 @@ def serve(index_dir: str | None, host: str = "127.0.0.1", port: int = 8001, log_
 
     from arpo.http_guard import warn_bind
     from arpo.ports import require_port_free
-    from arpo.tools import load_index
-    from arpo.tools.search import KEY_ENV
+    from arpo.retrieval import load_index
 
     index = load_index(index_dir)
     if index.has_dense:  # load the query encoder now, not inside the first request (clients time out)

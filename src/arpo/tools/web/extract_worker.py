@@ -2,7 +2,7 @@
 
 trafilatura (lxml) runs for tens of seconds on some pages (28 s on 1.9 MB of nested tags) and cannot
 be interrupted inside a thread, so `ExtractPool.extract` sends the body to a worker process
-(`python -m arpo.tools.extract_worker`), waits at most the time left, and kills the worker when the
+(`python -m arpo.tools.web.extract_worker`), waits at most the time left, and kills the worker when the
 time is up (the next call starts a fresh one). Idle workers are kept for the next calls (at most
 `max_idle`); one is started ahead of the first call (`warm`), and a worker's start-up (importing
 trafilatura, about a second) is not charged to a page.
@@ -25,7 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-from arpo.tools.webhttp import WebError
+from arpo.tools.web.webhttp import WebError
 
 START_TIMEOUT_S = 60.0
 
@@ -66,7 +66,7 @@ class _Worker:
         src = str(Path(arpo.__file__).resolve().parents[1])  # the arpo this process runs
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
                    OMP_NUM_THREADS="1")
-        self.proc = subprocess.Popen([sys.executable, "-m", "arpo.tools.extract_worker"], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-m", "arpo.tools.web.extract_worker"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
@@ -177,7 +177,7 @@ def pool() -> ExtractPool:
 
 def main() -> None:
     """The worker: read pages from stdin until it closes, answer each on stdout."""
-    from arpo.tools.pagetext import extract_text
+    from arpo.tools.web.pagetext import extract_text
 
     out = sys.stdout.buffer
     try:

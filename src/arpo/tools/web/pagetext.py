@@ -10,7 +10,7 @@ from __future__ import annotations
 import codecs
 import re
 
-from arpo.tools.webhttp import WebError
+from arpo.tools.web.webhttp import WebError
 
 _WEB_CHARSETS = frozenset(codecs.lookup(n).name for n in (
     "utf-8 utf-16-le utf-16-be utf-16 cp866 iso8859-1 iso8859-2 iso8859-3 iso8859-4 iso8859-5 iso8859-6 iso8859-7 "

@@ -16,7 +16,7 @@ import time
 import zlib
 from collections.abc import Iterable, Iterator
 
-from arpo.tools.webhttp import WebError
+from arpo.tools.web.webhttp import WebError
 
 ACCEPT_ENCODING = "gzip, deflate"
 CHUNK = 64 * 1024

@@ -14,7 +14,7 @@
 In both formats everything after the prompt is built in token space: the ids trained on are the
 ids sampled plus the ids of the appended text (results and template tokens, loss mask 0) — the
 conversation is never re-tokenized. `render_results` returns what to append as pieces
-`(text, from_tool)` (tools/tokens.py): the tools' own text is encoded with special tokens split, so a
+`(text, from_tool)` (rollout/tool_tokens.py): the tools' own text is encoded with special tokens split, so a
 tool that prints `<|im_end|>` cannot end a turn; only the environment's markup keeps real special
 tokens. The tag format's whole `<result>` block is tool text (it holds no template markup). The
 json format gets its block from the chat template by rendering the conversation without and with
@@ -36,9 +36,9 @@ from arpo.data.prompts import HERMES_TOOLS as HERMES_TOOLS
 from arpo.data.prompts import hermes_system_block as hermes_system_block
 from arpo.data.prompts import template_supports_tools as template_supports_tools
 from arpo.data.prompts import tool_schema as tool_schema
+from arpo.rollout.tool_tokens import Pieces
 from arpo.tools.base import ToolCall, format_result
 from arpo.tools.registry import ToolRegistry
-from arpo.tools.tokens import Pieces
 
 FORMATS = ("tags", "json")
 TOOL_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
