@@ -28,9 +28,8 @@ from arpo.data.prompts import prompts_for
 from arpo.engine.hf import HFEngine
 from arpo.models import load_model
 from arpo.rewards import arpo_reward, score_trees
-from arpo.rollout.agent import AgentConfig
-from arpo.rollout.arpo import ARPORollout, RolloutConfig
-from arpo.settings import OptimConfig
+from arpo.rollout.arpo import ARPORollout
+from arpo.settings import AgentConfig, OptimConfig, RolloutConfig
 from arpo.tools import build_tools
 from arpo.training.batch import loss_and_backward, token_logprobs
 from arpo.training.optim import build_optimizer, build_scheduler, clip_gradients

@@ -18,7 +18,6 @@ from arpo.eval.judge import (  # noqa: E402
     EQUIVALENCE_PROMPT,
     Judge,
     JudgeCache,
-    JudgeConfig,
     default_cache_path,
     gold_text,
     judge_prompt,
@@ -26,6 +25,7 @@ from arpo.eval.judge import (  # noqa: E402
     prediction_tag,
     prediction_text,
 )
+from arpo.settings import JudgeConfig  # noqa: E402
 
 MODEL = "tiny-judge"
 

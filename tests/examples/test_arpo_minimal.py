@@ -18,12 +18,9 @@ def _example():
 
 
 def _trainer(tok):
-    from arpo.rollout.agent import AgentConfig
-    from arpo.rollout.arpo import RolloutConfig
-    from arpo.settings import OptimConfig, ToolsConfig
+    from arpo.settings import AgentConfig, OptimConfig, RolloutConfig, ToolsConfig, TrainConfig
     from arpo.testing import hook_rollout, scripted_hook, tiny_model, toy_reward
     from arpo.training import trainer as T
-    from arpo.training.config import TrainConfig
 
     torch.manual_seed(0)
     model = tiny_model(tok)
@@ -32,7 +29,7 @@ def _trainer(tok):
                       rollout=RolloutConfig(group_size=4, initial_rollouts=2, branch_threshold=0.0, entropy_tokens=2),
                       optim=OptimConfig(lr=1e-3), steps=1, prompts_per_step=2, old_logprobs="recompute")
     cfg.validate()
-    preset = cfg.algo.resolve(cfg.rollout)
+    preset = cfg.algo.resolve()
     exs = [{"id": f"q{i}", "question": f"What is {i} + {i}?", "answers": [str(2 * i)], "task": "math"}
            for i in range(3)]
     tr = T.setup(cfg, preset, exs, toy_reward, model_and_tok=(model, tok))

@@ -8,8 +8,9 @@ import pytest
 from arpo.engine.hf import HFEngine
 from arpo.rewards import arpo_reward, check_format, em_reward, f1_reward, get_reward_fn, model_text, score_trees
 from arpo.rewards.format import tool_calls_in
-from arpo.rollout.agent import AgentConfig, AgentLoop
+from arpo.rollout.agent import AgentLoop
 from arpo.rollout.tree import RolloutTree, TreeTrajectory
+from arpo.settings import AgentConfig
 from arpo.testing import scripted_hook
 from arpo.tools.registry import ToolRegistry
 

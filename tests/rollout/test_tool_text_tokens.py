@@ -10,7 +10,8 @@ import json
 import pytest
 
 from arpo.engine.hf import HFEngine
-from arpo.rollout.agent import AgentConfig, AgentLoop
+from arpo.rollout.agent import AgentLoop
+from arpo.settings import AgentConfig
 from arpo.testing import QWEN_TOOLS_TEMPLATE, scripted_hook, tiny_model
 from arpo.tools.registry import ToolRegistry
 from arpo.tools.tokens import encode_pieces, encode_tool_text, special_ids

@@ -85,8 +85,8 @@ def make_sft(cfg: Hop2ExperimentConfig, out: Path) -> dict:
 
     from arpo.config import load_config
     from arpo.data.datasets import load_examples
-    from arpo.recipes.sft import SFTConfig
     from arpo.recipes.sft import run as sft_run
+    from arpo.settings import SFTConfig
     from arpo.training.rundir import unsafe_changes
 
     rows = hop2_sft_rows(load_examples(cfg.sft_data))

@@ -25,7 +25,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from arpo.engine.base import Engine, SamplingParams
-from arpo.settings import AgentConfig  # the agent section (settings.py), used and re-exported here
+from arpo.settings import AgentConfig
 from arpo.tools.base import STOP_REGEX, ToolResult
 from arpo.tools.formats import get_format
 from arpo.tools.registry import ToolRegistry
