@@ -113,8 +113,8 @@ def test_encode_pieces_only_template_markup_is_special(smol_tok):
 
 def test_sft_rows_tokenize_tool_text_as_the_rollout_does(smol_tok, python_tool):
     """SFT trains on the same ids the rollout would append: the tool's text plain, the markup real."""
-    from arpo.recipes.sft import tokenize_row
-    from arpo.recipes.sft_data import tools_to_sft
+    from arpo.sft.convert import tools_to_sft
+    from arpo.sft.rows import tokenize_row
     from arpo.tools.formats import tool_schema
 
     reg = ToolRegistry([python_tool])

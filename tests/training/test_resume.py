@@ -102,9 +102,10 @@ def test_sft_runs_masks_results_and_resumes(tiny_dir, tmp_path):
         rows.append({"question": f"{i}*2?", "response": resp, "system": "math", "tool_results": [[s, e]]})
     data = tmp_path / "sft.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    from arpo.sft.rows import tokenize_row
     from arpo.testing import tiny_tokenizer
 
-    p, ids, mask = sft.tokenize_row(tiny_tokenizer(), rows[0])
+    p, ids, mask = tokenize_row(tiny_tokenizer(), rows[0])
     text_masked = tiny_tokenizer().decode([t for t, m in zip(ids, mask, strict=True) if m == 0])
     assert text_masked.strip().startswith("<result>") and text_masked.strip().endswith("</result>")
     assert ids[-1] == tiny_tokenizer().eos_token_id and mask[-1] == 1

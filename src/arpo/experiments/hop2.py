@@ -35,7 +35,7 @@ from arpo.errors import ArpoError
 from arpo.experiments import common, hop2_figures, hop2_report, hop2_stats
 from arpo.experiments import protocol as P
 from arpo.experiments.common import log
-from arpo.recipes.sft_data import hop2_sft_rows
+from arpo.sft.convert import hop2_sft_rows
 from arpo.training.rollout_log import read_run_trees
 
 
