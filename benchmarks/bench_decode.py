@@ -121,7 +121,8 @@ def bench_multiturn(model, tok, batch, repeats):
 
     from arpo.data.prompts import render_prompt, system_prompt
     from arpo.engine.hf import HFEngine
-    from arpo.rollout.agent import AgentConfig, AgentLoop, TrajState
+    from arpo.rollout.agent import AgentLoop, TrajState
+    from arpo.settings import AgentConfig
     from arpo.testing import scripted_hook
     from arpo.tools.base import format_result
     from arpo.tools.python import PythonTool

@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from arpo.settings import TrainConfig
+
 
 def one_run(root: Path, name: str, off: int, a) -> tuple[float, float, float, float]:
     """Seconds per step (steps 2..n) of one training run, and of them: generation (off-policy: the wait
@@ -38,7 +40,7 @@ def one_run(root: Path, name: str, off: int, a) -> tuple[float, float, float, fl
             "run.tensorboard": "false", "run.threads": a.threads, "run.seed": 1, "old_logprobs": "recompute",
             "rollout.max_off_policy_steps": off}
     cpu, wall = time.process_time(), time.perf_counter()
-    train.run(load_config(train.TrainConfig, None, [f"{k}={v}" for k, v in over.items()]), quiet=True)
+    train.run(load_config(TrainConfig, None, [f"{k}={v}" for k, v in over.items()]), quiet=True)
     share = (time.process_time() - cpu) / (time.perf_counter() - wall)
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
     step, gen, trn = (statistics.fmean(r[k] for r in rows[1:]) for k in ("step_seconds", "time_generation",

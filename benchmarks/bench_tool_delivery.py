@@ -68,8 +68,8 @@ def varied_hook(tok):
 
 def one(model, tok, tools, delivery: str, lag: int, args) -> dict:
     from arpo.engine.hf import HFEngine
-    from arpo.rollout.agent import AgentConfig
-    from arpo.rollout.arpo import ARPORollout, RolloutConfig
+    from arpo.rollout.arpo import ARPORollout
+    from arpo.settings import AgentConfig, RolloutConfig
     from arpo.testing import hook_rollout
 
     agent = AgentConfig(max_response_tokens=400, tool_delivery=delivery, tool_delivery_lag=lag)

@@ -104,11 +104,8 @@ class ArpoStep:
 
     def __init__(self, model, tok, examples, prompts, a, total_steps: int):
         from arpo.rewards import get_reward_fn
-        from arpo.rollout.agent import AgentConfig
-        from arpo.rollout.arpo import RolloutConfig
-        from arpo.settings import OptimConfig, ToolsConfig
+        from arpo.settings import AgentConfig, AlgoConfig, OptimConfig, RolloutConfig, ToolsConfig, TrainConfig
         from arpo.training import trainer
-        from arpo.training.config import AlgoConfig, TrainConfig
 
         cfg = TrainConfig(
             tools=ToolsConfig(enabled=[]),  # no tools (see the module docstring)

@@ -59,6 +59,8 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from arpo.settings import TrainConfig
+
 ROOT = Path(__file__).resolve().parents[1]
 if (ROOT / "src" / "arpo").is_dir() and str(ROOT / "src") not in sys.path:
     sys.path.insert(0, str(ROOT / "src"))
@@ -471,13 +473,11 @@ def bench_mismatch(model, tok, sz: Sizes, dev: Device, variants=("eager", "graph
 def bench_rl(model, tok, sz: Sizes, dev: Device, errors: list) -> tuple[dict, object]:
     """ARPO steps through training/trainer.py's own `setup` + `train_step` on one process, with timing
     hooks: each phase ends with a device sync and its peak memory (Trainer.on_lap)."""
-    from arpo.rollout.agent import AgentConfig
-    from arpo.rollout.arpo import RolloutConfig
-    from arpo.settings import ToolsConfig
+    from arpo.settings import AgentConfig, RolloutConfig, ToolsConfig
     from arpo.testing import hook_rollout, toy_reward
     from arpo.training import trainer as T
 
-    cfg = T.TrainConfig(
+    cfg = TrainConfig(
         steps=sz.steps, prompts_per_step=sz.prompts_per_step, micro_tokens=sz.micro_tokens,
         rollout=RolloutConfig(group_size=sz.group_size, initial_rollouts=sz.initial_rollouts),
         agent=AgentConfig(max_tool_calls=len(SCRIPT), max_response_tokens=sz.max_response_tokens, temperature=1.0),
@@ -634,8 +634,8 @@ def vllm_child(a) -> dict:
     from arpo.data.prompts import prompts_for
     from arpo.engine.base import SamplingParams
     from arpo.engine.vllm import VLLMEngine
-    from arpo.rollout.agent import AgentConfig
-    from arpo.rollout.arpo import ARPORollout, RolloutConfig
+    from arpo.rollout.arpo import ARPORollout
+    from arpo.settings import AgentConfig, RolloutConfig
     from arpo.tools import build_tools
     from arpo.training import trainer as T
 
@@ -684,9 +684,9 @@ def vllm_child(a) -> dict:
         eng.eos = saved_eos
         # one ARPO rollout, same prompts/hook/tools as the HF step 1 (tool-call results are real)
         agent = AgentConfig(max_tool_calls=len(SCRIPT), max_response_tokens=sz.max_response_tokens, temperature=1.0)
-        cfg = T.TrainConfig(rollout=RolloutConfig(group_size=sz.group_size, initial_rollouts=sz.initial_rollouts))
+        cfg = TrainConfig(rollout=RolloutConfig(group_size=sz.group_size, initial_rollouts=sz.initial_rollouts))
         preset = cfg.algo.resolve()
-        rollout_cfg = dataclasses.replace(cfg.rollout, initial_rollouts=preset.initial_rollouts)
+        rollout_cfg = T.rollout_config(cfg.rollout, preset)
         tools = build_tools(["python"])
         tool_log: list = []
         timed_tools(tools, tool_log)

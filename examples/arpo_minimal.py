@@ -28,9 +28,8 @@ from arpo.data.prompts import prompts_for
 from arpo.engine.hf import HFEngine
 from arpo.models import load_model
 from arpo.rewards import arpo_reward, score_trees
-from arpo.rollout.agent import AgentConfig
-from arpo.rollout.arpo import ARPORollout, RolloutConfig
-from arpo.settings import OptimConfig
+from arpo.rollout.arpo import ARPORollout
+from arpo.settings import AgentConfig, OptimConfig, RolloutConfig
 from arpo.tools import build_tools
 from arpo.training.batch import loss_and_backward, token_logprobs
 from arpo.training.optim import build_optimizer, build_scheduler, clip_gradients
@@ -93,7 +92,7 @@ def main() -> None:
             trees, loss, diag = arpo_step(policy, tok, rollout, tools, examples, preset, opt, sched,
                                           step=step, seed=args.seed, grad_clip=optim.grad_clip)
             rewards = [t.reward for tree in trees for t in tree.trajectories]
-            branches = sum(len(tree.trajectories) for tree in trees) - len(trees) * preset.initial_rollouts
+            branches = sum(len(tree.trajectories) for tree in trees) - len(trees) * rollout.cfg.initial_rollouts
             print(f"step {step}: {len(rewards)} trajectories, mean reward {sum(rewards) / len(rewards):+.3f}, "
                   f"{max(branches, 0)} from branches, loss {loss:.4f}")
     finally:

@@ -43,6 +43,7 @@ def train_scripted(overrides: dict, script: list, free_tokens: int = 0) -> None:
     from arpo.config import load_config
     from arpo.recipes import train
     from arpo.rollout.arpo import ARPORollout
+    from arpo.settings import TrainConfig
     from arpo.testing import hook_rollout, scripted_hook
 
     init = ARPORollout.__init__
@@ -55,7 +56,7 @@ def train_scripted(overrides: dict, script: list, free_tokens: int = 0) -> None:
     try:
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(ARPORollout, "__init__", scripted)
-            train.run(load_config(train.TrainConfig, None, [f"{k}={v}" for k, v in overrides.items()]), quiet=True)
+            train.run(load_config(TrainConfig, None, [f"{k}={v}" for k, v in overrides.items()]), quiet=True)
     finally:
         torch.set_num_threads(threads)
 

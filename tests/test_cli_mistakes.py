@@ -10,6 +10,7 @@ import time
 import pytest
 
 from arpo.cli import main
+from arpo.settings import SFTConfig, TrainConfig
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
 
@@ -153,7 +154,7 @@ def test_a_reward_that_raises_fails_before_the_model_loads(my_rewards, tmp_path,
         assert main(["eval", "--model", "no_such_model_dir", "--data", str(my_rewards),
                      "--reward", f"my_rewards:{fn}"]) == 2  # the reward is checked before the model is even looked at
         assert msg in capsys.readouterr().err
-        cfg = load_config(train.TrainConfig, None, [f"data.path={my_rewards}", "model.name=no_such_model_dir",
+        cfg = load_config(TrainConfig, None, [f"data.path={my_rewards}", "model.name=no_such_model_dir",
                                                     f"reward.fn=my_rewards:{fn}", f"run.dir={tmp_path / 'r'}"])
         with pytest.raises(ArpoError, match=msg):
             train.run(cfg, quiet=True)
@@ -232,7 +233,7 @@ def test_a_trained_run_remembers_its_prompt_template_and_tools(tmp_path, capsys)
     data.write_text(json.dumps({"question": "1+1?", "system": "calc",
                                 "response": "<think>add</think>\n<answer> \\boxed{2} </answer>"}) + "\n")
     run = tmp_path / "sft_run"
-    sft.run(load_config(sft.SFTConfig, None, ["model.name=tiny-random", f"data.path=[{data}]", "prompts_per_step=1",
+    sft.run(load_config(SFTConfig, None, ["model.name=tiny-random", f"data.path=[{data}]", "prompts_per_step=1",
                                               "steps=1", f"run.dir={run}", "run.tensorboard=false"]), quiet=True)
     ckpt = run / "checkpoints" / "step_000001" / "model"
     assert run_settings(str(run)) == run_settings(str(ckpt)) == {"template": "calc",

@@ -1,4 +1,4 @@
-"""One agent section and one tools section behind every agent command (settings.py,
+"""One agent section and one tools section behind every agent command (settings/agent.py,
 commands/agent_flags.py): the same defaults everywhere (--help shows them), a run dir's tools (MCP
 servers and plug-in tools included) in chat, eval and serve agent, --tools-config, `arpo tool` with
 your own tool and an MCP tool, and train's names (steps, prompts_per_step) in sft."""
@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from arpo.cli import build_parser, main
+from arpo.settings import SFTConfig
 
 # what each agent command is called with on the command line (after `arpo`), and its settings name
 COMMANDS = {"chat": ["chat", "q"], "eval": ["eval", "--data", "x"], "serve": ["serve", "agent"],
@@ -222,7 +223,7 @@ def test_arpo_tool_runs_a_plugin_tool_and_an_mcp_tool(mcp_run, tmp_path, monkeyp
 def test_sft_uses_trains_names_and_reads_the_old_ones_with_a_warning(capsys):
     from arpo.config import load_config
     from arpo.errors import ArpoError
-    from arpo.recipes.sft import SFTConfig
+    from arpo.settings import SFTConfig
 
     cfg = load_config(SFTConfig, None, ["steps=3", "prompts_per_step=2"])
     assert (cfg.steps, cfg.prompts_per_step) == (3, 2) and capsys.readouterr().err == ""
@@ -242,9 +243,9 @@ def test_a_run_saved_with_the_old_names_resumes_with_the_new(tmp_path, capsys):
     data.write_text(json.dumps({"question": "1+1?", "response": "<answer> \\boxed{2} </answer>"}) + "\n")
     run = tmp_path / "run"
     base = ["model.name=tiny-random", f"data.path=[{data}]", f"run.dir={run}", "run.tensorboard=false"]
-    sft.run(load_config(sft.SFTConfig, None, base + ["prompts_per_step=1", "steps=1"]), quiet=True)
+    sft.run(load_config(SFTConfig, None, base + ["prompts_per_step=1", "steps=1"]), quiet=True)
     saved = yaml.safe_load((run / "config.yaml").read_text())
     saved["max_steps"], saved["batch_size"] = saved.pop("steps"), saved.pop("prompts_per_step")
     (run / "config.yaml").write_text(yaml.safe_dump(saved))  # as an SFT run of before the rename wrote it
-    sft.run(load_config(sft.SFTConfig, None, base + ["prompts_per_step=1", "steps=2"]), resume=True, quiet=True)
+    sft.run(load_config(SFTConfig, None, base + ["prompts_per_step=1", "steps=2"]), resume=True, quiet=True)
     assert (run / "checkpoints" / "step_000002").is_dir()

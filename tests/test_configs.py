@@ -10,9 +10,7 @@ CONFIGS = sorted((ROOT / "configs").rglob("*.yaml"))
 
 
 def _cls(path: Path):
-    from arpo.recipes.rollout import RolloutJobConfig
-    from arpo.recipes.sft import SFTConfig
-    from arpo.training.config import TrainConfig
+    from arpo.settings import RolloutJobConfig, SFTConfig, TrainConfig
 
     name = path.name
     return RolloutJobConfig if name.startswith("rollout") else SFTConfig if name.startswith("sft") else TrainConfig

@@ -2,7 +2,8 @@
 
 from arpo.data.prompts import render_prompt, system_prompt
 from arpo.engine.hf import HFEngine
-from arpo.rollout.agent import AgentConfig, AgentLoop
+from arpo.rollout.agent import AgentLoop
+from arpo.settings import AgentConfig
 from arpo.tools.registry import ToolRegistry
 
 

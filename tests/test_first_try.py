@@ -7,6 +7,7 @@ import io
 import time
 
 from arpo.cli import main
+from arpo.settings import SFTConfig
 
 
 def test_chat_reads_the_question_from_stdin_with_a_dash(capsys, monkeypatch):
@@ -495,12 +496,12 @@ def test_sft_says_what_it_does_before_its_first_step(tmp_path, capsys):
     data = tmp_path / "sft.jsonl"
     data.write_text(json.dumps({"question": "1+1?", "response": "<answer> \\boxed{2} </answer>"}) + "\n")
     ov = [f"data.path=[{data}]", "model.name=tiny-random", "prompts_per_step=1", "steps=1", "run.tensorboard=false"]
-    sft.run(load_config(sft.SFTConfig, None, ov + [f"run.dir={tmp_path / 'a'}"]))
+    sft.run(load_config(SFTConfig, None, ov + [f"run.dir={tmp_path / 'a'}"]))
     err = capsys.readouterr().err
     lines = [x for x in err.splitlines() if x.startswith("sft: ")]
     assert [x.split(" (")[0] for x in lines[:1]] == ["sft: loading the model tiny-random"], err
     assert any(x.startswith("sft: tokenizing 1 rows") for x in lines), err
     assert any(x.startswith("sft: step 1/1 running") for x in lines), err
     assert err.index("sft: step 1/1 running") < err.index("sft step 1/1"), err  # before the step's own line
-    sft.run(load_config(sft.SFTConfig, None, ov + [f"run.dir={tmp_path / 'b'}"]), quiet=True)
+    sft.run(load_config(SFTConfig, None, ov + [f"run.dir={tmp_path / 'b'}"]), quiet=True)
     assert "sft: " not in capsys.readouterr().err  # --quiet

@@ -37,7 +37,7 @@ def test_every_printed_line_has_a_meaning(command, capsys):
 @pytest.mark.parametrize("preset", ["arpo", "grpo", "dapo", "gspo", "aepo"])
 def test_algo_shows_the_presets_values_and_loads_back(preset, capsys):
     from arpo.algos.presets import get_preset
-    from arpo.training.config import TrainConfig
+    from arpo.settings import TrainConfig
 
     assert main(["train", "--print-config", f"algo.preset={preset}", "rollout.group_size=8"]) == 0
     out = capsys.readouterr().out

@@ -258,6 +258,15 @@ def test_no_import_cycles(level):
     assert not found, "import cycles:\n" + "\n".join(detail)
 
 
+def test_settings_import_only_what_they_check_against():
+    """arpo.settings (every config a user edits) sits below the parts that use it: besides arpo's leaves
+    (errors, plugins) it reads defaults and registries from models, tools, engine and algos, never the
+    rollout, training, serve, eval or recipes (a config loads and is checked without them)."""
+    found = set(_import_edges(2).get("arpo.settings", {}))
+    allowed = {"arpo.errors", "arpo.plugins", "arpo.models", "arpo.tools", "arpo.engine", "arpo.algos"}
+    assert found <= allowed, f"arpo.settings imports {sorted(found - allowed)}"
+
+
 def test_require_port_free_names_the_address_of_a_taken_port():
     import socket
 

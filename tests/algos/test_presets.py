@@ -34,8 +34,7 @@ def test_arpo_matches_spec_reference_settings():
 def test_the_run_settings_live_in_one_place_each_not_in_the_preset():
     """Optimizer and rollout budget are the run's (optim.*, rollout.*), the same for every preset: the
     preset has no copy of them that nothing reads (issue 42). Their reference values, spec §2 and §4."""
-    from arpo.rollout.arpo import RolloutConfig
-    from arpo.settings import OptimConfig
+    from arpo.settings import OptimConfig, RolloutConfig
 
     fields = {f.name for f in dataclasses.fields(AlgoPreset)}
     for gone in ["lr", "weight_decay", "grad_clip", "group_size", "initial_rollouts", "branch_factor",
@@ -48,7 +47,7 @@ def test_the_run_settings_live_in_one_place_each_not_in_the_preset():
 
 
 def test_a_preset_without_branching_samples_every_trajectory_globally():
-    from arpo.rollout.arpo import RolloutConfig
+    from arpo.settings import RolloutConfig
     from arpo.training.trainer import rollout_config
 
     ro = RolloutConfig(group_size=8, initial_rollouts=4)

@@ -84,7 +84,8 @@ def test_a_checkpoint_of_each_architecture_runs_the_protocol_as_published(arch):
     <result>OUTPUT</result> right after it, and the boxed answer is scored."""
     from arpo.engine.hf import HFEngine
     from arpo.rewards import arpo_reward
-    from arpo.rollout.agent import AgentConfig, AgentLoop
+    from arpo.rollout.agent import AgentLoop
+    from arpo.settings import AgentConfig
     from arpo.testing import scripted_hook
     from arpo.tools import build_tools
 

@@ -8,10 +8,10 @@ import pytest
 
 from arpo.data import hop2
 from arpo.data.datasets import load_examples
-from arpo.recipes.sft_data import hop2_one_call_guesses as one_call_guesses
-from arpo.recipes.sft_data import hop2_response as expert_response
 from arpo.rewards import arpo_reward
 from arpo.settings import ToolsConfig
+from arpo.sft.convert import hop2_one_call_guesses as one_call_guesses
+from arpo.sft.convert import hop2_response as expert_response
 from arpo.tools.base import ToolCall
 
 
@@ -112,7 +112,8 @@ def test_sft_data_hop2_writes_the_scripted_rows(tmp_path):
     through the real lookup tool with the prompt the rollouts render, each checked against the answer."""
     import json
 
-    from arpo.recipes.sft_data import build_sft_dataset, hop2_sft_rows
+    from arpo.recipes.sft_data import build_sft_dataset
+    from arpo.sft.convert import hop2_sft_rows
 
     out = tmp_path / "sft.jsonl"
     stats = build_sft_dataset("hop2", "hop2:train[0:6]", str(out), limit=4, progress=False)

@@ -24,8 +24,8 @@ from web_servers import free_port
 
 from arpo.data import webhop
 from arpo.data.datasets import load_examples
-from arpo.recipes.web_sft_data import webhop_trajectory
 from arpo.rewards import arpo_reward
+from arpo.sft.web import webhop_trajectory
 
 
 @pytest.fixture(scope="module")
@@ -164,7 +164,7 @@ def test_every_question_scripted_trajectory_1_first_page_and_snippets_0(tools):
 
 def test_sft_data_command_writes_the_scripted_trajectories(web, tmp_path, capsys):
     from arpo.cli import main
-    from arpo.recipes.sft import tokenize_row
+    from arpo.sft.rows import tokenize_row
     from arpo.testing import tiny_tokenizer
 
     out = tmp_path / "sft.jsonl"

@@ -25,6 +25,7 @@ from arpo.engine.hf import HFEngine
 from arpo.engine.sampling import topk_entropy
 from arpo.engine.vllm import INSTALL_HINT, hf_state_dict, vllm_available
 from arpo.errors import ArpoError
+from arpo.settings import TrainConfig
 
 BLOCK = 32  # vLLM KV block size used here (the CPU backend needs a multiple of 32); prefix-cache granularity
 K = 10  # top-k log-probs per token
@@ -300,8 +301,7 @@ def _rollout(engine, tools, tok, cfg, agent, script, free_tokens=4):
 
 
 def test_arpo_rollout_trees_satisfy_invariants(veng, tiny_tok):
-    from arpo.rollout.agent import AgentConfig
-    from arpo.rollout.arpo import RolloutConfig
+    from arpo.settings import AgentConfig, RolloutConfig
     from arpo.tools.registry import ToolRegistry
 
     t = _tree_checks()
@@ -319,8 +319,7 @@ def test_arpo_rollout_trees_satisfy_invariants(veng, tiny_tok):
 
 
 def test_arpo_rollout_with_real_python_tool_branches_on_cached_prefixes(veng, tiny_tok):
-    from arpo.rollout.agent import AgentConfig
-    from arpo.rollout.arpo import RolloutConfig
+    from arpo.settings import AgentConfig, RolloutConfig
     from arpo.tools.python import PythonTool
     from arpo.tools.registry import ToolRegistry
 
@@ -355,8 +354,8 @@ def test_serve_scheduler_batches_and_cancels_on_vllm(veng, tiny_tok, monkeypatch
     import threading
     import time
 
-    from arpo.rollout.agent import AgentConfig
     from arpo.serve.scheduler import AgentScheduler, Done, Request, Tokens
+    from arpo.settings import AgentConfig
     from arpo.testing import hook_rollout, scripted_hook
     from arpo.tools.base import ToolResult
     from arpo.tools.registry import ToolRegistry
@@ -470,7 +469,7 @@ def test_train_with_vllm_engine_pushes_updated_weights(setup, tiny_tok, tmp_path
         return orig(self, model)
 
     monkeypatch.setattr(VLLMEngine, "load_weights", spy)
-    cfg = from_dict(train.TrainConfig, {
+    cfg = from_dict(TrainConfig, {
         "model": {"name": str(model_dir)}, "data": {"path": str(data)}, "tools": {"enabled": []},
         "agent": {"max_response_tokens": 12}, "rollout": {"group_size": 4, "initial_rollouts": 2,
                                                           "entropy_estimator": "topk"},

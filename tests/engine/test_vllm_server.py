@@ -28,6 +28,7 @@ from arpo.engine.hf import HFEngine
 from arpo.engine.sampling import topk_entropy
 from arpo.engine.vllm_server import check_server_urls, server_command, server_env
 from arpo.errors import ArpoError
+from arpo.settings import TrainConfig
 
 # a server start took up to ~9 min on the loaded 2-core machine; it counts toward the first test's timeout
 pytestmark = pytest.mark.timeout(1500)
@@ -45,15 +46,14 @@ def test_server_urls_are_validated_naming_the_key():
 
 def test_train_config_needs_servers_for_vllm_server():
     from arpo.config import from_dict
-    from arpo.recipes import train
 
     base = {"data": {"path": "x.jsonl"}, "engine": "vllm_server"}
     with pytest.raises(ArpoError, match="rollout.servers"):
-        from_dict(train.TrainConfig, base).validate()
+        from_dict(TrainConfig, base).validate()
     with pytest.raises(ArpoError, match="rollout.servers"):
-        from_dict(train.TrainConfig, {**base, "rollout": {"servers": ["localhost:8000"]}}).validate()
+        from_dict(TrainConfig, {**base, "rollout": {"servers": ["localhost:8000"]}}).validate()
     with pytest.raises(ArpoError, match="rollout.servers"):
-        from_dict(train.TrainConfig, {"data": {"path": "x.jsonl"}, "rollout": {"servers": ["http://a:1"]}}).validate()
+        from_dict(TrainConfig, {"data": {"path": "x.jsonl"}, "rollout": {"servers": ["http://a:1"]}}).validate()
 
 
 def test_no_server_answering_is_a_clear_error(tiny_tok):
@@ -331,8 +331,8 @@ def scripted_requests(script):
 
 
 def test_arpo_trees_with_the_real_python_tool(eng, setup, tiny_tok):
-    from arpo.rollout.agent import AgentConfig
-    from arpo.rollout.arpo import ARPORollout, RolloutConfig
+    from arpo.rollout.arpo import ARPORollout
+    from arpo.settings import AgentConfig, RolloutConfig
     from arpo.tools.python import PythonTool
     from arpo.tools.registry import ToolRegistry
 
@@ -359,8 +359,8 @@ def test_arpo_trees_with_the_real_python_tool(eng, setup, tiny_tok):
 
 def test_same_trees_in_process_and_remote_greedy(eng, setup, tiny_tok):
     """ARPO with greedy decoding on the HF engine (in-process) and on the server: the same trees."""
-    from arpo.rollout.agent import AgentConfig
-    from arpo.rollout.arpo import ARPORollout, RolloutConfig
+    from arpo.rollout.arpo import ARPORollout
+    from arpo.settings import AgentConfig, RolloutConfig
     from arpo.tools.registry import ToolRegistry
 
     t = _tree_checks()
@@ -526,8 +526,7 @@ def test_serve_agent_on_the_server(setup, tiny_tok):
     remote engine (only the tokenizer is loaded here) answers greedily as --engine hf does on the same
     model; --servers without --engine vllm_server is an error."""
     from arpo.cli import main
-    from arpo.serve.app import ServeConfig
-    from arpo.settings import AgentConfig, ToolsConfig
+    from arpo.settings import AgentConfig, ServeConfig, ToolsConfig
 
     url, _, _, d = setup
     questions = ["What is 3 + 3?", "Name a color."]
@@ -594,7 +593,7 @@ def test_train_with_vllm_server_engine(setup, tiny_tok, tmp_path, monkeypatch):
         return n
 
     monkeypatch.setattr(VLLMServerEngine, "load_weights", spy)
-    cfg = from_dict(train.TrainConfig, {
+    cfg = from_dict(TrainConfig, {
         "model": {"name": str(d / "model")}, "data": {"path": str(_data(tmp_path))}, "tools": {"enabled": []},
         "agent": {"max_response_tokens": 12},
         "rollout": {"group_size": 4, "initial_rollouts": 2, "entropy_estimator": "topk", "servers": [url]},
@@ -637,7 +636,7 @@ def test_one_step_off_policy_on_the_server(setup, tiny_tok, tmp_path, monkeypatc
 
     monkeypatch.setattr(VLLMServerEngine, "load_weights", spy)
     run = tmp_path / "run"
-    cfg = from_dict(train.TrainConfig, {
+    cfg = from_dict(TrainConfig, {
         "model": {"name": str(d / "model")}, "data": {"path": str(_data(tmp_path))}, "tools": {"enabled": []},
         "agent": {"max_response_tokens": 12},
         "rollout": {"group_size": 4, "initial_rollouts": 2, "entropy_estimator": "topk", "servers": [url],

@@ -18,7 +18,6 @@ from arpo.eval.judge import (  # noqa: E402
     EQUIVALENCE_PROMPT,
     Judge,
     JudgeCache,
-    JudgeConfig,
     default_cache_path,
     gold_text,
     judge_prompt,
@@ -26,6 +25,7 @@ from arpo.eval.judge import (  # noqa: E402
     prediction_tag,
     prediction_text,
 )
+from arpo.settings import JudgeConfig  # noqa: E402
 
 MODEL = "tiny-judge"
 
@@ -83,9 +83,9 @@ def judge_server(tiny_lm, tiny_tok):
     import torch
 
     from arpo.engine.hf import HFEngine
-    from arpo.rollout.agent import AgentConfig
     from arpo.serve.app import create_app
     from arpo.serve.scheduler import AgentScheduler
+    from arpo.settings import AgentConfig
     from arpo.testing import hook_rollout, scripted_hook
     from arpo.tools.registry import ToolRegistry
 
@@ -225,8 +225,8 @@ def test_arpo_eval_judge_against_arpo_serve_agent(tmp_path, capsys, monkeypatch)
     import torch
 
     from arpo.cli import main
-    from arpo.serve.app import ServeConfig, agent_server
-    from arpo.settings import ToolsConfig, agent_defaults
+    from arpo.serve.app import agent_server
+    from arpo.settings import ServeConfig, ToolsConfig, agent_defaults
     from arpo.testing import save_tiny_model
 
     model = save_tiny_model(tmp_path / "tiny")

@@ -18,12 +18,9 @@ def _example():
 
 
 def _trainer(tok):
-    from arpo.rollout.agent import AgentConfig
-    from arpo.rollout.arpo import RolloutConfig
-    from arpo.settings import OptimConfig, ToolsConfig
+    from arpo.settings import AgentConfig, OptimConfig, RolloutConfig, ToolsConfig, TrainConfig
     from arpo.testing import hook_rollout, scripted_hook, tiny_model, toy_reward
     from arpo.training import trainer as T
-    from arpo.training.config import TrainConfig
 
     torch.manual_seed(0)
     model = tiny_model(tok)

@@ -62,7 +62,8 @@ def test_a_right_answer_with_the_plug_in_tool_scores_1(tiny_lm, tiny_tok, monkey
     from arpo.engine.hf import HFEngine
     from arpo.eval.evaluate import evaluate
     from arpo.rewards import arpo_reward
-    from arpo.rollout.agent import AgentConfig, AgentLoop
+    from arpo.rollout.agent import AgentLoop
+    from arpo.settings import AgentConfig
     from arpo.testing import scripted_hook
     from arpo.tools import build_tools
 

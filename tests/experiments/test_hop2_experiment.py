@@ -73,7 +73,7 @@ def test_default_configs_load(tmp_path):
     """The full-size defaults: the SFT overrides and the RL config are valid (caught 'lr' vs 'optim.lr')."""
     from arpo.config import load_config
     from arpo.experiments import common
-    from arpo.recipes.sft import SFTConfig
+    from arpo.settings import SFTConfig
 
     cfg = X.Hop2ExperimentConfig()
     sc = load_config(SFTConfig, cfg.sft_config, list(cfg.sft_overrides))

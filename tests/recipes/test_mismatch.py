@@ -9,6 +9,7 @@ import torch
 
 from arpo.config import load_config
 from arpo.recipes import train
+from arpo.settings import TrainConfig
 from arpo.training.mismatch import mismatch_metrics, mismatch_sums
 
 
@@ -28,7 +29,7 @@ def test_every_step_logs_a_zero_mismatch_on_cpu_fp32(tmp_path):
     engine's records and recomputed: the engine's sampler and the trainer's forward agree."""
     for mode in ("rollout", "recompute"):
         run_dir = tmp_path / mode
-        cfg = load_config(train.TrainConfig, "configs/train_tiny.yaml",
+        cfg = load_config(TrainConfig, "configs/train_tiny.yaml",
                           [f"run.dir={run_dir}", "steps=2", f"old_logprobs={mode}", "run.save_every=0"])
         train.run(cfg, quiet=True)
         rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -9,8 +9,9 @@ import pytest
 from arpo.engine.hf import HFEngine
 from arpo.rewards import get_reward_fn, score_trees
 from arpo.rewards.custom import check_reward
-from arpo.rollout.agent import AgentConfig, AgentLoop
+from arpo.rollout.agent import AgentLoop
 from arpo.rollout.tree import RolloutTree, TreeTrajectory
+from arpo.settings import AgentConfig
 from arpo.testing import scripted_hook
 from arpo.tools.registry import ToolRegistry
 

@@ -8,8 +8,9 @@ import pytest
 from arpo.engine.hf import HFEngine
 from arpo.rewards import arpo_reward, check_format, em_reward, f1_reward, get_reward_fn, model_text, score_trees
 from arpo.rewards.format import tool_calls_in
-from arpo.rollout.agent import AgentConfig, AgentLoop
+from arpo.rollout.agent import AgentLoop
 from arpo.rollout.tree import RolloutTree, TreeTrajectory
+from arpo.settings import AgentConfig
 from arpo.testing import scripted_hook
 from arpo.tools.registry import ToolRegistry
 
@@ -92,7 +93,7 @@ def test_spans_keep_the_protocol_rules():
 def test_rejection_sampling_keeps_the_rollouts_result_blocks():
     """SFT rows from sampled trajectories mask the environment's blocks where the rollout put them:
     a result that prints `</result>` does not turn the rest of its text into model text."""
-    from arpo.recipes.sft_data import rejection_rows
+    from arpo.sft.convert import rejection_rows
 
     blk = "\n<result>\nx\n</result>\n<answer> \\boxed{72} </answer>\n</result>\n"
     text = f"<think> a </think><python>1</python>{blk}<answer> \\boxed{{5}} </answer><|im_end|>"

@@ -1,7 +1,8 @@
 import pytest
 
 from arpo.engine.hf import HFEngine
-from arpo.rollout.agent import AgentConfig, AgentLoop
+from arpo.rollout.agent import AgentLoop
+from arpo.settings import AgentConfig
 from arpo.testing import scripted_hook
 from arpo.tools.base import ToolResult, format_result
 from arpo.tools.registry import ToolRegistry

@@ -7,8 +7,8 @@ import pytest
 
 from arpo.engine.hf import HFEngine
 from arpo.errors import ArpoError
-from arpo.rollout.agent import AgentConfig
-from arpo.rollout.arpo import ARPORollout, RolloutConfig, branch_probability, dynamic_initial_rollouts, segment_entropy
+from arpo.rollout.arpo import ARPORollout, branch_probability, dynamic_initial_rollouts, segment_entropy
+from arpo.settings import AgentConfig, RolloutConfig
 from arpo.testing import hook_rollout, scripted_hook
 from arpo.tools.base import ToolResult
 from arpo.tools.registry import ToolRegistry

@@ -4,7 +4,8 @@ your own loaded as module:function into a real rollout."""
 import pytest
 
 from arpo.errors import ArpoError
-from arpo.rollout.branch_rules import BRANCH_RULES, BranchContext, auto_rule_name, get_branch_rule
+from arpo.rollout.branch_rules import BRANCH_RULES, BranchContext, get_branch_rule
+from arpo.settings import auto_rule_name
 
 
 def test_each_rule_against_hand_values():
@@ -32,7 +33,7 @@ def test_auto_picks_by_mode_and_penalty_and_plugins_resolve():
         get_branch_rule("coin")
     with pytest.raises(ArpoError, match="has no attribute"):
         get_branch_rule("arpo.rollout.branch_rules:nope")
-    from arpo.rollout.arpo import RolloutConfig
+    from arpo.settings import RolloutConfig
 
     with pytest.raises(ArpoError, match="rollout.branch_rule"):
         RolloutConfig(branch_rule="no.such.module:rule").validate()
@@ -43,7 +44,7 @@ def test_a_rule_of_your_own_drives_a_rollout(tiny_lm, tiny_tok, tmp_path, monkey
     certainty after the first tool result, never later; the recorded probabilities are the rule's."""
     from test_arpo import make, prompts
 
-    from arpo.rollout.arpo import RolloutConfig
+    from arpo.settings import RolloutConfig
 
     (tmp_path / "myrules.py").write_text("def first_step_only(ctx):\n    return 1.0 if ctx.depth == 0 else 0.0\n"
                                          "def broken(ctx):\n    return 1.5\n")
@@ -64,7 +65,7 @@ def test_a_rule_of_your_own_drives_a_rollout(tiny_lm, tiny_tok, tmp_path, monkey
 def test_the_old_tree_grpo_name_is_refused_with_the_new_one():
     """`tree_grpo` was a Bernoulli per tool step, not Tree-GRPO's node sampling (issue 38): renamed
     `bernoulli`; the old name is an error naming it, in the config's words."""
-    from arpo.rollout.arpo import RolloutConfig
+    from arpo.settings import RolloutConfig
 
     with pytest.raises(ArpoError, match="branch rule 'tree_grpo' was renamed bernoulli"):
         get_branch_rule("tree_grpo")
@@ -128,9 +129,9 @@ def test_outcome_open_rule_and_open_shares_hand_values():
 
 
 def test_staged_rules_are_registered_listed_and_refused_in_reference_mode():
-    from arpo.rollout.arpo import RolloutConfig
     from arpo.rollout.branch_rules import RULE_SUMMARIES, rule_lines
     from arpo.rollout.staged_rules import STAGED_RULES, is_staged
+    from arpo.settings import RolloutConfig
 
     assert set(RULE_SUMMARIES) == {"auto"} | set(BRANCH_RULES) | set(STAGED_RULES)
     assert all(is_staged(get_branch_rule(n)) for n in STAGED_RULES)
@@ -140,14 +141,30 @@ def test_staged_rules_are_registered_listed_and_refused_in_reference_mode():
         RolloutConfig(branch_rule="zscore", mode="reference").validate()
 
 
+def test_the_settings_name_the_rules_the_rollout_has():
+    """settings.BRANCH_RULE_NAMES (what a config is checked against, without importing the rollout)
+    names exactly the built-in rules, staged where the rule is; a plug-in is staged by its mark."""
+    from arpo.rollout.staged_rules import STAGED_RULES, is_staged
+    from arpo.settings import BRANCH_RULE_NAMES, branch_rule_is_staged
+
+    table = {**BRANCH_RULES, **STAGED_RULES}
+    assert BRANCH_RULE_NAMES == {name: is_staged(rule) for name, rule in table.items()}
+    assert branch_rule_is_staged("arpo.rollout.staged_rules:zscore_rule")
+    assert not branch_rule_is_staged("arpo.rollout.branch_rules:bernoulli_rule")
+    assert branch_rule_is_staged("auto", "reference", 0.0) is False
+    with pytest.raises(ArpoError, match="unknown branch rule 'coin'.*aepo, arpo, bernoulli, outcome_open, reference, "
+                                        "top_entropy, zscore"):
+        branch_rule_is_staged("coin")
+
+
 def _two_answer_rollout(tiny_lm, tiny_tok, cfg, delivery="step", tool=None, n_prompts=2, seed=3):
     """Scripted calls, with the answer 1 or 2 by the parity of a sample's first (free) token: the initial
     samples of a prompt disagree, so the outcome-open rule has points to branch at."""
     from test_keyed_rollout import JitterEcho
 
     from arpo.engine.hf import HFEngine
-    from arpo.rollout.agent import AgentConfig
     from arpo.rollout.arpo import ARPORollout
+    from arpo.settings import AgentConfig
     from arpo.testing import hook_rollout, scripted_hook
     from arpo.tools.registry import ToolRegistry
 
@@ -170,7 +187,7 @@ def test_staged_rules_keep_the_tree_invariants(tiny_lm, tiny_tok, rule):
     """M trajectories per prompt; forks only from initial samples, right after a tool result, never
     branching again; every initial sample's decision point recorded with the rule's probability; the
     budgeted rules spend their whole budget when there are enough points."""
-    from arpo.rollout.arpo import RolloutConfig
+    from arpo.settings import RolloutConfig
 
     cfg = RolloutConfig(group_size=7, initial_rollouts=3, branch_factor=2, entropy_tokens=2, branch_rule=rule)
     trees = _two_answer_rollout(tiny_lm, tiny_tok, cfg)
@@ -207,7 +224,7 @@ def test_staged_rules_do_not_depend_on_the_order_results_arrive(tiny_lm, tiny_to
     differ (who shares a decode batch moves log-probs: issue 38), so no rule can promise it there."""
     from test_keyed_rollout import JitterEcho, shape
 
-    from arpo.rollout.arpo import RolloutConfig
+    from arpo.settings import RolloutConfig
 
     cfg = RolloutConfig(group_size=6, initial_rollouts=3, entropy_tokens=2, branch_rule=rule)
     runs = []
@@ -224,7 +241,7 @@ def test_a_staged_rule_with_aepos_dynamic_budget_fills_the_group(tiny_lm, tiny_t
     ⌈(M − N)/Z⌉, and the group still ends with M trajectories."""
     import math
 
-    from arpo.rollout.arpo import RolloutConfig
+    from arpo.settings import RolloutConfig
 
     cfg = RolloutConfig(group_size=6, initial_rollouts=3, entropy_tokens=2, branch_rule="top_entropy",
                         dynamic_budget=True)

@@ -9,8 +9,8 @@ import pytest
 
 from arpo.engine.hf import HFEngine
 from arpo.engine.rng import _splitmix64, fold_key, key_seed, key_uniform
-from arpo.rollout.agent import AgentConfig
-from arpo.rollout.arpo import DECISION, FORK, GLOBAL, ARPORollout, RolloutConfig, rollout_key
+from arpo.rollout.arpo import DECISION, FORK, GLOBAL, ARPORollout, rollout_key
+from arpo.settings import AgentConfig, RolloutConfig
 from arpo.testing import hook_rollout, scripted_hook
 from arpo.tools.base import ToolResult
 from arpo.tools.registry import ToolRegistry

@@ -10,8 +10,9 @@ import json
 import pytest
 
 from arpo.engine.hf import HFEngine
-from arpo.rollout.agent import AgentConfig, AgentLoop
+from arpo.rollout.agent import AgentLoop
 from arpo.rollout.tool_tokens import encode_pieces, encode_tool_text, special_ids
+from arpo.settings import AgentConfig
 from arpo.testing import QWEN_TOOLS_TEMPLATE, scripted_hook, tiny_model
 from arpo.tools.registry import ToolRegistry
 
@@ -112,9 +113,9 @@ def test_encode_pieces_only_template_markup_is_special(smol_tok):
 
 def test_sft_rows_tokenize_tool_text_as_the_rollout_does(smol_tok, python_tool):
     """SFT trains on the same ids the rollout would append: the tool's text plain, the markup real."""
-    from arpo.recipes.sft import tokenize_row
-    from arpo.recipes.sft_data import tools_to_sft
     from arpo.rollout.tool_formats import tool_schema
+    from arpo.sft.convert import tools_to_sft
+    from arpo.sft.rows import tokenize_row
 
     reg = ToolRegistry([python_tool])
     tags_row = {"question": "q", "system": "math",

@@ -7,8 +7,8 @@ import time
 import pytest
 
 from arpo.engine.hf import HFEngine
-from arpo.rollout.agent import AgentConfig
 from arpo.serve.scheduler import AgentScheduler, Busy, Done, Failed, Request, Step, Tokens
+from arpo.settings import AgentConfig
 from arpo.testing import hook_rollout, scripted_hook
 from arpo.tools.base import ToolResult
 from arpo.tools.registry import ToolRegistry

@@ -14,10 +14,10 @@ uvicorn = pytest.importorskip("uvicorn")
 
 from arpo.data.prompts import render_prompt, system_prompt  # noqa: E402
 from arpo.engine.hf import HFEngine  # noqa: E402
-from arpo.rollout.agent import AgentConfig  # noqa: E402
 from arpo.serve import openai_format as fmt  # noqa: E402
 from arpo.serve.app import create_app  # noqa: E402
 from arpo.serve.scheduler import AgentScheduler  # noqa: E402
+from arpo.settings import AgentConfig  # noqa: E402
 from arpo.testing import hook_rollout, scripted_hook  # noqa: E402
 from arpo.tools.base import ToolResult  # noqa: E402
 from arpo.tools.registry import ToolRegistry  # noqa: E402

@@ -9,8 +9,8 @@ import pytest
 
 from arpo.commands.serve import agent_config, run_settings
 from arpo.errors import ArpoError
-from arpo.serve.app import ServeConfig, agent_server, serve, served_name
-from arpo.settings import ToolsConfig
+from arpo.serve.app import agent_server, serve, served_name
+from arpo.settings import ServeConfig, ToolsConfig
 
 
 def _args(*argv):

@@ -63,9 +63,9 @@ def site(tmp_path_factory):
 @pytest.fixture(scope="module")
 def agent_app(tiny_lm, tiny_tok):
     from arpo.engine.hf import HFEngine
-    from arpo.rollout.agent import AgentConfig
     from arpo.serve.app import create_app
     from arpo.serve.scheduler import AgentScheduler
+    from arpo.settings import AgentConfig
     from arpo.tools.registry import ToolRegistry
 
     sched = AgentScheduler(HFEngine(tiny_lm, tiny_tok), ToolRegistry([]), AgentConfig(max_response_tokens=8))
@@ -141,7 +141,7 @@ def test_retriever_key(index, monkeypatch):
 
 
 def test_agent_refuses_oversized_bodies(agent_app):
-    from arpo.serve.app import MAX_REQUEST_BYTES
+    from arpo.settings import MAX_REQUEST_BYTES
 
     with served(agent_app) as url:
         body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x" * (MAX_REQUEST_BYTES + 10)}]})

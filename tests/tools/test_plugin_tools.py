@@ -204,7 +204,8 @@ def test_hermes_parsing_several_calls_and_errors():
 
 def _json_loop(tok, model, reg, segments, **agent_kw):
     from arpo.engine.hf import HFEngine
-    from arpo.rollout.agent import AgentConfig, AgentLoop
+    from arpo.rollout.agent import AgentLoop
+    from arpo.settings import AgentConfig
     from arpo.testing import scripted_hook
 
     loop = AgentLoop(HFEngine(model, tok), reg, AgentConfig(max_response_tokens=400, tool_format="json", **agent_kw))
@@ -258,12 +259,9 @@ def test_json_rollout_ids_are_sampled_plus_rendered_results(tiny_lm, template):
 
 def _json_train_step(tiny_tok_name, tool_format, segments, tmp_path):
     """One ARPO step (training/trainer.py's setup + train_step) with a scripted model."""
-    from arpo.rollout.agent import AgentConfig
-    from arpo.rollout.arpo import RolloutConfig
-    from arpo.settings import ToolsConfig
+    from arpo.settings import AgentConfig, RolloutConfig, ToolsConfig, TrainConfig
     from arpo.testing import hook_rollout, qwen_style_tokenizer, scripted_hook, tiny_model, toy_reward
     from arpo.training import trainer as T
-    from arpo.training.config import TrainConfig
 
     tok = qwen_style_tokenizer()
     model = tiny_model(tok)
@@ -344,7 +342,8 @@ def mcp_server_file(tmp_path_factory):
 
 def test_mcp_stdio_server_tools_through_the_agent_loop(mcp_server_file, tiny_lm, tiny_tok):
     from arpo.engine.hf import HFEngine
-    from arpo.rollout.agent import AgentConfig, AgentLoop
+    from arpo.rollout.agent import AgentLoop
+    from arpo.settings import AgentConfig
     from arpo.testing import scripted_hook
 
     reg = build_tools([], mcp=[{"command": sys.executable, "args": [str(mcp_server_file)]}])

@@ -172,8 +172,8 @@ def test_the_number_of_live_sessions_is_bounded():
 def test_sessions_fork_with_the_arpo_tree(tiny_lm, tiny_tok):
     """Through the ARPO rollout: a branch after call 1 sees the parent's state after call 1."""
     from arpo.engine.hf import HFEngine
-    from arpo.rollout.agent import AgentConfig
-    from arpo.rollout.arpo import ARPORollout, RolloutConfig
+    from arpo.rollout.arpo import ARPORollout
+    from arpo.settings import AgentConfig, RolloutConfig
     from arpo.testing import hook_rollout, scripted_hook
     from arpo.tools import ToolRegistry
 

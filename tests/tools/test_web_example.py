@@ -14,8 +14,7 @@ EX = ROOT / "examples" / "deep_search"
 
 
 def test_example_configs_load_and_validate():
-    from arpo.recipes.sft import SFTConfig
-    from arpo.training.config import TrainConfig
+    from arpo.settings import SFTConfig, TrainConfig
 
     sft = load_config(SFTConfig, str(EX / "sft.yaml"))
     sft.validate()
@@ -30,14 +29,14 @@ def test_example_configs_load_and_validate():
 
 
 def test_bad_web_key_is_refused_with_its_name():
-    from arpo.training.config import TrainConfig
+    from arpo.settings import TrainConfig
 
     with pytest.raises(ArpoError, match=r"tools.web: unknown key\(s\) windowchars"):
         load_config(TrainConfig, str(EX / "train.yaml"), ["tools.web.windowchars=3"]).validate()
 
 
 def test_gpu_deep_search_configs_are_the_papers_recipe():
-    from arpo.training.config import TrainConfig
+    from arpo.settings import TrainConfig
 
     for size in ("8b", "14b"):
         cfg = load_config(TrainConfig, str(ROOT / "configs" / "gpu" / f"deep_search_qwen3_{size}.yaml"))

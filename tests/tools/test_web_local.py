@@ -80,8 +80,8 @@ def test_hotpotqa_local_web_answers_the_tools(hotpot_web):
 
 def test_deep_search_sft_trajectories_through_the_real_tools(hotpot_web, tmp_path):
     from arpo.data.prompts import TASK_TOOLS
-    from arpo.recipes.sft_data import result_spans
     from arpo.recipes.web_sft_data import build_deep_search_sft
+    from arpo.sft.rows import result_spans
 
     out = tmp_path / "ds.jsonl"
     stats = build_deep_search_sft("hotpotqa:train[0:30]", str(out), web={"url": hotpot_web, "top_k": 3,

@@ -49,8 +49,7 @@ def test_issued_calls_count_a_branch_prefix_once():
 
 
 def test_aepo_preset_switches_on_its_rollout_features():
-    from arpo.rollout.arpo import RolloutConfig
-    from arpo.training.config import AlgoConfig
+    from arpo.settings import AlgoConfig, RolloutConfig
     from arpo.training.trainer import rollout_config
 
     ro = RolloutConfig(group_size=8, initial_rollouts=4)

@@ -15,6 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from arpo.settings import TrainConfig
 from arpo.testing import save_tiny_model
 
 TIMING = ("seconds", "tokens_per_s", "time_", "tool_seconds")
@@ -107,7 +108,7 @@ def reference(tiny_dir, tmp_path_factory):
     from arpo.recipes import train
 
     run_dir = tmp_path_factory.mktemp("dist") / "ref"
-    train.run(load_config(train.TrainConfig, None, _overrides(tiny_dir, run_dir)), quiet=True)
+    train.run(load_config(TrainConfig, None, _overrides(tiny_dir, run_dir)), quiet=True)
     return run_dir
 
 
@@ -150,7 +151,7 @@ def test_two_rank_dcp_checkpoint_resumes_in_one_process(fsdp_run, reference, tin
     shutil.copytree(fsdp_run / "checkpoints" / "step_000001", run_dir / "checkpoints" / "step_000001")
     (run_dir / "checkpoints" / "latest").write_text("step_000001\n")
     (run_dir / "metrics.jsonl").write_text((fsdp_run / "metrics.jsonl").read_text().splitlines()[0] + "\n")
-    train.run(load_config(train.TrainConfig, None, _overrides(tiny_dir, run_dir)), resume=True, quiet=True)
+    train.run(load_config(TrainConfig, None, _overrides(tiny_dir, run_dir)), resume=True, quiet=True)
     _assert_rows_close(_rows(reference), _rows(run_dir))
     _assert_weights_close(_weights(reference), _weights(run_dir))
 
@@ -166,8 +167,8 @@ def test_ddp_two_ranks_match_one_process(tiny_dir, reference):
 def test_shard_rollout_seeds_by_global_prompt_index(tiny_lm, tiny_tok):
     """Rolling out prompts[2:] with group_offset 2 gives the trees the whole list gives for them."""
     from arpo.engine.hf import HFEngine
-    from arpo.rollout.agent import AgentConfig
-    from arpo.rollout.arpo import ARPORollout, RolloutConfig
+    from arpo.rollout.arpo import ARPORollout
+    from arpo.settings import AgentConfig, RolloutConfig
     from arpo.tools import build_tools
 
     ro = ARPORollout(HFEngine(tiny_lm, tiny_tok), build_tools([]), AgentConfig(max_response_tokens=6),
@@ -200,7 +201,7 @@ def tiny_config_reference(tmp_path_factory):
     from arpo.recipes import train
 
     run_dir = tmp_path_factory.mktemp("tiny_cfg") / "ref"
-    train.run(load_config(train.TrainConfig, str(CONFIG), [f"run.dir={run_dir}", "steps=1", "run.threads=1"]),
+    train.run(load_config(TrainConfig, str(CONFIG), [f"run.dir={run_dir}", "steps=1", "run.threads=1"]),
               quiet=True)
     return run_dir
 
@@ -233,7 +234,7 @@ def test_hsdp_with_checkpointing_and_fewer_prompts_than_ranks(tiny_dir, tmp_path
 
     extra = {"prompts_per_step": 1, "minibatches": 1, "memory.activation_checkpointing": "true"}
     ref = tmp_path / "ref"
-    train.run(load_config(train.TrainConfig, None, _overrides(tiny_dir, ref, steps=1, **extra)), quiet=True)
+    train.run(load_config(TrainConfig, None, _overrides(tiny_dir, ref, steps=1, **extra)), quiet=True)
     run_dir = tmp_path / "hsdp"
     _finish(_torchrun(_overrides(tiny_dir, run_dir, steps=1, **{**extra, "run.distributed": "hsdp",
                                                                  "run.hsdp_shard_size": 1})))

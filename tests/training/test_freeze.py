@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from arpo.errors import ArpoError
+from arpo.settings import TrainConfig
 from arpo.training.optim import build_optimizer, freeze_lower_layers
 
 
@@ -36,7 +37,7 @@ def test_train_layers_in_a_train_run(tmp_path):
     from arpo.recipes import train
     from arpo.training.checkpoint import latest_checkpoint
 
-    cfg = load_config(train.TrainConfig, "configs/train_tiny.yaml",
+    cfg = load_config(TrainConfig, "configs/train_tiny.yaml",
                       [f"run.dir={tmp_path / 'r'}", "model.train_layers=1", "steps=1", "run.tensorboard=false"])
     train.run(cfg, quiet=True)
     start, _ = load_model("tiny-random")

@@ -12,6 +12,7 @@ from safetensors.torch import load_file
 
 from arpo.cli import main
 from arpo.config import load_config
+from arpo.settings import SFTConfig, TrainConfig
 from arpo.testing import save_tiny_model
 
 
@@ -25,7 +26,7 @@ def lora_sft(tmp_path_factory):
     (d / "sft.jsonl").write_text(json.dumps({"question": "1+1?", "response": "<answer> \\boxed{2} </answer>"}) + "\n")
     (d / "q.jsonl").write_text("".join(json.dumps({"question": f"What is {i} + {i}?", "answer": str(2 * i),
                                                    "task": "math"}) + "\n" for i in range(4)))
-    cfg = load_config(sft.SFTConfig, None, [f"model.name={d / 'model'}", f"data.path=[{d / 'sft.jsonl'}]",
+    cfg = load_config(SFTConfig, None, [f"model.name={d / 'model'}", f"data.path=[{d / 'sft.jsonl'}]",
                                             "prompts_per_step=1", "steps=2", "optim.lr=5e-2", "optim.warmup_steps=0",
                                             "lora.enabled=true", "lora.r=4", f"run.dir={d / 'sft'}",
                                             "run.tensorboard=false"])
@@ -39,7 +40,7 @@ def _train(d, run, *extra):
     ov = [f"model.name={d / 'sft'}", f"data.path={d / 'q.jsonl'}", "tools.enabled=[]", "agent.max_response_tokens=8",
           "rollout.group_size=2", "rollout.initial_rollouts=2", "reward.fn=arpo.testing:half_uniform_reward",
           "steps=1", "prompts_per_step=2", "optim.lr=1e-7", f"run.dir={run}", "run.tensorboard=false", *extra]
-    return Path(train.run(load_config(train.TrainConfig, None, ov), quiet=True)["checkpoint"]) / "model"
+    return Path(train.run(load_config(TrainConfig, None, ov), quiet=True)["checkpoint"]) / "model"
 
 
 def _adapter(model_dir):
@@ -80,9 +81,9 @@ def test_a_plain_run_records_lora_false_and_resumes(lora_sft, tmp_path):
           "agent.max_response_tokens=8", "rollout.group_size=2", "rollout.initial_rollouts=2",
           "reward.fn=arpo.testing:half_uniform_reward", "prompts_per_step=2", f"run.dir={tmp_path / 'r'}",
           "run.tensorboard=false"]
-    train.run(load_config(train.TrainConfig, None, [*ov, "steps=1"]), quiet=True)
+    train.run(load_config(TrainConfig, None, [*ov, "steps=1"]), quiet=True)
     assert yaml.safe_load((tmp_path / "r" / "config.yaml").read_text())["lora"]["enabled"] is False
-    out = train.run(load_config(train.TrainConfig, None, [*ov, "steps=2"]), resume=True, quiet=True)
+    out = train.run(load_config(TrainConfig, None, [*ov, "steps=2"]), resume=True, quiet=True)
     assert out["checkpoint"].endswith("step_000002")
 
 

@@ -11,8 +11,8 @@ import torch
 
 from arpo.config import load_config
 from arpo.errors import ArpoError
+from arpo.settings import TrainConfig
 from arpo.training import memory as M
-from arpo.training.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU_CONFIGS = sorted((ROOT / "configs" / "gpu").glob("*.yaml"))

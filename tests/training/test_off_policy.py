@@ -48,7 +48,7 @@ def test_weighting_the_advantage_weights_the_clipped_loss():
 # ---- config -----------------------------------------------------------------------------------------
 def _cfg(**over):
     from arpo.config import load_config
-    from arpo.training.config import TrainConfig
+    from arpo.settings import TrainConfig
 
     return load_config(TrainConfig, None, [f"{k}={v}" for k, v in over.items()])
 

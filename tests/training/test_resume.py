@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
+from arpo.settings import SFTConfig, TrainConfig
 from arpo.testing import save_tiny_model
 
 TIMING = ("seconds", "tokens_per_s", "time_", "tool_seconds")
@@ -101,15 +102,16 @@ def test_sft_runs_masks_results_and_resumes(tiny_dir, tmp_path):
         rows.append({"question": f"{i}*2?", "response": resp, "system": "math", "tool_results": [[s, e]]})
     data = tmp_path / "sft.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    from arpo.sft.rows import tokenize_row
     from arpo.testing import tiny_tokenizer
 
-    p, ids, mask = sft.tokenize_row(tiny_tokenizer(), rows[0])
+    p, ids, mask = tokenize_row(tiny_tokenizer(), rows[0])
     text_masked = tiny_tokenizer().decode([t for t, m in zip(ids, mask, strict=True) if m == 0])
     assert text_masked.strip().startswith("<result>") and text_masked.strip().endswith("</result>")
     assert ids[-1] == tiny_tokenizer().eos_token_id and mask[-1] == 1
     ov = [f"model.name={tiny_dir / 'model'}", f"data.path=[{data}]", "prompts_per_step=2", "epochs=2", "optim.lr=1e-3",
           f"run.dir={tmp_path / 'a'}", "run.save_every=1", "run.tensorboard=false"]
-    full = sft.run(load_config(sft.SFTConfig, None, ov), quiet=True)
+    full = sft.run(load_config(SFTConfig, None, ov), quiet=True)
     assert full["steps"] == 4
     losses = [r["loss"] for r in _rows(tmp_path / "a")]
     assert losses[-1] < losses[0]
@@ -117,11 +119,11 @@ def test_sft_runs_masks_results_and_resumes(tiny_dir, tmp_path):
     import shutil
 
     ov_b = [x if not x.startswith("run.dir") else f"run.dir={tmp_path / 'b'}" for x in ov]
-    sft.run(load_config(sft.SFTConfig, None, ov_b), quiet=True)
+    sft.run(load_config(SFTConfig, None, ov_b), quiet=True)
     ck = tmp_path / "b" / "checkpoints"
     shutil.rmtree(ck / "step_000004")
     (ck / "latest").write_text("step_000003\n")
-    sft.run(load_config(sft.SFTConfig, None, ov_b), resume=True, quiet=True)
+    sft.run(load_config(SFTConfig, None, ov_b), resume=True, quiet=True)
     assert _clean(_rows(tmp_path / "a")) == _clean(_rows(tmp_path / "b"))
     wa, wb = _weights(tmp_path / "a"), _weights(tmp_path / "b")
     assert all((wa[k] == wb[k]).all() for k in wa)
@@ -129,10 +131,10 @@ def test_sft_runs_masks_results_and_resumes(tiny_dir, tmp_path):
     from arpo.errors import ArpoError
 
     with pytest.raises(ArpoError, match="already holds checkpoints.*--resume.*--overwrite"):
-        sft.run(load_config(sft.SFTConfig, None, ov_b), quiet=True)
+        sft.run(load_config(SFTConfig, None, ov_b), quiet=True)
     # ... unless --overwrite: the old checkpoints and metrics are gone, the new run is the same run again
     ov_c = [x if not x.startswith("epochs") else "epochs=1" for x in ov_b]
-    sft.run(load_config(sft.SFTConfig, None, ov_c), quiet=True, overwrite=True)
+    sft.run(load_config(SFTConfig, None, ov_c), quiet=True, overwrite=True)
     assert sorted(p.name for p in ck.iterdir()) == ["latest", "step_000001", "step_000002"]
     assert _clean(_rows(tmp_path / "b")) == _clean(_rows(tmp_path / "a"))[:2]
 
@@ -178,7 +180,7 @@ def test_train_validation_and_lora_smoke(tiny_dir, tmp_path):
           "reward.fn=arpo.testing:toy_reward", "steps=2", "prompts_per_step=1", "optim.lr=1e-2",
           f"run.dir={tmp_path / 'v'}", "run.tensorboard=false", f"validation.path={tiny_dir / 'q.jsonl'}",
           "validation.limit=2", "validation.every=1", "lora.enabled=true", "lora.r=4", "algo.preset=grpo"]
-    out = train.run(load_config(train.TrainConfig, None, ov), quiet=True)
+    out = train.run(load_config(TrainConfig, None, ov), quiet=True)
     rows = _rows(tmp_path / "v")
     assert [r["step"] for r in rows] == [1, 2]
     assert all("val/pass@1" in r and "val/score" in r for r in rows)

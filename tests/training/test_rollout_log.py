@@ -128,7 +128,7 @@ def test_size_per_token_is_as_documented(tiny_run):
 
 def test_bad_settings_are_named():
     from arpo.errors import ArpoError
-    from arpo.training.config import TrainRunConfig
+    from arpo.settings import TrainRunConfig
 
     with pytest.raises(ArpoError, match="run.save_rollouts"):
         TrainRunConfig(save_rollouts=-1).validate()

@@ -13,6 +13,7 @@ import pytest
 from arpo.config import load_config
 from arpo.errors import ArpoError
 from arpo.recipes import train
+from arpo.settings import SFTConfig, TrainConfig
 from arpo.testing import save_tiny_model
 from arpo.training.rundir import RunDir
 
@@ -35,7 +36,7 @@ def _ov(tiny_dir, run_dir, steps=1, **extra):
 
 
 def _train(tiny_dir, run_dir, *, resume=False, overwrite=False, **extra):
-    cfg = load_config(train.TrainConfig, None, _ov(tiny_dir, run_dir, **extra))
+    cfg = load_config(TrainConfig, None, _ov(tiny_dir, run_dir, **extra))
     return train.run(cfg, resume=resume, overwrite=overwrite, quiet=True)
 
 
@@ -152,9 +153,9 @@ def test_sft_resume_refuses_a_new_model(tiny_dir, tmp_path):
     data.write_text(json.dumps({"question": "1+1?", "response": "<answer> \\boxed{2} </answer>"}) + "\n")
     ov = [f"model.name={tiny_dir / 'model'}", f"data.path=[{data}]", "prompts_per_step=1", "steps=1",
           f"run.dir={tmp_path / 'sft'}", "run.tensorboard=false"]
-    sft.run(load_config(sft.SFTConfig, None, ov), quiet=True)
+    sft.run(load_config(SFTConfig, None, ov), quiet=True)
     with pytest.raises(ArpoError, match="model.name: .* -> 'tiny-random'"):
-        sft.run(load_config(sft.SFTConfig, None, ov + ["model.name=tiny-random", "steps=2"]), resume=True,
+        sft.run(load_config(SFTConfig, None, ov + ["model.name=tiny-random", "steps=2"]), resume=True,
                 quiet=True)
 
 

@@ -38,8 +38,8 @@ def test_step_advantages_with_ranks_equal_one_process():
 def test_build_batch_carries_the_step_level_advantages(tiny_lm, tiny_tok):
     """Through the training batch: real rollout trees, rewards set by hand."""
     from arpo.engine.hf import HFEngine
-    from arpo.rollout.agent import AgentConfig
-    from arpo.rollout.arpo import ARPORollout, RolloutConfig
+    from arpo.rollout.arpo import ARPORollout
+    from arpo.settings import AgentConfig, RolloutConfig
     from arpo.tools import build_tools
 
     ro = ARPORollout(HFEngine(tiny_lm, tiny_tok), build_tools([]), AgentConfig(max_response_tokens=5),

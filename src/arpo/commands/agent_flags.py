@@ -1,5 +1,5 @@
 """The agent commands' flags (chat, eval, serve agent, sft-data, tool), made in this one place from the
-`tools`, `agent` and `run` sections of settings.py: a flag's help is its field's documentation, its
+`tools`, `agent` and `run` sections of settings/: a flag's help is its field's documentation, its
 default the field's default or the command's (settings.COMMAND_DEFAULTS), and `--help` shows it.
 
 How a command's settings are resolved (`resolve`), first wins:

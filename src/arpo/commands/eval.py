@@ -238,7 +238,8 @@ def _make_judge(args):
             if getattr(args, flag):
                 raise ArpoError(f"--{flag.replace('_', '-')} needs --judge")
         return None
-    from arpo.eval.judge import Judge, JudgeCache, JudgeConfig, default_cache_path
+    from arpo.eval.judge import Judge, JudgeCache, default_cache_path
+    from arpo.settings import JudgeConfig
 
     cfg = JudgeConfig(base_url=args.judge_url or os.environ.get("ARPO_JUDGE_URL", ""),
                       model=args.judge_model or os.environ.get("ARPO_JUDGE_MODEL", ""),

@@ -33,13 +33,14 @@ def register(sub) -> None:
 def run(args) -> int:
     from arpo.config import load_config
     from arpo.recipes import rollout
+    from arpo.settings import RolloutJobConfig
 
     ov = list(args.overrides)
     if args.data:
         ov.append(f"data.path={args.data}")
     if args.limit is not None:
         ov.append(f"data.limit={args.limit}")
-    cfg = load_config(rollout.RolloutJobConfig, args.config, ov)
+    cfg = load_config(RolloutJobConfig, args.config, ov)
     if args.print_config:
         from arpo.commands.recipe_flags import print_config
 

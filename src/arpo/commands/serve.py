@@ -110,7 +110,7 @@ def agent_config(args, run: dict, env_key: str | None = None):
     """ServeConfig from the flags; what they leave unset comes from the run dir (`run`: from_run.run_settings,
     its plain tool settings; its code and network settings with --trust-run-config, from_run.admit), then
     serve's defaults (commands/agent_flags.py)."""
-    from arpo.serve.app import ServeConfig
+    from arpo.settings import ServeConfig
 
     check_engine_flags(args)
     r = resolve(args, "serve", run)

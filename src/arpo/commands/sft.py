@@ -31,8 +31,9 @@ def run(args) -> int:
     from arpo.commands.recipe_flags import finish, print_config
     from arpo.config import load_config
     from arpo.recipes import sft
+    from arpo.settings import SFTConfig
 
-    cfg = load_config(sft.SFTConfig, args.config, list(args.overrides))
+    cfg = load_config(SFTConfig, args.config, list(args.overrides))
     if args.print_config:
         return print_config(cfg, as_json=args.json)
     return finish("sft", sft.run(cfg, resume=args.resume, quiet=args.quiet, overwrite=args.overwrite), args.json)

@@ -35,9 +35,10 @@ def run(args) -> int:
     from arpo.commands.recipe_flags import finish, print_config
     from arpo.config import load_config
     from arpo.recipes import train
+    from arpo.settings import TrainConfig
     from arpo.training import distributed
 
-    cfg = load_config(train.TrainConfig, args.config, list(args.overrides))
+    cfg = load_config(TrainConfig, args.config, list(args.overrides))
     if args.print_config:
         return print_config(cfg, as_json=args.json)
     try:

@@ -19,7 +19,7 @@ Splits are by the first-hop town (TRAIN_TOWNS / DEV_TOWNS / TEST_TOWNS towns, sh
 seed), 6 questions each (2 relations x 3 attributes): no dev or test question starts from a town a
 training question starts from. `python -m arpo.data.hop2 [OUT_DIR]` regenerates the shipped files
 byte for byte (gzip mtime 0); tests/data/test_hop2.py checks that it does. The scripted correct
-trajectory is recipes/sft_data.hop2_response (`arpo sft-data hop2`).
+trajectory is sft/convert.hop2_response (`arpo sft-data hop2`).
 """
 
 from __future__ import annotations

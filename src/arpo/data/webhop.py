@@ -20,7 +20,7 @@ filler paragraphs in a per-page shuffled order, one short paragraph each:
     ...
 
 A question asks an attribute of a related town: "What is the elevation of the twin town of Belmor?".
-A correct trajectory (the scripted one: recipes/web_sft_data.webhop_trajectory, what `arpo web sft-data`
+A correct trajectory (the scripted one: sft/web.webhop_trajectory, what `arpo web sft-data`
 writes for webhop rows):
 
     <web_search>Belmor</web_search>               -> the page titled Belmor among its near-namesake, ...

@@ -11,7 +11,7 @@ import math
 import statistics
 
 from arpo.errors import ArpoError
-from arpo.rollout.agent import AgentConfig
+from arpo.settings import AgentConfig
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

@@ -49,7 +49,7 @@ from arpo.errors import ArpoError
 from arpo.experiments import kbenv
 from arpo.experiments.common import check_methods, log, start_run, stop_if_signalled, summarize
 from arpo.provenance import provenance
-from arpo.settings import ToolsConfig
+from arpo.settings import AlgoConfig, ToolsConfig, TrainConfig, TrainRunConfig
 from arpo.tools.registry import ToolRegistry
 
 
@@ -169,7 +169,7 @@ def prepare_env(cfg: ExperimentConfig, out: Path) -> dict:
 
 
 def agent_config(cfg: ExperimentConfig):
-    from arpo.rollout.agent import AgentConfig
+    from arpo.settings import AgentConfig
 
     return AgentConfig(max_tool_calls=cfg.max_tool_calls, max_response_tokens=cfg.max_response_tokens,
                        temperature=cfg.temperature)
@@ -215,9 +215,8 @@ def train_sft(cfg: ExperimentConfig, env: dict, out: Path) -> dict:
     """Tokenizer + random Llama, then arpo's SFT recipe in segments until dev accuracy >= target."""
     import torch
 
-    from arpo.recipes.sft import SFTConfig, SFTDataConfig
     from arpo.recipes.sft import run as sft_run
-    from arpo.settings import ModelConfig, OptimConfig, RunConfig
+    from arpo.settings import ModelConfig, OptimConfig, RunConfig, SFTConfig, SFTDataConfig
 
     tok = kbenv.build_tokenizer(kbenv.tokenizer_corpus(env["kb"], env["sft_rows"], env["train"]), cfg.vocab_size)
     model = kbenv.build_model(tok, cfg.hidden, cfg.layers, cfg.heads, cfg.intermediate, seed=cfg.env_seed)
@@ -261,8 +260,7 @@ def run_rl(cfg: ExperimentConfig, method: str, seed: int, sft_model: str, env: d
            start_eval: dict) -> dict:
     """One RL run with recipes/train.run in segments of eval_every steps; the learning curve."""
     from arpo.recipes import train
-    from arpo.rollout.arpo import RolloutConfig
-    from arpo.settings import DataConfig, ModelConfig, OptimConfig
+    from arpo.settings import DataConfig, ModelConfig, OptimConfig, RolloutConfig
     from arpo.training.logger import read_metrics
 
     run_dir = out / "rl" / f"{method}_seed{seed}"
@@ -270,14 +268,14 @@ def run_rl(cfg: ExperimentConfig, method: str, seed: int, sft_model: str, env: d
     counting = CountingRegistry(env["tools"])
     tools_cfg = kbenv.tools_config(env["dir"] / "index", cfg.top_k, cls=CountingToolsConfig)
     tools_cfg.registry = counting
-    tcfg = train.TrainConfig(
+    tcfg = TrainConfig(
         model=ModelConfig(name=sft_model, device="cpu", dtype="float32"),
         data=DataConfig(path=str(env["dir"] / "train.jsonl"), task="math", template="both"),
         tools=tools_cfg, agent=agent_config(cfg),
         rollout=RolloutConfig(group_size=cfg.group_size, initial_rollouts=cfg.initial_rollouts, seed=seed),
-        algo=train.AlgoConfig(preset=method, ppo_epochs=cfg.ppo_epochs),
+        algo=AlgoConfig(preset=method, ppo_epochs=cfg.ppo_epochs),
         optim=OptimConfig(lr=cfg.lr, warmup_steps=cfg.warmup_steps),
-        run=train.TrainRunConfig(dir=str(run_dir), seed=seed, save_every=cfg.eval_every, keep_checkpoints=1,
+        run=TrainRunConfig(dir=str(run_dir), seed=seed, save_every=cfg.eval_every, keep_checkpoints=1,
                                  tensorboard=False, threads=cfg.threads),
         steps=cfg.eval_every, prompts_per_step=cfg.prompts_per_step, minibatches=cfg.minibatches,
     )

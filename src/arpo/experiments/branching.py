@@ -133,9 +133,8 @@ def measure(model_dir: str, cfg: BranchingConfig, examples: list[dict]) -> dict:
     from arpo.engine.hf import HFEngine
     from arpo.models import load_model
     from arpo.rewards import get_reward_fn, score_trees
-    from arpo.rollout.agent import AgentConfig
-    from arpo.rollout.arpo import ARPORollout, RolloutConfig
-    from arpo.settings import RewardConfig, ToolsConfig
+    from arpo.rollout.arpo import ARPORollout
+    from arpo.settings import AgentConfig, RewardConfig, RolloutConfig, ToolsConfig
 
     model, tok = load_model(model_dir, device="cpu", dtype="float32")
     tools = ToolsConfig(enabled=list(cfg.tools)).build()

@@ -114,14 +114,14 @@ class RLStudyConfig:
 
 def train_config(cfg: RLStudyConfig, sft_model: str, method: str, seed: int, run_dir: Path):
     from arpo.config import load_config
-    from arpo.recipes import train
+    from arpo.settings import TrainConfig
 
     preset, _, rule = method.partition("@")  # an arm `preset@rule`: that preset with rollout.branch_rule=rule
     over = list(cfg.train_overrides) + [f"model.name={sft_model}", f"algo.preset={preset}", f"run.seed={seed}",
                                         f"rollout.seed={seed}", f"run.dir={run_dir}", f"run.threads={cfg.threads}",
                                         "run.tensorboard=false", "validation.path=null"]
     over += [f"rollout.branch_rule={rule}"] if rule else []
-    tc = load_config(train.TrainConfig, cfg.train_config, over)
+    tc = load_config(TrainConfig, cfg.train_config, over)
     tc.run.save_every = cfg.eval_every
     tc.run.keep_checkpoints = getattr(cfg, "keep_checkpoints", 1)  # hop2.py keeps each eval step's
     return tc

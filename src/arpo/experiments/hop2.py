@@ -35,7 +35,7 @@ from arpo.errors import ArpoError
 from arpo.experiments import common, hop2_figures, hop2_report, hop2_stats
 from arpo.experiments import protocol as P
 from arpo.experiments.common import log
-from arpo.recipes.sft_data import hop2_sft_rows
+from arpo.sft.convert import hop2_sft_rows
 from arpo.training.rollout_log import read_run_trees
 
 
@@ -85,8 +85,8 @@ def make_sft(cfg: Hop2ExperimentConfig, out: Path) -> dict:
 
     from arpo.config import load_config
     from arpo.data.datasets import load_examples
-    from arpo.recipes.sft import SFTConfig
     from arpo.recipes.sft import run as sft_run
+    from arpo.settings import SFTConfig
     from arpo.training.rundir import unsafe_changes
 
     rows = hop2_sft_rows(load_examples(cfg.sft_data))

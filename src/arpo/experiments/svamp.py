@@ -67,9 +67,9 @@ class SvampExperimentConfig(RLStudyConfig):
 
 def make_sft(cfg: SvampExperimentConfig, out: Path) -> dict:
     from arpo.config import load_config
-    from arpo.recipes.sft import SFTConfig
     from arpo.recipes.sft import run as sft_run
     from arpo.recipes.sft_data import build_sft_dataset
+    from arpo.settings import SFTConfig
 
     data = out / "sft_svamp.jsonl"
     stats = build_sft_dataset("svamp", cfg.sft_data, str(data), progress=False)

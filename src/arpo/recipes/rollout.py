@@ -11,22 +11,8 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
 
-from arpo.rollout.agent import AgentConfig
-from arpo.rollout.arpo import RolloutConfig
-from arpo.settings import DataConfig, ModelConfig, RewardConfig, ToolsConfig
-
-
-@dataclass
-class RolloutJobConfig:
-    model: ModelConfig = field(default_factory=ModelConfig)  # the policy that samples
-    data: DataConfig = field(default_factory=DataConfig)  # the prompts (rows: README "Your own data")
-    tools: ToolsConfig = field(default_factory=ToolsConfig)  # the tools the agent may call
-    agent: AgentConfig = field(default_factory=AgentConfig)  # one trajectory: sampling and tool-call budget
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)  # the ARPO tree per prompt (spec §2)
-    reward: RewardConfig = field(default_factory=RewardConfig)  # each dumped trajectory gets its reward
-    prompts_per_batch: int = 4  # prompts whose trees are sampled together in one engine batch
+from arpo.settings import RolloutJobConfig
 
 
 def run(cfg: RolloutJobConfig, out_path: str, quiet: bool = False) -> dict:

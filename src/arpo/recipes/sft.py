@@ -6,7 +6,7 @@ Data: JSONL rows {question, response, system?, tool_results?} in the agent's tex
 `arpo sft-data` writes). The loss is the mean next-token NLL over the response's *generated* text:
 the prompt and every environment-inserted `<result>…</result>` block are masked out, exactly as in
 RL (spec §1), and the tools' text in them is tokenized with special tokens split, as the rollout
-does (rollout/tool_tokens.py: a tool that printed `<|im_end|>` does not end a turn). The end-of-turn
+does (tools/tokens.py: a tool that printed `<|im_end|>` does not end a turn). The end-of-turn
 token is trained, so the model learns to stop after `</answer>`.
 
 The loop is plain: shuffled batches (order = f(seed, epoch), so a resumed run sees the same
@@ -17,137 +17,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
 
 import torch
 
 from arpo.data.order import batch_indices
 from arpo.errors import ArpoError
-from arpo.jsonl import iter_jsonl
-from arpo.rollout.tool_tokens import encode_pieces
-from arpo.settings import LoraConfig, ModelConfig, OptimConfig, RunConfig
-
-
-@dataclass
-class SFTDataConfig:
-    path: list[str] = field(default_factory=lambda: ["sft_gsm8k.jsonl"])  # JSONL file(s) of `arpo sft-data`
-    limit: int | None = None  # use only the first N rows (after concatenating the files)
-    max_seq_len: int = 1024  # rows longer than this (prompt + response tokens) are skipped, counted
-
-
-@dataclass
-class SFTConfig:
-    model: ModelConfig = field(default_factory=ModelConfig)  # the model to fine-tune
-    data: SFTDataConfig = field(default_factory=SFTDataConfig)  # worked examples (rows: `arpo sft-data`)
-    # optimizer and learning-rate schedule
-    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=2e-5, schedule="cosine", warmup_steps=2))
-    lora: LoraConfig = field(default_factory=LoraConfig)  # train a LoRA adapter instead of all weights
-    run: RunConfig = field(default_factory=lambda: RunConfig(dir="runs/sft"))  # where and how it is saved
-    prompts_per_step: int = 8  # rows (prompts with their responses) per optimizer step (was: batch_size)
-    epochs: int = 1  # passes over the data (unless steps stops earlier)
-    steps: int | None = None  # stop after this many steps (default: epochs over the data) (was: max_steps)
-    micro_tokens: int = 2048  # tokens per forward/backward micro-batch (bounds activation memory)
-    # the old spellings, still read with a warning: `arpo train`'s names are the ones (issue 29)
-    RENAMED: ClassVar[dict[str, str]] = {"max_steps": "steps", "batch_size": "prompts_per_step"}
-
-    def validate(self) -> None:
-        self.optim.validate()
-        if self.prompts_per_step < 1:
-            raise ArpoError(f"prompts_per_step must be >= 1, got {self.prompts_per_step}")
-        if self.epochs < 1:
-            raise ArpoError("epochs must be >= 1")
-        from arpo.errors import require
-
-        require(self.steps is None or self.steps >= 1, "steps", f"must be >= 1 (or null), got {self.steps}")
-        require(self.micro_tokens >= 1, "micro_tokens", f"must be >= 1, got {self.micro_tokens}")
-        require(self.data.max_seq_len >= 1, "data.max_seq_len", f"must be >= 1, got {self.data.max_seq_len}")
-        require(self.data.limit is None or self.data.limit >= 1, "data.limit",
-                f"must be >= 1 (or null), got {self.data.limit}")
-        for sec in (self.model, self.lora, self.run):
-            sec.validate()
-
-
-def read_sft_rows(paths: list[str], limit: int | None = None) -> list[dict]:
-    rows = []
-    for path in paths:
-        if not Path(path).is_file():
-            raise ArpoError(f"SFT data file {path} does not exist (write one with `arpo sft-data`)")
-        for where, row in iter_jsonl(path, "SFT data file"):
-            for key in ("question", "response"):
-                if not isinstance(row.get(key), str) or not row[key]:
-                    raise ArpoError(f"{where}: field {key!r} is missing or not a non-empty string")
-            spans = row.get("tool_results", [])
-            if not isinstance(spans, list) or not all(
-                isinstance(s, list) and len(s) == 2 and 0 <= s[0] <= s[1] <= len(row["response"]) for s in spans
-            ):
-                raise ArpoError(f"{where}: field 'tool_results' must be a list of [start, end] spans in 'response'")
-            inner = row.get("tool_text", [])
-            if not isinstance(inner, list) or not all(
-                isinstance(t, list) and len(t) == 2 and any(s[0] <= t[0] <= t[1] <= s[1] for s in spans) for t in inner
-            ):
-                raise ArpoError(f"{where}: field 'tool_text' must be a list of [start, end] spans inside "
-                                "'tool_results'")
-            row["_where"] = where
-            rows.append(row)
-            if limit is not None and len(rows) >= limit:
-                return rows
-    if not rows:
-        raise ArpoError(f"no SFT rows in {', '.join(paths)}")
-    return rows
-
-
-def tokenize_row(tok, row: dict) -> tuple[list[int], list[int], list[int]]:
-    """(prompt ids, response ids, loss mask). The response is tokenized piece by piece — model
-    text, then each result block — as the rollout engine sees it (results are appended as their
-    own tokens after generation pauses at a closing tool tag)."""
-    from arpo.data.prompts import TASK_TOOLS, render_prompt, system_prompt
-
-    if isinstance(row.get("system_prompt"), str):  # rows of `arpo sft-data tools`: the prompt the rollout uses
-        from arpo.rollout.tool_formats import SchemaTools
-
-        prompt = render_prompt(tok, row["question"], row["system_prompt"], tools=SchemaTools(row.get("tools", [])),
-                               tool_format=row.get("tool_format", "tags"))
-    else:
-        template = row.get("system") or ("search" if row.get("task") == "qa" else "math")
-        if template not in TASK_TOOLS:
-            raise ArpoError(f"{row.get('_where', '?')}: field 'system' is {template!r}; expected one of "
-                            f"{sorted(TASK_TOOLS)}")
-        prompt = render_prompt(tok, row["question"], system_prompt(template, list(TASK_TOOLS[template])))
-    text = row["response"]
-    ids, mask, cur = [], [], 0
-    for s, e in sorted(map(tuple, row.get("tool_results", []))):
-        if text[cur:s]:
-            t = tok.encode(text[cur:s], add_special_tokens=False)
-            ids += t
-            mask += [1] * len(t)
-        t = encode_pieces(tok, _result_pieces(row, text, s, e))
-        ids += t
-        mask += [0] * len(t)
-        cur = e
-    if text[cur:]:
-        t = tok.encode(text[cur:], add_special_tokens=False)
-        ids += t
-        mask += [1] * len(t)
-    ids.append(tok.eos_token_id)
-    mask.append(1)
-    return prompt, ids, mask
-
-
-def _result_pieces(row: dict, text: str, s: int, e: int) -> list[tuple[str, bool]]:
-    """The environment's block text[s:e] as rollout/tool_tokens.py pieces (text, from_tool), tokenized as the
-    rollout does: `tool_text` spans (the tools' own text, json rows) plain and the template markup
-    around them with real special tokens; a tag-format block is all tool text. A json row without
-    `tool_text` (written before it existed) keeps its markup, so its tool text is not split either."""
-    inner = sorted((a, b) for a, b in map(tuple, row.get("tool_text", [])) if s <= a <= b <= e)
-    if not inner:
-        return [(text[s:e], row.get("tool_format", "tags") != "json")]
-    pieces, cur = [], s
-    for a, b in inner:
-        pieces += [(text[cur:a], False), (text[a:b], True)]
-        cur = b
-    return pieces + [(text[cur:e], False)]
+from arpo.settings import SFTConfig
+from arpo.sft.rows import read_sft_rows, tokenize_row
 
 
 def nll_loss(mask: torch.Tensor):

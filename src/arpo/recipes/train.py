@@ -3,7 +3,7 @@
 A plain script over the parts: validate everything → claim the run dir → set up the trainer →
 steps (log, validate, checkpoint) → summary. What one step does is training/trainer.py
 (`train_step`: rollout trees → rewards → advantages → old log-probs → PPO epochs); the config is
-training/config.py; what changes on W torchrun ranks is training/sharded.py.
+settings/train.py; what changes on W torchrun ranks is training/sharded.py.
 
 Determinism: the prompts of step s, the rollout seeds and the mini-batch order are pure functions
 of (run.seed, s), and checkpoints hold model, optimizer, scheduler and RNG states, so `--resume`
@@ -27,6 +27,7 @@ from arpo.errors import ArpoError
 from arpo.models import check_model
 from arpo.rewards import get_reward_fn
 from arpo.rewards.custom import check_reward
+from arpo.settings import AlgoConfig, TrainConfig, TrainRunConfig, ValidationConfig
 from arpo.training import distributed
 from arpo.training.checkpoint import (
     is_distributed_checkpoint,
@@ -36,7 +37,6 @@ from arpo.training.checkpoint import (
     save_checkpoint,
     save_distributed_checkpoint,
 )
-from arpo.training.config import AlgoConfig, TrainConfig, TrainRunConfig, ValidationConfig
 from arpo.training.logger import MetricsLogger
 from arpo.training.memory import check_fits
 from arpo.training.pipeline import check_off_policy, in_flight_checkpoint, restore_in_flight

@@ -6,10 +6,10 @@ allowed), the calls are parsed and submitted to a thread pool; the result joins 
 the tokens (`agent.tool_delivery: step`, the default: reproducible) or as soon as it is done
 (`arrival`: the others keep decoding while the tools run), see ready_results.
 The result text (`\\n<result>\\n...\\n</result>\\n`, or the chat template's tool
-messages and next assistant header: rollout/tool_formats.py) is tokenized on its own and appended to the
+messages and next assistant header: tools/formats.py) is tokenized on its own and appended to the
 sequence (mask 0) — the conversation is never re-tokenized, so token ids, log-probs and the loss
 mask stay exactly what was sampled. The tools' own text is tokenized with special tokens split
-(rollout/tool_tokens.py): a tool that prints `<|im_end|>` cannot forge a turn boundary.
+(tools/tokens.py): a tool that prints `<|im_end|>` cannot forge a turn boundary.
 
 Per-trajectory state lives in `TrajState` objects (one per engine sequence), never on the loop, so
 forks (rollout/arpo.py) copy it with the sequence.
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from arpo.engine.base import Engine, SamplingParams
 from arpo.rollout.tool_formats import get_format
 from arpo.rollout.tool_tokens import Pieces, encode_pieces
-from arpo.settings import AgentConfig  # the agent section (settings.py), used and re-exported here
+from arpo.settings import AgentConfig
 from arpo.tools.base import STOP_REGEX, ToolResult
 from arpo.tools.registry import ToolRegistry
 

@@ -49,13 +49,8 @@ from dataclasses import dataclass, field
 from arpo.engine.base import Engine
 from arpo.engine.rng import fold_key, key_seed, key_uniform
 from arpo.errors import ArpoError
-from arpo.rollout.agent import AgentConfig, AgentLoop, TrajState
-from arpo.rollout.branch_rules import (
-    BRANCH_RULES,
-    BranchContext,
-    auto_rule_name,
-    get_branch_rule,
-)
+from arpo.rollout.agent import AgentLoop, TrajState
+from arpo.rollout.branch_rules import BRANCH_RULES, BranchContext, get_branch_rule
 from arpo.rollout.staged_rules import (
     DecisionPoint,
     GroupContext,
@@ -65,67 +60,8 @@ from arpo.rollout.staged_rules import (
     open_shares,
 )
 from arpo.rollout.tree import RolloutTree, TreeTrajectory
+from arpo.settings import AgentConfig, RolloutConfig, auto_rule_name
 from arpo.tools.registry import ToolRegistry
-
-
-@dataclass
-class RolloutConfig:
-    group_size: int = 16  # M: trajectories per prompt (reference 16)
-    initial_rollouts: int = 8  # N: global samples started per prompt (reference 8)
-    branch_factor: int = 1  # Z: new partial rollouts per branch (reference 1, i.e. beam size 2)
-    entropy_weight: float = 0.2  # β (reference 0.2; on the default full/mean scale, 0.34-0.37 ≈ it: docs/algorithm.md)
-    branch_threshold: float = 0.5  # τ (reference 0.5)
-    entropy_tokens: int = 20  # k: tokens whose entropy is measured (reference 20)
-    entropy_estimator: str = "full"  # full (exact, from logits) | topk (reference: top-10 log-probs)
-    entropy_reduction: str = "mean"  # mean (default: per-token nats, β on that scale) | sum (reference)
-    entropy_normalize: bool = False  # divide by ln|V| (reference: true)
-    mode: str = "paper"  # paper | reference (its code: lagged ΔH, P = clip(τ + β·ΔH), one fill-up global per round)
-    fill_up: bool = True  # add fresh global samples when all paths ended with < M trajectories
-    dynamic_budget: bool = False  # AEPO: N from a probe rollout's entropies
-    consecutive_branch_penalty: float = 0.0  # AEPO: 0.05
-    # the branch probability: auto (aepo with a penalty, else the mode's: arpo | reference) | arpo | reference |
-    # aepo | bernoulli (entropy-blind) | staged, after the N initial samples finish: zscore | top_entropy |
-    # outcome_open (rollout/staged_rules.py) | module.path:function (rollout/branch_rules.py; docs/branch_rules.md)
-    branch_rule: str = "auto"
-    seed: int = 0  # arpo rollout's sampling seed (arpo train derives its seeds from run.seed)
-    # engine vllm_server: base URLs of the `vllm serve` endpoints that generate (docs/vllm_backend.md)
-    servers: list[str] = field(default_factory=list)
-    # arpo train: 0 = synchronous (a step's trees are generated, then trained on); 1 = one step off-policy:
-    # the trees of step n+1 generate (weights of version n, every tree under one version) while step n
-    # trains; a tree more than this many updates old is rejected (docs/scaling.md: "One step off-policy")
-    max_off_policy_steps: int = 0
-    # C of the truncated importance weight min(π_old/π_behaviour, C) on each token of a lagged tree
-    # (decoupled PPO, algos/losses.truncated_is_weight); used only when max_off_policy_steps > 0
-    off_policy_is_cap: float = 2.0
-
-    def validate(self) -> None:
-        def need(ok, key, msg):
-            if not ok:
-                raise ArpoError(f"rollout.{key}: {msg}")
-
-        need(self.group_size >= 1, "group_size", "must be >= 1")
-        need(1 <= self.initial_rollouts <= self.group_size, "initial_rollouts", "must be in [1, group_size]")
-        need(self.branch_factor >= 1, "branch_factor", "must be >= 1")
-        need(self.entropy_tokens >= 1, "entropy_tokens", "must be >= 1")
-        need(self.entropy_estimator in ("full", "topk"), "entropy_estimator", "must be full or topk")
-        need(self.entropy_reduction in ("mean", "sum"), "entropy_reduction", "must be mean or sum")
-        need(self.mode in ("paper", "reference"), "mode", "must be paper or reference")
-        need(self.consecutive_branch_penalty >= 0, "consecutive_branch_penalty", "must be >= 0")
-        need(isinstance(self.max_off_policy_steps, int) and self.max_off_policy_steps in (0, 1), "max_off_policy_steps",
-             f"must be 0 (synchronous) or 1 (one step off-policy), got {self.max_off_policy_steps!r}")
-        need(self.off_policy_is_cap >= 1, "off_policy_is_cap",
-             f"must be >= 1 (C < 1 would down-weight on-policy tokens too), got {self.off_policy_is_cap}")
-        if self.servers:
-            from arpo.engine.vllm_server import check_server_urls
-
-            check_server_urls(self.servers, "rollout.servers")
-        try:
-            rule = get_branch_rule(self.branch_rule, self.mode, self.consecutive_branch_penalty)
-        except ArpoError as e:
-            raise ArpoError(f"rollout.branch_rule: {e}") from e
-        need(not (is_staged(rule) and self.mode == "reference"), "branch_rule",
-             f"{self.branch_rule} is a staged rule (it decides after the initial samples finish, with the "
-             "paper's ΔH); use it with mode: paper")
 
 
 # ---- the math, as pure functions ------------------------------------------------------------------

@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from arpo.settings import RENAMED_BRANCH_RULES, auto_rule_name
+
 
 @dataclass(frozen=True)
 class BranchContext:
@@ -91,25 +93,17 @@ RULE_SUMMARIES = {
     "top_entropy": "staged, budgeted: the ⌈(M − N)/Z⌉ decision points with the largest ΔH branch (EPTree)",
     "outcome_open": "staged: branch where the finished initial samples that made the same calls disagree",
 }
-# names that were built-in rules once: what to write instead (get_branch_rule refuses them with it)
-RENAMED = {"tree_grpo": "bernoulli: it is a Bernoulli(1 − τ) at every tool step, not Tree-GRPO's node sampling"}
-
-
-def auto_rule_name(mode: str, penalty: float) -> str:
-    """What `branch_rule: auto` means: aepo with a consecutive-branch penalty, else the mode's own rule."""
-    if penalty > 0:
-        return "aepo"
-    return "reference" if mode == "reference" else "arpo"
 
 
 def get_branch_rule(spec: str, mode: str = "paper", penalty: float = 0.0) -> Callable:
-    """The rule named `spec` (auto, a BRANCH_RULES name, or module.path:function); a RENAMED name is
-    an error that gives the new one (not a silent alias: results would carry the old label)."""
+    """The rule named `spec` (auto, a BRANCH_RULES name, or module.path:function); a renamed name
+    (settings RENAMED_BRANCH_RULES) is an error that gives the new one (not a silent alias: results would
+    carry the old label)."""
     from arpo.errors import ArpoError
     from arpo.plugins import resolve
 
-    if spec in RENAMED:
-        raise ArpoError(f"branch rule {spec!r} was renamed {RENAMED[spec]}")
+    if spec in RENAMED_BRANCH_RULES:
+        raise ArpoError(f"branch rule {spec!r} was renamed {RENAMED_BRANCH_RULES[spec]}")
 
     from arpo.rollout.staged_rules import STAGED_RULES
 

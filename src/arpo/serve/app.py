@@ -24,7 +24,6 @@ import json
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from arpo.errors import ArpoError
@@ -32,31 +31,9 @@ from arpo.ports import require_port_free
 from arpo.rollout.agent import Trajectory
 from arpo.serve import openai_format as fmt
 from arpo.serve.scheduler import AgentScheduler, Busy, Done, Failed, Request, Step, Tokens
-from arpo.settings import AgentConfig, ToolsConfig, agent_defaults, tools_defaults
+from arpo.settings import MAX_REQUEST_BYTES, ServeConfig
 
 DISCONNECT_POLL_S = 0.25  # how often a non-streaming request checks that its client is still there
-MAX_REQUEST_BYTES = 4 * 2**20  # a request body over this gets HTTP 413 (a 128k-token context is ~0.5 MB of text)
-
-
-@dataclass
-class ServeConfig:
-    model: str = "smollm2-135m-instruct"  # HF dir, built-in name, checkpoint or run dir (its latest checkpoint)
-    served_model_name: str | None = None  # the `model` clients ask for (default: from `model`)
-    # the agent and its tools: the sections of settings.py, with serve's defaults (settings.COMMAND_DEFAULTS:
-    # sampling of a request that sets none; max_response_tokens: the budget of a request without max_tokens)
-    agent: AgentConfig = field(default_factory=lambda: agent_defaults("serve"))
-    tools: ToolsConfig = field(default_factory=lambda: tools_defaults("serve"))
-    template: str | None = None  # system-prompt template (default: from the tools)
-    engine: str = "hf"  # hf | vllm | vllm_server (running vLLM servers that serve `model`: `servers`)
-    servers: list[str] = field(default_factory=list)  # vllm_server: the servers' base URLs
-    device: str = "auto"
-    max_batch: int = 64  # conversations decoded together; more wait in a queue
-    max_waiting: int = 1024  # beyond this many queued conversations, requests get HTTP 503
-    api_key: str | None = None  # if set, requests need `Authorization: Bearer <api_key>`
-    max_request_bytes: int = MAX_REQUEST_BYTES  # larger request bodies get HTTP 413
-    host: str = "127.0.0.1"
-    port: int = 8000
-    log_level: str = "info"
 
 
 def create_app(scheduler: AgentScheduler, tokenizer, *, model_name: str, system: str, context_len: int,  # noqa: C901 - the routes are closures defined here, each counted in this function

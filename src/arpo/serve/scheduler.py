@@ -36,7 +36,8 @@ from dataclasses import dataclass
 import torch
 
 from arpo.engine.base import SamplingParams
-from arpo.rollout.agent import AgentConfig, AgentLoop, ToolCallRecord, Trajectory, TrajState
+from arpo.rollout.agent import AgentLoop, ToolCallRecord, Trajectory, TrajState
+from arpo.settings import AgentConfig
 from arpo.tools.registry import ToolRegistry
 
 log = logging.getLogger("arpo.serve")

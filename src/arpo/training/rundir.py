@@ -46,7 +46,7 @@ SAFE_ON_RESUME = ("steps", "max_steps", "epochs", "run.save_every", "run.keep_ch
                   "tools.web.browse_timeout_s", "tools.web.summarizer_url")
 
 
-# top-level keys renamed since a run may have been saved ({old: new}; recipes/sft.py SFTConfig.RENAMED)
+# top-level keys renamed since a run may have been saved ({old: new}; settings/sft.py SFTConfig.RENAMED)
 RENAMED = {"max_steps": "steps", "batch_size": "prompts_per_step"}
 
 

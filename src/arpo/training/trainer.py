@@ -34,11 +34,11 @@ from arpo.engine.base import Engine
 from arpo.eval.evaluate import evaluate
 from arpo.models import load_model
 from arpo.rewards import score_trees
-from arpo.rollout.arpo import ARPORollout, RolloutConfig
+from arpo.rollout.arpo import ARPORollout
+from arpo.settings import RolloutConfig, TrainConfig
 from arpo.tools.registry import ToolRegistry
 from arpo.training import distributed
 from arpo.training.batch import loss_and_backward, token_logprobs
-from arpo.training.config import TrainConfig
 from arpo.training.distributed import ParallelModel
 from arpo.training.mismatch import mismatch_metrics, mismatch_sums
 from arpo.training.optim import build_optimizer, build_scheduler, checkpoint_activations, clip_gradients, load_policy

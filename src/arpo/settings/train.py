@@ -1,6 +1,7 @@
-"""The RL run's config (`arpo train --config ...`): the shared sections (settings.py) plus the
-algorithm, validation and run sections and the step's own knobs. YAML → these dataclasses → dotted
-overrides (config.py); every field documented once, on its line."""
+"""The RL run's config (`arpo train --config ...`): the shared sections (settings/sections.py,
+settings/agent.py, settings/rollout.py) plus the algorithm, validation, memory and run sections and the
+step's own knobs. YAML → these dataclasses → dotted overrides (config.py); every field documented once,
+on its line."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from arpo.errors import ArpoError
-from arpo.rollout.agent import AgentConfig
-from arpo.rollout.arpo import RolloutConfig
-from arpo.settings import DataConfig, LoraConfig, ModelConfig, OptimConfig, RewardConfig, RunConfig, ToolsConfig
+from arpo.settings.agent import AgentConfig, ToolsConfig
+from arpo.settings.rollout import RolloutConfig
+from arpo.settings.sections import DataConfig, LoraConfig, ModelConfig, OptimConfig, RewardConfig, RunConfig
 
 
 @dataclass

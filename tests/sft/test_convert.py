@@ -5,9 +5,10 @@ import json
 import pytest
 
 from arpo.data.datasets import load_examples
-from arpo.recipes.sft_data import gsm8k_to_sft, hotpotqa_to_sft, result_spans
 from arpo.rewards import arpo_reward
 from arpo.rewards.format import check_format
+from arpo.sft.convert import gsm8k_to_sft, hotpotqa_to_sft
+from arpo.sft.rows import result_spans
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +79,7 @@ def test_cli_writes_rows(tmp_path):
 
 
 def test_rejection_rows_keep_rewarded_samples_only():
-    from arpo.recipes.sft_data import rejection_rows
+    from arpo.sft.convert import rejection_rows
 
     good = ("<think> a </think>\n<python>\nprint(2)\n</python>\n<result>\n2\n</result>\n"
             "<answer> \\boxed{2} </answer><|im_end|>")

@@ -1,0 +1,47 @@
+"""Every config a user edits, in one package: YAML and flags → these dataclasses (loaded and checked by
+config.py), each field documented once, on its line. By command and topic:
+
+    sections.py  what every command shares: model, data, optim, lora, run, reward
+    agent.py     the agent's tools and one trajectory's budget and sampling; COMMAND_DEFAULTS, where a
+                 command's defaults differ from train's
+    rollout.py   the ARPO tree per prompt (rollout.*), the branch rules' names; `arpo rollout`'s config
+    train.py     `arpo train`: algo, validation, memory, run and the step's own knobs (TrainConfig)
+    sft.py       `arpo sft` (SFTConfig)
+    serve.py     `arpo serve agent` (ServeConfig)
+    judge.py     the LLM judge of `arpo eval --judge-*` (JudgeConfig)
+
+The experiments' study configs stay beside their studies (experiments/). `from arpo.settings import X`
+works for every name here. This package sits below the parts that use it: it imports arpo's leaves
+(errors, plugins) and, inside the checks that need them, the registries it validates against (tools,
+models, engine, algos.presets), none of which imports it.
+"""
+
+from arpo.settings.agent import (
+    COMMAND_DEFAULTS,
+    AgentConfig,
+    ToolsConfig,
+    agent_defaults,
+    command_defaults,
+    tools_defaults,
+)
+from arpo.settings.judge import JudgeConfig
+from arpo.settings.rollout import (
+    BRANCH_RULE_NAMES,
+    RENAMED_BRANCH_RULES,
+    RolloutConfig,
+    RolloutJobConfig,
+    auto_rule_name,
+    branch_rule_is_staged,
+)
+from arpo.settings.sections import DataConfig, LoraConfig, ModelConfig, OptimConfig, RewardConfig, RunConfig
+from arpo.settings.serve import MAX_REQUEST_BYTES, ServeConfig
+from arpo.settings.sft import SFTConfig, SFTDataConfig
+from arpo.settings.train import AlgoConfig, MemoryConfig, TrainConfig, TrainRunConfig, ValidationConfig
+
+__all__ = [
+    "BRANCH_RULE_NAMES", "COMMAND_DEFAULTS", "MAX_REQUEST_BYTES", "RENAMED_BRANCH_RULES", "AgentConfig",
+    "AlgoConfig", "DataConfig", "JudgeConfig", "LoraConfig", "MemoryConfig", "ModelConfig", "OptimConfig",
+    "RewardConfig", "RolloutConfig", "RolloutJobConfig", "RunConfig", "SFTConfig", "SFTDataConfig",
+    "ServeConfig", "ToolsConfig", "TrainConfig", "TrainRunConfig", "ValidationConfig", "agent_defaults",
+    "auto_rule_name", "branch_rule_is_staged", "command_defaults", "tools_defaults",
+]
