@@ -187,3 +187,16 @@ def test_a_users_own_tools_config_may_name_any_variable(tmp_path, recorder, monk
         "provider": "searxng", "url": url, "api_key_env": "MY_SEARX_TOKEN"}}}))
     _, res = _search(["chat", "--tools-config", str(cfg), "hi"])
     assert res.ok and seen[-1].get("Authorization") == "Bearer mine"
+
+
+def test_the_plug_in_tools_arpo_ships_are_not_code_from_the_run():
+    """The hop2 quick start trains with `arpo.data.hop2:lookup`; `arpo eval` of its run printed the
+    refusal above and dropped the tool, though arpo's own module runs no code from the run. A module
+    that only starts like arpo's name is still the run's code."""
+    from arpo.commands.from_run import code_settings, plain_settings
+
+    tools = {"enabled": ["python", "arpo.data.hop2:lookup", "runplug:lookup", "arpo_like:tool"]}
+    said = " ".join(v for _, v in code_settings(tools))
+    assert "arpo.data.hop2" not in said and "runplug" in said and "arpo_like" in said
+    assert plain_settings({"tools": tools})["tools"]["enabled"] == ["python", "arpo.data.hop2:lookup"]
+    assert code_settings({"enabled": ["arpo.data.hop2:lookup"]}) == []

@@ -82,6 +82,14 @@ def add_trust_flag(p) -> None:
                    "run is data, not code")
 
 
+def _run_plugin(name) -> bool:
+    """A plug-in tool spec (module:attr) whose module is not arpo's own. arpo's own (e.g. the hop2 quick
+    start's `arpo.data.hop2:lookup`) runs no code from the run: the package is imported already, so its
+    submodules come from the installed arpo whatever the current directory holds."""
+    module = str(name).partition(":")[0]
+    return ":" in str(name) and module.split(".")[0] != "arpo"
+
+
 def code_settings(tools: dict) -> list[tuple[str, str]]:
     """(key, what it does) for each setting of a run's tools section that runs code or reaches the
     network: what TRUST_FLAG admits and what arpo prints before using it."""
@@ -100,7 +108,7 @@ def code_settings(tools: dict) -> list[tuple[str, str]]:
             out.append((f"tools.mcp[{i}]", f"starts the command: {cmd}{extra}"))
         else:
             out.append((f"tools.mcp[{i}]", f"connects to the MCP server {m.get('url')} (its tools join the agent's)"))
-    plugins = [str(n) for n in tools.get("enabled") or [] if ":" in str(n)]
+    plugins = [str(n) for n in tools.get("enabled") or [] if _run_plugin(n)]
     for n in plugins:
         out.append(("tools.enabled", f"imports the module {n.partition(':')[0]} (the tool {n}) from the current "
                     f"directory {os.getcwd()} or the Python path"))
@@ -123,7 +131,8 @@ def code_settings(tools: dict) -> list[tuple[str, str]]:
 
 def plain_settings(run: dict) -> dict:
     """`run` (run_settings) without its code_settings: the tools section keeps its built-in tools and
-    plain keys; MCP servers, your own tools (and their options), search_url and tools.web's RUN_TRUST_KEYS go."""
+    plain keys (and the plug-in tools arpo ships); MCP servers, your own tools (and their options), search_url
+    and tools.web's RUN_TRUST_KEYS go."""
     from arpo.tools.web.web_config import RUN_TRUST_KEYS
 
     tools = run.get("tools")
@@ -131,7 +140,7 @@ def plain_settings(run: dict) -> dict:
         return run
     kept = {k: v for k, v in tools.items() if k not in ("mcp", "options", "search_url")}
     if isinstance(tools.get("enabled"), list):
-        kept["enabled"] = [n for n in tools["enabled"] if ":" not in str(n)]
+        kept["enabled"] = [n for n in tools["enabled"] if not _run_plugin(n)]
     if isinstance(tools.get("web"), dict):
         kept["web"] = {k: v for k, v in tools["web"].items() if k not in RUN_TRUST_KEYS}
         if not kept["web"]:

@@ -6,7 +6,7 @@ Data: JSONL rows {question, response, system?, tool_results?} in the agent's tex
 `arpo sft-data` writes). The loss is the mean next-token NLL over the response's *generated* text:
 the prompt and every environment-inserted `<result>…</result>` block are masked out, exactly as in
 RL (spec §1), and the tools' text in them is tokenized with special tokens split, as the rollout
-does (tools/tokens.py: a tool that printed `<|im_end|>` does not end a turn). The end-of-turn
+does (rollout/tool_tokens.py: a tool that printed `<|im_end|>` does not end a turn). The end-of-turn
 token is trained, so the model learns to stop after `</answer>`.
 
 The loop is plain: shuffled batches (order = f(seed, epoch), so a resumed run sees the same

@@ -6,10 +6,10 @@ allowed), the calls are parsed and submitted to a thread pool; the result joins 
 the tokens (`agent.tool_delivery: step`, the default: reproducible) or as soon as it is done
 (`arrival`: the others keep decoding while the tools run), see ready_results.
 The result text (`\\n<result>\\n...\\n</result>\\n`, or the chat template's tool
-messages and next assistant header: tools/formats.py) is tokenized on its own and appended to the
+messages and next assistant header: rollout/tool_formats.py) is tokenized on its own and appended to the
 sequence (mask 0) — the conversation is never re-tokenized, so token ids, log-probs and the loss
 mask stay exactly what was sampled. The tools' own text is tokenized with special tokens split
-(tools/tokens.py): a tool that prints `<|im_end|>` cannot forge a turn boundary.
+(rollout/tool_tokens.py): a tool that prints `<|im_end|>` cannot forge a turn boundary.
 
 Per-trajectory state lives in `TrajState` objects (one per engine sequence), never on the loop, so
 forks (rollout/arpo.py) copy it with the sequence.

@@ -119,7 +119,7 @@ def tokenize_row(tok, row: dict) -> tuple[list[int], list[int], list[int]]:
 
 
 def _result_pieces(row: dict, text: str, s: int, e: int) -> list[tuple[str, bool]]:
-    """The environment's block text[s:e] as tools/tokens.py pieces (text, from_tool), tokenized as the
+    """The environment's block text[s:e] as rollout/tool_tokens.py pieces (text, from_tool), tokenized as the
     rollout does: `tool_text` spans (the tools' own text, json rows) plain and the template markup
     around them with real special tokens; a tag-format block is all tool text. A json row without
     `tool_text` (written before it existed) keeps its markup, so its tool text is not split either."""
