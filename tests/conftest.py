@@ -1,5 +1,5 @@
 """Shared fixtures: one tiny random-weight model for the whole session (building it and importing
-transformers costs seconds; every test file reuses it)."""
+transformers costs seconds; every test file reuses it), and a real python tool per test module."""
 
 import os
 
@@ -34,6 +34,16 @@ def default_lm():
 # a scripted agent: two python calls, then an answer; each segment opens with free tokens sampled from
 # the model, so entropies and ARPO's branch decisions vary
 SCRIPTED_RUN = ["<python> print(17 * 23) </python>", "<python> print(2 + 2) </python>", "<answer> \\boxed{4} </answer>"]
+
+
+@pytest.fixture(scope="module")
+def python_tool():
+    """A real sandboxed python tool (one worker, nothing pre-imported, 10 s per call), per test module."""
+    from arpo.tools.python import PythonTool
+
+    t = PythonTool(timeout_s=10, pool_size=1, preimport=())
+    yield t
+    t.close()
 
 
 def train_scripted(overrides: dict, script: list, free_tokens: int = 0) -> None:

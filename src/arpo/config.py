@@ -8,6 +8,10 @@ loads and validates. An unknown key, or a value of the wrong type, is an error t
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import io
+import sys
+import tokenize
 import types
 import typing
 from pathlib import Path
@@ -99,8 +103,6 @@ def from_dict(cls, data: dict, prefix: str = "", where: str = ""):
 def renamed(cls, data: dict, prefix: str = "", where: str = "") -> dict:
     """`data` with the old spellings of `cls`'s renamed keys (its class attribute RENAMED: {old: new})
     replaced by the new ones, each with a warning on stderr; both spellings at once is an error."""
-    import sys
-
     old_new = getattr(cls, "RENAMED", None) or {}
     if not any(k in old_new for k in data):
         return data
@@ -182,10 +184,6 @@ def field_comments(cls) -> dict[str, tuple[str, bool]]:
     """{field: (its documentation, whether it stands above the field)}: the trailing `# comment` of
     the field's line in the dataclass source, else the block of `#` lines right above the field (the
     one place each field is documented), inherited fields included."""
-    import inspect
-    import io
-    import tokenize
-
     docs: dict[str, tuple[str, bool]] = {}
     for klass in reversed(cls.__mro__):
         if not (isinstance(klass, type) and dataclasses.is_dataclass(klass)):

@@ -16,6 +16,7 @@ docs/web_tools.md has the threat model.
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
 import os
@@ -98,8 +99,6 @@ async def drain(receive, budget: int = DRAIN_BYTES, seconds: float = DRAIN_SECON
     the error is sent: a server that closes a socket with unread data sends a TCP reset, and a client
     still sending its body then loses the 413 (httpx: "peer closed connection without sending complete
     message body"). A larger or slower body is cut off as before."""
-    import asyncio
-
     async def read() -> None:
         left = budget
         while left > 0:

@@ -8,6 +8,7 @@ crash never leaves half a file behind.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 from collections.abc import Iterable, Iterator
@@ -97,8 +98,6 @@ def read_jsonl_gz(path: Path) -> list[dict]:
 def jsonl_gz_bytes(rows: list[dict]) -> bytes:
     """Deterministic gzip (mtime 0, no file name) of JSONL rows with sorted keys: a generator that
     writes its files with this reproduces them byte for byte."""
-    import io
-
     buf = io.BytesIO()
     with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, filename="") as f:
         f.write("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows).encode())

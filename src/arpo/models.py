@@ -12,12 +12,17 @@ from __future__ import annotations
 
 import fcntl
 import importlib.util
+import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
+from rich.console import Console
+
 from arpo.errors import ArpoError
+from arpo.runs import latest_checkpoint
+from arpo.testing import save_tiny_model
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 BUILTIN_MODELS = {
@@ -44,8 +49,6 @@ def resolve_model_dir(name_or_path: str) -> Path:
     """A directory loadable with `from_pretrained`, converting a built-in GGUF model on first use."""
     p = Path(name_or_path).expanduser()
     if p.is_dir() and not (p / "config.json").exists() and not (p / "adapter_config.json").exists():
-        from arpo.runs import latest_checkpoint
-
         # a training run dir (its latest checkpoint) or a checkpoint dir
         ck = p if (p / "state.json").exists() else latest_checkpoint(p)
         if ck is not None and (ck / "model").is_dir():
@@ -62,8 +65,6 @@ def resolve_model_dir(name_or_path: str) -> Path:
         with open(out.parent / f".{TINY_MODEL}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not (out / "config.json").exists():
-                from arpo.testing import save_tiny_model
-
                 tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{TINY_MODEL}-"))
                 save_tiny_model(tmp)
                 shutil.rmtree(out, ignore_errors=True)
@@ -90,7 +91,6 @@ def resolve_model_dir(name_or_path: str) -> Path:
 
 
 def _convert_gguf(src: Path, fname: str, out: Path) -> None:
-    from rich.console import Console
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     Console(stderr=True).print(f"[dim]arpo: converting {fname} to safetensors in {out} (once, ~30 s)…[/dim]")
@@ -113,7 +113,7 @@ def _convert_gguf(src: Path, fname: str, out: Path) -> None:
 
 def pick_device(device: str = "auto") -> str:
     """auto -> cuda when available, else cpu; an explicit device is checked (one clear error)."""
-    import torch
+    import torch  # noqa: PLC0415 - loads torch; kept out of this light module's import
 
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
@@ -136,8 +136,6 @@ def check_model(name_or_path: str, device: str = "auto") -> Path:
     """Fail early, in one line, on a model that cannot load: an unknown name or path, a config.json
     that is not JSON, a model_type transformers does not know, a directory without weights, a
     device that is not there. Returns the resolved directory (weights are not loaded)."""
-    import json
-
     pick_device(device)
     d = resolve_model_dir(name_or_path)
     if (d / "adapter_config.json").exists():
@@ -168,8 +166,6 @@ def lora_adapter(name_or_path: str) -> tuple[Path, dict] | None:
     """(directory, adapter_config) when `name_or_path` is a LoRA adapter: an adapter directory, or a
     run / checkpoint of `arpo sft` or `arpo train` with lora (its latest checkpoint's model); None
     otherwise. Reads one small JSON file; a built-in name is never resolved (no conversion)."""
-    import json
-
     if not Path(name_or_path).expanduser().is_dir():
         return None
     try:
@@ -194,7 +190,7 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: s
     CPUs), bfloat16 on GPU. A LoRA adapter (lora_adapter) is loaded onto its base model and merged
     into it (every weight trainable, as a plain model's); merge_adapter=False: the peft model with
     the adapter's weights trainable, to train that adapter further."""
-    import torch
+    import torch  # noqa: PLC0415 - loads torch; kept out of this light module's import
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
@@ -206,8 +202,6 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: s
     else:
         torch_dtype = getattr(torch, dtype)
     if (d / "adapter_config.json").exists():  # a LoRA adapter (arpo sft/train with lora.enabled)
-        import json
-
         base = json.loads((d / "adapter_config.json").read_text()).get("base_model_name_or_path")
         if not base:
             raise ArpoError(f"{d}/adapter_config.json names no base model")

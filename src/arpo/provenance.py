@@ -11,6 +11,8 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+import arpo
+
 PACKAGES = ("arpo", "torch", "transformers", "tokenizers", "safetensors", "numpy", "peft", "vllm", "accelerate")
 
 
@@ -50,7 +52,5 @@ def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]
 def provenance() -> dict:
     """{commit, dirty, changed, python, platform, packages, time}: arpo's source commit (git_state of
     the imported arpo package), the interpreter and the package versions, now."""
-    import arpo
-
     return {**git_state(arpo.__file__), "python": sys.version.split()[0], "platform": platform.platform(),
             "packages": package_versions(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}

@@ -4,10 +4,12 @@
     RUN_DIR/checkpoints/latest                    the name of the newest complete one
 
 Below every package that reads runs (models resolves `--model RUN_DIR`, training resumes, view and
-serve read them), so none of them has to import the training package to find a checkpoint."""
+serve read them), so none of them has to import the training package to find a checkpoint; and the
+atomic write every file of a run directory goes through (write_text_atomic)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 
@@ -30,3 +32,31 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
             return cand
     done = list_checkpoints(run_dir)
     return done[-1] if done else None
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename inside `path` durable (a directory without read access is skipped)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Replace `path` with `text` so a crash leaves the old file or the new one, never half of each."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:  # a full disk: the old file stays, the half-written copy goes, the error names the file
+        tmp.unlink(missing_ok=True)
+        raise OSError(e.errno, e.strerror, str(path)) from e
+    os.replace(tmp, path)
+    fsync_dir(path.parent)

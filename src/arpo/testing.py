@@ -6,7 +6,11 @@ agent protocol's own vocabulary, with a ChatML chat template like the default mo
 
 from __future__ import annotations
 
+import copy
 import functools
+import random
+import time
+from types import SimpleNamespace
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
@@ -49,7 +53,7 @@ def tiny_tokenizer(vocab_size: int = 512):
 def tiny_model(tokenizer=None, hidden: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2,
                seed: int = 0, dtype=None):
     """A random-weight LlamaForCausalLM (the default model's architecture) sized for unit tests."""
-    import torch
+    import torch  # noqa: PLC0415 - loads torch; kept out of this light module's import
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tokenizer = tokenizer or tiny_tokenizer()
@@ -88,7 +92,7 @@ def scripted_hook(tokenizer, segments: list[str], eos_after: bool = True, free_t
     With `free_tokens = n`, each segment starts with n tokens sampled from the model itself, at a
     sharpness that varies pseudo-randomly with the sequence so far (so entropies, and ARPO's branch
     decisions, vary); then the scripted text follows."""
-    import torch
+    import torch  # noqa: PLC0415 - loads torch; kept out of this light module's import
 
     targets = [tokenizer.encode(s, add_special_tokens=False) for s in segments]
     banned = ([tokenizer.eos_token_id] + [i for i in range(len(tokenizer))
@@ -123,8 +127,6 @@ def scripted_hook(tokenizer, segments: list[str], eos_after: bool = True, free_t
 def toy_reward(response: str, example: dict, **_):
     """A reward for tests with tiny random models (which never follow the protocol): varies with the
     response so advantages are non-zero. Returns the same fields as arpo.rewards.RewardResult."""
-    from types import SimpleNamespace
-
     score = (sum(map(ord, response)) % 97) / 96.0
     return SimpleNamespace(reward=score, score=score, format_ok=True, format_error=None, answer=None,
                            correct=score > 0.5)
@@ -133,8 +135,6 @@ def toy_reward(response: str, example: dict, **_):
 def half_uniform_reward(response: str, example: dict, **_):
     """toy_reward, except that questions containing "uniform" get 0 for every response: their groups
     have equal rewards (no signal), which DAPO's dynamic sampling drops. For tests."""
-    from types import SimpleNamespace
-
     if "uniform" in example.get("question", "").lower():
         return SimpleNamespace(reward=0.0, score=0.0, format_ok=True, format_error=None, answer=None, correct=False)
     return toy_reward(response, example)
@@ -178,8 +178,6 @@ QWEN_TOOLS_TEMPLATE = (
 
 def qwen_style_tokenizer(vocab_size: int = 512):
     """tiny_tokenizer with the Qwen-style tool-calling chat template above."""
-    import copy
-
     tok = copy.deepcopy(tiny_tokenizer(vocab_size))
     tok.chat_template = QWEN_TOOLS_TEMPLATE
     return tok
@@ -202,9 +200,6 @@ def jitter_echo(text: str) -> str:
     Args:
         text: what to reverse
     """
-    import random
-    import time
-
     time.sleep(random.SystemRandom().uniform(0.0, 0.003))
     return text[::-1]
 
@@ -265,7 +260,7 @@ def arch_model(arch: str, tokenizer=None, hidden: int = 64, layers: int = 2, hea
                seed: int = 0):
     """A random-weight Qwen2ForCausalLM (Qwen2.5), Qwen3ForCausalLM (q/k norms) or LlamaForCausalLM with
     Llama 3.1's rope scaling, sized for unit tests."""
-    import torch
+    import torch  # noqa: PLC0415 - loads torch; kept out of this light module's import
     from transformers import (
         LlamaConfig,
         LlamaForCausalLM,

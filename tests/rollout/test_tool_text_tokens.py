@@ -35,15 +35,6 @@ def smol_lm(smol_tok):
     return tiny_model(smol_tok, hidden=32, layers=1, heads=2, kv_heads=1)
 
 
-@pytest.fixture(scope="module")
-def python_tool():
-    from arpo.tools.python import PythonTool
-
-    t = PythonTool(timeout_s=10, pool_size=1, preimport=())
-    yield t
-    t.close()
-
-
 def _rollout(tok, model, tool, segments, tool_format):
     from arpo.data.prompts import render_prompt, system_prompt
 

@@ -16,19 +16,9 @@ import torch
 from safetensors.torch import load_file
 
 from arpo.settings import TrainConfig
-from arpo.testing import save_tiny_model
 
 TIMING = ("seconds", "tokens_per_s", "time_", "tool_seconds")
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed unavailable")
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tiny_dist")
-    save_tiny_model(d / "model")
-    (d / "q.jsonl").write_text("".join(json.dumps({"question": f"What is {i} + {i}?", "answer": str(2 * i),
-                                                   "task": "math"}) + "\n" for i in range(6)))
-    return d
 
 
 def _overrides(tiny_dir, run_dir, steps=2, **extra):

@@ -14,7 +14,6 @@ from safetensors.torch import load_file
 
 from arpo.algos.losses import clipped_surrogate, truncated_is_weight
 from arpo.errors import ArpoError
-from arpo.testing import save_tiny_model
 
 TIMING = ("seconds", "tokens_per_s", "time_", "tool_seconds")
 
@@ -171,15 +170,6 @@ def test_in_flight_trees_saved_per_rank_and_resliced_on_another_rank_count(tmp_p
 
 
 # ---- real runs --------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("offpolicy")
-    save_tiny_model(d / "model")
-    (d / "q.jsonl").write_text("".join(json.dumps({"question": f"What is {i} + {i}?", "answer": str(2 * i),
-                                                   "task": "math"}) + "\n" for i in range(6)))
-    return d
-
-
 def _run(tiny_dir, run_dir, resume=False, **over):
     from arpo.recipes import train
 

@@ -38,7 +38,7 @@ def _outcome(run_dir: Path):
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
+def tiny_dir(tmp_path_factory):  # conftest.py's, with four questions instead of six
     d = tmp_path_factory.mktemp("repro")
     save_tiny_model(d / "model")
     (d / "q.jsonl").write_text("".join(json.dumps({"question": f"What is {i} + {i}?", "answer": str(2 * i),

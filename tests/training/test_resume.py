@@ -13,7 +13,6 @@ import pytest
 from safetensors.torch import load_file
 
 from arpo.settings import SFTConfig, TrainConfig
-from arpo.testing import save_tiny_model
 
 TIMING = ("seconds", "tokens_per_s", "time_", "tool_seconds")
 
@@ -30,16 +29,6 @@ def _weights(run_dir):
     ck = Path(run_dir) / "checkpoints"
     latest = (ck / "latest").read_text().strip()
     return load_file(str(ck / latest / "model" / "model.safetensors"))
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tiny")
-    save_tiny_model(d / "model")
-    data = d / "q.jsonl"
-    data.write_text("".join(json.dumps({"question": f"What is {i} + {i}?", "answer": str(2 * i), "task": "math"}) + "\n"
-                            for i in range(6)))
-    return d
 
 
 def _train_args(tiny_dir, run_dir, steps=4):

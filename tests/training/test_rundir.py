@@ -14,17 +14,7 @@ from arpo.config import load_config
 from arpo.errors import ArpoError
 from arpo.recipes import train
 from arpo.settings import SFTConfig, TrainConfig
-from arpo.testing import save_tiny_model
 from arpo.training.rundir import RunDir
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tiny_rd")
-    save_tiny_model(d / "model")
-    (d / "q.jsonl").write_text("".join(json.dumps({"question": f"What is {i} + {i}?", "answer": str(2 * i),
-                                                   "task": "math"}) + "\n" for i in range(6)))
-    return d
 
 
 def _ov(tiny_dir, run_dir, steps=1, **extra):

@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from arpo.plugins import resolve
+
 IntsLike = torch.Tensor | Sequence[int]
 
 
@@ -166,8 +168,6 @@ ADVANTAGE_ESTIMATORS: dict[str, Callable[..., torch.Tensor]] = {
 def get_estimator(spec: str) -> Callable[..., torch.Tensor]:
     """An estimator by name (ADVANTAGE_ESTIMATORS) or your own as `module.path:function`, called as
     f(rewards, group_ids, root_ids)."""
-    from arpo.plugins import resolve
-
     return resolve(spec, ADVANTAGE_ESTIMATORS, "advantage estimator")
 
 

@@ -38,6 +38,8 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from arpo.errors import ArpoError
+from arpo.jsonl import iter_jsonl
+from arpo.rewards.answer import extract_boxed
 
 BENCH_DIR = Path(__file__).parent / "builtin" / "bench"
 PREFIX = "bench:"
@@ -188,8 +190,6 @@ def map_row(b: Benchmark, row: dict, where: str) -> dict | None:
             raise ArpoError(f"{where}: xbench rows need their 'canary' column to decrypt prompt and answer")
         out["question"], out["answer"] = xor_decrypt(out["question"], key), xor_decrypt(out["answer"], key)
     if b.transform == "boxed_solution":
-        from arpo.rewards.answer import extract_boxed
-
         boxed = extract_boxed(str(out["answer"]))
         if boxed is None:
             raise ArpoError(f"{where}: no \\boxed{{}} answer in the solution")
@@ -202,8 +202,6 @@ def iter_rows(spec: str) -> Iterator[tuple[str, dict]]:
     """(where, row) of a bench: spec, rows already mapped to arpo's fields."""
     name, b, part, local = parse(spec)
     if part == "dev":
-        from arpo.jsonl import iter_jsonl
-
         assert b.dev is not None  # parse() refuses ':dev' for a benchmark without a shipped slice
         yield from iter_jsonl(BENCH_DIR / b.dev, "dev slice")
         return
@@ -313,8 +311,6 @@ def _load_hub(spec: str, b: Benchmark):
 
 def listing() -> list[dict]:
     """One row per benchmark for `arpo data list`."""
-    from arpo.jsonl import iter_jsonl
-
     def count_rows(path):
         return sum(1 for _ in iter_jsonl(path, "dev slice"))
 

@@ -10,6 +10,7 @@ A malformed row is an error naming file, line and field.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from arpo.data.sources import example_id_prefix, is_builtin, iter_rows, split_slice
@@ -120,8 +121,6 @@ def load_examples(spec: str | Path, limit: int | None = None, task: str | None =
                                 f"past the end of {base}, which has {n} rows (0..{n - 1})")
         raise ArpoError(f"{spec}: no examples")
     if inferred and not is_builtin(spec):
-        import sys
-
         print(f"arpo: {spec}: {task_note(inferred, len(out))}", file=sys.stderr)
     return out
 

@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import functools
 import random
+import re
 import sys
 from pathlib import Path
 
+from arpo.data.sources import BUILTIN_DIR
 from arpo.jsonl import jsonl_gz_bytes, read_jsonl_gz
 
 SEED = 32
@@ -121,8 +123,6 @@ def make_questions(kb: list[dict], seed: int = SEED) -> dict[str, list[dict]]:
 
 # ---- the tool ------------------------------------------------------------------------------------
 def data_dir() -> Path:
-    from arpo.data.sources import BUILTIN_DIR
-
     return BUILTIN_DIR / "hop2"
 
 
@@ -146,8 +146,6 @@ def lookup(town: str) -> str:
 # ---- questions -----------------------------------------------------------------------------------
 def parse_question(question: str) -> tuple[str, str, str]:
     """(attribute, relation, first-hop town) of "What is the A of the R town of X?"."""
-    import re
-
     m = re.fullmatch(r"What is the (\w+) of the (\w+) town of (\w+)\?", question.strip())
     if m is None:
         raise ValueError(f"not a hop2 question: {question!r}")

@@ -27,7 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl
 
+from arpo.data.benchmarks import iter_rows as bench_rows
 from arpo.errors import ArpoError
+from arpo.jsonl import iter_jsonl
 
 BUILTIN_DIR = Path(__file__).parent / "builtin"
 
@@ -139,7 +141,6 @@ def _file_rows(path: Path) -> Iterator[tuple[str, dict]]:
         for i, row in enumerate(pq.read_table(path).to_pylist(), 1):
             yield f"{path}:{i}", row
         return
-    from arpo.jsonl import iter_jsonl
 
     yield from iter_jsonl(path, "data file")
 
@@ -163,8 +164,6 @@ def iter_rows(spec: str | Path) -> Iterator[tuple[str, dict]]:
     if isinstance(base, str) and base.startswith("hf:"):
         rows = _hf_rows(base)
     elif isinstance(base, str) and base.startswith("bench:"):
-        from arpo.data.benchmarks import iter_rows as bench_rows
-
         rows = bench_rows(base)
     else:
         rows = (r for f in data_files(base) for r in _file_rows(f))

@@ -47,6 +47,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from arpo.data.sources import BUILTIN_DIR
 from arpo.jsonl import jsonl_gz_bytes, read_jsonl_gz
 
 SEED = 40
@@ -218,8 +219,6 @@ def pick_url(result, title: str) -> str | None:
 
 # ---- files ---------------------------------------------------------------------------------------
 def data_dir() -> Path:
-    from arpo.data.sources import BUILTIN_DIR
-
     return BUILTIN_DIR / "webhop"
 
 

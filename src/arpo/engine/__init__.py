@@ -10,6 +10,10 @@ Both implement the interface in engine/base.py. Importing this package imports n
 
 from __future__ import annotations
 
+import arpo.models
+from arpo.errors import ArpoError
+from arpo.models import resolve_model_dir
+
 ENGINES = ("hf", "vllm", "vllm_server")
 
 
@@ -27,37 +31,32 @@ def make_engine(kind: str = "hf", model=None, tokenizer=None, model_dir=None, **
           (`servers=[url, ...]`, from rollout.servers); no vLLM is needed in this process. The policy's
           weights are pushed with `sync_weights` (the servers reload them), as for vllm.
     """
-    from arpo.errors import ArpoError
-
     k = (kind or "hf").lower()
     if k == "hf":
-        from arpo.engine.hf import HFEngine
+        from arpo.engine.hf import HFEngine  # noqa: PLC0415 - loads torch; kept out of this light module's import
 
         if model is None:
             if model_dir is None:
                 raise ArpoError("engine hf: needs a model or a model_dir")
-            from arpo.models import load_model
 
-            model, tok = load_model(str(model_dir))
+            model, tok = arpo.models.load_model(str(model_dir))
             tokenizer = tokenizer or tok
         return HFEngine(model, tokenizer, **opts)
     if k == "vllm":
-        from arpo.engine.vllm import INSTALL_HINT, VLLMEngine, vllm_available
+        from arpo.engine.vllm import INSTALL_HINT, VLLMEngine, vllm_available  # noqa: PLC0415 - loads torch; kept out of this light module's import
 
         if not vllm_available():
             raise ArpoError(f"engine vllm: {INSTALL_HINT}")
 
         return VLLMEngine.from_model(model, tokenizer, model_dir=model_dir, **opts)
     if k == "vllm_server":
-        from arpo.engine.vllm_server import VLLMServerEngine
+        from arpo.engine.vllm_server import VLLMServerEngine  # noqa: PLC0415 - loads torch; kept out of this light module's import
 
         servers = opts.pop("servers", None)
         if tokenizer is None:
             if model_dir is None:
                 raise ArpoError("engine vllm_server: needs a tokenizer or a model_dir to load one from")
             from transformers import AutoTokenizer
-
-            from arpo.models import resolve_model_dir
 
             tokenizer = AutoTokenizer.from_pretrained(str(resolve_model_dir(str(model_dir))))
         return VLLMServerEngine(servers, tokenizer, **opts)

@@ -22,6 +22,8 @@ from typing import Protocol
 
 import torch
 
+from arpo.errors import ArpoError
+
 
 def check_prompt_fits(prompt_len: int, context_len: int | None, what: str = "the prompt") -> int:
     """Tokens the model's context leaves for the response: context_len - prompt_len (>= 1), or an
@@ -32,8 +34,6 @@ def check_prompt_fits(prompt_len: int, context_len: int | None, what: str = "the
         return 1 << 30
     left = int(context_len) - int(prompt_len)
     if left < 1:
-        from arpo.errors import ArpoError
-
         raise ArpoError(f"{what} has {prompt_len} tokens; this model's context holds {context_len}: "
                         "shorten the question (or the system prompt), or use a model with a longer context")
     return left

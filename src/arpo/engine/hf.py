@@ -15,14 +15,18 @@ eagerly on CPU, same results).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import torch
 
 from arpo.engine.base import SamplingParams, Sequence, StepOutput, check_prompt_fits, stop_match
+from arpo.engine.graph import GraphStep
 from arpo.engine.kv import KVBatch, SlotCache
 from arpo.engine.rng import child_key, key_of, uniforms_for
 from arpo.engine.sampling import sample, sample_stats, token_stats, topk_entropy, truncate
+from arpo.engine.static import StaticForward, unsupported
+from arpo.errors import ArpoError
 
 if TYPE_CHECKING:
     from arpo.engine.graph import GraphStep
@@ -89,25 +93,18 @@ class HFEngine:
         self.static: StaticForward | None = None
         self.static_off: str | None = "off (static=False)"
         if static:
-            from arpo.engine.static import StaticForward, unsupported
-
             self.static_off = unsupported(model)
             if self.static_off is None:
                 self.static = StaticForward(model, compile=compile)
         if compile and self.static is None:
-            from arpo.errors import ArpoError
-
             raise ArpoError(f"engine option compile: needs arpo's own forward (Llama, Qwen2, Mistral), which is off "
                             f"for this model: {self.static_off}")
         self._graph: GraphStep | None = None
         self._dirty = True
         if graph:
             if self.static is None:
-                from arpo.errors import ArpoError
-
                 raise ArpoError(f"engine option graph: needs arpo's own forward (Llama, Qwen2, Mistral), which is "
                                 f"off for this model: {self.static_off}")
-            from arpo.engine.graph import GraphStep
 
             self._graph = GraphStep(self.static, self.kv, topk_entropy)
         self.stats = {"prefill_tokens": 0, "decode_tokens": 0, "forwards": 0, "compactions": 0,
@@ -504,8 +501,6 @@ class HFEngine:
 
 
 def _with_seed(params: SamplingParams, seed: int) -> SamplingParams:
-    from dataclasses import replace
-
     return replace(params, seed=seed)
 
 

@@ -36,6 +36,8 @@ import time
 import torch
 import torch.nn.functional as F
 
+from arpo.engine.sampling import entropy_of, topk_entropy
+
 ARCHS = ("llama", "qwen2", "mistral")  # RMSNorm, rotary (default type), GQA, SiLU-gated MLP
 
 
@@ -263,8 +265,6 @@ def step_sample(logits, safe_t, do_sample, uniforms, k_entropy: int):
     same tokens and statistics bit for bit. (Inductor's triton code generation failed on CUDA inside
     token_stats' `torch.where(temperature > 0, ...)` with dynamic slot counts; this form has no
     select on the temperature at all.) Returns token ids, their log-probs, full and top-k entropy (S,)."""
-    from arpo.engine.sampling import entropy_of, topk_entropy
-
     logp = torch.log_softmax(logits.float() / safe_t[:, None], dim=-1)  # (S, V)
     ent = entropy_of(logp)
     cdf = logp.exp().cumsum(-1)

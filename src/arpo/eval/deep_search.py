@@ -16,7 +16,10 @@ normalized as the reward does); None when no page read shows it.
 from __future__ import annotations
 
 import re
+from statistics import fmean
 from urllib.parse import unquote, urlsplit
+
+from arpo.rewards.answer import normalize_answer
 
 SEARCH_TOOLS = ("web_search", "search")
 WEB_TOOLS = ("web_search", "browse")
@@ -44,8 +47,6 @@ def page_of(call: dict) -> tuple[str, str] | None:
 
 def trajectory_stats(calls: list[dict], answer: str | None, supporting: list[str] | None = None) -> dict:
     """The deep-search metrics of one trajectory (module docstring)."""
-    from arpo.rewards.answer import normalize_answer
-
     searches = sum(c.get("tool") in SEARCH_TOOLS for c in calls)
     pages: dict[str, str] = {}
     answer_page = None
@@ -69,8 +70,6 @@ def trajectory_stats(calls: list[dict], answer: str | None, supporting: list[str
 def summarize(stats: list[dict]) -> dict:
     """Means over records: searches, pages read, the share that opened every supporting page (of those
     with supporting pages) and the share whose answer is on a page read (of those that answered)."""
-    from statistics import fmean
-
     if not stats:
         return {}
     out = {"searches": fmean(s["searches"] for s in stats), "pages_read": fmean(s["pages_read"] for s in stats)}

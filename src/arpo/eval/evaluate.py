@@ -7,10 +7,14 @@ pass@k for n samples with c correct (Chen et al. 2021): 1 − C(n−c, k) / C(n,
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 
+from arpo.data.prompts import prompts_for
 from arpo.errors import ArpoError
+from arpo.eval.deep_search import WEB_TOOLS, trajectory_stats
+from arpo.eval.deep_search import summarize as deep_summary
 from arpo.settings import AgentConfig
 
 
@@ -46,8 +50,6 @@ def summarize(records: list[dict], samples: int) -> dict:
     out["response_tokens"] = statistics.fmean(r["response_tokens"] for r in records)
     ds = [r["deep_search"] for r in records if "deep_search" in r]
     if ds:  # the web tools were enabled: searches, pages read, supporting pages opened, answers on a page
-        from arpo.eval.deep_search import summarize as deep_summary
-
         out.update({f"deep_search/{k}": v for k, v in deep_summary(ds).items()})
     return out
 
@@ -70,16 +72,12 @@ def evaluate(engine, tools, tok, examples: list[dict], *, reward_fn, agent: Agen
              tool_names: list[str] | None = None, seed: int = 0, math_scorer: str = "math_equal",
              batch_size: int = 16, progress=None, records_out: list | None = None) -> dict:
     """Metrics of one dataset. Greedy (temperature 0) with samples=1 gives deterministic numbers."""
-    import dataclasses
-
-    from arpo.data.prompts import prompts_for
-    from arpo.eval.deep_search import WEB_TOOLS, trajectory_stats
-    from arpo.rollout.agent import AgentLoop
+    from arpo.rollout.agent import AgentLoop  # noqa: PLC0415 - loads torch; kept out of this light module's import
 
     cfg = dataclasses.replace(agent or AgentConfig(), temperature=temperature)
     loop = AgentLoop(engine, tools, cfg)
     names = prompt_tools(tools, tool_names)
-    from arpo.engine.base import check_prompt_fits
+    from arpo.engine.base import check_prompt_fits  # noqa: PLC0415 - loads torch; kept out of this light module's import
 
     rendered = prompts_for(examples, tok, names, template, cfg.tool_format)  # once per question
     for ex, p in zip(examples, rendered, strict=True):  # all of them before the first generation

@@ -42,6 +42,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import statistics
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -49,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from arpo.errors import ArpoError
+from arpo.eval.evaluate import pass_at_k
 from arpo.settings import JudgeConfig
 
 PROMPT_SOURCE = "RUC-NLPIR/ARPO@a95cd08 evaluation/src/llm_evaluator_sds.py (EVALUATION_PROMPT)"
@@ -252,10 +254,6 @@ class Judge:
 
 def judged_summary(records: list[dict], samples: int) -> dict:
     """judge_pass@1 / judge_pass@k over records carrying `judge.correct`, and the judgment counts."""
-    import statistics
-
-    from arpo.eval.evaluate import pass_at_k
-
     by_ex: dict[str, list[dict]] = {}
     for r in records:
         by_ex.setdefault(r["example_id"], []).append(r)

@@ -36,6 +36,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import platform
 import shutil
 import statistics
 import threading
@@ -45,12 +47,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from arpo.errors import ArpoError
+import arpo.models
+from arpo.errors import ArpoError, require
+from arpo.eval.evaluate import evaluate
 from arpo.experiments import kbenv
 from arpo.experiments.common import check_methods, log, start_run, stop_if_signalled, summarize
 from arpo.provenance import provenance
-from arpo.settings import AlgoConfig, ToolsConfig, TrainConfig, TrainRunConfig
+from arpo.rewards import arpo_reward
+from arpo.settings import (
+    AgentConfig,
+    AlgoConfig,
+    DataConfig,
+    ModelConfig,
+    OptimConfig,
+    RolloutConfig,
+    RunConfig,
+    SFTConfig,
+    SFTDataConfig,
+    ToolsConfig,
+    TrainConfig,
+    TrainRunConfig,
+)
 from arpo.tools.registry import ToolRegistry
+from arpo.training.logger import read_metrics
 
 
 @dataclass
@@ -97,8 +116,6 @@ class ExperimentConfig:
     max_response_tokens: int = 320
 
     def validate(self) -> None:
-        from arpo.errors import require
-
         for key in ("seeds", "steps", "threads", "eval_every"):
             require(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
         check_methods(self.methods)
@@ -169,8 +186,6 @@ def prepare_env(cfg: ExperimentConfig, out: Path) -> dict:
 
 
 def agent_config(cfg: ExperimentConfig):
-    from arpo.settings import AgentConfig
-
     return AgentConfig(max_tool_calls=cfg.max_tool_calls, max_response_tokens=cfg.max_response_tokens,
                        temperature=cfg.temperature)
 
@@ -178,12 +193,9 @@ def agent_config(cfg: ExperimentConfig):
 def evaluate_model(model_dir, examples, tools, cfg: ExperimentConfig, samples: int = 1, temperature: float = 0.0,
                    loaded=None) -> dict:
     """pass@1 and friends on `examples` (arpo's evaluator, uncounted tools); greedy by default."""
-    from arpo.engine.hf import HFEngine
-    from arpo.eval.evaluate import evaluate
-    from arpo.models import load_model
-    from arpo.rewards import arpo_reward
+    from arpo.engine.hf import HFEngine  # noqa: PLC0415 - loads torch; kept out of this light module's import
 
-    model, tok = loaded or load_model(str(model_dir), device="cpu", dtype="float32")
+    model, tok = loaded or arpo.models.load_model(str(model_dir), device="cpu", dtype="float32")
     recs: list = []
     m = evaluate(HFEngine(model, tok), tools, tok, examples, reward_fn=arpo_reward, agent=agent_config(cfg),
                  samples=samples, temperature=temperature, template="both", tool_names=["python", "search"],
@@ -199,9 +211,7 @@ def evaluate_model(model_dir, examples, tools, cfg: ExperimentConfig, samples: i
 def measure(model_dir, env: dict, cfg: ExperimentConfig) -> dict:
     """One point of a learning curve: accuracy on the RL task set (pass@1 over eval_samples samples
     at the training temperature: the policy RL optimizes) and greedy accuracy on the held-out set."""
-    from arpo.models import load_model
-
-    loaded = load_model(str(model_dir), device="cpu", dtype="float32")
+    loaded = arpo.models.load_model(str(model_dir), device="cpu", dtype="float32")
     task = evaluate_model(model_dir, env["train"], env["tools"], cfg, samples=cfg.eval_samples,
                           temperature=cfg.temperature, loaded=loaded)
     held = evaluate_model(model_dir, env["eval"], env["tools"], cfg, loaded=loaded)
@@ -213,10 +223,9 @@ def measure(model_dir, env: dict, cfg: ExperimentConfig) -> dict:
 
 def train_sft(cfg: ExperimentConfig, env: dict, out: Path) -> dict:
     """Tokenizer + random Llama, then arpo's SFT recipe in segments until dev accuracy >= target."""
-    import torch
+    import torch  # noqa: PLC0415 - loads torch; kept out of this light module's import
 
-    from arpo.recipes.sft import run as sft_run
-    from arpo.settings import ModelConfig, OptimConfig, RunConfig, SFTConfig, SFTDataConfig
+    from arpo.recipes.sft import run as sft_run  # noqa: PLC0415 - loads torch; kept out of this light module's import
 
     tok = kbenv.build_tokenizer(kbenv.tokenizer_corpus(env["kb"], env["sft_rows"], env["train"]), cfg.vocab_size)
     model = kbenv.build_model(tok, cfg.hidden, cfg.layers, cfg.heads, cfg.intermediate, seed=cfg.env_seed)
@@ -259,9 +268,7 @@ def train_sft(cfg: ExperimentConfig, env: dict, out: Path) -> dict:
 def run_rl(cfg: ExperimentConfig, method: str, seed: int, sft_model: str, env: dict, out: Path,
            start_eval: dict) -> dict:
     """One RL run with recipes/train.run in segments of eval_every steps; the learning curve."""
-    from arpo.recipes import train
-    from arpo.settings import DataConfig, ModelConfig, OptimConfig, RolloutConfig
-    from arpo.training.logger import read_metrics
+    from arpo.recipes import train  # noqa: PLC0415 - loads torch+numpy; kept out of this light module's import
 
     run_dir = out / "rl" / f"{method}_seed{seed}"
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -385,10 +392,7 @@ def run(cfg: ExperimentConfig) -> dict:
 
 
 def _machine() -> dict:
-    import os
-    import platform
-
-    import torch
+    import torch  # noqa: PLC0415 - loads torch; kept out of this light module's import
 
     return {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
             "torch_threads": torch.get_num_threads(), "load_average_at_end": os.getloadavg()}

@@ -22,6 +22,7 @@ not cut short at C: every arm trains the same steps, and the comparison reads th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from arpo.errors import ArpoError
 from arpo.experiments import clustered as C
 from arpo.experiments import hop2
 from arpo.experiments import protocol as P
+from arpo.experiments.hop2_report import _ci, _f, _p
 
 # what task=webhop changes (where the setting still has hop2's value); its SFT model comes from
 # examples/deep_search/run.sh (sft_from) and its web from `arpo web serve --corpus webhop:pages`
@@ -65,8 +67,6 @@ class BranchRulesConfig(hop2.Hop2ExperimentConfig):
 def with_task(cfg: BranchRulesConfig) -> BranchRulesConfig:
     """The config with task=webhop's data and RL config where they still hold hop2's defaults; an
     error naming the key for what cannot be defaulted."""
-    import dataclasses
-
     if cfg.task not in ("hop2", "webhop"):
         raise ArpoError(f"task: {cfg.task!r}; choose hop2 or webhop")
     if not cfg.methods or len(set(cfg.methods)) != len(cfg.methods):
@@ -121,8 +121,6 @@ def matched_calls(runs: dict[str, list[dict]], fractions: list[float], opts: dic
 def matched_calls_table(mc: dict) -> str:
     """Markdown: per budget C, each arm's mean dev accuracy at C (seed bootstrap) and, against the base,
     the mean difference with the sign-flip p over seeds (the permutation p where seeds are unpaired)."""
-    from arpo.experiments.hop2_report import _ci, _f, _p
-
     arms = list(mc["levels"][0]["arms"]) if mc["levels"] else []
     lines = ["| calls (f · C_max) | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
     for lv in mc["levels"]:

@@ -33,7 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import arpo.models
+from arpo.data.datasets import load_examples
+from arpo.data.prompts import prompts_for
 from arpo.experiments.common import log, run_record, start_run
+from arpo.rewards import get_reward_fn, score_trees
+from arpo.settings import AgentConfig, RewardConfig, RolloutConfig, ToolsConfig
+from arpo.training.rollout_metrics import issued_calls
 
 # name -> RolloutConfig overrides; the defaults of RolloutConfig are the paper's settings
 DEFAULT_SETTINGS: dict[str, dict] = {
@@ -76,8 +82,6 @@ def _corr(xs: list[float], ys: list[float]) -> float | None:
 
 def summarize_trees(trees) -> dict:
     """The numbers of the module docstring from scored rollout trees."""
-    from arpo.training.rollout_metrics import issued_calls
-
     decisions: list[tuple[float, float, bool]] = []  # (delta entropy, branch probability, branched)
     branches: list[tuple[bool, bool]] = []  # (mixed group, the branch's correctness differs from its parent's)
     p_right: list[float] = []
@@ -129,14 +133,10 @@ def summarize_trees(trees) -> dict:
 
 def measure(model_dir: str, cfg: BranchingConfig, examples: list[dict]) -> dict:
     """Every setting on one model: name -> summarize_trees of the rollouts."""
-    from arpo.data.prompts import prompts_for
-    from arpo.engine.hf import HFEngine
-    from arpo.models import load_model
-    from arpo.rewards import get_reward_fn, score_trees
-    from arpo.rollout.arpo import ARPORollout
-    from arpo.settings import AgentConfig, RewardConfig, RolloutConfig, ToolsConfig
+    from arpo.engine.hf import HFEngine  # noqa: PLC0415 - loads torch; kept out of this light module's import
+    from arpo.rollout.arpo import ARPORollout  # noqa: PLC0415 - loads torch; kept out of this light module's import
 
-    model, tok = load_model(model_dir, device="cpu", dtype="float32")
+    model, tok = arpo.models.load_model(model_dir, device="cpu", dtype="float32")
     tools = ToolsConfig(enabled=list(cfg.tools)).build()
     reward = RewardConfig()
     agent = AgentConfig(max_tool_calls=cfg.max_tool_calls, max_response_tokens=cfg.max_response_tokens,
@@ -196,8 +196,6 @@ def plot(results: dict, out: Path) -> Path:
 
 
 def run(cfg: BranchingConfig) -> dict:
-    from arpo.data.datasets import load_examples
-
     out = start_run(cfg.out, cfg.threads)
     examples = load_examples(cfg.data)
     t0 = time.perf_counter()

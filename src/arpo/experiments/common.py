@@ -13,13 +13,30 @@ with `configs/*_rl.yaml` (svamp.py, hop2.py, branch_rules.py), and the tool-call
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import shutil
 import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import yaml
+
+import arpo.models
+from arpo.config import load_config
+from arpo.errors import require
+from arpo.eval.evaluate import evaluate
+from arpo.eval.paired import accuracy_interval, paired
+from arpo.provenance import provenance
+from arpo.rewards import get_reward_fn
+from arpo.rollout.branch_rules import RULE_SUMMARIES
+from arpo.runs import write_text_atomic
+from arpo.settings import TrainConfig
+from arpo.training.logger import read_metrics
+from arpo.training.rundir import unsafe_changes
 
 
 # ---- every study -------------------------------------------------------------------------------------
@@ -39,9 +56,7 @@ def stop_if_signalled(res: dict) -> dict:
 def start_run(out: str | Path, threads: int) -> Path:
     """The preamble of a study's run: no tokenizers thread pool (it would fight torch's), `threads` torch
     CPU threads, the output dir made; returns it."""
-    import os
-
-    import torch
+    import torch  # noqa: PLC0415 - loads torch; kept out of this light module's import
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     torch.set_num_threads(threads)
@@ -53,10 +68,6 @@ def start_run(out: str | Path, threads: int) -> Path:
 def run_record(t0: float) -> dict:
     """The tail of a study's results.json: wall seconds since t0 (time.perf_counter), the load average
     at the end (how shared the machine was) and provenance (code version, packages)."""
-    import os
-
-    from arpo.provenance import provenance
-
     return {"wall_seconds": time.perf_counter() - t0, "load_average_at_end": os.getloadavg(),
             "provenance": provenance()}
 
@@ -65,9 +76,7 @@ def check_methods(methods: list[str], key: str = "methods", arms: bool = False) 
     """The experiments' `methods`: algo presets (algos/presets.py), with `arms` also `preset@rule`
     (train_config: the preset with rollout.branch_rule=rule, a built-in rule or module:function), at
     least one, none twice (`methods=[]` failed after the SFT with an IndexError). ArpoError naming the key."""
-    from arpo.algos.presets import PRESETS
-    from arpo.errors import require
-    from arpo.rollout.branch_rules import RULE_SUMMARIES
+    from arpo.algos.presets import PRESETS  # noqa: PLC0415 - loads torch; kept out of this light module's import
 
     require(isinstance(methods, list) and len(methods) >= 1, key,
             f"needs at least one algo preset, e.g. [arpo,grpo] (got {methods!r})")
@@ -105,17 +114,12 @@ class RLStudyConfig:
     eval_batch: int = 64
 
     def validate(self) -> None:
-        from arpo.errors import require
-
         for key in ("seeds", "steps", "threads", "eval_every"):
             require(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
         check_methods(self.methods, arms=True)  # train_config runs an arm preset@rule
 
 
 def train_config(cfg: RLStudyConfig, sft_model: str, method: str, seed: int, run_dir: Path):
-    from arpo.config import load_config
-    from arpo.settings import TrainConfig
-
     preset, _, rule = method.partition("@")  # an arm `preset@rule`: that preset with rollout.branch_rule=rule
     over = list(cfg.train_overrides) + [f"model.name={sft_model}", f"algo.preset={preset}", f"run.seed={seed}",
                                         f"rollout.seed={seed}", f"run.dir={run_dir}", f"run.threads={cfg.threads}",
@@ -129,12 +133,9 @@ def train_config(cfg: RLStudyConfig, sft_model: str, method: str, seed: int, run
 
 def evaluate_model(model_dir: str, tc, cfg: RLStudyConfig, examples: list[dict]) -> tuple[dict, list]:
     """Greedy held-out metrics and per-question records, with the RL config's agent and template."""
-    from arpo.engine.hf import HFEngine
-    from arpo.eval.evaluate import evaluate
-    from arpo.models import load_model
-    from arpo.rewards import get_reward_fn
+    from arpo.engine.hf import HFEngine  # noqa: PLC0415 - loads torch; kept out of this light module's import
 
-    model, tok = load_model(model_dir, device="cpu", dtype="float32")
+    model, tok = arpo.models.load_model(model_dir, device="cpu", dtype="float32")
     tools = tc.tools.build()
     recs: list = []
     try:
@@ -153,12 +154,6 @@ def reusable_steps(run_dir: Path, tc, eval_steps: list[int]) -> list[int]:
     A run dir is reused only when its config.yaml differs from `tc` in keys that do not change what is
     trained (training/rundir.SAFE_ON_RESUME, plus run.dir): an interrupted experiment, or runs made
     before with `arpo train` on the same config and seed, are evaluated instead of trained again."""
-    import dataclasses
-
-    import yaml
-
-    from arpo.training.rundir import unsafe_changes
-
     saved = run_dir / "config.yaml"
     if not saved.is_file():
         return []
@@ -177,8 +172,6 @@ def reusable_steps(run_dir: Path, tc, eval_steps: list[int]) -> list[int]:
 
 def cached_eval(run_dir: Path, step: int, model_dir: str, tc, cfg: RLStudyConfig, examples) -> tuple:
     """evaluate_model, kept as run_dir/heldout_step_N.json so a rerun does not evaluate twice."""
-    from arpo.training.checkpoint import write_text_atomic
-
     path = run_dir / f"heldout_step_{step:06d}.json"
     if path.is_file():
         d = json.loads(path.read_text())
@@ -192,8 +185,6 @@ def cached_eval(run_dir: Path, step: int, model_dir: str, tc, cfg: RLStudyConfig
 
 def step_rows(run_dir: Path) -> list[dict]:
     """metrics.jsonl's training-step rows, the last one of each step (a resumed run may repeat steps)."""
-    from arpo.training.logger import read_metrics
-
     rows = {r["step"]: r for r in read_metrics(run_dir) if "step" in r and "reward_mean" in r}
     return [rows[k] for k in sorted(rows)]
 
@@ -202,8 +193,7 @@ def run_rl(cfg: RLStudyConfig, method: str, seed: int, sft_model: str, examples,
            out: Path) -> dict:
     """One RL run in segments of eval_every steps, evaluated between segments. Checkpoints an earlier
     run of the same config left in the run dir are evaluated, not trained again (reusable_steps)."""
-    from arpo.eval.paired import accuracy_interval, paired
-    from arpo.recipes import train
+    from arpo.recipes import train  # noqa: PLC0415 - loads torch+numpy; kept out of this light module's import
 
     run_dir = out / "rl" / f"{method}_seed{seed}"
     tc = train_config(cfg, sft_model, method, seed, run_dir)
@@ -243,8 +233,6 @@ def run_rl(cfg: RLStudyConfig, method: str, seed: int, sft_model: str, examples,
 def point(metrics: dict, recs: list) -> dict:
     """A curve point from evaluate_model: accuracy with its interval over questions, format errors,
     tool calls per answer, response tokens."""
-    from arpo.eval.paired import accuracy_interval
-
     ci = accuracy_interval(recs)
     return {"accuracy": metrics["pass@1"], "ci_low": ci["ci_low"], "ci_high": ci["ci_high"],
             "format_error_rate": metrics["format_error_rate"], "tool_calls_per_answer": metrics["tool_calls"],

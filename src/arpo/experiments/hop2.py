@@ -23,6 +23,7 @@ Every number in results.json sits under `dev` or `test`, and OUT/protocol.json l
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import statistics
 import time
@@ -30,13 +31,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from arpo.analysis import branches
+from arpo.config import load_config
+from arpo.data.datasets import load_examples
 from arpo.errors import ArpoError
 from arpo.experiments import common, hop2_figures, hop2_report, hop2_stats
 from arpo.experiments import protocol as P
 from arpo.experiments.common import log
+from arpo.settings import SFTConfig
 from arpo.sft.convert import hop2_sft_rows
 from arpo.training.rollout_log import read_run_trees
+from arpo.training.rundir import unsafe_changes
 
 
 # ---- the experiment ------------------------------------------------------------------------------
@@ -79,15 +86,7 @@ def make_sft(cfg: Hop2ExperimentConfig, out: Path) -> dict:
     """SFT on the scripted trajectories into OUT/sft, or the SFT model an earlier command in OUT trained
     with the same config on the same rows (OUT/sft.json; its result comes back with reused: true), so
     that `report_test=true` evaluates the checkpoints of the SFT start they were trained from."""
-    import hashlib
-
-    import yaml
-
-    from arpo.config import load_config
-    from arpo.data.datasets import load_examples
-    from arpo.recipes.sft import run as sft_run
-    from arpo.settings import SFTConfig
-    from arpo.training.rundir import unsafe_changes
+    from arpo.recipes.sft import run as sft_run  # noqa: PLC0415 - loads torch; kept out of this light module's import
 
     rows = hop2_sft_rows(load_examples(cfg.sft_data))
     path = out / "sft_hop2.jsonl"
@@ -175,8 +174,6 @@ def tool_call_ratio(runs: dict[str, list[dict]], cfg: Hop2ExperimentConfig) -> d
 
 
 def run(cfg: Hop2ExperimentConfig) -> dict:
-    from arpo.data.datasets import load_examples
-
     out = common.start_run(cfg.out, cfg.threads)
     ledger = P.Ledger(out / "protocol.json")
     done = ledger.frozen if ledger.data.get("test_reported_for") else None

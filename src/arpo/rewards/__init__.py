@@ -32,6 +32,7 @@ from typing import Any
 
 from arpo.errors import ArpoError
 from arpo.rewards.answer import exact_match, extract_boxed, f1_score, math_equal, max_over_golds
+from arpo.rewards.custom import UserReward
 from arpo.rewards.format import TOOL_TAGS, check_format, model_text, tool_calls_in
 from arpo.rewards.result import RewardResult, response_answer
 
@@ -135,7 +136,6 @@ def get_reward_fn(name: str) -> RewardFn:
         raise ArpoError(f"reward {name!r} is not callable")
     if obj in REWARDS.values():  # a built-in by its path
         return obj
-    from arpo.rewards.custom import UserReward
 
     return UserReward(obj, name)  # the contract: a number, a dict or a RewardResult; errors name the example
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -79,8 +80,6 @@ class UserReward:
 def own_text(response: str, tool_spans=None) -> str:
     """The model's own text of a response: the environment's blocks (`tool_spans`, the rollout's) each
     replaced by a newline; without spans (a caller with text only) every `<result>...</result>` block."""
-    import re
-
     if tool_spans is not None:
         return model_text(response, tool_spans)
     return re.sub(r"<result>.*?</result>", "\n", response, flags=re.S)

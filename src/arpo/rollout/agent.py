@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
+import torch
+
 from arpo.engine.base import Engine, SamplingParams
 from arpo.rollout.tool_formats import get_format
 from arpo.rollout.tool_tokens import Pieces, encode_pieces
@@ -41,8 +43,6 @@ class RepetitionPenalty:
         self.penalty = float(penalty)
 
     def __call__(self, seq, logits):
-        import torch
-
         ids = torch.as_tensor(sorted(set(seq.tokens)), dtype=torch.long, device=logits.device)
         ids = ids[ids < logits.shape[-1]]
         out = logits.clone()

@@ -22,6 +22,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from arpo.errors import ArpoError
+from arpo.plugins import resolve
+from arpo.rollout.staged_rules import STAGED_RULES
 from arpo.settings import RENAMED_BRANCH_RULES, auto_rule_name
 
 
@@ -99,13 +102,8 @@ def get_branch_rule(spec: str, mode: str = "paper", penalty: float = 0.0) -> Cal
     """The rule named `spec` (auto, a BRANCH_RULES name, or module.path:function); a renamed name
     (settings RENAMED_BRANCH_RULES) is an error that gives the new one (not a silent alias: results would
     carry the old label)."""
-    from arpo.errors import ArpoError
-    from arpo.plugins import resolve
-
     if spec in RENAMED_BRANCH_RULES:
         raise ArpoError(f"branch rule {spec!r} was renamed {RENAMED_BRANCH_RULES[spec]}")
-
-    from arpo.rollout.staged_rules import STAGED_RULES
 
     table: dict[str, Callable] = {**BRANCH_RULES, **STAGED_RULES}
     return resolve(auto_rule_name(mode, penalty) if spec == "auto" else spec, table, "branch rule")

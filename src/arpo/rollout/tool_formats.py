@@ -36,6 +36,7 @@ from arpo.data.prompts import HERMES_TOOLS as HERMES_TOOLS
 from arpo.data.prompts import hermes_system_block as hermes_system_block
 from arpo.data.prompts import template_supports_tools as template_supports_tools
 from arpo.data.prompts import tool_schema as tool_schema
+from arpo.errors import ArpoError
 from arpo.rollout.tool_tokens import Pieces
 from arpo.tools.base import ToolCall, format_result
 from arpo.tools.registry import ToolRegistry
@@ -220,6 +221,5 @@ def get_format(name: str):
         return TagFormat()
     if name == "json":
         return JsonFormat()
-    from arpo.errors import ArpoError
 
     raise ArpoError(f"agent.tool_format: {name!r}; choose tags or json")

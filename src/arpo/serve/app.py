@@ -24,9 +24,15 @@ import json
 import time
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
+import arpo.models
+from arpo.data.prompts import default_template, system_prompt
+from arpo.engine import make_engine
 from arpo.errors import ArpoError
+from arpo.http_guard import RequestGuard, allowed_hosts, warn_bind
 from arpo.ports import require_port_free
 from arpo.rollout.agent import Trajectory
 from arpo.serve import openai_format as fmt
@@ -44,16 +50,12 @@ def create_app(scheduler: AgentScheduler, tokenizer, *, model_name: str, system:
     `max_response_tokens`: the budget of a request without max_tokens; `info`: extra fields for
     /v1/models (tools, engine, ...); `bind_host`: the address it listens on (the Host check);
     `max_request_bytes`: larger bodies get HTTP 413."""
-    from concurrent.futures import ThreadPoolExecutor
-
     from fastapi import FastAPI
     from fastapi import Request as HttpRequest
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, Response, StreamingResponse
     from starlette.background import BackgroundTask
     from starlette.exceptions import HTTPException
-
-    from arpo.http_guard import RequestGuard, allowed_hosts
 
     app = FastAPI(title="arpo agent", version="1", description=f"The arpo agent `{model_name}` with its tools, "
                   "behind an OpenAI-compatible Chat Completions API")
@@ -265,8 +267,6 @@ def _validation_error(errors: Sequence[Any]) -> fmt.ApiError:
 # ---- the command --------------------------------------------------------------------------------------
 def serve(cfg: ServeConfig) -> None:
     """Load the model and tools, start the engine thread and serve until interrupted."""
-    from arpo.http_guard import warn_bind
-
     with agent_server(cfg) as server:
         app = server.config.app
         print(f"arpo serve agent: model {app.state.model_name!r} ({cfg.model}) with tools "
@@ -287,8 +287,6 @@ def agent_server(cfg: ServeConfig):
         import uvicorn
     except ImportError as e:
         raise ArpoError(f"arpo serve agent needs {e.name}: pip install 'arpo[search]'") from e
-
-    from arpo.data.prompts import default_template, system_prompt
 
     agent = cfg.agent
     agent.validate()
@@ -317,28 +315,23 @@ def agent_server(cfg: ServeConfig):
 
 def _load_engine(cfg: ServeConfig):
     """(engine, tokenizer, context length in tokens)."""
-    from arpo.engine import make_engine
-    from arpo.models import load_model, resolve_model_dir
-
     if cfg.engine == "vllm_server":  # the servers hold the weights: only the tokenizer is loaded here
         engine = make_engine("vllm_server", None, None, model_dir=cfg.model, servers=cfg.servers)
         return engine, engine.tokenizer, engine.max_model_len
     if cfg.engine == "vllm":
         from transformers import AutoTokenizer
 
-        model_dir = resolve_model_dir(cfg.model)
+        model_dir = arpo.models.resolve_model_dir(cfg.model)
         tok = AutoTokenizer.from_pretrained(model_dir)
         engine = make_engine("vllm", None, tok, model_dir=str(model_dir))
         return engine, tok, engine.max_model_len
-    model, tok = load_model(cfg.model, device=cfg.device)
+    model, tok = arpo.models.load_model(cfg.model, device=cfg.device)
     return make_engine(cfg.engine, model, tok), tok, int(model.config.max_position_embeddings)
 
 
 def served_name(model: str) -> str:
     """The model id clients use: a built-in name as is, a directory by its name (a checkpoint's model/
     dir by its run's name)."""
-    from pathlib import Path
-
     p = Path(model).expanduser()
     if not p.exists():
         return model

@@ -30,7 +30,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from arpo.engine.base import check_prompt_fits
+from arpo.errors import ArpoError
 from arpo.rollout.agent import ToolCallRecord, Trajectory
+from arpo.rollout.tool_formats import (
+    PLACEHOLDER,
+    fill_placeholders,
+    hermes_system_block,
+    template_supports_tools,
+    tool_schema,
+)
+from arpo.rollout.tool_tokens import encode_pieces
 from arpo.tools.base import format_result
 
 MAX_N = 16  # choices per request
@@ -182,9 +192,6 @@ def stop_strings(req: ChatRequest) -> tuple[str, ...]:
 
 def response_budget(req: ChatRequest, prompt_len: int, context_len: int, default: int) -> int:
     """max_tokens of the request, or the server default clipped to what the context has left."""
-    from arpo.engine.base import check_prompt_fits
-    from arpo.errors import ArpoError
-
     try:
         left = check_prompt_fits(prompt_len, context_len)
     except ArpoError as e:
@@ -267,15 +274,6 @@ def render_messages(tokenizer, messages: list[Message], system: str, tools=None,
     the json format the tools' schemas go to the template, or the hermes block to the system prompt.
     Tool messages' text is encoded as plain text (special-token strings in it split), as the rollout
     encodes the results it appends."""
-    from arpo.rollout.tool_formats import (
-        PLACEHOLDER,
-        fill_placeholders,
-        hermes_system_block,
-        template_supports_tools,
-        tool_schema,
-    )
-    from arpo.rollout.tool_tokens import encode_pieces
-
     template_tools = template_supports_tools(tokenizer)
     # the tool messages' text goes in as plain tokens (rollout/tool_tokens.py): rendered as placeholders,
     # then encoded with special tokens split, so a tool's `<|im_end|>` cannot end a turn

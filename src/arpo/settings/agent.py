@@ -7,7 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from arpo.errors import ArpoError, require
-from arpo.tools import MAX_OUTPUT_CHARS, PYTHON_TIMEOUT_S, SEARCH_MAX_CHARS, SEARCH_TOP_K
+from arpo.tools import KNOWN_TOOLS, MAX_OUTPUT_CHARS, PYTHON_TIMEOUT_S, SEARCH_MAX_CHARS, SEARCH_TOP_K, build_tools
+from arpo.tools.cache import ToolCache
+from arpo.tools.web.web_config import require_web_keys, web_config
 
 
 @dataclass
@@ -30,8 +32,6 @@ class ToolsConfig:
     web: dict = field(default_factory=dict)
 
     def validate(self) -> None:
-        from arpo.tools import KNOWN_TOOLS
-
         for t in self.enabled:
             if t not in KNOWN_TOOLS and ":" not in t:
                 raise ArpoError(f"tools.enabled: unknown tool {t!r}; available: {', '.join(KNOWN_TOOLS)} or your "
@@ -39,7 +39,6 @@ class ToolsConfig:
         for i, m in enumerate(self.mcp):
             require(isinstance(m, dict) and ("command" in m or "url" in m), f"tools.mcp[{i}]",
                     "needs a command (stdio server) or a url (HTTP server)")
-        from arpo.tools.web.web_config import web_config
 
         web_config(self.web)  # errors name tools.web.<key>
         require(self.python_timeout_s > 0, "tools.python_timeout_s", f"must be > 0, got {self.python_timeout_s}")
@@ -49,14 +48,9 @@ class ToolsConfig:
     def check_keys(self) -> None:
         """The web provider's key is set when web_search is on (tools/web_config.require_web_keys):
         build() calls it, and train before its model loads."""
-        from arpo.tools.web.web_config import require_web_keys
-
         require_web_keys(self.enabled, self.web)
 
     def build(self):
-        from arpo.tools import build_tools
-        from arpo.tools.cache import ToolCache
-
         self.check_keys()
         cache = ToolCache(path=self.cache_path) if self.cache else None
         return build_tools(self.enabled, python_timeout_s=self.python_timeout_s, max_output_chars=self.max_output_chars,

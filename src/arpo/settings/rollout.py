@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from arpo.errors import ArpoError
+from arpo.plugins import resolve
 from arpo.settings.agent import AgentConfig, ToolsConfig
 from arpo.settings.sections import DataConfig, ModelConfig, RewardConfig
 
@@ -34,8 +35,6 @@ def branch_rule_is_staged(spec: str, mode: str = "paper", penalty: float = 0.0) 
     """Whether the rule `spec` names (auto, a built-in name or module.path:function) is staged; an
     error names what is wrong: a renamed rule (with its new name), an unknown name, a plug-in that does
     not import. A plug-in is staged when its function has `staged = True` (rollout/staged_rules.py)."""
-    from arpo.plugins import resolve
-
     if spec in RENAMED_BRANCH_RULES:
         raise ArpoError(f"branch rule {spec!r} was renamed {RENAMED_BRANCH_RULES[spec]}")
     name = auto_rule_name(mode, penalty) if spec == "auto" else spec
@@ -94,7 +93,7 @@ class RolloutConfig:
         need(self.off_policy_is_cap >= 1, "off_policy_is_cap",
              f"must be >= 1 (C < 1 would down-weight on-policy tokens too), got {self.off_policy_is_cap}")
         if self.servers:
-            from arpo.engine.vllm_server import check_server_urls
+            from arpo.engine.vllm_server import check_server_urls  # noqa: PLC0415 - loads torch; kept out of this light module's import
 
             check_server_urls(self.servers, "rollout.servers")
         try:

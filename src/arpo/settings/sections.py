@@ -3,10 +3,10 @@ dir and the reward, each field documented once (on its line)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from arpo.errors import ArpoError, require
-from arpo.models import DEFAULT_MODEL
+from arpo.models import DEFAULT_MODEL, lora_adapter
 
 
 @dataclass
@@ -85,10 +85,6 @@ class LoraConfig:
     def resolve(self, model: str) -> LoraConfig:
         """The LoRA in effect for `model` (enabled never null): a model that is a LoRA adapter
         continues it with its own shape unless enabled is false; any other model: these fields."""
-        from dataclasses import replace
-
-        from arpo.models import lora_adapter
-
         found = lora_adapter(model) if self.enabled is not False else None
         if found is None:
             return replace(self, enabled=bool(self.enabled))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from arpo.errors import ArpoError
+from arpo.errors import ArpoError, require
 from arpo.settings.sections import LoraConfig, ModelConfig, OptimConfig, RunConfig
 
 
@@ -38,7 +38,6 @@ class SFTConfig:
             raise ArpoError(f"prompts_per_step must be >= 1, got {self.prompts_per_step}")
         if self.epochs < 1:
             raise ArpoError("epochs must be >= 1")
-        from arpo.errors import require
 
         require(self.steps is None or self.steps >= 1, "steps", f"must be >= 1 (or null), got {self.steps}")
         require(self.micro_tokens >= 1, "micro_tokens", f"must be >= 1, got {self.micro_tokens}")

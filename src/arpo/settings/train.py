@@ -8,7 +8,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from arpo.errors import ArpoError
+from arpo.engine import ENGINES
+from arpo.errors import ArpoError, require
 from arpo.settings.agent import AgentConfig, ToolsConfig
 from arpo.settings.rollout import RolloutConfig
 from arpo.settings.sections import DataConfig, LoraConfig, ModelConfig, OptimConfig, RewardConfig, RunConfig
@@ -36,7 +37,7 @@ class AlgoConfig:
 
     def resolve(self):
         """The preset with the keys this config sets (an error names the key)."""
-        from arpo.algos.presets import get_preset
+        from arpo.algos.presets import get_preset  # noqa: PLC0415 - loads torch; kept out of this light module's import
 
         p = get_preset(self.preset)
         over = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
@@ -58,8 +59,6 @@ class ValidationConfig:
     temperature: float = 0.0  # 0: greedy
 
     def validate(self) -> None:
-        from arpo.errors import require
-
         require(self.limit >= 1, "validation.limit", f"must be >= 1, got {self.limit}")
         require(self.every >= 0, "validation.every", f"must be >= 0 (0: never), got {self.every}")
         require(self.samples >= 1, "validation.samples", f"must be >= 1, got {self.samples}")
@@ -82,8 +81,6 @@ class MemoryConfig:
     gpus: int = 0
 
     def validate(self) -> None:
-        from arpo.errors import require
-
         require(self.gpu_memory_gb >= 0, "memory.gpu_memory_gb", f"must be >= 0 (0: detect), got {self.gpu_memory_gb}")
         require(self.gpus >= 0, "memory.gpus", f"must be >= 0, got {self.gpus}")
 
@@ -144,7 +141,6 @@ class TrainConfig:
             raise ArpoError("steps and prompts_per_step must be >= 1")
         if not 1 <= self.minibatches <= self.prompts_per_step:
             raise ArpoError(f"minibatches must be in [1, prompts_per_step={self.prompts_per_step}]")
-        from arpo.errors import require
 
         require(self.agent.temperature > 0, "agent.temperature",
                 f"must be > 0 for training, got {self.agent.temperature}: greedy rollouts give identical samples, "
@@ -157,7 +153,6 @@ class TrainConfig:
             sec.validate()
         if self.old_logprobs not in ("auto", "rollout", "recompute"):
             raise ArpoError(f"old_logprobs: {self.old_logprobs!r}; choose auto, rollout or recompute")
-        from arpo.engine import ENGINES
 
         if self.engine not in ENGINES:
             raise ArpoError(f"engine: {self.engine!r}; choose one of {', '.join(ENGINES)}")

@@ -23,10 +23,16 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import replace
 
+from arpo.data import hop2
+from arpo.data.datasets import supporting_titles as titles
+from arpo.data.prompts import system_prompt
+from arpo.rewards.answer import normalize_answer
+from arpo.rollout.tool_formats import get_format, tool_schema
 from arpo.settings import ToolsConfig
 from arpo.sft.rows import assemble, result_spans
-from arpo.tools.base import RESULT_OPEN, format_result
+from arpo.tools.base import RESULT_OPEN, ToolCall, format_result
 
 _ANNOT = re.compile(r"<<([^<>]*)=([^<>=]*)>>")
 
@@ -212,8 +218,6 @@ def svamp_to_sft(example: dict, python_tool) -> tuple[dict | None, str]:
 def supporting_titles(row: dict, n: int) -> list[str]:
     """The first `n` distinct titles of a row's supporting pages, in order (one search each): HotpotQA's
     supporting facts, MuSiQue's paragraphs marked is_supporting, or a `supporting` list (data.datasets)."""
-    from arpo.data.datasets import supporting_titles as titles
-
     return titles(row)[:n]
 
 
@@ -225,8 +229,6 @@ def hop_thought(k: int, title: str) -> str:
 
 def hotpotqa_to_sft(row: dict, search_fn, max_calls: int = 2, require_answer: bool = True) -> tuple[dict | None, str]:
     """row: a raw HotpotQA line (needs supporting_facts). search_fn(query) -> the tool's output text."""
-    from arpo.rewards.answer import normalize_answer
-
     answer = str(row["answer"]).strip()
     titles = supporting_titles(row, max_calls)
     if not titles:
@@ -250,8 +252,6 @@ def hop2_response(example: dict, call) -> tuple[str, list[list[int]]]:
     """hop2's scripted correct trajectory of `example` through `call` (the lookup tool: town -> page):
     (response, the [start, end) spans of the result blocks). The second call's argument is read from
     the first result, not from the example, so a broken tool gives a wrong trajectory, not a right one."""
-    from arpo.data import hop2
-
     a, rel, x = hop2.parse_question(example["question"])
     first = call(x)
     marker = f"{rel} town "
@@ -271,8 +271,6 @@ def hop2_response(example: dict, call) -> tuple[str, list[list[int]]]:
 
 def hop2_one_call_guesses(example: dict, call) -> list[str]:
     """Every number on hop2's first page: the answers a policy that stops after one lookup can give."""
-    from arpo.data import hop2
-
     return re.findall(r"\d+", call(hop2.parse_question(example["question"])[2]))
 
 
@@ -280,13 +278,6 @@ def hop2_sft_rows(examples: list[dict], tools_cfg: ToolsConfig | None = None) ->
     """SFT rows (sft/rows.py's `system_prompt` form) of hop2's scripted trajectories through the real
     lookup tool, as RL builds them; the prompt is the one the rollouts render (template hop2).
     `arpo sft-data hop2` and `arpo experiment hop2-arpo-vs-grpo` write these rows."""
-    from dataclasses import replace
-
-    from arpo.data import hop2
-    from arpo.data.prompts import system_prompt
-    from arpo.rollout.tool_formats import tool_schema
-    from arpo.tools.base import ToolCall
-
     reg = replace(tools_cfg or ToolsConfig(), enabled=[hop2.TOOL], mcp=[], options={}).build()
     try:
         system = system_prompt(hop2.TEMPLATE, reg)
@@ -345,8 +336,6 @@ def _own_text(text: str, tool_spans) -> tuple[str, list[list[int]]]:
 # ---- your own tools: worked examples -> trajectories ---------------------------------------------
 def _answer_supported(answer: str, output: str) -> bool:
     """The worked example's answer is what its last tool call returned (number or text)."""
-    from arpo.rewards.answer import normalize_answer
-
     a, o = _num(answer), _num(output.strip().splitlines()[-1] if output.strip() else "")
     if a is not None and o is not None:
         return abs(a - o) <= 1e-6 * max(1.0, abs(a))
@@ -358,9 +347,6 @@ def tools_to_sft(row: dict, tools, tokenizer, tool_format: str, system: str, sch
     """A worked example `{question, calls: [{tool, arguments}], answer, thought?}` -> an SFT row made
     by running the real tools, in either call format; (None, reason) when a tool fails or the
     answer is not what the last call returned."""
-    from arpo.rollout.tool_formats import get_format
-    from arpo.tools.base import ToolCall
-
     calls, answer = row.get("calls"), row.get("answer")
     if not isinstance(row.get("question"), str) or not isinstance(calls, list) or not calls or answer is None:
         return None, "needs question, a non-empty calls list and answer"

@@ -12,10 +12,13 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from arpo.data.prompts import TASK_TOOLS, render_prompt, system_prompt
 from arpo.errors import ArpoError
 from arpo.jsonl import iter_jsonl, write_jsonl
+from arpo.rollout.tool_formats import SchemaTools
 from arpo.rollout.tool_tokens import encode_pieces
 from arpo.tools.base import RESULT_CLOSE, RESULT_OPEN
+from arpo.training.progress import Bar
 
 
 def result_spans(response: str) -> list[tuple[int, int]]:
@@ -85,11 +88,7 @@ def tokenize_row(tok, row: dict) -> tuple[list[int], list[int], list[int]]:
     """(prompt ids, response ids, loss mask). The response is tokenized piece by piece — model
     text, then each result block — as the rollout engine sees it (results are appended as their
     own tokens after generation pauses at a closing tool tag)."""
-    from arpo.data.prompts import TASK_TOOLS, render_prompt, system_prompt
-
     if isinstance(row.get("system_prompt"), str):  # rows of `arpo sft-data tools`: the prompt the rollout uses
-        from arpo.rollout.tool_formats import SchemaTools
-
         prompt = render_prompt(tok, row["question"], row["system_prompt"], tools=SchemaTools(row.get("tools", [])),
                                tool_format=row.get("tool_format", "tags"))
     else:
@@ -135,8 +134,6 @@ def _result_pieces(row: dict, text: str, s: int, e: int) -> list[tuple[str, bool
 
 def convert_rows(items, convert, limit: int | None, progress: bool, label: str) -> tuple[list[dict], Counter]:
     """Convert items until `limit` rows check out: (rows, Counter of reasons, "ok" included)."""
-    from arpo.training.progress import Bar
-
     reasons: Counter = Counter()
     rows = []
     with Bar(enabled=progress) as bar:

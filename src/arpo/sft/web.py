@@ -27,6 +27,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from arpo.data import webhop
+from arpo.data.webhop import parse_question, pick_url, read_attribute, read_relation
+from arpo.rewards.answer import normalize_answer
 from arpo.sft.convert import hop_thought, supporting_titles
 from arpo.sft.rows import assemble
 from arpo.tools.base import format_result
@@ -39,8 +42,6 @@ def _same_title(a: str, b: str) -> bool:
 def hotpotqa_to_deep_search(row: dict, search_tool, browse_tool, max_pages: int = 2) -> tuple[dict | None, str]:
     """(row, "ok") or (None, reason). `search_tool`, `browse_tool`: the registry's web_search and
     browse tools (their results' meta carry the URLs)."""
-    from arpo.rewards.answer import normalize_answer
-
     answer = str(row.get("answer", "")).strip()
     titles = supporting_titles(row, max_pages)
     if not answer or not titles:
@@ -76,8 +77,6 @@ def webhop_trajectory(example: dict, search: Callable, browse: Callable) -> tupl
     [start, end) spans of the result blocks, "ok" or why it failed). `search(query)` / `browse(input)`
     return ToolResults (the registry's web_search and browse). The second search's query and the
     answer are read off the pages the tools return, never from the example's fields."""
-    from arpo.data.webhop import parse_question, pick_url, read_attribute, read_relation
-
     a, rel, x = parse_question(example["question"])
     pieces: list[tuple[str, bool]] = [(f"<think>The {rel} town of {x}, then its {a}.</think>\n", True)]
     town, query = x, f"{rel} town"
@@ -112,8 +111,6 @@ def webhop_trajectory(example: dict, search: Callable, browse: Callable) -> tupl
 
 def webhop_to_deep_search(row: dict, search_tool, browse_tool) -> tuple[dict | None, str]:
     """(row, "ok") or (None, reason) for a webhop question: its scripted trajectory through the tools."""
-    from arpo.data import webhop
-
     text, spans, why = webhop_trajectory(row, search_tool, browse_tool)
     if text is None:
         return None, why
@@ -127,8 +124,6 @@ def webhop_to_deep_search(row: dict, search_tool, browse_tool) -> tuple[dict | N
 
 def to_deep_search(row: dict, search_tool, browse_tool, max_pages: int = 2) -> tuple[dict | None, str]:
     """A webhop question's scripted trajectory, else a HotpotQA row's (by its supporting facts)."""
-    from arpo.data import webhop
-
     if webhop.is_webhop(row):
         return webhop_to_deep_search(row, search_tool, browse_tool)
     return hotpotqa_to_deep_search(row, search_tool, browse_tool, max_pages)

@@ -19,7 +19,15 @@ from __future__ import annotations
 from arpo.errors import ArpoError
 from arpo.retrieval import load_index
 from arpo.tools.base import Tool, ToolResult  # noqa: F401
-from arpo.tools.registry import ToolRegistry
+from arpo.tools.cache import CachedTool
+from arpo.tools.plugins.function import ToolOptions, as_tool, load_tool, snake_case
+from arpo.tools.plugins.mcp import MCPServerTools
+from arpo.tools.python import PythonTool
+from arpo.tools.python_session import PythonSessionTool
+from arpo.tools.registry import ToolRegistry, source_of
+from arpo.tools.search import SearchTool
+from arpo.tools.web.browse import BrowseTool
+from arpo.tools.web.web_search import WebSearchTool
 
 KNOWN_TOOLS = ("python", "search", "web_search", "browse")
 
@@ -45,10 +53,7 @@ def build_tools(names: list[str], *, python_timeout_s: float = PYTHON_TIMEOUT_S,
     `python_session`: python keeps its state per trajectory and forks with the tree (tools/python_session.py);
     `web`: the web tools' settings, a tools.web_config.WebConfig or a dict of its keys (None: defaults,
     the local web of `arpo web serve`)."""
-    from arpo.tools.plugins.function import ToolOptions, load_tool
-
     options = options or {}
-    from arpo.tools.plugins.function import snake_case
 
     def keys(spec: str) -> list[str]:  # a tool's options may be keyed by its attribute or its tool name
         attr = spec.rsplit(":", 1)[1].rsplit(".", 1)[-1]
@@ -64,28 +69,18 @@ def build_tools(names: list[str], *, python_timeout_s: float = PYTHON_TIMEOUT_S,
         for n in names:
             builtin = f"the built-in tool {n!r} (tools.enabled)"
             if n == "python" and python_session:
-                from arpo.tools.python_session import PythonSessionTool
-
                 reg.register(PythonSessionTool(timeout_s=python_timeout_s, max_output_chars=max_output_chars), builtin)
             elif n == "python":
-                from arpo.tools.python import PythonTool
-
                 reg.register(PythonTool(timeout_s=python_timeout_s, max_output_chars=max_output_chars), builtin)
             elif n == "search":
-                from arpo.tools.search import SearchTool
-
                 if search_url:
                     reg.register(SearchTool(url=search_url, top_k=search_top_k, max_chars=search_max_chars), builtin)
                 else:
                     index = load_index(search_index)
                     reg.register(SearchTool(index=index, top_k=search_top_k, max_chars=search_max_chars), builtin)
             elif n == "web_search":
-                from arpo.tools.web.web_search import WebSearchTool
-
                 reg.register(WebSearchTool(web), builtin)
             elif n == "browse":
-                from arpo.tools.web.browse import BrowseTool
-
                 reg.register(BrowseTool(web), builtin)
             elif ":" in n:
                 # `Sql` or `sql`: it used to miss the second
@@ -105,8 +100,6 @@ def build_tools(names: list[str], *, python_timeout_s: float = PYTHON_TIMEOUT_S,
                 raise ArpoError(f"unknown tool {n!r}; available: {', '.join(KNOWN_TOOLS)} or your own as "
                                 "module.path:function (e.g. mypkg.tools:lookup_order)")
         for i, server in enumerate(mcp or []):
-            from arpo.tools.plugins.mcp import MCPServerTools
-
             src = MCPServerTools(server)
             reg.sources.append(src)
             for tool in src.tools():
@@ -126,14 +119,9 @@ class _Registry(ToolRegistry):
         self.sources: list = []  # MCP server connections (closed with the registry)
 
     def register(self, tool, source: str | None = None) -> None:
-        from arpo.tools.plugins.function import as_tool
-        from arpo.tools.registry import source_of
-
         tool = as_tool(tool)
         source = source or source_of(tool)
         if self.cache is not None and getattr(tool, "cacheable", True):  # your tools: only when options say so
-            from arpo.tools.cache import CachedTool
-
             tool = CachedTool(tool, self.cache)
         try:
             super().register(tool, source)

@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
 from typing import Any
 
@@ -223,8 +224,6 @@ def benchmark(n: int = 50, code: str = "print(1+1)") -> dict:
     spaced by generation); the concurrent run measures sustained throughput, where every call
     also pays for forking its replacement.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
     def pct(xs, q):
         xs = sorted(xs)
         return xs[min(len(xs) - 1, int(q * len(xs)))]

@@ -68,7 +68,7 @@ class SearchTool:
 
     def __init__(self, index=None, url: str | None = None, top_k: int = 10, max_chars: int = 1000,
                  mode: str = "bm25", timeout_s: float = 5.0):
-        from arpo.retrieval.index import MODES
+        from arpo.retrieval.index import MODES  # noqa: PLC0415 - loads numpy; kept out of this light module's import
 
         if (index is None) == (url is None):
             raise ValueError("SearchTool needs exactly one of index= or url=")

@@ -27,39 +27,24 @@ import json
 import os
 import random
 import shutil
+import warnings
 from pathlib import Path
 
 import numpy as np
 import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_state_dict,
+    set_optimizer_state_dict,
+    set_state_dict,
+)
 
+from arpo.runs import fsync_dir, list_checkpoints
 from arpo.runs import latest_checkpoint as latest_checkpoint  # re-exported: the readers of this layout
-from arpo.runs import list_checkpoints
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-    except OSError as e:  # a full disk: the old file stays, the half-written copy goes, the error names the file
-        tmp.unlink(missing_ok=True)
-        raise OSError(e.errno, e.strerror, str(path)) from e
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
+from arpo.runs import write_text_atomic as write_text_atomic  # re-exported: the writers of this layout
 
 
 def rng_state() -> dict:
@@ -114,7 +99,7 @@ def _publish(tmp: Path, final: Path, run_dir, keep: int) -> None:
     if final.exists():
         shutil.rmtree(final)
     os.rename(tmp, final)
-    _fsync_dir(root)
+    fsync_dir(root)
     write_text_atomic(root / "latest", final.name + "\n")
     for old in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
@@ -142,16 +127,12 @@ def is_distributed_checkpoint(ckpt: str | Path) -> bool:
 
 
 def _dsd_options(**kw):
-    from torch.distributed.checkpoint.state_dict import StateDictOptions
-
     return StateDictOptions(ignore_frozen_params=True, **kw)  # LoRA: the frozen base is model.name
 
 
 def _full_weights(model) -> dict:
     """The full (unsharded) state dict, on rank 0 only; tied parameters share one tensor again, so
     save_pretrained drops the duplicates as it does for an unsharded model."""
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict
-
     full = get_model_state_dict(model, options=_dsd_options(full_state_dict=True, cpu_offload=True))
     first: dict[int, str] = {}
     for name, p in model.named_parameters(remove_duplicate=False):
@@ -168,10 +149,6 @@ def save_distributed_checkpoint(run_dir: str | Path, step: int, model, tokenizer
     the temporary directory, and its own `files` ({name: object}, torch.save; names must differ per
     rank); after a barrier rank 0 adds model/, trainer.pt and state.json and renames it into place
     (same atomicity as save_checkpoint). Returns the final path."""
-    import torch.distributed as dist
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict
-
     main = dist.get_rank() == 0
     root = Path(run_dir) / "checkpoints"
     final = root / f"step_{step:06d}"
@@ -216,11 +193,6 @@ def load_distributed_state(ckpt: str | Path, model, optimizer=None, scheduler=No
     """Restore model, optimizer, scheduler and RNG from a DCP checkpoint on any number of ranks (or
     in one process), or from a single-process checkpoint into a torchrun run (the model weights then
     come from its model/ directory, loaded before sharding). Returns its state.json dict."""
-    import warnings
-
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_optimizer_state_dict, set_state_dict
-
     ckpt = Path(ckpt)
     state = json.loads((ckpt / "state.json").read_text())
     blob = torch.load(ckpt / "trainer.pt", weights_only=False)

@@ -35,6 +35,13 @@ import os
 
 import torch
 import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.tensor import DTensor
+
+from arpo.errors import ArpoError
+from arpo.training.batch import _micro_packs
+from arpo.training.packing import pack_trees, packed_token_logprobs
 
 TIMEOUT = datetime.timedelta(minutes=60)  # ranks wait on each other while one rolls out a long tree
 MODES = ("fsdp", "hsdp", "ddp")
@@ -86,8 +93,6 @@ def local_device(device: str) -> str:
 def hsdp_mesh_shape(world: int, shard_size: int, local_world: int) -> tuple[int, int]:
     """(replicate, shard) of an HSDP mesh over `world` ranks: groups of shard_size ranks (0: the
     ranks of one node, local_world), replicated world / shard_size times."""
-    from arpo.errors import ArpoError
-
     shard = shard_size or local_world
     if shard < 1 or world % shard:
         raise ArpoError(f"run.hsdp_shard_size={shard_size}: {shard} ranks per shard group must divide the "
@@ -187,9 +192,6 @@ class ParallelModel:
                 for t in list(model.parameters()) + list(model.buffers()):
                     dist.broadcast(t.data, src=0)
         elif mode in SHARDED:
-            from torch.distributed.device_mesh import init_device_mesh
-            from torch.distributed.fsdp import FSDPModule, fully_shard
-
             if self.replica:
                 self.rollout = copy.deepcopy(model).requires_grad_(False).eval()
             dev = next(model.parameters()).device.type
@@ -216,7 +218,6 @@ class ParallelModel:
         """FSDP: copy the current (sharded) weights into the generation replica. Every rank calls it."""
         if self.mode not in SHARDED or not self.replica:
             return
-        from torch.distributed.tensor import DTensor
 
         self.fsdp.reshard()
         src = dict(self.model.named_parameters())
@@ -243,7 +244,6 @@ class ParallelModel:
         pass starts: each pass is a sequence of collectives that all ranks must join."""
         if self.mode not in SHARDED:
             return fn() if batch is not None else None
-        from arpo.training.batch import _micro_packs  # the micro-batches token_logprobs / loss_and_backward run
 
         n = len(_micro_packs(batch, packed, max_tokens)) if batch is not None else 0
         (most,) = all_reduce([n], op="max")
@@ -255,8 +255,6 @@ class ParallelModel:
         return out
 
     def _dummy_pass(self, grad: bool) -> None:
-        from arpo.training.packing import pack_trees, packed_token_logprobs
-
         pack = pack_trees([{"prompt": [self.pad_id], "responses": [[self.pad_id]], "parent": [-1], "branch_at": [0]}])
         with torch.set_grad_enabled(grad):
             ((lp, _),) = packed_token_logprobs(self.train, pack)

@@ -14,7 +14,8 @@ import math
 import time
 from pathlib import Path
 
-from arpo.training.checkpoint import write_text_atomic
+from arpo.errors import ArpoError
+from arpo.runs import write_text_atomic
 
 
 def read_metrics(path: str | Path) -> list[dict]:
@@ -90,8 +91,6 @@ def _start_wandb(run_dir: Path, project: str, config: dict | None, resuming: boo
     try:
         import wandb
     except ImportError as e:
-        from arpo.errors import ArpoError
-
         raise ArpoError("run.wandb is set but wandb is not installed: `pip install wandb` "
                         "(or set run.wandb: null)") from e
     id_file = run_dir / "wandb_id"

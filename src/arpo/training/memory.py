@@ -23,8 +23,14 @@ bytes per token per layer (1.95 × 34h) plus the mask.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from dataclasses import dataclass
+from pathlib import Path
+
+from arpo.errors import ArpoError
+from arpo.models import cache_dir, resolve_model_dir
 
 GIB = 2**30
 PROMPT_TOKENS = 512  # the system prompt + question of the shipped templates (a few hundred tokens)
@@ -90,12 +96,6 @@ def find_arch(model_name: str) -> Arch | None:
 
 def _local_config(name: str, depth: int = 0):
     """The config.json of model `name` if it is on this machine (see find_arch), else None."""
-    import json
-    from pathlib import Path
-
-    from arpo.errors import ArpoError
-    from arpo.models import cache_dir, resolve_model_dir
-
     p = Path(name).expanduser()
     if not p.is_dir():  # a built-in name: only when converted already (resolve_model_dir would convert it)
         c = cache_dir() / "models" / name / "config.json"
@@ -285,8 +285,6 @@ def planned_ranks(cfg) -> tuple[int, int]:
     """(ranks, shard group) the estimate is for: torchrun's WORLD_SIZE when launched, else
     memory.gpus (0: 1); the shard group is every rank under fsdp, run.hsdp_shard_size under hsdp
     (0: LOCAL_WORLD_SIZE under torchrun, else min(ranks, 8): one 8-GPU node), 1 under ddp."""
-    import os
-
     ranks = int(os.environ.get("WORLD_SIZE", 0)) or cfg.memory.gpus or 1
     if cfg.run.distributed == "hsdp":
         group = cfg.run.hsdp_shard_size or int(os.environ.get("LOCAL_WORLD_SIZE", 0)) or min(ranks, 8)
@@ -299,7 +297,7 @@ def gpu_budget_gb(cfg) -> float | None:
     """memory.gpu_memory_gb, else the memory of this rank's GPU when the model runs on one, else None."""
     if cfg.memory.gpu_memory_gb:
         return cfg.memory.gpu_memory_gb
-    import torch
+    import torch  # noqa: PLC0415 - loads torch; kept out of this light module's import
 
     if cfg.model.device.startswith("cpu") or not torch.cuda.is_available():
         return None
@@ -309,7 +307,7 @@ def gpu_budget_gb(cfg) -> float | None:
 def config_estimate(cfg, ranks: int | None = None) -> tuple[Estimate | None, float | None, str]:
     """(estimate or None when the architecture is unknown, GPU budget in GB or None, a one-line
     description of what was assumed)."""
-    import torch
+    import torch  # noqa: PLC0415 - loads torch; kept out of this light module's import
 
     a = find_arch(cfg.model.name)
     gpu = gpu_budget_gb(cfg)
@@ -349,8 +347,6 @@ def advice(cfg, est: Estimate) -> str:
 
 def check_fits(cfg, ranks: int) -> None:
     """Refuse (ArpoError naming the keys to change) a config whose estimate exceeds the GPU budget."""
-    from arpo.errors import ArpoError
-
     est, gpu, what = config_estimate(cfg, ranks)
     if est is None or gpu is None or est.peak <= gpu * 1e9:
         return

@@ -5,8 +5,10 @@ from __future__ import annotations
 import math
 
 import torch
+from safetensors.torch import load_file
 
 from arpo.errors import ArpoError
+from arpo.models import load_model, lora_adapter
 
 
 def build_optimizer(model, cfg) -> torch.optim.Optimizer:
@@ -118,8 +120,6 @@ def load_policy(model_cfg, lora_cfg, ckpt=None):
     LoRA, the base model wrapped in an adapter (restored from the checkpoint on resume). A model
     that is a LoRA adapter (a run of sft/train with lora) trains that adapter on (lora.enabled
     null or true), or is merged into its base and trains all weights (lora.enabled false)."""
-    from arpo.models import load_model, lora_adapter
-
     lora = lora_cfg.resolve(model_cfg.name)
     if getattr(model_cfg, "train_layers", 0) and lora.enabled:
         raise ArpoError("model.train_layers and lora.enabled do not combine; choose one"
@@ -135,7 +135,6 @@ def load_policy(model_cfg, lora_cfg, ckpt=None):
             model = apply_lora(model, lora)
         if ckpt is not None:
             from peft import set_peft_model_state_dict
-            from safetensors.torch import load_file
 
             set_peft_model_state_dict(model, load_file(str(ckpt / "model" / "adapter_model.safetensors")))
     return model, tok

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import torch
 
+from arpo.algos.logprobs import token_logprobs
+
 
 @dataclass
 class Pack:
@@ -206,8 +208,6 @@ def packed_token_logprobs(model, packs: list[Pack], *, with_entropy: bool = Fals
     """Log-probs (and entropies) of every pair of every pack, in one batched forward.
     Returns a list with one (logp (K_b,), entropy (K_b,) | None) per pack; carries gradient when
     grad is enabled."""
-    from arpo.algos.logprobs import token_logprobs
-
     get_base = getattr(model, "get_base_model", None)  # a peft wrapper: LoRA layers live inside
     model = get_base() if get_base is not None else model
     dev = model.get_output_embeddings().weight.device  # packs are built on the CPU; the model may be on a GPU

@@ -33,6 +33,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 
 import torch
 
@@ -255,8 +256,6 @@ def restore_in_flight(pipe: RolloutPipeline, ckpt, state: dict, rank: int = 0, w
     On the rank count that saved them each rank takes its own file; on another count the ranks' trees,
     concatenated in rank order (the step's global order), are re-sliced like the prompts
     (distributed.shard)."""
-    from pathlib import Path
-
     info = state.get("in_flight")
     if not info:
         return

@@ -42,6 +42,8 @@ import os
 import re
 from pathlib import Path
 
+from arpo.analysis.entropy import entropy_by_position
+
 FORMAT = "arpo-rollouts/1"
 TOOL_OUTPUT_CHARS = 2000
 STEP_FILE = re.compile(r"^step_(\d+)\.jsonl(\.gz)?$")
@@ -140,8 +142,6 @@ def keep_trained_values(trees, batch) -> None:
 
 def entropy_profile(trees, window: int = 50) -> dict:
     """Fig. 1 curves over the trees' global samples (analysis/entropy.entropy_by_position)."""
-    from arpo.analysis.entropy import entropy_by_position
-
     recs = [{"entropies": t.traj.entropies, "loss_mask": t.traj.loss_mask, "parent_id": t.parent_id}
             for tree in trees for t in tree.trajectories]
     s = entropy_by_position(recs, window)

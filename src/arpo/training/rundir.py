@@ -25,7 +25,10 @@ from __future__ import annotations
 
 import fcntl
 import fnmatch
+import hashlib
+import json
 import os
+import shlex
 import shutil
 import time
 from pathlib import Path
@@ -33,7 +36,10 @@ from typing import IO
 
 import yaml
 
+from arpo.data.sources import input_paths
 from arpo.errors import ArpoError
+from arpo.provenance import provenance
+from arpo.runs import latest_checkpoint, write_text_atomic
 
 # run artefacts that belong to one run (moved aside by --overwrite)
 RUN_FILES = ("checkpoints", "metrics.jsonl", "errors.log", "tensorboard", "wandb_id", "rollouts", "plots")
@@ -83,8 +89,6 @@ def unsafe_changes(old: dict, new: dict) -> list[tuple[str, object, object]]:
 def restore_command(path: str | Path) -> str:
     """The shell command that puts back the run an interrupted `--overwrite` moved into
     RUN_DIR/.overwritten/ (the interrupted new run's files in RUN_DIR are removed first)."""
-    import shlex
-
     d = shlex.quote(str(path))
     names = " ".join(RUN_FILES + ("config.yaml", INPUTS, PROVENANCE))
     return f"cd {d} && rm -rf {names} && mv .overwritten/* . && rmdir .overwritten"
@@ -97,10 +101,6 @@ PROVENANCE = "provenance.json"  # per start / resume: arpo's commit, dirty or no
 def input_hashes(config: dict) -> dict[str, str]:
     """{file: sha256} of the local data files a config trains on (data.path, validation.path; a
     built-in name, a glob or a list of files; a Hugging Face dataset has no file and is left out)."""
-    import hashlib
-
-    from arpo.data.sources import input_paths
-
     specs = []
     for sec in ("data", "validation"):
         p = (config.get(sec) or {}).get("path") if isinstance(config.get(sec), dict) else None
@@ -132,8 +132,6 @@ class RunDir:
 
     # -- before anything is written ----------------------------------------------------------------
     def open(self) -> RunDir:
-        from arpo.training.checkpoint import latest_checkpoint
-
         if not self.main:
             return self
         try:
@@ -177,8 +175,6 @@ class RunDir:
     @property
     def checkpoint(self) -> Path | None:
         """The checkpoint a resumed run continues from (every rank reads it)."""
-        from arpo.training.checkpoint import latest_checkpoint
-
         return latest_checkpoint(self.path) if self.resume else None
 
     def check_resume_config(self, config: dict) -> None:
@@ -234,12 +230,9 @@ class RunDir:
                     for name in moving:
                         os.replace(self.path / name, aside / name)
         text = yaml.safe_dump(config, sort_keys=False)
-        from arpo.training.checkpoint import write_text_atomic
 
         write_text_atomic(self.path / "config.yaml", text)
         if not self.resume or not (self.path / INPUTS).is_file():
-            import json
-
             write_text_atomic(self.path / INPUTS, json.dumps(input_hashes(config), indent=1) + "\n")
         hist = self.path / "config_history"
         hist.mkdir(exist_ok=True)
@@ -251,11 +244,6 @@ class RunDir:
     def _record_provenance(self, kind: str) -> None:
         """RUN_DIR/provenance.json: one entry per start and resume (arpo's commit, whether its tree was
         dirty, the package versions), so a checkpoint can be traced to the code that trained it."""
-        import json
-
-        from arpo.provenance import provenance
-        from arpo.training.checkpoint import write_text_atomic
-
         path = self.path / PROVENANCE
         try:
             runs = json.loads(path.read_text()) if path.is_file() and (self.resume or not self.overwrite) else []
@@ -266,8 +254,6 @@ class RunDir:
         write_text_atomic(path, json.dumps(runs, indent=1) + "\n")
 
     def _saved_inputs(self) -> dict:
-        import json
-
         try:
             return json.loads((self.path / INPUTS).read_text())
         except (OSError, ValueError):

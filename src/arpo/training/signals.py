@@ -40,7 +40,7 @@ class GracefulStop:
         """Whether to stop after this step (under torchrun: if any rank was signalled, all stop)."""
         if not multi:
             return self.signal is not None
-        from arpo.training import distributed
+        from arpo.training import distributed  # noqa: PLC0415 - loads torch; kept out of this light module's import
 
         return bool(distributed.all_reduce([float(self.signal is not None)], op="max")[0])
 

@@ -26,6 +26,9 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
+from arpo.analysis.entropy import entropy_by_position
 from arpo.errors import ArpoError
 from arpo.eval.deep_search import WEB_TOOLS, trajectory_stats
 from arpo.training.rollout_log import STEP_FILE, step_files, tree_summary
@@ -227,7 +230,6 @@ class Catalog:
         p = s.path / "config.yaml"
         if s.kind != "run" or not p.is_file():
             return {}
-        import yaml
 
         try:
             c = yaml.safe_load(p.read_text()) or {}
@@ -329,8 +331,6 @@ class Catalog:
     def step_entropy(self, r: int, step: int) -> dict:
         prof = self._profiles(self._src(r)).get(step)
         if prof is None:  # a file without the run's profile: compute it from the trees
-            from arpo.analysis.entropy import entropy_by_position
-
             sd = self._step(r, step)
             recs = []
             for i in range(len(sd.summaries)):

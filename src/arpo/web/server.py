@@ -16,7 +16,13 @@ sends none): bound beyond loopback it serves its pages to anyone who reaches it,
 
 # No `from __future__ import annotations`: FastAPI must see the function-local `Request` class itself
 # in the handler's signature (a string annotation of it would not resolve).
+import atexit
+import shutil
+import tempfile
+
+import arpo.ports
 from arpo.errors import ArpoError
+from arpo.retrieval import load_index
 from arpo.web.site import Site, render_home, render_page, render_results, searxng_json
 
 DEFAULT_PORT = 8090
@@ -28,7 +34,7 @@ def create_app(site: Site, per_page: int = 10, snippet_chars: int = 300, bind_ho
     from fastapi import FastAPI, Request
     from fastapi.responses import HTMLResponse, JSONResponse
 
-    from arpo.http_guard import RequestGuard, allowed_hosts
+    from arpo.http_guard import RequestGuard, allowed_hosts  # noqa: PLC0415 - loads starlette; kept out of this light module's import
 
     app = FastAPI(title="arpo local web", version="1", docs_url="/docs",
                   description=f"{len(site)} pages from the {site.name} corpus, and SearXNG's search API")
@@ -74,16 +80,11 @@ def load_site(corpus: list[str] | None = None, search_index: str | None = None, 
     if corpus and search_index:
         raise ArpoError("give --corpus or --search-index, not both")
     if corpus:
-        import atexit
-        import shutil
-        import tempfile
-
         if index_dir is None:
             tmp = tempfile.mkdtemp(prefix="arpo-web-")
             atexit.register(shutil.rmtree, tmp, True)
             index_dir = f"{tmp}/index"
         return Site.from_corpus(corpus, index_dir)
-    from arpo.retrieval import load_index
 
     index = load_index(search_index)
     return Site.from_index(index, name="hotpotqa" if search_index is None else str(index.path.name))
@@ -95,10 +96,9 @@ def serve(site: Site, host: str = "127.0.0.1", port: int = DEFAULT_PORT, per_pag
     (`--port 0`: a free port, which was never printed)."""
     import uvicorn
 
-    from arpo.http_guard import warn_bind
-    from arpo.ports import listen
+    from arpo.http_guard import warn_bind  # noqa: PLC0415 - loads starlette; kept out of this light module's import
 
-    sock = listen(host, port)
+    sock = arpo.ports.listen(host, port)
     port = sock.getsockname()[1]
     url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
     print(f"arpo web: {len(site)} pages ({site.name}) on {url}  "

@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 from urllib.parse import quote, unquote, urlsplit
 
+from arpo.data.sources import iter_rows
 from arpo.errors import ArpoError
 
 
@@ -52,8 +53,7 @@ class Site:
     def from_corpus(cls, specs: list[str], index_dir: str | Path) -> Site:
         """Index the documents of `specs` (JSONL rows {title, text, url?} or any layout arpo index
         reads) into `index_dir` and serve them; a row's `url` gives its page's path."""
-        from arpo.data.sources import iter_rows
-        from arpo.retrieval.index import Index, load_corpus
+        from arpo.retrieval.index import Index, load_corpus  # noqa: PLC0415 - loads numpy; kept out of this light module's import
 
         docs = load_corpus(specs)
         urls: dict[str, str] = {}

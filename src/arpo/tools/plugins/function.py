@@ -28,7 +28,9 @@ import asyncio
 import importlib
 import inspect
 import json
+import os
 import re
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -37,7 +39,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
-from arpo.errors import ArpoError
+from arpo.errors import ArpoError, require
 from arpo.tools.base import ToolResult
 
 
@@ -49,8 +51,6 @@ class ToolOptions:
 
     def check(self, where: str) -> None:
         """Range checks, naming the key (`where`: tools.options.NAME)."""
-        from arpo.errors import require
-
         for key, kind in (("timeout_s", (int, float)), ("max_concurrency", int), ("max_output_chars", int)):
             v = getattr(self, key)
             require(isinstance(v, kind) and not isinstance(v, bool) and v > 0, f"{where}.{key}",
@@ -305,8 +305,6 @@ def load_tool(spec: str, options: ToolOptions | None = None):
     if not sep or not mod_name or not attr:
         raise ArpoError(f"tool {spec!r}: expected module.path:name (e.g. mypkg.tools:lookup_order) or a built-in "
                         "tool name (python, search)")
-    import os
-    import sys
 
     if os.getcwd() not in sys.path:  # like `python -m`: modules of the directory arpo runs in are importable
         sys.path.append(os.getcwd())

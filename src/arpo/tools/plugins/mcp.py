@@ -24,6 +24,9 @@ from __future__ import annotations
 import asyncio
 import builtins
 import concurrent.futures
+import json
+import logging
+import sys
 import tempfile
 import threading
 import time
@@ -84,8 +87,6 @@ class MCPServerTools:
             line = errors()[0].get("input") if callable(errors) and errors() else message
             self.bad_stdout = f"{line!r:.200}" if not isinstance(line, str) else repr(line[:200])
             if getattr(self, "_tools", None) is not None:  # after the start: the call goes on, said once
-                import sys
-
                 print(f"arpo: MCP server {self.label} wrote a line that is not JSON-RPC to its stdout "
                       f"({self.bad_stdout}, skipped); a stdio server must print to stderr", file=sys.stderr)
 
@@ -146,8 +147,6 @@ class MCPServerTools:
             parts.append(text if text is not None else f"[{getattr(c, 'type', 'content')}]")
         structured = _field(res, "structured_content", "structuredContent")
         if not parts and structured is not None:
-            import json
-
             parts.append(json.dumps(structured, ensure_ascii=False))
         return ToolResult("\n".join(parts) or "(no output)", ok=not _field(res, "is_error", "isError"))
 
@@ -167,8 +166,6 @@ class MCPServerTools:
 def _quiet_parse_errors() -> None:
     """The SDK logs a traceback for each stdout line that is not JSON-RPC; MCPServerTools reports the
     line itself (one line), so the SDK's record is dropped."""
-    import logging
-
     log = logging.getLogger("mcp.client.stdio")
     if not any(isinstance(f, _DropParseErrors) for f in log.filters):
         log.addFilter(_DropParseErrors())

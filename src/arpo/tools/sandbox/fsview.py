@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import logging
 import os
+import platform
+import site
 import sys
+import sysconfig
 
 from .linux import (
     MOUNT_OPTION_FLAGS,
@@ -46,9 +49,6 @@ def _interpreter_paths() -> list[str]:
     or a home directory included). Not arbitrary sys.path entries: an editable install puts the
     project's source tree there, and the project (with its datasets and their answers) must stay
     out of view. Outermost first, nested ones dropped (binding the outer one covers them)."""
-    import site
-    import sysconfig
-
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
              os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable))}
     paths |= {v for k, v in sysconfig.get_paths().items() if k != "data"}
@@ -130,8 +130,6 @@ def _minimal_root(lib, cfg: dict) -> None:
 
     Runs in init (root of its new mount and pid namespaces); every source is opened first, since
     the staging tmpfs is mounted over the host's /tmp (where a venv may live)."""
-    import platform
-
     dirs, links, files = [], [], []
     for p in _SYSTEM_DIRS:
         if os.path.islink(p):

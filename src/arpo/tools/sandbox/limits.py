@@ -8,8 +8,10 @@ Trainer side: never loaded inside the zygote."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from .cgroups import MEMCG_MARGIN_MB
 from .zygote import SANDBOX_UID_SPAN
@@ -29,9 +31,6 @@ def allocate_uid_block() -> int:
     """The first uid of a block of SANDBOX_UID_SPAN uids that no other PythonTool got: a counter in
     $ARPO_CACHE_DIR/sandbox_uid_blocks, advanced under a lock, so tools of other processes and of
     earlier runs never share a uid (state tied to a uid, e.g. RLIMIT_NPROC, never crosses calls)."""
-    import fcntl
-    from pathlib import Path
-
     root = Path(os.environ.get("ARPO_CACHE_DIR") or Path.home() / ".cache" / "arpo")
     n_blocks = (SANDBOX_UID_LAST - SANDBOX_UID_FIRST) // SANDBOX_UID_SPAN
     try:

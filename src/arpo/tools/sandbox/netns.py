@@ -4,6 +4,7 @@ Runs in the sandbox's init. Loaded inside the zygote (see the package docstring)
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import socket
 import struct
@@ -23,8 +24,6 @@ _NETNS_SYSCTLS_NO_TCP = (("core/somaxconn", "128"),)  # the backlog of AF_UNIX l
 
 def loopback_up() -> None:
     """A fresh network namespace has `lo` down; up, it lets code use localhost inside itself."""
-    import fcntl
-
     SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         req = struct.pack("16sh14x", b"lo", 0)

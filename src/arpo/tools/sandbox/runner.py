@@ -11,9 +11,12 @@ from __future__ import annotations
 import ast
 import builtins
 import ctypes
+import faulthandler
 import linecache
 import logging
 import os
+import random
+import resource
 import sys
 import threading
 import traceback
@@ -138,8 +141,6 @@ def _run_user_code(src: str, mod: types.ModuleType | None = None) -> str:
 def _set_limits(cfg: dict) -> None:
     """Resource limits for the runner. Address space is counted on top of what the pre-imported
     interpreter already maps, so `memory_mb` means memory the code itself may use."""
-    import resource
-
     base = 0
     with open("/proc/self/status") as f:
         for line in f:
@@ -198,8 +199,6 @@ def lock_down(lib, cfg: dict, mode: str, uid: int | None, workdir: str, out_w: i
     # typeshed declares sys.__std*__ Final; the sandbox points them at its own streams on purpose
     sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr  # type: ignore[misc]
     sys.argv = [""]
-    import faulthandler
-    import random
 
     faulthandler.enable(sys.stderr)  # a segfault still tells the model where it happened
     random.seed()  # forked workers would otherwise all draw the same "random" numbers
@@ -235,8 +234,6 @@ def runner_main(lib, cfg: dict, mode: str, uid: int | None, workdir: str,
 
 def receive_and_run(code_r: int, mod: types.ModuleType | None = None) -> str:
     """Read one call (timeout, code) from the code pipe, cap its CPU time, run it; its status."""
-    import resource
-
     timeout_s, n = CODE_HEADER.unpack(_read_exact(code_r, CODE_HEADER.size))
     src = _read_exact(code_r, n).decode("utf-8", "replace")
     cpu = int(timeout_s) + 2

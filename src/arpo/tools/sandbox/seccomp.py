@@ -6,6 +6,7 @@ Loaded inside the zygote (see the package docstring): standard library only."""
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import socket
 
@@ -74,8 +75,6 @@ def load_seccomp(deny: tuple[str, ...], deny_ip_streams: bool = False) -> bool:
     SOCKET_FAMILIES with EAFNOSUPPORT, and (`deny_ip_streams`) IP stream sockets (IP_STREAM_TYPES)
     with EACCES. Needs no_new_privs.
     False where libseccomp is missing (then nothing is filtered)."""
-    import errno
-
     sc = _seccomp_lib()
     if sc is None:
         return False

@@ -7,8 +7,10 @@ Loaded inside the zygote (see the package docstring): standard library only."""
 from __future__ import annotations
 
 import builtins
+import ctypes
 import os
 import select
+import shutil
 import signal
 import socket
 import struct
@@ -76,8 +78,6 @@ def _session_process(chan: socket.socket, workdir: str, mod: types.ModuleType) -
 
 def _own_workdir(workdir: str) -> str:
     """Copy the state's working directory to /tmp/s<pid> and enter it; the new directory."""
-    import shutil
-
     newdir = f"/tmp/s{os.getpid()}"
     try:
         shutil.copytree(workdir, newdir, symlinks=True)
@@ -257,8 +257,6 @@ def _hold_memory() -> int | None:
     call's code cannot wait for it, and comes with a pidfd (CLONE_PIDFD), which init gets with "C"
     and uses to kill it after the report. Returns the pidfd, or None (no holder: the call is only
     slower)."""
-    import ctypes
-
     CLONE_VM, CLONE_PIDFD, CLONE_PARENT, SIGCHLD = 0x100, 0x1000, 0x8000, 17
     try:
         if not _LIBC:

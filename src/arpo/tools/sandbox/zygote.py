@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import signal
 import socket
+import tempfile
 import time
 
 from .cgroups import SOCKET_MEM_MB, CallCgroups, join_cgroups, oom_killed
@@ -85,7 +87,6 @@ def _enter_call_view(lib, cfg: dict, mode: str, uid: int | None) -> tuple[str, s
                 pass
         lib.sethostname(b"sandbox", 7)
         return "/tmp", None
-    import tempfile
 
     lib.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     tmpdir = tempfile.mkdtemp(prefix="arpo_py_")
@@ -121,8 +122,6 @@ class _CallInit:
         if self.mode == "none":
             kill_descendants()
             if self.tmpdir:
-                import shutil
-
                 shutil.rmtree(self.tmpdir, ignore_errors=True)
         os._exit(0)
 

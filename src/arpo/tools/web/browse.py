@@ -36,7 +36,9 @@ from typing import TYPE_CHECKING
 from urllib.parse import urljoin
 
 from arpo.tools.base import ToolResult
+from arpo.tools.web.extract_worker import ExtractTimeout, pool
 from arpo.tools.web.web_config import WebConfig, web_config
+from arpo.tools.web.webdecode import ACCEPT_ENCODING, read_decoded
 from arpo.tools.web.webhttp import RETRY_STATUS, WebError, check_url, host_port, retry_delay
 
 if TYPE_CHECKING:
@@ -156,9 +158,7 @@ class BrowseTool:
 
     def _http(self):
         """The client for the pages: every connection through webnet's address checks."""
-        from arpo.tools.web.extract_worker import pool
-        from arpo.tools.web.webdecode import ACCEPT_ENCODING
-        from arpo.tools.web.webnet import guarded_client
+        from arpo.tools.web.webnet import guarded_client  # noqa: PLC0415 - loads httpcore (the web extra); kept out of this light module's import
 
         with self._lock:
             if self._client is None:
@@ -185,8 +185,7 @@ class BrowseTool:
         `deadline` (time.monotonic()): the end of the whole call (default: browse_timeout_s from now)."""
         import httpx
 
-        from arpo.tools.web.webdecode import read_decoded
-        from arpo.tools.web.webnet import deadline as net_deadline
+        from arpo.tools.web.webnet import deadline as net_deadline  # noqa: PLC0415 - loads httpcore (the web extra); kept out of this light module's import
 
         cfg = self.cfg
         if deadline is None:
@@ -277,7 +276,6 @@ class BrowseTool:
             final, body, ctype, cut = self.fetch(url, deadline)
             if time.monotonic() >= deadline:
                 raise WebError(f"no page from {url} within {cfg.browse_timeout_s:g}s")
-            from arpo.tools.web.extract_worker import ExtractTimeout, pool
 
             try:
                 title, text = pool().extract(body, ctype, final, deadline)

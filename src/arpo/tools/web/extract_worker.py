@@ -25,6 +25,8 @@ import threading
 import time
 from pathlib import Path
 
+import arpo
+from arpo.tools.web.pagetext import extract_text
 from arpo.tools.web.webhttp import WebError
 
 START_TIMEOUT_S = 60.0
@@ -61,8 +63,6 @@ def _recv(fd: int, until: float | None) -> bytes:
 
 class _Worker:
     def __init__(self):
-        import arpo
-
         src = str(Path(arpo.__file__).resolve().parents[1])  # the arpo this process runs
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
                    OMP_NUM_THREADS="1")
@@ -177,8 +177,6 @@ def pool() -> ExtractPool:
 
 def main() -> None:
     """The worker: read pages from stdin until it closes, answer each on stdout."""
-    from arpo.tools.web.pagetext import extract_text
-
     out = sys.stdout.buffer
     try:
         import trafilatura  # noqa: F401 - imported before "ready": the start-up is not a page's time

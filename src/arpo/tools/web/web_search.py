@@ -33,7 +33,7 @@ from urllib.parse import urljoin, urlsplit
 
 from arpo.tools.base import ToolResult
 from arpo.tools.web.web_config import KEY_REQUIRED, WebConfig, web_config
-from arpo.tools.web.webhttp import WebError, limiter_for, request
+from arpo.tools.web.webhttp import WebError, limiter_for, request, retry_delay
 
 if TYPE_CHECKING:
     import httpx
@@ -175,7 +175,6 @@ class WebSearchTool:
             from ddgs.exceptions import DDGSException, RatelimitException, TimeoutException
         except ImportError as e:
             raise WebError("provider ddgs needs the ddgs package: pip install 'arpo[web]'") from e
-        from arpo.tools.web.webhttp import retry_delay
 
         last = ""
         for attempt in range(self.cfg.retries + 1):

@@ -8,11 +8,15 @@ Every failure is a `WebError` whose message is what the agent reads; the tools t
 
 from __future__ import annotations
 
+import hashlib
 import os
+import tempfile
 import threading
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
+
+from filelock import FileLock
 
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 MAX_RETRY_AFTER_S = 30.0
@@ -42,7 +46,6 @@ class RateLimiter:
             at = max(now, self._next)
             self._next = at + 1.0 / self.rate
             return at
-        from filelock import FileLock
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(self.path) + ".lock"):
@@ -74,8 +77,6 @@ _LIMITERS_LOCK = threading.Lock()
 def shared_rate_dir() -> Path:
     """Where the node's shared rate limits live: $ARPO_RATE_LIMIT_DIR, else a per-user folder in the
     system's temporary directory (local to the machine: one rate per node)."""
-    import tempfile
-
     env = os.environ.get("ARPO_RATE_LIMIT_DIR")
     return Path(env) if env else Path(tempfile.gettempdir()) / f"arpo-rate-limits-{os.getuid()}"
 
@@ -84,8 +85,6 @@ def limiter_for(provider: str, base_url: str, rate: float) -> RateLimiter:
     """The limiter of one provider endpoint, shared by all tools and threads of this process and by
     every process on this machine (a file per provider + URL in shared_rate_dir(): torchrun's 8 ranks
     of a node send `rate` requests per second together)."""
-    import hashlib
-
     with _LIMITERS_LOCK:
         lim = _LIMITERS.get((provider, base_url))
         if lim is None or lim.rate != rate:

@@ -34,6 +34,7 @@ import time
 from collections.abc import Iterable, Iterator
 
 import httpcore
+import httpx
 
 from arpo.tools.web.webhttp import WebError
 
@@ -240,8 +241,6 @@ class GuardedBackend(httpcore.NetworkBackend):
 
 def guarded_client(*, allow_private: bool = False, allow_hosts: Iterable[str] = (), **kwargs):
     """An httpx.Client whose every connection goes through GuardedBackend (kwargs: httpx.Client's)."""
-    import httpx
-
     transport = httpx.HTTPTransport()
     # the pool httpx would build, with our network backend (httpx has no argument for it)
     transport._pool = httpcore.ConnectionPool(ssl_context=httpx.create_ssl_context(),
