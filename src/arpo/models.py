@@ -18,8 +18,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from rich.console import Console
-
 from arpo.errors import ArpoError
 from arpo.runs import latest_checkpoint
 from arpo.testing import save_tiny_model
@@ -91,6 +89,7 @@ def resolve_model_dir(name_or_path: str) -> Path:
 
 
 def _convert_gguf(src: Path, fname: str, out: Path) -> None:
+    from rich.console import Console
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     Console(stderr=True).print(f"[dim]arpo: converting {fname} to safetensors in {out} (once, ~30 s)…[/dim]")

@@ -28,8 +28,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from arpo.data.sources import iter_rows
 from arpo.errors import ArpoError
@@ -242,6 +240,9 @@ class Index:
                     f.write(json.dumps(asdict(d), ensure_ascii=False) + "\n")
             emb, t_dense = None, 0.0
             if dense:
+                from rich.console import Console
+                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
                 td = time.perf_counter()
                 enc = encoder or DenseEncoder()
                 cols = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())

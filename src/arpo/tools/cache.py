@@ -18,14 +18,11 @@ are lost to another's save.
 from __future__ import annotations
 
 import json
-import json as _json
 import os
 import threading
 from collections import OrderedDict
 from dataclasses import replace
 from pathlib import Path
-
-from filelock import FileLock
 
 from arpo.errors import ArpoError
 from arpo.tools.base import ToolResult
@@ -85,6 +82,7 @@ class ToolCache:
         target = path or self.path
         if target is None:
             raise ArpoError("ToolCache.save: no path given, and the cache was made without one (ToolCache(path=...))")
+        from filelock import FileLock
 
         p = Path(target)
         with self._lock:
@@ -145,7 +143,7 @@ class CachedTool:
 
     def call(self, args: dict) -> ToolResult:
         """Function-calling form: the canonical JSON of the arguments is the cache key."""
-        key = _json.dumps(args, sort_keys=True, ensure_ascii=False)
+        key = json.dumps(args, sort_keys=True, ensure_ascii=False)
         hit = self.cache.get(self.name, key)
         if hit is not None:
             return hit

@@ -8,9 +8,6 @@ import sys
 import time
 from typing import TYPE_CHECKING, cast
 
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
@@ -47,6 +44,9 @@ class StepProgress:
 
     def __enter__(self) -> StepProgress:
         if self.enabled and self.tty:
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
             cols = [TextColumn(self.name), BarColumn(), TextColumn("{task.completed}/{task.total} {task.fields[info]}"),
                     TimeRemainingColumn()]
             bar = Progress(*cols, console=Console(file=self.stream))
@@ -84,6 +84,9 @@ class Bar:
 
     def __enter__(self) -> Bar:
         if self.enabled and self.stream.isatty():
+            from rich.console import Console
+            from rich.progress import Progress
+
             self._bar = Progress(console=Console(file=self.stream))
             self._bar.__enter__()
         return self

@@ -16,8 +16,6 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from filelock import FileLock
-
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 MAX_RETRY_AFTER_S = 30.0
 
@@ -46,6 +44,7 @@ class RateLimiter:
             at = max(now, self._next)
             self._next = at + 1.0 / self.rate
             return at
+        from filelock import FileLock
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(self.path) + ".lock"):
