@@ -354,7 +354,7 @@ def test_web_sft_data_with_the_local_web_down_fails_at_once_naming_it(tmp_path, 
 
 def test_a_missing_provider_key_is_named_at_the_start_of_every_command(tmp_path, capsys, monkeypatch):
     """`arpo train` with serper and no key trained on (every search an error); eval, chat, serve agent
-    and web sft-data the same: all check with one function (web_config.require_web_keys) at start."""
+    and web sft-data the same: all check with one function (settings/web.py require_web_keys) at start."""
     monkeypatch.delenv("SERPER_API_KEY", raising=False)
     data = _hotpot_row(tmp_path)
     web = ["--tools", "web_search", "--web-provider", "serper"]

@@ -133,9 +133,10 @@ def _web_run(tmp_path, web: dict):
 
 def _search(argv):
     from arpo.commands.agent_flags import resolve
+    from arpo.tools import tools_from_config
 
     r = resolve(build_parser().parse_args(argv), "chat")
-    reg = r.tools.build()
+    reg = tools_from_config(r.tools)
     try:
         return r, reg["web_search"]("two plus two")
     finally:

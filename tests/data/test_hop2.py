@@ -12,12 +12,13 @@ from arpo.rewards import arpo_reward
 from arpo.settings import ToolsConfig
 from arpo.sft.convert import hop2_one_call_guesses as one_call_guesses
 from arpo.sft.convert import hop2_response as expert_response
+from arpo.tools import tools_from_config
 from arpo.tools.base import ToolCall
 
 
 @pytest.fixture(scope="module")
 def registry():
-    reg = ToolsConfig(enabled=[hop2.TOOL]).build()  # the tool as `tools.enabled` builds it for RL
+    reg = tools_from_config(ToolsConfig(enabled=[hop2.TOOL]))  # the tool as `tools.enabled` builds it for RL
     yield reg
     reg.close()
 

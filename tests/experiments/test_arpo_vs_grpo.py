@@ -11,10 +11,11 @@ from arpo.experiments import common, kbenv
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
+    from arpo.tools import tools_from_config
     kb = kbenv.make_kb(20, seed=0)
     d = tmp_path_factory.mktemp("kbenv")
     kbenv.build_index(kb, d / "index")
-    tools = kbenv.tools_config(d / "index", top_k=2).build()
+    tools = tools_from_config(kbenv.tools_config(d / "index", top_k=2))
     yield kb, tools
     tools.close()
 

@@ -92,6 +92,7 @@ def test_the_evaluation_prompt_is_the_training_prompt(tmp_path, monkeypatch):
     from arpo.engine.hf import HFEngine
     from arpo.experiments import common
     from arpo.models import TINY_MODEL, load_model
+    from arpo.tools import tools_from_config
 
     seen: list[list[int]] = []
     add = HFEngine.add
@@ -102,7 +103,7 @@ def test_the_evaluation_prompt_is_the_training_prompt(tmp_path, monkeypatch):
     ex = load_examples("hop2:dev[0:2]")
     common.evaluate_model(TINY_MODEL, tc, cfg, ex)
     _, tok = load_model(TINY_MODEL)
-    reg = tc.tools.build()
+    reg = tools_from_config(tc.tools)
     try:
         assert seen == prompts_for(ex, tok, reg, tc.data.template)  # the trainer's rendering
     finally:

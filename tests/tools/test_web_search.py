@@ -12,10 +12,10 @@ pytest.importorskip("httpx")
 from web_servers import scripted_server
 
 from arpo.errors import ArpoError
+from arpo.settings.web import web_config
 from arpo.tools import build_tools
 from arpo.tools.base import ToolCall
 from arpo.tools.cache import ToolCache
-from arpo.tools.web.web_config import web_config
 from arpo.tools.web.web_search import WebSearchTool, format_results
 from arpo.tools.web.webhttp import RateLimiter, retry_delay
 

@@ -217,8 +217,8 @@ def test_float32_two_ranks_of_the_tiny_config_match_one_process(tiny_config_refe
 
 def test_hsdp_with_checkpointing_and_fewer_prompts_than_ranks(tiny_dir, tmp_path):
     """run.distributed=hsdp on a (2 replicas x 1 shard) mesh with activation checkpointing, and one
-    prompt for two ranks (rank 1 rolls out nothing and still joins every collective with an empty
-    batch; refused before): the one-process step's metrics and weights."""
+    prompt for two ranks (rank 1 rolls out nothing and still joins every collective with no
+    batch, dummy passes for FSDP; refused before): the one-process step's metrics and weights."""
     from arpo.config import load_config
     from arpo.recipes import train
 

@@ -65,6 +65,7 @@ def run(args) -> int:
     from arpo.engine.hf import HFEngine
     from arpo.models import load_model
     from arpo.rollout.agent import AgentLoop
+    from arpo.tools import tools_from_config
 
     if args.quiet:
         import warnings
@@ -74,7 +75,7 @@ def run(args) -> int:
     args.question = read_question(args.question)  # before anything loads
     r = resolve(args, "chat")  # flags, --tools-config, the run dir, the template, the defaults
     t0 = time.perf_counter()
-    tools = r.tools.build()
+    tools = tools_from_config(r.tools)
     names = list(tools.names)
     template = r.template or default_template(tools)
     try:  # the prompt is checked against the tools before the model loads

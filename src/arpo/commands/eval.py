@@ -103,6 +103,7 @@ def run(args) -> int:  # noqa: C901 - the command's steps in order (data, reward
     from arpo.eval.evaluate import evaluate
     from arpo.models import load_model
     from arpo.rewards import get_reward_fn
+    from arpo.tools import tools_from_config
     from arpo.training.progress import Bar
 
     r = resolve(args, "eval")  # flags, --tools-config, the run dir, the template, the defaults
@@ -146,7 +147,7 @@ def run(args) -> int:  # noqa: C901 - the command's steps in order (data, reward
         try:  # Ctrl-C keeps every finished answer (written to --out), as train keeps checkpoints
             for path, examples in datasets.items():
                 tcfg, template = _tools_for(r, path, examples)
-                tools = tcfg.build()
+                tools = tools_from_config(tcfg)
                 if not args.quiet:
                     print(template_line("eval", args.model, template, r.source, ",".join(tools.names)),
                           file=sys.stderr)

@@ -13,7 +13,7 @@ servers, your own tools' modules and their options, tools.search_url, tools.web'
 variables and address rules) are left out with a message naming each one and TRUST_FLAG. With
 TRUST_FLAG (one definition, `add_trust_flag`, for every command that loads a run) they are taken,
 after arpo prints each command it will start, module it will import and server it will reach; a
-run's web key variables are still limited to their provider's own (tools/web/web_config.py)."""
+run's web key variables are still limited to their provider's own (settings/web.py)."""
 
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def code_settings(tools: dict) -> list[tuple[str, str]]:
     import os
     import shlex
 
-    from arpo.tools.web.web_config import RUN_TRUST_KEYS, WebConfig
+    from arpo.settings.web import RUN_TRUST_KEYS, WebConfig
 
     out: list[tuple[str, str]] = []
     for i, m in enumerate(tools.get("mcp") or []):
@@ -133,7 +133,7 @@ def plain_settings(run: dict) -> dict:
     """`run` (run_settings) without its code_settings: the tools section keeps its built-in tools and
     plain keys (and the plug-in tools arpo ships); MCP servers, your own tools (and their options), search_url
     and tools.web's RUN_TRUST_KEYS go."""
-    from arpo.tools.web.web_config import RUN_TRUST_KEYS
+    from arpo.settings.web import RUN_TRUST_KEYS
 
     tools = run.get("tools")
     if not isinstance(tools, dict):
@@ -150,7 +150,7 @@ def plain_settings(run: dict) -> dict:
 
 def admit(run: dict, model: str | None, trusted: bool, command: str) -> dict:
     """The run's settings a command may use: with `trusted` (TRUST_FLAG) all of them, after printing
-    what will run and checking the run's key variables (web_config.check_run_key_envs); without it
+    what will run and checking the run's key variables (settings/web.py check_run_key_envs); without it
     plain_settings, with a message naming what was left out and the flag. Both on stderr."""
     got = run.get("tools")
     tools: dict = got if isinstance(got, dict) else {}
@@ -161,7 +161,7 @@ def admit(run: dict, model: str | None, trusted: bool, command: str) -> dict:
     name = f"the run {where.resolve()}" if where is not None else "the run"
     lines = "\n".join(f"  {k}: {v}" for k, v in risky)
     if trusted:
-        from arpo.tools.web.web_config import check_run_key_envs
+        from arpo.settings.web import check_run_key_envs
 
         if isinstance(tools.get("web"), dict):
             check_run_key_envs(tools["web"], where=f"{name}: tools.web")

@@ -52,18 +52,19 @@ def _registry(args):
     from dataclasses import replace
 
     from arpo.commands.agent_flags import resolve
+    from arpo.tools import tools_from_config
     from arpo.tools.plugins.function import snake_case
 
     r = resolve(args, "tool").tools
     if args.tool in BUILT_IN or ":" in args.tool:
         attr = args.tool.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
         options = {k: v for k, v in r.options.items() if k in (attr, snake_case(attr))}
-        return replace(r, enabled=[args.tool], mcp=[], options=options).build()
+        return tools_from_config(replace(r, enabled=[args.tool], mcp=[], options=options))
     if not r.mcp:
         raise ArpoError(f"unknown tool {args.tool!r}: choose {', '.join(BUILT_IN)}, your own as "
                         "module.path:function, or a tool of an MCP server given in --tools-config FILE "
                         "(mcp: [{command: ...}] or [{url: ...}])")
-    return replace(r, enabled=[], options={}).build()
+    return tools_from_config(replace(r, enabled=[], options={}))
 
 
 def _name(asked: str, reg) -> str:

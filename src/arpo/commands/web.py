@@ -22,7 +22,7 @@ the local web only). On the internet: --web-provider ddgs (no key), serper / tav
 
 def add_web_args(p) -> None:
     """The web tools' flags (used when --tools names web_search or browse)."""
-    from arpo.tools.web.web_config import PROVIDERS
+    from arpo.settings.web import PROVIDERS
 
     g = p.add_argument_group("web tools (web_search, browse)")
     g.add_argument("--web-provider", default=None, choices=list(PROVIDERS),

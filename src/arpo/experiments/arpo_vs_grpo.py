@@ -68,6 +68,7 @@ from arpo.settings import (
     TrainConfig,
     TrainRunConfig,
 )
+from arpo.tools import tools_from_config
 from arpo.tools.registry import ToolRegistry
 from arpo.training.logger import read_metrics
 
@@ -171,7 +172,7 @@ def prepare_env(cfg: ExperimentConfig, out: Path) -> dict:
     kb = kbenv.make_kb(cfg.n_towns, cfg.env_seed)
     env = out / "env"
     kbenv.build_index(kb, env / "index")
-    tools = kbenv.tools_config(env / "index", cfg.top_k).build()
+    tools = tools_from_config(kbenv.tools_config(env / "index", cfg.top_k))
     ev = kbenv.make_questions(kb, cfg.n_eval, seed=1, prefix="eval")
     dev = kbenv.make_questions(kb, cfg.n_dev, seed=2, exclude={q["question"] for q in ev}, prefix="dev")
     held = {q["question"] for q in ev + dev}

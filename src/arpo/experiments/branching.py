@@ -39,6 +39,7 @@ from arpo.data.prompts import prompts_for
 from arpo.experiments.common import log, run_record, start_run
 from arpo.rewards import get_reward_fn, score_trees
 from arpo.settings import AgentConfig, RewardConfig, RolloutConfig, ToolsConfig
+from arpo.tools import tools_from_config
 from arpo.training.rollout_metrics import issued_calls
 
 # name -> RolloutConfig overrides; the defaults of RolloutConfig are the paper's settings
@@ -137,7 +138,7 @@ def measure(model_dir: str, cfg: BranchingConfig, examples: list[dict]) -> dict:
     from arpo.rollout.arpo import ARPORollout  # noqa: PLC0415 - loads torch; kept out of this light module's import
 
     model, tok = arpo.models.load_model(model_dir, device="cpu", dtype="float32")
-    tools = ToolsConfig(enabled=list(cfg.tools)).build()
+    tools = tools_from_config(ToolsConfig(enabled=list(cfg.tools)))
     reward = RewardConfig()
     agent = AgentConfig(max_tool_calls=cfg.max_tool_calls, max_response_tokens=cfg.max_response_tokens,
                         temperature=cfg.temperature)

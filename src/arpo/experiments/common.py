@@ -35,6 +35,7 @@ from arpo.rewards import get_reward_fn
 from arpo.rollout.branch_rules import RULE_SUMMARIES
 from arpo.runs import write_text_atomic
 from arpo.settings import TrainConfig
+from arpo.tools import tools_from_config
 from arpo.training.logger import read_metrics
 from arpo.training.rundir import unsafe_changes
 
@@ -136,7 +137,7 @@ def evaluate_model(model_dir: str, tc, cfg: RLStudyConfig, examples: list[dict])
     from arpo.engine.hf import HFEngine  # noqa: PLC0415 - loads torch; kept out of this light module's import
 
     model, tok = arpo.models.load_model(model_dir, device="cpu", dtype="float32")
-    tools = tc.tools.build()
+    tools = tools_from_config(tc.tools)
     recs: list = []
     try:
         m = evaluate(HFEngine(model, tok), tools, tok, examples, reward_fn=get_reward_fn(tc.reward.fn),

@@ -18,6 +18,7 @@ from arpo.data.prompts import prompts_for
 from arpo.rewards import get_reward_fn, score_trees
 from arpo.rewards.custom import check_reward
 from arpo.settings import RolloutJobConfig
+from arpo.tools import tools_from_config
 from arpo.training.progress import Bar
 from arpo.training.rollout_log import token_texts
 
@@ -30,7 +31,7 @@ def run(cfg: RolloutJobConfig, out_path: str, quiet: bool = False) -> dict:
     examples = load_examples(cfg.data.path, cfg.data.limit, cfg.data.task)
 
     check_reward(reward_fn, examples, cfg.reward.math_scorer, cfg.reward.fn)  # before the model loads
-    tools = cfg.tools.build()
+    tools = tools_from_config(cfg.tools)
     model, tok = arpo.models.load_model(cfg.model.name, cfg.model.device, cfg.model.dtype)
     ro = ARPORollout(HFEngine(model, tok), tools, cfg.agent, cfg.rollout)
     stats = {"prompts": 0, "trajectories": 0, "branches": 0, "tool_calls": 0, "reward_sum": 0.0, "seconds": 0.0}

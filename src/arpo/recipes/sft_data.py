@@ -22,6 +22,7 @@ from arpo.rollout.tool_formats import tool_schema
 from arpo.settings import AgentConfig, ToolsConfig, agent_defaults, tools_defaults
 from arpo.sft.convert import gsm8k_to_sft, hop2_sft_rows, hotpotqa_to_sft, rejection_rows, svamp_to_sft, tools_to_sft
 from arpo.sft.rows import convert_rows, row_stats, write_rows
+from arpo.tools import tools_from_config
 from arpo.training.progress import Bar
 
 SFT_SOURCES = ("gsm8k", "hotpotqa", "svamp", "hop2")
@@ -41,7 +42,8 @@ def build_sft_dataset(task: str, in_path: str, out_path: str, limit: int | None 
     tcfg = tools_cfg or tools_defaults("sft-data")
     if task == "hop2":
         return _hop2_dataset(p, out_path, limit, tcfg, progress)
-    tools = replace(tcfg, enabled=["search"] if task == "hotpotqa" else ["python"], mcp=[], options={}).build()
+    enabled = ["search"] if task == "hotpotqa" else ["python"]
+    tools = tools_from_config(replace(tcfg, enabled=enabled, mcp=[], options={}))
     try:
         if task in ("gsm8k", "svamp"):
             src = load_examples(p)
@@ -87,7 +89,7 @@ def build_rejection_dataset(model: str, data: str, out_path: str, *, samples: in
     agent = agent or agent_defaults("sft-data")
     exs = load_examples(data, limit)
     names = tools or (["python"] if all(e["task"] == "math" for e in exs) else ["search"])
-    reg = replace(tools_cfg or tools_defaults("sft-data"), enabled=names).build()
+    reg = tools_from_config(replace(tools_cfg or tools_defaults("sft-data"), enabled=names))
     m, tok = arpo.models.load_model(model)
     recs: list = []
     try:
@@ -111,7 +113,7 @@ def build_tool_sft(data: str, out_path: str, tool_names: list[str], tool_format:
     """`arpo sft-data tools`: worked examples of your tools -> SFT JSONL (rows that check out).
     `tools_cfg`: the tools' settings (tools.options of yours, MCP servers, ...), `tool_names` enabled."""
     tok = _load_tokenizer(model)
-    tools = replace(tools_cfg or tools_defaults("sft-data"), enabled=list(tool_names)).build()
+    tools = tools_from_config(replace(tools_cfg or tools_defaults("sft-data"), enabled=list(tool_names)))
     try:
         system = system_prompt(template or default_template(tools), tools, tool_format=tool_format)
         schemas = [tool_schema(tools[n]) for n in tools.names]

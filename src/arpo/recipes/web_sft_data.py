@@ -5,10 +5,11 @@ webhop questions by their scripted path) are sft/web.py."""
 from __future__ import annotations
 
 from arpo.data.sources import iter_rows
+from arpo.settings.web import require_web_keys
 from arpo.sft.rows import convert_rows, row_stats, write_rows
 from arpo.sft.web import to_deep_search
 from arpo.tools import build_tools
-from arpo.tools.web.web_config import require_local_web, require_web_keys
+from arpo.tools.web.web_search import require_local_web
 
 
 def build_deep_search_sft(data: str, out_path: str, web: dict | None = None, limit: int | None = None,

@@ -9,11 +9,13 @@ config.py), each field documented once, on its line. By command and topic:
     sft.py       `arpo sft` (SFTConfig)
     serve.py     `arpo serve agent` (ServeConfig)
     judge.py     the LLM judge of `arpo eval --judge-*` (JudgeConfig)
+    web.py       the web tools, `tools.web` (WebConfig: provider, keys, browse's limits, the summarizer)
 
 The experiments' study configs stay beside their studies (experiments/). `from arpo.settings import X`
 works for every name here. This package sits below the parts that use it: it imports arpo's leaves
-(errors, plugins) and, inside the checks that need them, the registries it validates against (tools,
-models, engine, algos.presets), none of which imports it.
+(errors, plugins) and, inside the checks that need them, the registries it validates against (models,
+engine, algos.presets), none of which imports it. The tools read their defaults and names from here
+(agent.py) and build a registry from a ToolsConfig (tools.tools_from_config).
 """
 
 from arpo.settings.agent import (
@@ -37,11 +39,12 @@ from arpo.settings.sections import DataConfig, LoraConfig, ModelConfig, OptimCon
 from arpo.settings.serve import MAX_REQUEST_BYTES, ServeConfig
 from arpo.settings.sft import SFTConfig, SFTDataConfig
 from arpo.settings.train import AlgoConfig, MemoryConfig, TrainConfig, TrainRunConfig, ValidationConfig
+from arpo.settings.web import WebConfig
 
 __all__ = [
     "BRANCH_RULE_NAMES", "COMMAND_DEFAULTS", "MAX_REQUEST_BYTES", "RENAMED_BRANCH_RULES", "AgentConfig",
     "AlgoConfig", "DataConfig", "JudgeConfig", "LoraConfig", "MemoryConfig", "ModelConfig", "OptimConfig",
     "RewardConfig", "RolloutConfig", "RolloutJobConfig", "RunConfig", "SFTConfig", "SFTDataConfig",
-    "ServeConfig", "ToolsConfig", "TrainConfig", "TrainRunConfig", "ValidationConfig", "agent_defaults",
+    "ServeConfig", "ToolsConfig", "TrainConfig", "TrainRunConfig", "ValidationConfig", "WebConfig", "agent_defaults",
     "auto_rule_name", "branch_rule_is_staged", "command_defaults", "tools_defaults",
 ]

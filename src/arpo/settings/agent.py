@@ -7,9 +7,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from arpo.errors import ArpoError, require
-from arpo.tools import KNOWN_TOOLS, MAX_OUTPUT_CHARS, PYTHON_TIMEOUT_S, SEARCH_MAX_CHARS, SEARCH_TOP_K, build_tools
-from arpo.tools.cache import ToolCache
-from arpo.tools.web.web_config import require_web_keys, web_config
+from arpo.settings.web import require_web_keys, web_config
+
+KNOWN_TOOLS = ("python", "search", "web_search", "browse")  # the built-in tools (tools.build_tools makes them)
+
+# The tools' defaults, in one place: ToolsConfig (every command's tools section) and tools.build_tools
+# (library callers) both take them from here.
+PYTHON_TIMEOUT_S = 5.0  # wall-clock limit of one python call
+MAX_OUTPUT_CHARS = 2000  # python output cut to this many characters (marked)
+SEARCH_TOP_K = 3  # passages per search (the reference's 10 x 1000 is set in configs/gpu/)
+SEARCH_MAX_CHARS = 300  # characters per passage
 
 
 @dataclass
@@ -27,7 +34,7 @@ class ToolsConfig:
     # per tool of yours: {name: {timeout_s, max_concurrency, max_output_chars, cache}} (tools/plugins/function.py)
     options: dict = field(default_factory=dict)
     mcp: list[dict] = field(default_factory=list)  # MCP servers: {command: ..., args: [...], env: {...}} or {url: ...}
-    # web_search / browse: {provider, url, top_k, window_chars, summarizer_url, ...} (tools/web/web_config.py);
+    # web_search / browse: {provider, url, top_k, window_chars, summarizer_url, ...} (settings/web.py);
     # empty: the local web of `arpo web serve` at http://127.0.0.1:8090
     web: dict = field(default_factory=dict)
 
@@ -46,18 +53,9 @@ class ToolsConfig:
             require(getattr(self, key) >= 1, f"tools.{key}", f"must be >= 1, got {getattr(self, key)}")
 
     def check_keys(self) -> None:
-        """The web provider's key is set when web_search is on (tools/web_config.require_web_keys):
-        build() calls it, and train before its model loads."""
+        """The web provider's key is set when web_search is on (settings/web.py require_web_keys):
+        tools.tools_from_config calls it, and train before its model loads."""
         require_web_keys(self.enabled, self.web)
-
-    def build(self):
-        self.check_keys()
-        cache = ToolCache(path=self.cache_path) if self.cache else None
-        return build_tools(self.enabled, python_timeout_s=self.python_timeout_s, max_output_chars=self.max_output_chars,
-                           search_index=self.search_index, search_url=self.search_url, search_top_k=self.search_top_k,
-                           search_max_chars=self.search_max_chars, cache=cache, options=self.options, mcp=self.mcp,
-                           python_session=self.python_session, web=self.web)
-
 
 @dataclass
 class AgentConfig:

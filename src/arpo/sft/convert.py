@@ -32,6 +32,7 @@ from arpo.rewards.answer import normalize_answer
 from arpo.rollout.tool_formats import get_format, tool_schema
 from arpo.settings import ToolsConfig
 from arpo.sft.rows import assemble, result_spans
+from arpo.tools import tools_from_config
 from arpo.tools.base import RESULT_OPEN, ToolCall, format_result
 
 _ANNOT = re.compile(r"<<([^<>]*)=([^<>=]*)>>")
@@ -278,7 +279,7 @@ def hop2_sft_rows(examples: list[dict], tools_cfg: ToolsConfig | None = None) ->
     """SFT rows (sft/rows.py's `system_prompt` form) of hop2's scripted trajectories through the real
     lookup tool, as RL builds them; the prompt is the one the rollouts render (template hop2).
     `arpo sft-data hop2` and `arpo experiment hop2-arpo-vs-grpo` write these rows."""
-    reg = replace(tools_cfg or ToolsConfig(), enabled=[hop2.TOOL], mcp=[], options={}).build()
+    reg = tools_from_config(replace(tools_cfg or ToolsConfig(), enabled=[hop2.TOOL], mcp=[], options={}))
     try:
         system = system_prompt(hop2.TEMPLATE, reg)
         schema = tool_schema(reg["lookup"])

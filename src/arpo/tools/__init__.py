@@ -1,25 +1,34 @@
-"""Tools the agent can call, and `build_tools`, which makes a registry of them from names.
+"""Tools the agent can call; `build_tools` makes a registry of them from names, `tools_from_config` from
+a config's `tools:` section (settings.ToolsConfig, whose defaults and names this package reads).
 
     base.py          the Tool protocol, ToolResult, ToolCall and the tags (every tool imports it)
     registry.py      ToolRegistry: name -> tool, the stop strings, the tag format's parse, run
     python.py        the sandboxed `python` tool; python_session.py: with state per trajectory
     sandbox/         where model-written code runs (docs/sandbox.md)
     search.py        the `search` tool over a local index or a retriever (arpo/retrieval/)
-    web/             `web_search` and `browse`, their settings (web/web_config.py) and HTTP plumbing
+    web/             `web_search` and `browse`, their settings in settings/web.py, and HTTP plumbing
     plugins/         your own functions and classes (`module.path:name`, plugins/function.py) and
                      MCP servers' tools (plugins/mcp.py)
     cache.py         one result for identical calls
 
 How a call is written and its result appended (tags or json) is rollout/tool_formats.py, beside the
 agent loop. base.py and registry.py stay here: every tool returns a ToolResult and build_tools fills
-a ToolRegistry, and the rollout imports this package (through settings), not the other way round."""
+a ToolRegistry, and the rollout imports this package, not the other way round."""
 
 from __future__ import annotations
 
 from arpo.errors import ArpoError
 from arpo.retrieval import load_index
+from arpo.settings.agent import (
+    KNOWN_TOOLS,
+    MAX_OUTPUT_CHARS,
+    PYTHON_TIMEOUT_S,
+    SEARCH_MAX_CHARS,
+    SEARCH_TOP_K,
+    ToolsConfig,
+)
 from arpo.tools.base import Tool, ToolResult  # noqa: F401
-from arpo.tools.cache import CachedTool
+from arpo.tools.cache import CachedTool, ToolCache
 from arpo.tools.plugins.function import ToolOptions, as_tool, load_tool, snake_case
 from arpo.tools.plugins.mcp import MCPServerTools
 from arpo.tools.python import PythonTool
@@ -29,15 +38,16 @@ from arpo.tools.search import SearchTool
 from arpo.tools.web.browse import BrowseTool
 from arpo.tools.web.web_search import WebSearchTool
 
-KNOWN_TOOLS = ("python", "search", "web_search", "browse")
 
-
-# The tools' defaults, in one place: settings.ToolsConfig (every command's tools section) and
-# build_tools (library callers) both take them from here.
-PYTHON_TIMEOUT_S = 5.0  # wall-clock limit of one python call
-MAX_OUTPUT_CHARS = 2000  # python output cut to this many characters (marked)
-SEARCH_TOP_K = 3  # passages per search (the reference's 10 x 1000 is set in configs/gpu/)
-SEARCH_MAX_CHARS = 300  # characters per passage
+def tools_from_config(cfg: ToolsConfig) -> ToolRegistry:
+    """The registry a `tools:` section asks for (settings.ToolsConfig): its web key checked first, its
+    cache shared by the cacheable tools."""
+    cfg.check_keys()
+    cache = ToolCache(path=cfg.cache_path) if cfg.cache else None
+    return build_tools(cfg.enabled, python_timeout_s=cfg.python_timeout_s, max_output_chars=cfg.max_output_chars,
+                       search_index=cfg.search_index, search_url=cfg.search_url, search_top_k=cfg.search_top_k,
+                       search_max_chars=cfg.search_max_chars, cache=cache, options=cfg.options, mcp=cfg.mcp,
+                       python_session=cfg.python_session, web=cfg.web)
 
 
 def build_tools(names: list[str], *, python_timeout_s: float = PYTHON_TIMEOUT_S,
@@ -51,7 +61,7 @@ def build_tools(names: list[str], *, python_timeout_s: float = PYTHON_TIMEOUT_S,
     `mcp`: MCP servers whose tools join the registry ({command, args, env} or {url}, tools/plugins/mcp.py);
     `cache`: a tools.cache.ToolCache shared by the cacheable tools (identical calls answered once);
     `python_session`: python keeps its state per trajectory and forks with the tree (tools/python_session.py);
-    `web`: the web tools' settings, a tools.web_config.WebConfig or a dict of its keys (None: defaults,
+    `web`: the web tools' settings, a settings.web.WebConfig or a dict of its keys (None: defaults,
     the local web of `arpo web serve`)."""
     options = options or {}
 

@@ -36,6 +36,7 @@ from arpo.models import load_model
 from arpo.rewards import score_trees
 from arpo.rollout.arpo import ARPORollout
 from arpo.settings import RolloutConfig, TrainConfig
+from arpo.tools import tools_from_config
 from arpo.tools.registry import ToolRegistry
 from arpo.training import distributed
 from arpo.training.batch import loss_and_backward, token_logprobs
@@ -135,7 +136,7 @@ def setup(cfg: TrainConfig, preset, examples: list, reward_fn, ckpt=None, multi:
                                     replica=cfg.engine != "vllm_server")
     opt = build_optimizer(model, cfg.optim)
     sched = build_scheduler(opt, cfg.optim, cfg.steps * cfg.minibatches * preset.ppo_epochs)
-    tools = cfg.tools.build()
+    tools = tools_from_config(cfg.tools)
     # hf decodes with par.rollout itself; vllm starts from the model directory and gets the policy's
     # weights pushed in after every update, before the next rollout (Trainer.engine_ready)
     # vllm_server: the servers of rollout.servers, which start from the model directory; the policy's
@@ -320,7 +321,14 @@ def policy_update(tr: Trainer, trees: list, n_trees: int, off: int, step: int, l
     """Advantages → behaviour log-probs → PPO epochs over mini-batches of (global) trees (spec §3, §4).
     `off`: the global index of this rank's first tree; `lap(name)`: adds elapsed time to a phase.
     Under torchrun a rank may hold no trees of the step, or of a mini-batch: its batch is then None, and
-    it still joins every collective (the gathers, and FSDP's passes through `par.run`)."""
+    it still joins every collective (the gathers, and FSDP's passes through `par.run`). None, not a
+    zero-row TreeBatch, on purpose: such a rank computes nothing, but FSDP needs it to run as many
+    forward/backward passes as the busiest rank, so `par.run` gives it dummy passes of a one-token pack
+    whatever its batch; a zero-row batch would add zero-width paths to packing, the losses' token
+    normalizers and unpacking, for no pass saved. "No rows here" is one `is None` where rows are read
+    (behaviour_logprobs, minibatch_step, the AEPO scaling, the kept values, the token count), and
+    tests/training/test_distributed.py::test_hsdp_with_checkpointing_and_fewer_prompts_than_ranks runs a
+    rank without trees."""
     cfg, preset = tr.cfg, tr.preset
     device = next(tr.model.parameters()).device  # the batch's tensors live with the policy
     advs = step_advantages(trees, preset, tr.comm.gather, tr.comm.rank)

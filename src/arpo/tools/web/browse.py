@@ -35,9 +35,9 @@ import time
 from typing import TYPE_CHECKING
 from urllib.parse import urljoin
 
+from arpo.settings.web import WebConfig, web_config
 from arpo.tools.base import ToolResult
 from arpo.tools.web.extract_worker import ExtractTimeout, pool
-from arpo.tools.web.web_config import WebConfig, web_config
 from arpo.tools.web.webdecode import ACCEPT_ENCODING, read_decoded
 from arpo.tools.web.webhttp import RETRY_STATUS, WebError, check_url, host_port, retry_delay
 

@@ -1,4 +1,4 @@
-"""The `<web_search>` tool: one tool, the search provider chosen in config (tools/web/web_config.py).
+"""The `<web_search>` tool: one tool, the search provider chosen in config (settings/web.py).
 
     ddgs      the ddgs package (keyless metasearch; it does its own HTTP)
     serper    POST {url}/search, header X-API-KEY              -> organic[{title, link, snippet}]
@@ -31,8 +31,9 @@ import time
 from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
 
+from arpo.errors import ArpoError
+from arpo.settings.web import KEY_REQUIRED, WebConfig, web_config
 from arpo.tools.base import ToolResult
-from arpo.tools.web.web_config import KEY_REQUIRED, WebConfig, web_config
 from arpo.tools.web.webhttp import WebError, limiter_for, request, retry_delay
 
 if TYPE_CHECKING:
@@ -40,6 +41,23 @@ if TYPE_CHECKING:
 
 FAILED = "Error: web search failed"
 MAX_REDIRECTS = 3
+
+
+def require_local_web(web, where: str = "tools.web") -> None:
+    """With provider local: one search request to the local web, which must answer (a run with it
+    down searched in silence for minutes, then wrote nothing). ArpoError naming the URL and how to
+    start it."""
+    import httpx
+
+    cfg = web_config(web, where)
+    if cfg.provider != "local":
+        return
+    try:
+        httpx.get(cfg.base_url + "/search", params={"q": "test", "format": "json"}, timeout=cfg.timeout_s)
+    except httpx.HTTPError as e:
+        raise ArpoError(f"the local web at {cfg.base_url} does not answer ({type(e).__name__}: {e}); start it "
+                        "with `arpo web serve --corpus FILE.jsonl` (or `arpo web serve` for the built-in corpus; "
+                        "--port to match), or set --web-url") from None
 
 
 def origin(url: str) -> tuple[str, str, int | None]:

@@ -1,5 +1,5 @@
 """The configuration of the two web tools, `web_search` and `browse` (`tools.web` in a config,
-`--web-*` / `--browse-*` flags on the command line).
+`--web-*` / `--browse-*` flags on the command line). The tools themselves are in tools/web/.
 
     tools:
       enabled: [web_search, browse]
@@ -67,23 +67,6 @@ def require_web_keys(enabled, web, where: str = "tools.web") -> None:
     if cfg.provider in KEY_REQUIRED and not os.environ.get(cfg.key_env or ""):
         raise ArpoError(f"{where}.provider {cfg.provider} needs an API key: set the environment variable "
                         f"{cfg.key_env} (or use --web-provider local with `arpo web serve`, or ddgs: no key)")
-
-
-def require_local_web(web, where: str = "tools.web") -> None:
-    """With provider local: one search request to the local web, which must answer (a run with it
-    down searched in silence for minutes, then wrote nothing). ArpoError naming the URL and how to
-    start it."""
-    import httpx
-
-    cfg = web_config(web, where)
-    if cfg.provider != "local":
-        return
-    try:
-        httpx.get(cfg.base_url + "/search", params={"q": "test", "format": "json"}, timeout=cfg.timeout_s)
-    except httpx.HTTPError as e:
-        raise ArpoError(f"the local web at {cfg.base_url} does not answer ({type(e).__name__}: {e}); start it "
-                        "with `arpo web serve --corpus FILE.jsonl` (or `arpo web serve` for the built-in corpus; "
-                        "--port to match), or set --web-url") from None
 
 
 def check_run_key_envs(web: dict, where: str = "tools.web") -> None:
