@@ -53,29 +53,37 @@ def _named_values(results: dict) -> set[str]:
     vals += [c["accuracy_mean"][i] for c in curves.values() for i in range(len(c["step"]))]
     vals += [e["delta_entropy_mean"] for b in results["branching"].values()
              for e in b["pooled"]["entropy_after_results"].values()]
-    return {f"{v:.{d}f}".lstrip("-") for v in vals for d in (2, 3)}
+    versions = {n for v in results["provenance"]["packages"].values() for n in NUMBER.findall(str(v or ""))}
+    return {f"{v:.{d}f}".lstrip("-") for v in vals for d in (2, 3)} | versions
 
 
 def test_every_number_in_the_results_prose_is_from_the_file(results, doc):
     allowed = {_plain(n) for n in NUMBER.findall(hop2_report.report(results))} | _named_values(results)
     allowed |= {"2.5"}  # the 2.5 % tail of a 95 % interval, not a result
-    prose = _section(doc, "## Results: the pre-fix runs", "### The branching study") + _section(
-        doc, "### Reading", "### An earlier dev pass")
+    prose = _section(doc, "## Results (", "### The branching study") + _section(doc, "### Reading", "### Earlier runs")
     prose = "\n".join(ln for ln in prose.splitlines() if not ln.startswith("|"))  # the tables are checked above
     missing = sorted({n for n in NUMBER.findall(prose) if _plain(n) not in allowed})
     assert not missing, f"docs/experiment_hop2.md quotes numbers the results file does not hold: {missing}"
-    assert "to be re-run" in doc and "pre-fix" in doc
+
+
+def test_the_results_name_the_commit_they_ran_at(results, doc):
+    """The results heading names the commit of the file's provenance, from a clean tree (issue 38:
+    results record the commit)."""
+    prov = results["provenance"]
+    assert not prov["dirty"]
+    heading = next(ln for ln in doc.splitlines() if ln.startswith("## Results ("))
+    assert f"commit {prov['commit'][:7]}" in heading, heading
 
 
 def test_the_readme_and_the_quick_start_page_quote_the_file(results):
     """The README's hop2 bullet and docs/quickstart.md's hop2 table and reading quote only the committed
     results (issue 38: every number in the README's hop2 section matches the committed JSON)."""
     allowed = {_plain(n) for n in NUMBER.findall(hop2_report.report(results))} | _named_values(results)
-    allowed |= {_plain(f"{x:.2f}") for x in _calls_ratios(results)} | {"0.583"}  # the SFT start, in the file
+    allowed |= {_plain(f"{x:.2f}") for x in _calls_ratios(results) if x is not None} | {"0.583"}  # the SFT start
     readme = (ROOT / "README.md").read_text()
     bullet = _section(readme, "- **hop2, ARPO vs AEPO vs GRPO**", "- **webhop")
     page = (ROOT / "docs" / "quickstart.md").read_text()
-    block = _section(page, "*Pre-fix runs", "The branching study:")
+    block = _section(page, "*Runs of 2026-12-05", "The branching study:")
     missing = sorted({n for n in NUMBER.findall(bullet + block) if _plain(n) not in allowed})
     assert not missing, f"README.md / docs/quickstart.md quote hop2 numbers the results file does not hold: {missing}"
     assert results["start_dev"]["accuracy"] == pytest.approx(0.5833, abs=1e-3)
