@@ -6,10 +6,7 @@ import os
 import pytest
 import torch
 
-# torch threads per test process: 2 (the machine's cores), or 1 in each of pytest-xdist's workers (`-n 2`,
-# the README's test command), so that the workers do not contend for the cores
-_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-torch.set_num_threads(int(os.environ.get("ARPO_TEST_THREADS", "1" if _WORKERS > 1 else "2")))
+torch.set_num_threads(int(os.environ.get("ARPO_TEST_THREADS", "2")))
 
 
 @pytest.fixture(scope="session")

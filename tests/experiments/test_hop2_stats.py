@@ -1,6 +1,7 @@
 """experiments/hop2_stats.py: the statistics section of hop2's results.json, recomputed from the file;
-on the committed pre-fix results (docs/results/hop2_arpo_vs_grpo.json) it gives the numbers issue 38's
-review computed, and with per-question records it adds the cluster-aware ones."""
+on the pre-fix results (docs/results/hop2_arpo_vs_grpo_pre_fix.json) it gives the numbers issue 38's
+review computed, and with per-question records (the re-run, docs/results/hop2_arpo_vs_grpo.json) it adds
+the cluster-aware ones."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ import pytest
 from arpo.experiments import hop2 as X
 from arpo.experiments import hop2_stats as H
 
-COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "results" / "hop2_arpo_vs_grpo.json"
+RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
+COMMITTED = RESULTS / "hop2_arpo_vs_grpo.json"
+PRE_FIX = RESULTS / "hop2_arpo_vs_grpo_pre_fix.json"  # the study before issue 38's fixes: no per-question records
 
 
 @pytest.fixture(scope="module")
@@ -21,12 +24,13 @@ def committed():
     return json.loads(COMMITTED.read_text())
 
 
-def test_recompute_on_the_pre_fix_results_keeps_the_raw_data(tmp_path, committed):
+def test_recompute_on_the_pre_fix_results_keeps_the_raw_data(tmp_path):
+    pre_fix = json.loads(PRE_FIX.read_text())
     p = tmp_path / "results.json"
-    shutil.copy(COMMITTED, p)
+    shutil.copy(PRE_FIX, p)
     st = H.recompute(p)
     again = json.loads(p.read_text())
-    assert {k: v for k, v in again.items() if k != "statistics"} == {k: v for k, v in committed.items()
+    assert {k: v for k, v in again.items() if k != "statistics"} == {k: v for k, v in pre_fix.items()
                                                                      if k != "statistics"}
     assert again["statistics"] == json.loads(json.dumps(st))
     # issue 38: seed-level (permutation over the runs' labels) test p 0.60 (ARPO-GRPO) and 0.40 (AEPO-GRPO)
@@ -73,8 +77,21 @@ def test_with_per_question_records_the_statistics_count_clusters():
 
 def test_the_committed_statistics_section_is_what_the_code_computes(committed):
     """docs/results/hop2_arpo_vs_grpo.json carries the section `arpo experiment hop2-stats` writes;
-    a change to the statistics must be followed by rerunning it (and updating the doc)."""
+    a change to the statistics must be followed by rerunning it (and updating the doc). The re-run kept
+    per-question records, so the cluster-aware numbers are there: every dev and test arm has its
+    interval over seeds and clusters, every comparison its per-cluster sign test."""
     assert committed["statistics"] == json.loads(json.dumps(H.statistics(committed)))
+    pre_fix = json.loads(PRE_FIX.read_text())
+    assert pre_fix["statistics"] == json.loads(json.dumps(H.statistics(pre_fix)))
+    st = committed["statistics"]
+    for split in ("dev", "test"):
+        for arm in ("arpo", "aepo", "grpo"):
+            b = st[split][arm]["crossed_bootstrap"]
+            assert b is not None and b["clusters"] == 20
+            assert b["ci_low"] <= st[split][arm]["accuracy_mean"] <= b["ci_high"]
+        for pair in ("arpo_vs_grpo", "aepo_vs_grpo"):
+            c = st[split][pair]["cluster_paired"]
+            assert c is not None and c["wins"] + c["losses"] + c["ties"] == 20  # hop2's 20 clusters of 3
 
 
 def test_the_hop2_stats_command_rewrites_the_section_and_prints_the_tables(tmp_path, committed, capsys):

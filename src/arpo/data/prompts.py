@@ -128,7 +128,7 @@ def describe_tool(name: str, tool=None, data: dict | None = None) -> str:
     if tool is None:
         if ":" in name:  # the model would be told to write <module:function>, a tool it can never call
             raise ArpoError(f"{name!r} is a plug-in spec, not a tool's name: render the prompt from the built "
-                            "tool registry (tools.tools_from_config(ToolsConfig(...))), whose tools describe themselves")
+                            "tool registry (tools.tools_from_config(...)), whose tools describe themselves")
         return f"<{name}> input </{name}>"
     fn = tool_schema(tool)["function"]
     desc = " ".join((fn.get("description") or "").strip().split("\n\n")[0].split())
