@@ -70,7 +70,8 @@ class AgentConfig:
     # tools, but timing changes the trees)
     tool_delivery: str = "step"
     # step: a result joins exactly this many engine steps after its call (waiting if the call is slower),
-    # so the batch decodes on meanwhile; 0: the step that made the call waits for it
+    # so the batch decodes on meanwhile; 0: the step that made the call waits for it (measured cost:
+    # docs/reproducibility.md; set a lag for a slow tool or a fast engine)
     tool_delivery_lag: int = 0
     tool_format: str = "tags"  # tags (<name>input</name>, the paper's) | json (native function calling, hermes)
     result_template: str | None = None  # tags: how a result is appended, "{output}" the result (None: spec §1's)
