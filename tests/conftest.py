@@ -2,11 +2,20 @@
 transformers costs seconds; every test file reuses it), and a real python tool per test module."""
 
 import os
+import signal
 
 import pytest
 import torch
 
 torch.set_num_threads(int(os.environ.get("ARPO_TEST_THREADS", "2")))
+
+# Tests that press Ctrl-C (send SIGINT to an `arpo` child) need the child to start as a terminal's
+# foreground process does, with SIGINT at its default. A shell starts a background job (`pytest &`,
+# `nohup ...`, a CI script's `cmd &`) with SIGINT ignored, every child inherits that across exec, and
+# Python then never installs its KeyboardInterrupt handler: `arpo eval` ran to its end after Ctrl-C and
+# the sandbox test's child slept on. A handler (not SIG_IGN) here is reset to the default in children.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")

@@ -322,6 +322,14 @@ def test_eval_without_a_terminal_prints_plain_progress_and_ctrl_c_keeps_the_answ
     assert saved["results"][str(q)]["questions"] >= 40
 
 
+def test_a_child_of_the_suite_starts_with_ctrl_c_at_its_default():
+    """The Ctrl-C tests above and in tests/tools/test_python_sessions.py failed when pytest was started
+    in the background (SIGINT ignored, inherited by every child): tests/conftest.py restores it."""
+    code = "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
+    assert out.strip() == "True"
+
+
 def test_print_config_shows_the_presets_values(capsys):
     assert main(["train", "--print-config", "algo.preset=grpo", "algo.clip_high=0.28"]) == 0
     out = capsys.readouterr().out

@@ -57,6 +57,7 @@ class ToolsConfig:
         tools.tools_from_config calls it, and train before its model loads."""
         require_web_keys(self.enabled, self.web)
 
+
 @dataclass
 class AgentConfig:
     max_tool_calls: int = 5  # tool calls per trajectory; a call beyond this many ends it
