@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -186,6 +187,20 @@ def test_a_signal_stops_after_the_step_with_a_checkpoint(tiny_dir, tmp_path, sig
     assert ck == f"step_{last:06d}"  # the finished step was checkpointed
     assert f"stopped after step {last}/200" in err and "--resume" in err
     assert "stopped early by" in out
+
+
+def test_a_copied_run_resumes_in_its_new_place(tiny_dir, done_run, tmp_path):
+    """Copying a run to continue it (keeping the original) was refused: "--resume with a config that
+    changes the run: run.dir: 'run' -> 'copy'"."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(done_run, copy)
+    res = _train(tiny_dir, copy, resume=True, steps=2)
+    assert res["checkpoint"] and Path(res["checkpoint"]).parent.parent == copy
+    assert (copy / "checkpoints" / "step_000002").is_dir() and not (done_run / "checkpoints" / "step_000002").exists()
+    assert [json.loads(x)["step"] for x in (copy / "metrics.jsonl").read_text().splitlines()
+            if "reward_mean" in json.loads(x)] == [1, 2]
 
 
 def test_resume_refuses_fewer_steps_and_changed_data(tiny_dir, tmp_path):

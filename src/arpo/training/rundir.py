@@ -44,7 +44,8 @@ from arpo.runs import latest_checkpoint, write_text_atomic
 # run artefacts that belong to one run (moved aside by --overwrite)
 RUN_FILES = ("checkpoints", "metrics.jsonl", "errors.log", "tensorboard", "wandb_id", "rollouts", "plots")
 # config keys a resumed run may change (dotted; fnmatch patterns): they do not change what is trained
-SAFE_ON_RESUME = ("steps", "max_steps", "epochs", "run.save_every", "run.keep_checkpoints", "run.log_every",
+# run.dir: a run copied or moved elsewhere resumes where it now is (its config.yaml still names the old place)
+SAFE_ON_RESUME = ("steps", "max_steps", "epochs", "run.dir", "run.save_every", "run.keep_checkpoints", "run.log_every",
                   "run.tensorboard", "run.wandb", "run.threads", "run.save_rollouts", "run.rollout_trees",
                   "validation.*", "micro_tokens", "engine", "engine_options", "engine_options.*", "model.device",
                   "rollout.servers", "tools.cache", "tools.cache_path", "tools.search_url", "tools.web.url",
