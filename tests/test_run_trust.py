@@ -164,6 +164,22 @@ def test_a_runs_key_variable_and_url_are_not_taken(tmp_path, recorder, monkeypat
     assert len(seen) == 1
 
 
+def test_a_runs_url_the_command_line_replaces_is_not_reported_as_left_out(tmp_path, capsys):
+    """`arpo eval --model RUN --web-url URL` (examples/deep_search/run.sh) printed that the run's
+    tools.web.url was NOT loaded, although --web-url set it: noise on every example run."""
+    from arpo.commands.agent_flags import resolve
+
+    run = _web_run(tmp_path, {"provider": "local", "url": "http://10.0.0.9:8090", "top_k": 2})
+    mine = "http://127.0.0.1:8091"
+    r = resolve(build_parser().parse_args(["chat", "--model", str(run), "--web-url", mine, "hi"]), "chat")
+    assert r.tools.web == {"provider": "local", "top_k": 2, "url": mine}
+    assert "NOT loaded" not in capsys.readouterr().err
+    r = resolve_only(run)  # without --web-url the run's URL is still left out, and said so
+    assert "url" not in r.tools.web
+    assert "tools.web.url: web_search (local) sends its queries and its key to http://10.0.0.9:8090" in \
+        capsys.readouterr().err
+
+
 def resolve_only(run):
     from arpo.commands.agent_flags import resolve
 

@@ -223,9 +223,10 @@ def resolve(args, command: str, run: dict | None = None) -> Resolved:
     model = getattr(args, "model", None) if command in RESOLVING else None  # sft-data's --model: a sampler
     run = run_settings(model) if run is None and model else (run or {})
     # a run dir is data: its code and network settings only with --trust-run-config (printed first)
-    run = admit(run, model or getattr(args, "model", None), bool(getattr(args, "trust_run_config", False)),
-                command)
     flags = given(args, command)
+    overridden = frozenset(f"tools.web.{k}" for k in flags["tools"].get("web", {}))
+    run = admit(run, model or getattr(args, "model", None), bool(getattr(args, "trust_run_config", False)),
+                command, overridden)
     file = read_tools_config(getattr(args, "tools_config", None))
     run_tools = {k: v for k, v in (run.get("tools") or {}).items() if k not in RUN_TOOLS_SKIP}
     web = {**(run_tools.get("web") or {}), **(file.get("web") or {}), **flags["tools"].get("web", {})}

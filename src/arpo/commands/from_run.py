@@ -148,15 +148,20 @@ def plain_settings(run: dict) -> dict:
     return {**run, "tools": kept}
 
 
-def admit(run: dict, model: str | None, trusted: bool, command: str) -> dict:
+def admit(run: dict, model: str | None, trusted: bool, command: str, overridden: frozenset[str] = frozenset()) -> dict:
     """The run's settings a command may use: with `trusted` (TRUST_FLAG) all of them, after printing
     what will run and checking the run's key variables (settings/web.py check_run_key_envs); without it
-    plain_settings, with a message naming what was left out and the flag. Both on stderr."""
+    plain_settings, with a message naming what was left out and the flag. Both on stderr. Settings the
+    command line sets itself (`overridden`, e.g. tools.web.url from --web-url) are not named: the
+    command does not use the run's value either way."""
     got = run.get("tools")
     tools: dict = got if isinstance(got, dict) else {}
     risky = code_settings(tools)
     if not risky:
         return run
+    if not trusted and all(k in overridden for k, _ in risky):
+        return plain_settings(run)
+    risky = [(k, v) for k, v in risky if k not in overridden] if not trusted else risky
     where = run_dir_of(model) if model else None
     name = f"the run {where.resolve()}" if where is not None else "the run"
     lines = "\n".join(f"  {k}: {v}" for k, v in risky)
