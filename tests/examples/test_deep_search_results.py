@@ -11,7 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 RES = ROOT / "docs" / "results" / "deep_search_webhop"
-LABELS = {"sft": "SFT", "arpo": "ARPO"}
+LABELS = {"sft": "SFT", "arpo": "ARPO", "arpo14": "ARPO, 14 steps"}
 
 
 def _load(name: str) -> dict:
@@ -112,17 +112,26 @@ def tables() -> str:
                          relation_table(evals)])
 
 
+def continued_tables() -> str:
+    """The same run continued to 14 steps (continued/): SFT -> 14 steps, pass@1, paired, errors, relation."""
+    cmp = _load("continued/compare.json")
+    evals = {"arpo14": _load("continued/eval_arpo14.json")}
+    return "\n\n".join([accuracy_table(cmp), paired_table(cmp), error_table(evals), relation_table(evals)])
+
+
 def test_the_example_readme_quotes_the_committed_run():
     readme = (ROOT / "examples" / "deep_search" / "README.md").read_text()
-    for table in tables().split("\n\n"):
+    for table in tables().split("\n\n") + continued_tables().split("\n\n"):
         assert table in readme, ("examples/deep_search/README.md: a measured table differs from "
                                  f"docs/results/deep_search_webhop/; expected:\n{table}")
 
 
 def test_the_readme_and_the_deep_search_page_quote_the_same_numbers():
-    cmp = _load("compare.json")
-    acc = {(iv["label"], iv["dataset"]): f"{iv['accuracy']:.3f}" for iv in cmp["intervals"]}
-    pairs = [f"+{p['wins']} / −{p['losses']}" for p in cmp["paired"]]
+    acc, pairs = {}, []
+    for name in ("compare.json", "continued/compare.json"):
+        cmp = _load(name)
+        acc |= {(iv["label"], iv["dataset"]): f"{iv['accuracy']:.3f}" for iv in cmp["intervals"]}
+        pairs += [f"+{p['wins']} / −{p['losses']}" for p in cmp["paired"]]
     for doc in ("README.md", "docs/deep_search.md"):
         text = (ROOT / doc).read_text()
         for key, val in acc.items():
@@ -133,7 +142,7 @@ def test_the_readme_and_the_deep_search_page_quote_the_same_numbers():
 
 def test_the_files_are_one_run_of_the_committed_example():
     """The two evals used the example's settings (tools, result sizes, budget), greedy, on the full splits."""
-    for name in ("eval_sft.json", "eval_arpo.json"):
+    for name in ("eval_sft.json", "eval_arpo.json", "continued/eval_arpo14.json"):
         ev = _load(name)
         assert ev["temperature"] == 0.0, name
         assert {k: v["questions"] for k, v in ev["results"].items()} == {"webhop:dev": 60, "webhop:test": 60}
@@ -141,5 +150,8 @@ def test_the_files_are_one_run_of_the_committed_example():
     metrics = [json.loads(x) for x in (RES / "arpo_metrics.jsonl").read_text().splitlines() if x.strip()]
     steps = [m["step"] for m in metrics if "reward_mean" in m]
     assert steps == list(range(1, len(steps) + 1)) and steps
-    prov = _load("arpo_provenance.json")
-    assert prov and not (prov[-1] if isinstance(prov, list) else prov).get("dirty")
+    for name in ("arpo_provenance.json", "continued/arpo_provenance.json"):  # a list: start, then each resume
+        prov = _load(name)
+        assert prov and all(p["commit"] == prov[0]["commit"] and not p["dirty"] for p in prov), name
+    cont = [json.loads(x) for x in (RES / "continued" / "arpo_metrics.jsonl").read_text().splitlines() if x.strip()]
+    assert [m for m in cont if "reward_mean" in m][:len(steps)] == [m for m in metrics if "reward_mean" in m]
