@@ -56,7 +56,7 @@ def tools_table(evals: dict[str, dict]) -> str:
 
 
 ASKED = re.compile(r"<think>The (\w+) town")  # the relation the trajectory's plan names (webhop's SFT format)
-LISTED = re.compile(r"The (\w+) town of \w+ is \w+\.")  # the first page's relation lines, in page order
+LISTED = re.compile(r"The (\w+) town of \w+ is (\w+)\.")  # the first page's (relation, town) lines, in order
 
 
 def relation_table(evals: dict[str, dict]) -> str:
@@ -69,7 +69,7 @@ def relation_table(evals: dict[str, dict]) -> str:
             for r in recs:
                 asked, listed = ASKED.search(r["text"]), LISTED.findall(r["text"])
                 if asked and listed:
-                    cell = n[listed[0] == asked.group(1)]
+                    cell = n[listed[0][0] == asked.group(1)]
                     cell[0] += bool(r["correct"])
                     cell[1] += 1
             lines.append(f"| {LABELS.get(label, label)} | {split} | {n[True][0]} / {n[True][1]} | "
@@ -91,7 +91,7 @@ def error_table(evals: dict[str, dict]) -> str:
                     continue
                 ds = r["deep_search"]
                 pages = [u.rsplit("/", 1)[-1] for u in ds["pages"]]
-                named = {town for town in re.findall(r"The \w+ town of \w+ is (\w+)\.", r["text"])}
+                named = {town for _, town in LISTED.findall(r["text"])}
                 if not r["format_ok"]:
                     kinds["format"] += 1
                 elif len(pages) > 1 and pages[1] in named and pages[1] != ds["supporting"][1]:

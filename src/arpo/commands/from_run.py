@@ -159,9 +159,10 @@ def admit(run: dict, model: str | None, trusted: bool, command: str, overridden:
     risky = code_settings(tools)
     if not risky:
         return run
-    if not trusted and all(k in overridden for k, _ in risky):
-        return plain_settings(run)
-    risky = [(k, v) for k, v in risky if k not in overridden] if not trusted else risky
+    if not trusted:
+        risky = [(k, v) for k, v in risky if k not in overridden]
+        if not risky:
+            return plain_settings(run)
     where = run_dir_of(model) if model else None
     name = f"the run {where.resolve()}" if where is not None else "the run"
     lines = "\n".join(f"  {k}: {v}" for k, v in risky)

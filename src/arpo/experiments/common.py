@@ -153,14 +153,14 @@ def reusable_steps(run_dir: Path, tc, eval_steps: list[int]) -> list[int]:
     left in run_dir.
 
     A run dir is reused only when its config.yaml differs from `tc` in keys that do not change what is
-    trained (training/rundir.SAFE_ON_RESUME, plus run.dir): an interrupted experiment, or runs made
+    trained (training/rundir.SAFE_ON_RESUME, run.dir among them): an interrupted experiment, or runs made
     before with `arpo train` on the same config and seed, are evaluated instead of trained again."""
     saved = run_dir / "config.yaml"
     if not saved.is_file():
         return []
     old = yaml.safe_load(saved.read_text()) or {}
     tc = dataclasses.replace(tc, lora=tc.lora.resolve(tc.model.name))  # as train.run records it in config.yaml
-    if [c for c in unsafe_changes(old, dataclasses.asdict(tc)) if c[0] != "run.dir"]:
+    if unsafe_changes(old, dataclasses.asdict(tc)):
         return []
     have = []
     for s in eval_steps:
