@@ -4,6 +4,8 @@
    `--prompt`-token prompt, N global samples of `--resp` tokens and N branches that fork halfway
    through their parent (the shape ARPO's branching produces; token ids random). Same loss
    (token-mean clipped surrogate), same micro-batch size; gradients are equal (tests/training).
+   Packed twice: with the block-sparse tree attention (training/tree_attention.py, the default) and
+   with dense masked SDPA over the whole pack (the attention before it; same gradients).
 2. Peak memory (the process's own peak RSS, VmHWM; one fresh process per variant) of one full
    fine-tuning step on B x T tokens: naive (model(...).logits -> log_softmax, one forward/backward), chunked
    log-probs alone (same single forward), and arpo's training path (chunked log-probs, loss
@@ -58,7 +60,13 @@ def bench_packing(a) -> dict:
     res = {"tree_shape": f"{a.trees} trees x (prompt {a.prompt} + {a.n_global} globals x {a.resp} + "
                          f"{a.n_global} half-way branches)",
            "tokens_flat": batch.n_tokens(False), "tokens_packed": batch.n_tokens(True)}
-    for packed in (True, False):
+    from arpo.training import tree_attention
+
+    sparse_block = tree_attention.BLOCK
+    for variant in ("packed", "packed_dense", "flat"):
+        packed = variant != "flat"
+        # dense: no pack spans two blocks, so tree_sdpa_forward hands every call to transformers' SDPA
+        tree_attention.BLOCK = 10**9 if variant == "packed_dense" else sparse_block
         ts = []
         for _ in range(a.repeats):
             model.zero_grad(set_to_none=True)
@@ -67,8 +75,10 @@ def bench_packing(a) -> dict:
             loss_and_backward(model, batch, lambda lp, en, old=old: policy_loss(lp, old, adv, batch.mask),
                               packed=packed, max_tokens=a.micro_tokens, current=(old, None))
             ts.append(time.perf_counter() - t)
-        res["packed_s" if packed else "flat_s"] = statistics.median(ts)
+        res[f"{variant}_s"] = statistics.median(ts)
+    tree_attention.BLOCK = sparse_block
     res["packed_over_flat"] = res["packed_s"] / res["flat_s"]
+    res["packed_over_packed_dense"] = res["packed_s"] / res["packed_dense_s"]
     return res
 
 
@@ -154,9 +164,12 @@ def main() -> int:
     ap.add_argument("--mem-len", type=int, default=512)
     ap.add_argument("--mem-runs", type=int, default=5, help="fresh-process (naive, arpo) pairs for the memory ratio")
     ap.add_argument("--only", choices=["packing", "memory"])
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--child")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
+    if a.threads:
+        torch.set_num_threads(a.threads)
     if a.child:
         _memory_child(a.child, a.mem_batch, a.mem_len, a.model)
         return 0

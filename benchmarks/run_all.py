@@ -74,6 +74,10 @@ def rows(res: dict) -> list[tuple]:
                     f"packed {tr['packed_s']:.1f} s ({tr['tokens_packed']} tokens)",
                     f"flat {tr['flat_s']:.1f} s ({tr['tokens_flat']} tokens)", f"{tr['packed_over_flat']:.2f}",
                     "<= 0.6"))
+    if "packed_dense_s" in tr:
+        out.append((f"log-prob + backward, packed, block-sparse tree attention vs dense SDPA, {tr['tree_shape']}",
+                    "bench_training.py", f"block-sparse {tr['packed_s']:.1f} s", f"dense {tr['packed_dense_s']:.1f} s",
+                    f"{tr['packed_over_packed_dense']:.2f}", ""))
     if "chunked_peak_gb" in tr:
         out.append((f"peak RSS GB, {tr['memory_batch']}: chunked log-probs, one forward", "bench_training.py",
                     f"chunked {tr['chunked_peak_gb']:.2f}", f"naive {tr['naive_peak_gb']:.2f}",

@@ -218,3 +218,29 @@ def test_a_batch_needs_its_loss_masks():
     masked = TreeBatch.from_trees([tree], [[[1, 0, 1]]])
     assert masked.mask.tolist() == [[1.0, 0.0, 1.0]]
     assert TreeBatch.from_trees([tree], TreeBatch.all_generated([tree])).mask.tolist() == [[1.0, 1.0, 1.0]]
+
+
+def test_a_linear_loss_skips_the_no_grad_forward_with_the_same_loss_and_gradients(model64, monkeypatch):
+    """SFT's NLL is linear in the log-probs: linear=True takes dL/dlogp at logp = 0, runs one forward per
+    micro-batch instead of two, and gives the loss and gradients of the two-forward path."""
+    import arpo.training.batch as B
+    from arpo.recipes.sft import nll_loss
+
+    rng = random.Random(3)
+    trees = [random_tree(rng, 200, m=1) for _ in range(4)]
+    masks = [[[int(rng.random() < 0.7) for _ in t["responses"][0]]] for t in trees]
+    batch = TreeBatch.from_trees(trees, masks)
+    forwards = []
+    real = B.packed_token_logprobs
+    monkeypatch.setattr(B, "packed_token_logprobs", lambda *a, **k: forwards.append(1) or real(*a, **k))
+    got = {}
+    for linear in (False, True):
+        forwards.clear()
+        model64.zero_grad()
+        loss, _ = loss_and_backward(model64, batch, nll_loss(batch.mask), packed=False, max_tokens=40, linear=linear)
+        got[linear] = (loss, _grads(model64), len(forwards))
+    assert got[True][2] * 2 == got[False][2] >= 2
+    assert torch.allclose(got[True][0], got[False][0], rtol=1e-12)
+    assert (got[True][1] - got[False][1]).norm() / got[False][1].norm() < 1e-12
+    with pytest.raises(ValueError, match="linear"):
+        loss_and_backward(model64, batch, nll_loss(batch.mask), linear=True, need_entropy=True)

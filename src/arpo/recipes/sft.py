@@ -116,7 +116,7 @@ def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False, overwrite: bo
                 trees = [{"prompt": p, "responses": [ids], "parent": [-1], "branch_at": [0]} for p, ids, _ in items]
                 batch = TreeBatch.from_trees(trees, [[m] for _, _, m in items])
                 loss, _ = loss_and_backward(model, batch, nll_loss(batch.mask), packed=False,
-                                            max_tokens=cfg.micro_tokens, pad_id=pad)
+                                            max_tokens=cfg.micro_tokens, pad_id=pad, linear=True)
                 gnorm = clip_gradients(model, cfg.optim.grad_clip)
                 opt.step()
                 sched.step()

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from arpo.training.packing import Pack, pack_trees, packed_token_logprobs, unpack
+from arpo.training.tree_attention import use_tree_attention
 
 
 @dataclass
@@ -164,14 +165,28 @@ def rollout_logprobs(batch: TreeBatch, values: dict[tuple[int, int], tuple[list[
 def loss_and_backward(model, batch: TreeBatch, loss_fn, *, packed: bool = True, max_tokens: int = 4096,
                       need_entropy: bool = False, temperature: float = 1.0, chunk_size: int = 1024,
                       pad_id: int = 0, current: tuple[torch.Tensor, torch.Tensor | None] | None = None,
-                      scale: float = 1.0, record: torch.Tensor | None = None):
+                      scale: float = 1.0, record: torch.Tensor | None = None, linear: bool = False):
     """loss_fn(logp (B,T), entropy (B,T)|None) -> (loss, diagnostics). Accumulates
     scale · dloss/dθ into the parameters' .grad and returns (loss, diagnostics).
 
     `current`: the batch's log-probs (and entropies) under the current parameters when already
     known (e.g. on-policy, where they equal old_logp), saving the first forward.
     `record` (B, T): filled with the log-probs of the backward's own forward (the training forward),
-    e.g. to compare with what the rollout engine recorded (train–inference mismatch)."""
+    e.g. to compare with what the rollout engine recorded (train–inference mismatch).
+    `linear`: loss_fn is linear in logp and ignores the entropy (SFT's NLL), so dL/dlogp is the same at
+    any logp: it is taken at logp = 0, the no-grad forward is skipped (a quarter of an SFT step) and the
+    loss is evaluated on the log-probs of the training forward itself."""
+    if linear:
+        if need_entropy or current is not None:
+            raise ValueError("linear=True takes no `current` and no entropy")
+        own = torch.zeros(batch.mask.shape, dtype=torch.float64, device=batch.mask.device)
+        loss_and_backward(model, batch, loss_fn, packed=packed, max_tokens=max_tokens, temperature=temperature,
+                          chunk_size=chunk_size, pad_id=pad_id, current=(torch.zeros_like(own), None), scale=scale,
+                          record=own)
+        if record is not None:
+            record.copy_(own)
+        loss, diag = loss_fn(own, None)
+        return loss.detach(), diag
     if current is None:
         current = token_logprobs(model, batch, packed=packed, max_tokens=max_tokens, with_entropy=need_entropy,
                                  temperature=temperature, chunk_size=chunk_size, pad_id=pad_id)
@@ -182,24 +197,30 @@ def loss_and_backward(model, batch: TreeBatch, loss_fn, *, packed: bool = True, 
     g_lp = grads[0] if grads[0] is not None else torch.zeros_like(lp)
     g_en = grads[1] if en is not None else None
     for group in _micro_packs(batch, packed, max_tokens):
-        outs = packed_token_logprobs(model, group, with_entropy=g_en is not None, chunk_size=chunk_size,
-                                     temperature=temperature, pad_id=pad_id)
-        terms = []
-        for (plp, pen), p in zip(outs, group, strict=True):
-            # a pair may belong to several rows (shared tokens): index_add sums their gradients
-            g = torch.zeros_like(plp)
-            ge = torch.zeros_like(pen) if (g_en is not None and pen is not None) else None
-            for key, pi in zip(p.members, p.pair_index, strict=True):
-                r, n = batch.rows[key], len(pi)
-                pi = pi.to(plp.device)
-                g.index_add_(0, pi, g_lp[r, :n].to(plp.device, plp.dtype))
-                if record is not None:
-                    record[r, :n] = plp.detach()[pi].to(record.device, record.dtype)
-                if ge is not None and g_en is not None:  # (g_en is set whenever ge is)
-                    ge.index_add_(0, pi, g_en[r, :n].to(pen.device, pen.dtype))
-            terms.append((plp * g).sum())
-            if ge is not None:
-                terms.append((pen * ge).sum())
-        if terms:
-            torch.stack(terms).sum().backward()
+        with use_tree_attention(model):  # also for layers recomputed in the backward (activation checkpointing)
+            _backward_group(model, batch, group, g_lp, g_en, chunk_size, temperature, pad_id, record)
     return loss.detach(), diag
+
+
+def _backward_group(model, batch, group, g_lp, g_en, chunk_size, temperature, pad_id, record) -> None:
+    """Forward one micro-batch of packs with gradient and back-propagate Σ logp · dL/dlogp (+ entropy)."""
+    outs = packed_token_logprobs(model, group, with_entropy=g_en is not None, chunk_size=chunk_size,
+                                 temperature=temperature, pad_id=pad_id)
+    terms = []
+    for (plp, pen), p in zip(outs, group, strict=True):
+        # a pair may belong to several rows (shared tokens): index_add sums their gradients
+        g = torch.zeros_like(plp)
+        ge = torch.zeros_like(pen) if (g_en is not None and pen is not None) else None
+        for key, pi in zip(p.members, p.pair_index, strict=True):
+            r, n = batch.rows[key], len(pi)
+            pi = pi.to(plp.device)
+            g.index_add_(0, pi, g_lp[r, :n].to(plp.device, plp.dtype))
+            if record is not None:
+                record[r, :n] = plp.detach()[pi].to(record.device, record.dtype)
+            if ge is not None and g_en is not None:  # (g_en is set whenever ge is)
+                ge.index_add_(0, pi, g_en[r, :n].to(pen.device, pen.dtype))
+        terms.append((plp * g).sum())
+        if ge is not None:
+            terms.append((pen * ge).sum())
+    if terms:
+        torch.stack(terms).sum().backward()

@@ -175,6 +175,10 @@ class _TrainView:
     def get_output_embeddings(self):
         return _base(self.model.lm).get_output_embeddings()
 
+    @property
+    def config(self):  # the transformers config its layers read (tree_attention switches their attention)
+        return _base(self.model.lm).config
+
 
 class ParallelModel:
     """The policy on W ranks (see the module docstring). mode None: one process, all no-ops."""

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from arpo.algos.logprobs import token_logprobs
+from arpo.training.tree_attention import use_tree_attention
 
 
 @dataclass
@@ -212,7 +213,8 @@ def packed_token_logprobs(model, packs: list[Pack], *, with_entropy: bool = Fals
     model = get_base() if get_base is not None else model
     dev = model.get_output_embeddings().weight.device  # packs are built on the CPU; the model may be on a GPU
     batch = {k: v.to(dev, non_blocking=True) for k, v in collate(packs, pad_id).items()}
-    out = model.model(**batch, use_cache=False)
+    with use_tree_attention(model):  # block-sparse over the tree mask: a token's work is what it sees
+        out = model.model(**batch, use_cache=False)
     hidden = out.last_hidden_state  # (B, S, D)
     flat_idx = torch.cat([p.context + b * hidden.shape[1] for b, p in enumerate(packs)]).to(dev)
     targets = torch.cat([p.targets for p in packs]).to(dev)
