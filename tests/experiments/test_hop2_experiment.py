@@ -137,3 +137,65 @@ def test_a_second_command_reuses_the_sft_model_it_trained(tmp_path, monkeypatch)
     with pytest.raises(AssertionError, match="trained again"):  # another SFT setting: trained, not reused
         X.make_sft(X.Hop2ExperimentConfig.quick(out=str(tmp_path), sft_overrides=[
             *cfg.sft_overrides, "optim.lr=3e-4"]), tmp_path)
+
+
+def test_a_study_committed_as_it_runs_goes_on_from_a_fresh_clone(tmp_path, monkeypatch):
+    """A study longer than one machine's life (issue 41): select=last fixes the tested step before any
+    result, so with report_test=true each run's test is evaluated as the run ends. OUT/.gitignore keeps the
+    checkpoints out of git; a fresh clone of the committed directory retrains the SFT model (the same
+    weights, checked by hash), trains no RL run again and reports the same numbers."""
+    import shutil
+    import subprocess
+
+    import arpo.recipes.train as train_recipe
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    monkeypatch.chdir(repo)
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    cfg = X.Hop2ExperimentConfig.quick(out="study", threads=2, select="last", report_test=True,
+                                       sft_config=str(root / "configs/sft_quickstart.yaml"),
+                                       train_config=str(root / "configs/hop2_rl.yaml"))
+    first = X.run(cfg)
+    led = json.loads((repo / "study" / "protocol.json").read_text())
+    assert led["frozen"]["reason"].startswith("pre-registered") and led["frozen"]["selection"]["steps"] == \
+        {"arpo": 2, "grpo": 2}
+    for mt in ("arpo", "grpo"):  # tested at the run's end, while its checkpoint was there
+        assert (repo / "study" / "rl" / f"{mt}_seed0" / "test_eval" / "heldout_step_000002.json").is_file()
+
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], cwd=repo, check=True)
+    subprocess.run([*git, "add", "study"], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-qm", "study"], cwd=repo, check=True)
+    tracked = subprocess.run(["git", "ls-files"], cwd=repo, capture_output=True, text=True, check=True).stdout
+    assert "checkpoints/" not in tracked and ".safetensors" not in tracked
+    assert "study/rl/arpo_seed0/metrics.jsonl" in tracked
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True)
+    monkeypatch.chdir(clone)
+
+    def no_training(*a, **k):
+        raise AssertionError("an RL run trained again")
+
+    monkeypatch.setattr(train_recipe, "run", no_training)
+    again = X.run(cfg)
+    assert not again["sft"].get("reused")  # the SFT model is not in git: trained again, same weights
+    assert again["sft"]["weights_sha256"] == first["sft"]["weights_sha256"]
+    for split in ("dev", "test"):
+        for mt in ("arpo", "grpo"):
+            assert again[split][mt]["accuracy_per_seed"] == first[split][mt]["accuracy_per_seed"]
+
+    # an SFT model that comes out different makes the kept runs incomparable: refused, naming the file
+    shutil.rmtree(clone / "study" / "sft")
+    rec = json.loads((clone / "study" / "sft.json").read_text())
+    rec["result"]["weights_sha256"] = "0" * 64
+    (clone / "study" / "sft.json").write_text(json.dumps(rec))
+    with pytest.raises(ArpoError, match="sft.json: the SFT model trained again here differs"):
+        X.run(cfg)
+
+
+def test_select_is_dev_or_last(tmp_path):
+    with pytest.raises(ArpoError, match="select: 'best'"):
+        X.run(X.Hop2ExperimentConfig.quick(out=str(tmp_path), select="best"))

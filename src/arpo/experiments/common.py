@@ -19,6 +19,7 @@ import os
 import shutil
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,7 +64,22 @@ def start_run(out: str | Path, threads: int) -> Path:
     torch.set_num_threads(threads)
     path = Path(out)
     path.mkdir(parents=True, exist_ok=True)
+    ignore = path / ".gitignore"
+    if not ignore.exists():
+        ignore.write_text(GITIGNORE)
     return path
+
+
+# OUT/.gitignore: a study's directory may be committed as its runs finish (a machine may not last the
+# study); then its checkpoints stay out and its evaluations, metrics, trees and records go in, and a
+# later `arpo experiment` on a fresh clone reuses every finished run (reusable_steps, cached_eval)
+GITIGNORE = """# written by `arpo experiment`: commit this directory as runs finish; the bulky files stay out
+checkpoints/
+.overwritten/
+.lock
+*.safetensors
+*.pt
+"""
 
 
 def run_record(t0: float) -> dict:
@@ -191,15 +207,25 @@ def step_rows(run_dir: Path) -> list[dict]:
 
 
 def run_rl(cfg: RLStudyConfig, method: str, seed: int, sft_model: str, examples, start: dict,
-           out: Path) -> dict:
+           out: Path, on_end: Callable[[Path, Any], None] | None = None) -> dict:
     """One RL run in segments of eval_every steps, evaluated between segments. Checkpoints an earlier
-    run of the same config left in the run dir are evaluated, not trained again (reusable_steps)."""
+    run of the same config left in the run dir are evaluated, not trained again (reusable_steps).
+    on_end(run_dir, train_config): called once the last segment is evaluated (e.g. a test evaluation
+    while the last checkpoint is there)."""
     from arpo.recipes import train  # noqa: PLC0415 - loads torch+numpy; kept out of this light module's import
 
     run_dir = out / "rl" / f"{method}_seed{seed}"
     tc = train_config(cfg, sft_model, method, seed, run_dir)
     ends = list(range(cfg.eval_every, cfg.steps + 1, cfg.eval_every))
     have = reusable_steps(run_dir, tc, ends)
+    gap = have != ends[:len(have)]  # a later step kept and an earlier one not
+    stuck = len(have) < len(ends) and not (run_dir / "checkpoints" / f"step_{have[-1]:06d}").is_dir() if have else False
+    if have and (gap or stuck):
+        # evaluations kept without the checkpoint to continue from (a copy of the run's small files on
+        # another machine): training starts over; the same seed trains the same weights
+        log(f"{method} seed {seed}: steps {have} are evaluated but step {have[-1]}'s checkpoint is gone; "
+            "training again from the start")
+        have = []
     if not have:
         shutil.rmtree(run_dir, ignore_errors=True)
     else:
@@ -218,6 +244,8 @@ def run_rl(cfg: RLStudyConfig, method: str, seed: int, sft_model: str, examples,
         curve.append({"step": end, "tool_calls": calls, **point(m, recs), "seconds": time.perf_counter() - t0})
         log(f"{method} seed {seed} step {end}: held-out {m['pass@1']:.3f}  cumulative tool calls {calls}  "
             f"train reward {rows[-1].get('reward_mean', float('nan')) if rows else float('nan'):.3f}")
+    if on_end is not None:
+        on_end(run_dir, tc)
     keys = ("reward_mean", "accuracy", "format_error_rate", "tool_calls_per_traj", "tool_calls_issued", "branches",
             "branch_decisions", "branch_rate", "delta_entropy", "trajectories", "response_length", "step_seconds",
             "initial_entropy", "post_tool_entropy")

@@ -61,6 +61,11 @@ class Hop2ExperimentConfig(common.RLStudyConfig):
     eval_data: str = "hop2:dev"  # the selection split (every curve point)
     test_data: str = "hop2:test"  # evaluated once, after the selection is frozen (report_test=true)
     report_test: bool = False
+    # the step whose checkpoint is tested: dev = per method the eval step with the best seed-mean dev
+    # accuracy, chosen after every run (its checkpoints must still be there); last = the last step, fixed
+    # before any result, so that with report_test=true each run's test is evaluated as the run ends and
+    # nothing waits on checkpoints a machine may lose (an experiment spread over several machines)
+    select: str = "dev"
     keep_checkpoints: int = 100  # every eval step's checkpoint stays, so the selected one can be tested
     bootstrap_resamples: int = 2000
     bootstrap_seed: int = 0
@@ -98,21 +103,53 @@ def make_sft(cfg: Hop2ExperimentConfig, out: Path) -> dict:
     conf = yaml.safe_load(yaml.safe_dump(dataclasses.asdict(sc)))
     sha = hashlib.sha256(text.encode()).hexdigest()
     record = out / SFT_RECORD
+    old: dict = {}
     if record.is_file():
         old = json.loads(record.read_text())
-        if (old.get("data_sha256") == sha and not unsafe_changes(old.get("config") or {}, conf)
-                and Path(old["result"]["model"]).is_dir()):
+        if old.get("data_sha256") != sha or unsafe_changes(old.get("config") or {}, conf):
+            old = {}
+        elif Path(old["result"]["model"]).is_dir():
             return {**old["result"], "reused": True}
     t0 = time.perf_counter()
     res = sft_run(sc, overwrite=True, quiet=True)
     result = {"model": res["model"], "rows": len(rows), "steps": res["steps"], "final_loss": res["final_loss"],
-              "seconds": time.perf_counter() - t0}
+              "seconds": time.perf_counter() - t0, "weights_sha256": weights_sha256(Path(res["model"]))}
+    kept = old.get("result", {}).get("weights_sha256")
+    if kept and kept != result["weights_sha256"]:  # OUT kept from another machine: its runs start from `kept`
+        raise ArpoError(f"{record}: the SFT model trained again here differs from the one this directory's runs "
+                        f"started from (weights sha256 {result['weights_sha256'][:12]} != {kept[:12]}), so new runs "
+                        "would not be comparable with the kept ones; use a new --out (or the same torch build "
+                        "and machine type)")
     record.write_text(json.dumps({"config": conf, "data_sha256": sha, "result": result}, indent=1, default=str))
     return result
 
 
-def select_steps(runs: dict[str, list[dict]]) -> dict[str, int]:
-    """Per method, the eval step (> 0) with the highest seed-mean dev accuracy; ties: the earlier step."""
+def weights_sha256(model_dir: Path) -> str:
+    """sha256 over a model dir's weight files (*.safetensors, by name): equal weights, equal hash."""
+    h = hashlib.sha256()
+    for f in sorted(model_dir.glob("*.safetensors")):
+        h.update(f.name.encode())
+        with f.open("rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def sft_start(cfg: Hop2ExperimentConfig, out: Path) -> dict:
+    """The RL runs' start: sft_from as given, or make_sft's model (logged)."""
+    if cfg.sft_from:
+        return {"model": cfg.sft_from, "reused": True}
+    sft = make_sft(cfg, out)
+    log(f"SFT{' (reused)' if sft.get('reused') else ''}: {sft['rows']} scripted rows, {sft['steps']} steps, "
+        f"loss {sft['final_loss']:.3f} ({sft['seconds']:.0f} s) -> {sft['model']}")
+    return sft
+
+
+def select_steps(runs: dict[str, list[dict]], how: str = "dev", last: int | None = None) -> dict[str, int]:
+    """Per method, the eval step (> 0) with the highest seed-mean dev accuracy; ties: the earlier step.
+    how=last: every method's `last` step (the pre-registered choice of select=last)."""
+    if how == "last":
+        return {m: int(last or 0) for m in runs}
     out = {}
     for m, rs in runs.items():
         n = min(len(r["curve"]) for r in rs)
@@ -173,30 +210,51 @@ def tool_call_ratio(runs: dict[str, list[dict]], cfg: Hop2ExperimentConfig) -> d
     return out
 
 
-def run(cfg: Hop2ExperimentConfig) -> dict:
-    out = common.start_run(cfg.out, cfg.threads)
+def open_ledger(cfg: Hop2ExperimentConfig, out: Path) -> P.Ledger:
+    """OUT/protocol.json, refusing a second test report under other settings. select=last: the choice
+    exists before any result, so it is frozen here (each run then tests as it ends)."""
     ledger = P.Ledger(out / "protocol.json")
     done = ledger.frozen if ledger.data.get("test_reported_for") else None
     if cfg.report_test and done is not None and done["selection"]["settings"] != _frozen_settings(cfg):
         raise ArpoError(f"{ledger.path}: test was already reported in this directory with other settings; a test "
                         "split is reported once. Use a new --out to experiment further (on dev).")
+    if cfg.select not in ("dev", "last"):
+        raise ArpoError(f"select: {cfg.select!r}; choose dev or last")
+    if cfg.report_test and cfg.select == "last":
+        ledger.freeze({"steps": select_steps({m: [] for m in cfg.methods}, "last", cfg.steps),
+                       "settings": _frozen_settings(cfg)}, reason="pre-registered: the last step (select=last)")
+    return ledger
+
+
+def run(cfg: Hop2ExperimentConfig) -> dict:
+    out = common.start_run(cfg.out, cfg.threads)
+    ledger = open_ledger(cfg, out)
+    test_cfg = dataclasses.replace(cfg, eval_data=cfg.test_data)
+    test_as_runs_end = cfg.report_test and cfg.select == "last"
     t0 = time.perf_counter()
-    if cfg.sft_from:
-        sft: dict[str, Any] = {"model": cfg.sft_from, "reused": True}
-    else:
-        sft = make_sft(cfg, out)
-        log(f"SFT{' (reused)' if sft.get('reused') else ''}: {sft['rows']} scripted rows, {sft['steps']} steps, "
-            f"loss {sft['final_loss']:.3f} ({sft['seconds']:.0f} s) -> {sft['model']}")
+    sft = sft_start(cfg, out)
     dev = load_examples(cfg.eval_data)
     tc0 = common.train_config(cfg, sft["model"], cfg.methods[0], 0, out / "rl" / "_")
     m0, recs0 = common.cached_eval(out, 0, sft["model"], tc0, cfg, dev)
     start = {"point": common.point(m0, recs0), "records": recs0}
     log(f"SFT start: dev {m0['pass@1']:.3f} on {len(dev)} questions")
     runs: dict[str, list[dict]] = {mt: [] for mt in cfg.methods}
+    cache: dict[str, list] = {}
+
+    def examples(c):
+        return cache.setdefault(c.eval_data, load_examples(c.eval_data))
+
+    def test_now(mt: str, seed: int):
+        def run_test(run_dir: Path, tc) -> None:
+            model = run_dir / "checkpoints" / f"step_{cfg.steps:06d}" / "model"
+            (run_dir / "test_eval").mkdir(parents=True, exist_ok=True)
+            common.cached_eval(run_dir / "test_eval", cfg.steps, str(model), tc, test_cfg, examples(test_cfg))
+        return run_test if test_as_runs_end else None
+
     for seed in range(cfg.seeds):  # interleaved: a cut-short run still has every method
         for mt in cfg.methods:
-            runs[mt].append(common.run_rl(cfg, mt, seed, sft["model"], dev, start, out))
-    selection = select_steps(runs)
+            runs[mt].append(common.run_rl(cfg, mt, seed, sft["model"], dev, start, out, on_end=test_now(mt, seed)))
+    selection = select_steps(runs, cfg.select, cfg.steps)
 
     def records(split_cfg, step_of) -> dict[str, list[list[dict]]]:
         got: dict[str, list[list[dict]]] = {}
@@ -211,11 +269,6 @@ def run(cfg: Hop2ExperimentConfig) -> dict:
                 got[mt].append(common.cached_eval(where, step_of[mt], str(model), tc, split_cfg,
                                                   examples(split_cfg))[1])
         return got
-
-    cache: dict[str, list] = {}
-
-    def examples(c):
-        return cache.setdefault(c.eval_data, load_examples(c.eval_data))
 
     def clusters(c) -> dict[str, str]:  # a dataset's declared clusters (hop2: first-hop town / relation)
         return {ex["id"]: ex.get("cluster", ex["id"]) for ex in examples(c)}
@@ -232,8 +285,9 @@ def run(cfg: Hop2ExperimentConfig) -> dict:
                                if len(cfg.methods) >= 2 and {"arpo", "grpo"} <= set(cfg.methods) else {},
                                "dev": dev_stats, "branching": branching}
     if cfg.report_test:
-        ledger.freeze({"steps": selection, "settings": _frozen_settings(cfg)}, reason="best seed-mean dev accuracy")
-        test_cfg = dataclasses.replace(cfg, eval_data=cfg.test_data)
+        if not test_as_runs_end:
+            ledger.freeze({"steps": selection, "settings": _frozen_settings(cfg)},
+                          reason="best seed-mean dev accuracy")
         test_stats = split_stats(records(test_cfg, selection), cfg, clusters(test_cfg))
         for mt in cfg.methods:
             ledger.record(f"{mt}/accuracy", test_stats[mt]["accuracy_mean"], "test", step=selection[mt],
