@@ -16,7 +16,13 @@ equals dense masked attention up to floating-point summation order, for any bool
 
 It is a transformers attention function (`AttentionInterface`), switched on only around the packed
 forward and backward (`use_tree_attention`); every other call (generation, float masks, short
-queries) goes to transformers' own SDPA function unchanged.
+queries, tensors on a GPU) goes to transformers' own SDPA function unchanged. On a GPU SDPA's fused
+kernels take the dense mask without materializing it; whether blocks pay there is not measured, so
+the GPU keeps dense SDPA (and training/memory.py's estimate, which counts the dense mask, holds).
+
+Memory (CPU): each block saves its gathered keys and values, 2·|K|·H_kv·d values (grouped heads are
+not repeated: SDPA's enable_gqa), and its (rows, |K|) boolean mask, in place of the dense path's
+additive (S, S) mask and repeated K/V.
 """
 
 from __future__ import annotations
@@ -62,23 +68,23 @@ def tree_sdpa_forward(module, query, key, value, attention_mask, dropout: float 
     """transformers attention function: query (B, H, S, D), key/value (B, H_kv, S, D) -> ((B, S, H, D), None).
     Block-sparse for a (B, 1, S, S) boolean mask over at least two blocks; otherwise SDPA as transformers
     does it."""
-    from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    if (attention_mask is None or attention_mask.dtype != torch.bool or attention_mask.dim() != 4
+    if (query.device.type != "cpu" or attention_mask is None or attention_mask.dtype != torch.bool
+            or attention_mask.dim() != 4
             or attention_mask.shape[1] != 1 or query.shape[2] != key.shape[2] or query.shape[2] < 2 * BLOCK
             or kwargs.get("cache") is not None or kwargs.get("position_bias") is not None):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
-    n_rep = getattr(module, "num_key_value_groups", 1)
+    gqa = query.shape[1] != key.shape[1]  # grouped heads: SDPA repeats K/V itself, nothing repeated is saved
     outs = []
     for b, blocks in enumerate(_cached_plan(attention_mask)):
         row = []
         for s, e, keys in blocks:
-            k = repeat_kv(key[b:b + 1, :, keys], n_rep)
-            v = repeat_kv(value[b:b + 1, :, keys], n_rep)
             m = attention_mask[b:b + 1, :, s:e][..., keys]
             row.append(torch.nn.functional.scaled_dot_product_attention(
-                query[b:b + 1, :, s:e], k, v, attn_mask=m, dropout_p=dropout, scale=scaling))
+                query[b:b + 1, :, s:e], key[b:b + 1, :, keys], value[b:b + 1, :, keys], attn_mask=m,
+                dropout_p=dropout, scale=scaling, enable_gqa=gqa))
         outs.append(torch.cat(row, dim=2))
     return torch.cat(outs, dim=0).transpose(1, 2).contiguous(), None
 
