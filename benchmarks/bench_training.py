@@ -54,11 +54,16 @@ def bench_packing(a) -> dict:
 
     model, tok = load_model(a.model)
     model.train()
+    if a.train_layers:  # the deep-search example's setting (model.train_layers: 10)
+        from arpo.training.optim import freeze_lower_layers
+
+        freeze_lower_layers(model, a.train_layers)
     trees = _trees(a.trees, a.prompt, a.resp, a.n_global, len(tok))
     batch = TreeBatch.from_trees(trees, TreeBatch.all_generated(trees))
     adv = torch.randn(batch.mask.shape, generator=torch.Generator().manual_seed(1))
     res = {"tree_shape": f"{a.trees} trees x (prompt {a.prompt} + {a.n_global} globals x {a.resp} + "
-                         f"{a.n_global} half-way branches)",
+                         f"{a.n_global} half-way branches)" + (f", top {a.train_layers} layers trained"
+                                                                if a.train_layers else ""),
            "tokens_flat": batch.n_tokens(False), "tokens_packed": batch.n_tokens(True)}
     from arpo.training import tree_attention
 
@@ -159,6 +164,7 @@ def main() -> int:
     ap.add_argument("--resp", type=int, default=160)
     ap.add_argument("--n-global", type=int, default=4)
     ap.add_argument("--micro-tokens", type=int, default=2048)
+    ap.add_argument("--train-layers", type=int, default=0, help="train only the top N layers (0: all)")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--mem-batch", type=int, default=8)
     ap.add_argument("--mem-len", type=int, default=512)
