@@ -142,20 +142,20 @@ def test_a_second_command_reuses_the_sft_model_it_trained(tmp_path, monkeypatch)
 def test_a_study_committed_as_it_runs_goes_on_from_a_fresh_clone(tmp_path, monkeypatch):
     """A study longer than one machine's life (issue 41): select=last fixes the tested step before any
     result, so with report_test=true each run's test is evaluated as the run ends. OUT/.gitignore keeps the
-    checkpoints out of git; a fresh clone of the committed directory retrains the SFT model (the same
-    weights, checked by hash), trains no RL run again and reports the same numbers."""
+    checkpoints out of git; a fresh clone of the committed directory, in another place, retrains the SFT
+    model (the same weights, checked by hash), trains no RL run again and reports the same numbers."""
     import shutil
     import subprocess
 
     import arpo.recipes.train as train_recipe
 
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    monkeypatch.chdir(repo)
+    import dataclasses
     from pathlib import Path
 
+    repo = tmp_path / "repo"
+    repo.mkdir()
     root = Path(__file__).resolve().parents[2]
-    cfg = X.Hop2ExperimentConfig.quick(out="study", threads=2, select="last", report_test=True,
+    cfg = X.Hop2ExperimentConfig.quick(out=str(repo / "study"), threads=2, select="last", report_test=True,
                                        sft_config=str(root / "configs/sft_quickstart.yaml"),
                                        train_config=str(root / "configs/hop2_rl.yaml"))
     first = X.run(cfg)
@@ -174,7 +174,7 @@ def test_a_study_committed_as_it_runs_goes_on_from_a_fresh_clone(tmp_path, monke
     assert "study/rl/arpo_seed0/metrics.jsonl" in tracked
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True)
-    monkeypatch.chdir(clone)
+    cfg = dataclasses.replace(cfg, out=str(clone / "study"))  # another place: evaluations match by relative path
 
     def no_training(*a, **k):
         raise AssertionError("an RL run trained again")
@@ -199,3 +199,18 @@ def test_a_study_committed_as_it_runs_goes_on_from_a_fresh_clone(tmp_path, monke
 def test_select_is_dev_or_last(tmp_path):
     with pytest.raises(ArpoError, match="select: 'best'"):
         X.run(X.Hop2ExperimentConfig.quick(out=str(tmp_path), select="best"))
+
+
+def test_a_run_config_moves_with_its_study_directory():
+    from pathlib import Path
+
+    from arpo.experiments.common import relocated
+
+    old = {"model": {"name": "/a/b/out/sft/checkpoints/step_000008/model"}, "run": {"dir": "/a/b/out/rl/arpo_seed0"},
+           "data": {"path": "hop2:train[120:240]"}, "tools": {"enabled": ["x"]}, "n": 3}
+    new = relocated(old, "/a/b/out/rl/arpo_seed0", Path("docs/results/out/rl/arpo_seed0"))
+    assert new["model"]["name"] == "docs/results/out/sft/checkpoints/step_000008/model"
+    assert new["run"]["dir"] == "docs/results/out/rl/arpo_seed0"
+    assert new["data"] == old["data"] and new["n"] == 3
+    assert relocated(old, "/a/b/out/rl/arpo_seed0", Path("/a/b/out/rl/arpo_seed0")) == old  # not moved
+    assert relocated(old, None, Path("x")) == old

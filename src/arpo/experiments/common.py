@@ -175,6 +175,7 @@ def reusable_steps(run_dir: Path, tc, eval_steps: list[int]) -> list[int]:
     if not saved.is_file():
         return []
     old = yaml.safe_load(saved.read_text()) or {}
+    old = relocated(old, (old.get("run") or {}).get("dir"), run_dir)
     tc = dataclasses.replace(tc, lora=tc.lora.resolve(tc.model.name))  # as train.run records it in config.yaml
     if unsafe_changes(old, dataclasses.asdict(tc)):
         return []
@@ -182,9 +183,36 @@ def reusable_steps(run_dir: Path, tc, eval_steps: list[int]) -> list[int]:
     for s in eval_steps:
         model = run_dir / "checkpoints" / f"step_{s:06d}" / "model"
         cache = run_dir / f"heldout_step_{s:06d}.json"  # evaluated before (its checkpoint may be rotated away)
-        if model.is_dir() or (cache.is_file() and json.loads(cache.read_text()).get("model") == str(model)):
+        if model.is_dir() or (cache.is_file() and same_model(json.loads(cache.read_text()), str(model), cache)):
             have.append(s)
     return have
+
+
+def relocated(conf: Any, old_dir: str | None, new_dir: Path) -> Any:
+    """A run's saved config with the paths under its old place moved to its new one: a study's directory
+    cloned elsewhere has run dirs OLD/rl/x -> NEW/rl/x, so a path OLD/... in it (the SFT start's
+    model.name) becomes NEW/... . OLD and NEW are what remains of old_dir and new_dir once their common
+    tail is cut."""
+    if not old_dir:
+        return conf
+    a, b = list(Path(old_dir).parts), list(new_dir.parts)
+    while a and b and a[-1] == b[-1]:
+        a.pop()
+        b.pop()
+    if not a:
+        return conf
+    old_root, new_root = str(Path(*a)), str(Path(*b)) if b else "."
+
+    def move(x: Any) -> Any:
+        if isinstance(x, dict):
+            return {k: move(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [move(v) for v in x]
+        if isinstance(x, str) and (x == old_root or x.startswith(old_root + os.sep)):
+            return new_root + x[len(old_root):]
+        return x
+
+    return move(conf)
 
 
 def cached_eval(run_dir: Path, step: int, model_dir: str, tc, cfg: RLStudyConfig, examples) -> tuple:
@@ -192,12 +220,20 @@ def cached_eval(run_dir: Path, step: int, model_dir: str, tc, cfg: RLStudyConfig
     path = run_dir / f"heldout_step_{step:06d}.json"
     if path.is_file():
         d = json.loads(path.read_text())
-        if d.get("eval_data") == cfg.eval_data and d.get("model") == model_dir:
+        if d.get("eval_data") == cfg.eval_data and same_model(d, model_dir, path):
             return d["metrics"], d["records"]
     m, recs = evaluate_model(model_dir, tc, cfg, examples)
-    write_text_atomic(path, json.dumps({"eval_data": cfg.eval_data, "model": model_dir, "metrics": m, "records": recs},
-                                       default=str))
+    write_text_atomic(path, json.dumps({"eval_data": cfg.eval_data, "model": model_dir,
+                                        "model_from_here": os.path.relpath(model_dir, path.parent), "metrics": m,
+                                        "records": recs}, default=str))
     return m, recs
+
+
+def same_model(cached: dict, model_dir: str, path: Path) -> bool:
+    """Whether an evaluation cached at `path` is of `model_dir`: the same path, or the same path relative
+    to the cache file (`model_from_here`), so that a study's directory copied or cloned elsewhere keeps
+    its evaluations."""
+    return cached.get("model") == model_dir or cached.get("model_from_here") == os.path.relpath(model_dir, path.parent)
 
 
 def step_rows(run_dir: Path) -> list[dict]:
