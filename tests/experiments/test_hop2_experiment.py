@@ -144,13 +144,12 @@ def test_a_study_committed_as_it_runs_goes_on_from_a_fresh_clone(tmp_path, monke
     result, so with report_test=true each run's test is evaluated as the run ends. OUT/.gitignore keeps the
     checkpoints out of git; a fresh clone of the committed directory, in another place, retrains the SFT
     model (the same weights, checked by hash), trains no RL run again and reports the same numbers."""
+    import dataclasses
     import shutil
     import subprocess
+    from pathlib import Path
 
     import arpo.recipes.train as train_recipe
-
-    import dataclasses
-    from pathlib import Path
 
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -214,3 +213,15 @@ def test_a_run_config_moves_with_its_study_directory():
     assert new["data"] == old["data"] and new["n"] == 3
     assert relocated(old, "/a/b/out/rl/arpo_seed0", Path("/a/b/out/rl/arpo_seed0")) == old  # not moved
     assert relocated(old, None, Path("x")) == old
+
+
+def test_an_sft_stopped_by_a_signal_ends_the_experiment(tmp_path, monkeypatch):
+    """SIGTERM during the SFT (it saves a checkpoint and returns) used to let the experiment go on and
+    train every RL run from the half-trained SFT model."""
+    import arpo.recipes.sft as sft_recipe
+
+    monkeypatch.setattr(sft_recipe, "run", lambda *a, **k: {"model": "m", "steps": 1, "final_loss": 1.0,
+                                                            "stopped_by": 15})
+    with pytest.raises(KeyboardInterrupt):
+        X.make_sft(X.Hop2ExperimentConfig.quick(out=str(tmp_path)), tmp_path)
+    assert not (tmp_path / X.SFT_RECORD).exists()

@@ -111,7 +111,7 @@ def make_sft(cfg: Hop2ExperimentConfig, out: Path) -> dict:
         elif Path(old["result"]["model"]).is_dir():
             return {**old["result"], "reused": True}
     t0 = time.perf_counter()
-    res = sft_run(sc, overwrite=True, quiet=True)
+    res = common.stop_if_signalled(sft_run(sc, overwrite=True, quiet=True))  # a stopped SFT is no start
     result = {"model": res["model"], "rows": len(rows), "steps": res["steps"], "final_loss": res["final_loss"],
               "seconds": time.perf_counter() - t0, "weights_sha256": weights_sha256(Path(res["model"]))}
     kept = old.get("result", {}).get("weights_sha256")
