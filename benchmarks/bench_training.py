@@ -10,8 +10,9 @@
    fine-tuning step on B x T tokens: naive (model(...).logits -> log_softmax, one forward/backward), chunked
    log-probs alone (same single forward), and arpo's training path (chunked log-probs, loss
    back-propagated through dL/dlogp in micro-batches of 1024 tokens; same batch, same gradient).
+3. An SFT micro-batch padded to its longest row against its rows end to end in one row (bench_rows).
 
-    python benchmarks/bench_training.py [--json] [--only packing|memory]
+    python benchmarks/bench_training.py [--json] [--only packing|memory|rows]
 Goals: packed/flat time <= 0.6; arpo/naive peak memory <= 0.5 in every run.
 """
 
@@ -84,6 +85,45 @@ def bench_packing(a) -> dict:
     tree_attention.BLOCK = sparse_block
     res["packed_over_flat"] = res["packed_s"] / res["flat_s"]
     res["packed_over_packed_dense"] = res["packed_s"] / res["packed_dense_s"]
+    return res
+
+
+def bench_rows(a) -> dict:
+    """An SFT step's micro-batch (8 rows: a 250-token prompt and a 200-400-token response each, NLL,
+    linear=True) with its rows padded to the longest (B, S) against end to end in one row (collate
+    one_row, the CPU default): the same log-probs (tests/training/test_tree_attention.py); padding
+    tokens are computed in the first. Alternating order, median of --repeats."""
+    import random
+
+    import arpo.training.packing as P
+    from arpo.models import load_model
+    from arpo.recipes.sft import nll_loss
+    from arpo.training.batch import TreeBatch, loss_and_backward
+
+    model, tok = load_model(a.model)
+    model.train()
+    rng = random.Random(0)
+    trees = [{"prompt": [rng.randrange(100, len(tok)) for _ in range(250)],
+              "responses": [[rng.randrange(100, len(tok)) for _ in range(rng.randint(200, 400))]],
+              "parent": [-1], "branch_at": [0]} for _ in range(8)]
+    batch = TreeBatch.from_trees(trees, TreeBatch.all_generated(trees))
+    real = P.collate
+    times: dict[str, list[float]] = {"padded": [], "one_row": []}
+    try:
+        for _ in range(a.repeats):
+            for variant in ("padded", "one_row"):
+                P.collate = (lambda ps, pad=0, one_row=False, v=variant: real(ps, pad, one_row and v == "one_row"))
+                model.zero_grad(set_to_none=True)
+                t = time.perf_counter()
+                loss_and_backward(model, batch, nll_loss(batch.mask), packed=False, max_tokens=4096, linear=True)
+                times[variant].append(time.perf_counter() - t)
+    finally:
+        P.collate = real
+    n = sum(len(t["prompt"]) + len(t["responses"][0]) for t in trees)
+    res = {"rows_shape": f"8 SFT rows, {n} tokens, one micro-batch",
+           "rows_padded_s": statistics.median(times["padded"]), "rows_one_row_s": statistics.median(times["one_row"]),
+           "rows_runs": times}
+    res["one_row_over_padded"] = res["rows_one_row_s"] / res["rows_padded_s"]
     return res
 
 
@@ -169,7 +209,7 @@ def main() -> int:
     ap.add_argument("--mem-batch", type=int, default=8)
     ap.add_argument("--mem-len", type=int, default=512)
     ap.add_argument("--mem-runs", type=int, default=5, help="fresh-process (naive, arpo) pairs for the memory ratio")
-    ap.add_argument("--only", choices=["packing", "memory"])
+    ap.add_argument("--only", choices=["packing", "memory", "rows"])
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--child")
     ap.add_argument("--json", action="store_true")
@@ -182,6 +222,8 @@ def main() -> int:
     res = {}
     if a.only in (None, "packing"):
         res.update(bench_packing(a))
+    if a.only in (None, "rows"):
+        res.update(bench_rows(a))
     if a.only in (None, "memory"):
         res.update(bench_memory(a))
     print(json.dumps(res) if a.json else "\n".join(f"{k:28s} {v}" for k, v in res.items()))

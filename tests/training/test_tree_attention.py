@@ -126,3 +126,32 @@ def test_the_model_keeps_its_attention_outside_the_packed_forward():
     model.config._attn_implementation = "eager"  # another implementation is left as it is
     with use_tree_attention(model):
         assert model.config._attn_implementation == "eager"
+
+
+def test_on_the_cpu_a_micro_batch_is_one_unpadded_row_with_the_padded_layouts_log_probs(monkeypatch):
+    """collate(one_row=True) lays packs end to end (block-diagonal mask, no padding token); the packed
+    log-probs and entropies through it equal those of the padded (B, S) layout (float64)."""
+    import arpo.training.packing as P
+
+    rng = random.Random(5)
+    packs = pack_trees([big_tree(rng, 200), big_tree(rng, 200, m=4), big_tree(rng, 200, m=2)])
+    row = collate(packs, one_row=True)
+    n = sum(p.n_tokens for p in packs)
+    assert row["input_ids"].shape == (1, n) and row["offsets"] == [0, packs[0].n_tokens,
+                                                                   packs[0].n_tokens + packs[1].n_tokens]
+    o = row["offsets"][1]
+    assert not row["attention_mask"][0, 0, o:, :o].any() and not row["attention_mask"][0, 0, :o, o:].any()
+    assert torch.equal(row["attention_mask"][0, 0, o:o + packs[1].n_tokens, o:o + packs[1].n_tokens],
+                       packs[1].allowed)
+
+    model = tiny_model(tiny_tokenizer(), dtype=torch.float64)
+    seen = []
+    real = P.collate
+    monkeypatch.setattr(P, "collate", lambda ps, pad, one_row: seen.append(one_row) or real(ps, pad, one_row))
+    with torch.no_grad():
+        one = P.packed_token_logprobs(model, packs, with_entropy=True)
+        monkeypatch.setattr(P, "collate", lambda ps, pad, one_row: real(ps, pad, False))
+        padded = P.packed_token_logprobs(model, packs, with_entropy=True)
+    assert seen == [True]
+    for (lp1, en1), (lp2, en2) in zip(one, padded, strict=True):
+        assert torch.allclose(lp1, lp2, rtol=1e-10, atol=1e-12) and torch.allclose(en1, en2, rtol=1e-10, atol=1e-12)

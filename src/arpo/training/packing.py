@@ -189,9 +189,23 @@ def pack_trees(trees: list[dict], max_tokens: int | None = None) -> list[Pack]:
     return packs
 
 
-def collate(packs: list[Pack], pad_id: int = 0) -> dict:
+def collate(packs: list[Pack], pad_id: int = 0, one_row: bool = False) -> dict:
     """Right-pad packs into one model batch with a 4D boolean tree mask (B, 1, S, S).
-    Padding rows attend to themselves only (no all-masked row, hence no NaN)."""
+    Padding rows attend to themselves only (no all-masked row, hence no NaN).
+    one_row: the packs end to end in a single row (1, 1, ΣS, ΣS) with a block-diagonal mask, no
+    padding; `offsets` gives where each pack starts. With block-sparse attention (tree_attention.py,
+    CPU) the blocks between packs cost nothing, so no token is computed for padding."""
+    if one_row and len(packs) > 1:
+        n = sum(p.n_tokens for p in packs)
+        mask = torch.zeros(1, 1, n, n, dtype=torch.bool)
+        offsets, o = [], 0
+        for p in packs:
+            mask[0, 0, o:o + p.n_tokens, o:o + p.n_tokens] = p.allowed
+            offsets.append(o)
+            o += p.n_tokens
+        return {"input_ids": torch.cat([p.input_ids for p in packs])[None],
+                "position_ids": torch.cat([p.position_ids for p in packs])[None], "attention_mask": mask,
+                "offsets": offsets}
     s = max(p.n_tokens for p in packs)
     bsz = len(packs)
     ids = torch.full((bsz, s), pad_id, dtype=torch.long)
@@ -201,7 +215,8 @@ def collate(packs: list[Pack], pad_id: int = 0) -> dict:
         n = p.n_tokens
         ids[b, :n], pos[b, :n] = p.input_ids, p.position_ids
         mask[b, :n, :n] = p.allowed
-    return {"input_ids": ids, "position_ids": pos, "attention_mask": mask[:, None]}
+    return {"input_ids": ids, "position_ids": pos, "attention_mask": mask[:, None],
+            "offsets": [b * s for b in range(bsz)]}
 
 
 def packed_token_logprobs(model, packs: list[Pack], *, with_entropy: bool = False, chunk_size: int = 1024,
@@ -212,11 +227,15 @@ def packed_token_logprobs(model, packs: list[Pack], *, with_entropy: bool = Fals
     get_base = getattr(model, "get_base_model", None)  # a peft wrapper: LoRA layers live inside
     model = get_base() if get_base is not None else model
     dev = model.get_output_embeddings().weight.device  # packs are built on the CPU; the model may be on a GPU
-    batch = {k: v.to(dev, non_blocking=True) for k, v in collate(packs, pad_id).items()}
+    # CPU: one unpadded row (block-sparse attention skips the blocks between packs); a GPU's dense SDPA
+    # would pay for them, so there the packs are padded rows
+    batch = collate(packs, pad_id, one_row=dev.type == "cpu")
+    offsets = batch.pop("offsets")
+    batch = {k: v.to(dev, non_blocking=True) for k, v in batch.items()}
     with use_tree_attention(model):  # block-sparse over the tree mask: a token's work is what it sees
         out = model.model(**batch, use_cache=False)
     hidden = out.last_hidden_state  # (B, S, D)
-    flat_idx = torch.cat([p.context + b * hidden.shape[1] for b, p in enumerate(packs)]).to(dev)
+    flat_idx = torch.cat([p.context + o for o, p in zip(offsets, packs, strict=True)]).to(dev)
     targets = torch.cat([p.targets for p in packs]).to(dev)
     h = hidden.reshape(-1, hidden.shape[-1])[flat_idx]  # (ΣK, D)
     head = model.get_output_embeddings()
