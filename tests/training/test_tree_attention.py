@@ -155,3 +155,13 @@ def test_on_the_cpu_a_micro_batch_is_one_unpadded_row_with_the_padded_layouts_lo
     assert seen == [True]
     for (lp1, en1), (lp2, en2) in zip(one, padded, strict=True):
         assert torch.allclose(lp1, lp2, rtol=1e-10, atol=1e-12) and torch.allclose(en1, en2, rtol=1e-10, atol=1e-12)
+
+
+def test_packs_share_one_row_only_where_the_attention_skips_the_blocks_between_them():
+    from arpo.training.tree_attention import skips_masked_blocks
+
+    model = tiny_model(tiny_tokenizer())
+    assert skips_masked_blocks(model, torch.device("cpu"))
+    assert not skips_masked_blocks(model, torch.device("cuda"))  # dense SDPA on a GPU: padded rows
+    model.config._attn_implementation = "eager"  # eager attention is dense: one row would cost (ΣS)²
+    assert not skips_masked_blocks(model, torch.device("cpu"))

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from arpo.algos.logprobs import token_logprobs
-from arpo.training.tree_attention import use_tree_attention
+from arpo.training.tree_attention import skips_masked_blocks, use_tree_attention
 
 
 @dataclass
@@ -227,9 +227,9 @@ def packed_token_logprobs(model, packs: list[Pack], *, with_entropy: bool = Fals
     get_base = getattr(model, "get_base_model", None)  # a peft wrapper: LoRA layers live inside
     model = get_base() if get_base is not None else model
     dev = model.get_output_embeddings().weight.device  # packs are built on the CPU; the model may be on a GPU
-    # CPU: one unpadded row (block-sparse attention skips the blocks between packs); a GPU's dense SDPA
-    # would pay for them, so there the packs are padded rows
-    batch = collate(packs, pad_id, one_row=dev.type == "cpu")
+    # one unpadded row where the attention skips the blocks between packs (SDPA on the CPU); dense
+    # attention (a GPU, eager) would pay for them, so there the packs are padded rows
+    batch = collate(packs, pad_id, one_row=skips_masked_blocks(model, dev))
     offsets = batch.pop("offsets")
     batch = {k: v.to(dev, non_blocking=True) for k, v in batch.items()}
     with use_tree_attention(model):  # block-sparse over the tree mask: a token's work is what it sees

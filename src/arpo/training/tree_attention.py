@@ -96,12 +96,22 @@ def _register() -> None:
     AttentionInterface.register(NAME, tree_sdpa_forward)
 
 
+def _config(model):
+    get_base = getattr(model, "get_base_model", None)  # a peft wrapper: the config is its base model's
+    return getattr(get_base() if get_base is not None else model, "config", None)
+
+
+def skips_masked_blocks(model, device: torch.device) -> bool:
+    """Whether use_tree_attention(model) on `device` attends block-sparse, so that keys no row of a block
+    sees cost nothing (packing.collate's one_row layout pays only then): an SDPA model on the CPU."""
+    return device.type == "cpu" and getattr(_config(model), "_attn_implementation", None) in ("sdpa", NAME)
+
+
 @contextlib.contextmanager
 def use_tree_attention(model):
     """Run `model` (a transformers model whose attention is SDPA) with tree_sdpa_forward inside the block;
     any other attention implementation (eager, flash, flex) is left as it is."""
-    get_base = getattr(model, "get_base_model", None)  # a peft wrapper: the config is its base model's
-    config = getattr(get_base() if get_base is not None else model, "config", None)
+    config = _config(model)
     before = getattr(config, "_attn_implementation", None)
     if before != "sdpa":
         yield
