@@ -179,6 +179,14 @@ def test_sft_data_command_writes_the_scripted_trajectories(web, tmp_path, capsys
         assert row["system"] == "webhop" and row["answers"] == ex["answers"]
         assert row["response"].count("<web_search>") == 2 and row["response"].count("<browse>") == 2
         assert row["response"].endswith(f"<answer>\\boxed{{{ex['answers'][0]}}}</answer>")
+        # before the second search the model writes the first page's line of the asked relation, then
+        # searches the town it names (a 135M model copies a line better than it picks one)
+        _, rel, x = webhop.parse_question(ex["question"])
+        copied = re.findall(r"<think>The (\w+) town of (\w+) is (\w+)\.</think>\n<web_search>(\w+)</web_search>",
+                            row["response"])
+        assert len(copied) == 1 and copied[0][:2] == (rel, x) and copied[0][2] == copied[0][3]
+        first_page = row["response"][row["tool_results"][1][0]:row["tool_results"][1][1]]
+        assert f"The {rel} town of {x} is {copied[0][2]}.\n" in first_page
         assert _reward(row["response"], ex, row["tool_results"]) == 1.0
     prompt, ids, mask = tokenize_row(tiny_tokenizer(), rows[0])
     assert 0 < sum(mask) < len(mask) == len(ids) and prompt

@@ -56,7 +56,8 @@ def tools_table(evals: dict[str, dict]) -> str:
 
 
 ASKED = re.compile(r"<think>The (\w+) town")  # the relation the trajectory's plan names (webhop's SFT format)
-LISTED = re.compile(r"The (\w+) town of \w+ is (\w+)\.")  # the first page's (relation, town) lines, in order
+LISTED = re.compile(r"The (\w+) town of \w+ is (\w+)\.\n")  # the first page's (relation, town) lines, in order
+# (a line the model copies into its <think> ends with "</think>", not a newline)
 
 
 def relation_table(evals: dict[str, dict]) -> str:

@@ -18,7 +18,8 @@ sft/rows.py with system template `deep_search`.
 
 Rows of the built-in `webhop` task (data/webhop.py: "What is the A of the R town of X?") get that
 task's scripted trajectory instead (`webhop_trajectory`: search X, browse its page for the
-relation, search the town named there, browse its page for A, answer), with system template `webhop`;
+relation, write the page's line of the asked relation in <think>, search the town it names, browse
+its page for A, answer), with system template `webhop`;
 a row is dropped when a page or a fact is not found where the trajectory reads it.
 The recipe that writes them: recipes/web_sft_data.py (`arpo web sft-data`).
 """
@@ -95,6 +96,9 @@ def webhop_trajectory(example: dict, search: Callable, browse: Callable) -> tupl
             nxt = read_relation(page.output, rel, x)
             if nxt is None:
                 return None, [], f"hop 1: the {rel} town of {x} is not in the passages read"
+            # the model copies the line it follows before it searches: "The rival town of X is Y."
+            # matches the question's words, so the name comes from the asked line, not the other one
+            pieces.append((f"<think>The {rel} town of {x} is {nxt}.</think>\n", True))
             town, query = nxt, a
         else:
             value = read_attribute(page.output, a, town)
