@@ -1,7 +1,9 @@
-"""The deep-search example's measured run (issue 40) is quoted from its committed files: every table in
-examples/deep_search/README.md's "Measured" section is the one `tables` renders from
-docs/results/deep_search_webhop/ (the two `arpo eval --out` files and `arpo compare --out`), and the
-main README and docs/deep_search.md quote the same pass@1 and paired counts."""
+"""The deep-search example's measured runs (issue 40) are quoted from their committed files: every table in
+examples/deep_search/README.md's "Measured" sections is the one `tables` renders from
+docs/results/deep_search_webhop/ (the run of today's example) and its before_copied_line/ (the run before
+the worked trajectories copied the relation's line, and its continuation to 14 steps): the two `arpo eval
+--out` files and `arpo compare --out` of each; the main README and docs/deep_search.md quote the same
+pass@1 and paired counts."""
 
 from __future__ import annotations
 
@@ -11,11 +13,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 RES = ROOT / "docs" / "results" / "deep_search_webhop"
+BEFORE = RES / "before_copied_line"
 LABELS = {"sft": "SFT", "arpo": "ARPO", "arpo14": "ARPO, 14 steps"}
 
 
-def _load(name: str) -> dict:
-    return json.loads((RES / name).read_text())
+def _load(name: str, where: Path = RES) -> dict:
+    return json.loads((where / name).read_text())
 
 
 def accuracy_table(cmp: dict) -> str:
@@ -106,31 +109,31 @@ def error_table(evals: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def tables() -> str:
-    cmp = _load("compare.json")
-    evals = {"sft": _load("eval_sft.json"), "arpo": _load("eval_arpo.json")}
+def tables(where: Path = RES) -> str:
+    cmp = _load("compare.json", where)
+    evals = {"sft": _load("eval_sft.json", where), "arpo": _load("eval_arpo.json", where)}
     return "\n\n".join([accuracy_table(cmp), paired_table(cmp), tools_table(evals), error_table(evals),
                          relation_table(evals)])
 
 
 def continued_tables() -> str:
     """The same run continued to 14 steps (continued/): SFT -> 14 steps, pass@1, paired, errors, relation."""
-    cmp = _load("continued/compare.json")
-    evals = {"arpo14": _load("continued/eval_arpo14.json")}
+    cmp = _load("continued/compare.json", BEFORE)
+    evals = {"arpo14": _load("continued/eval_arpo14.json", BEFORE)}
     return "\n\n".join([accuracy_table(cmp), paired_table(cmp), error_table(evals), relation_table(evals)])
 
 
 def test_the_example_readme_quotes_the_committed_run():
     readme = (ROOT / "examples" / "deep_search" / "README.md").read_text()
-    for table in tables().split("\n\n") + continued_tables().split("\n\n"):
+    for table in tables().split("\n\n") + tables(BEFORE).split("\n\n") + continued_tables().split("\n\n"):
         assert table in readme, ("examples/deep_search/README.md: a measured table differs from "
                                  f"docs/results/deep_search_webhop/; expected:\n{table}")
 
 
 def test_the_readme_and_the_deep_search_page_quote_the_same_numbers():
     acc, pairs = {}, []
-    for name in ("compare.json", "continued/compare.json"):
-        cmp = _load(name)
+    for name in (RES / "compare.json", BEFORE / "compare.json", BEFORE / "continued" / "compare.json"):
+        cmp = json.loads(name.read_text())
         acc |= {(iv["label"], iv["dataset"]): f"{iv['accuracy']:.3f}" for iv in cmp["intervals"]}
         pairs += [f"+{p['wins']} / −{p['losses']}" for p in cmp["paired"]]
     for doc in ("README.md", "docs/deep_search.md"):
@@ -143,16 +146,21 @@ def test_the_readme_and_the_deep_search_page_quote_the_same_numbers():
 
 def test_the_files_are_one_run_of_the_committed_example():
     """The two evals used the example's settings (tools, result sizes, budget), greedy, on the full splits."""
-    for name in ("eval_sft.json", "eval_arpo.json", "continued/eval_arpo14.json"):
+    for name in ("eval_sft.json", "eval_arpo.json", "before_copied_line/eval_sft.json",
+                 "before_copied_line/eval_arpo.json", "before_copied_line/continued/eval_arpo14.json"):
         ev = _load(name)
         assert ev["temperature"] == 0.0, name
         assert {k: v["questions"] for k, v in ev["results"].items()} == {"webhop:dev": 60, "webhop:test": 60}
         assert all(v["tools"] == ["web_search", "browse"] for v in ev["results"].values())
-    metrics = [json.loads(x) for x in (RES / "arpo_metrics.jsonl").read_text().splitlines() if x.strip()]
-    steps = [m["step"] for m in metrics if "reward_mean" in m]
-    assert steps == list(range(1, len(steps) + 1)) and steps
-    for name in ("arpo_provenance.json", "continued/arpo_provenance.json"):  # a list: start, then each resume
+    for where in (RES, BEFORE):
+        metrics = [json.loads(x) for x in (where / "arpo_metrics.jsonl").read_text().splitlines() if x.strip()]
+        steps = [m["step"] for m in metrics if "reward_mean" in m]
+        assert steps == list(range(1, len(steps) + 1)) and steps
+    for name in ("arpo_provenance.json", "before_copied_line/arpo_provenance.json",
+                 "before_copied_line/continued/arpo_provenance.json"):  # a list: start, then each resume
         prov = _load(name)
         assert prov and all(p["commit"] == prov[0]["commit"] and not p["dirty"] for p in prov), name
-    cont = [json.loads(x) for x in (RES / "continued" / "arpo_metrics.jsonl").read_text().splitlines() if x.strip()]
-    assert [m for m in cont if "reward_mean" in m][:len(steps)] == [m for m in metrics if "reward_mean" in m]
+    before = [json.loads(x) for x in (BEFORE / "arpo_metrics.jsonl").read_text().splitlines() if x.strip()]
+    cont = [json.loads(x) for x in (BEFORE / "continued" / "arpo_metrics.jsonl").read_text().splitlines() if x.strip()]
+    six = [m for m in before if "reward_mean" in m]
+    assert [m for m in cont if "reward_mean" in m][:len(six)] == six  # 14 steps: the same run, resumed
