@@ -21,6 +21,12 @@ def _load(name: str, where: Path = RES) -> dict:
     return json.loads((where / name).read_text())
 
 
+def _step_metrics(path: Path) -> list[dict]:
+    """The per-step rows (those with a reward) of a run's metrics.jsonl."""
+    rows = (json.loads(x) for x in path.read_text().splitlines() if x.strip())
+    return [m for m in rows if "reward_mean" in m]
+
+
 def accuracy_table(cmp: dict) -> str:
     """pass@1 per model and split with its 95 % Wilson interval over questions."""
     splits = list(dict.fromkeys(iv["dataset"] for iv in cmp["intervals"]))
@@ -132,8 +138,8 @@ def test_the_example_readme_quotes_the_committed_run():
 
 def test_the_readme_and_the_deep_search_page_quote_the_same_numbers():
     acc, pairs = {}, []
-    for name in (RES / "compare.json", BEFORE / "compare.json", BEFORE / "continued" / "compare.json"):
-        cmp = json.loads(name.read_text())
+    for where, name in ((RES, "compare.json"), (BEFORE, "compare.json"), (BEFORE, "continued/compare.json")):
+        cmp = _load(name, where)
         acc |= {(iv["label"], iv["dataset"]): f"{iv['accuracy']:.3f}" for iv in cmp["intervals"]}
         pairs += [f"+{p['wins']} / −{p['losses']}" for p in cmp["paired"]]
     for doc in ("README.md", "docs/deep_search.md"):
@@ -152,15 +158,13 @@ def test_the_files_are_one_run_of_the_committed_example():
         assert ev["temperature"] == 0.0, name
         assert {k: v["questions"] for k, v in ev["results"].items()} == {"webhop:dev": 60, "webhop:test": 60}
         assert all(v["tools"] == ["web_search", "browse"] for v in ev["results"].values())
-    for where in (RES, BEFORE):
-        metrics = [json.loads(x) for x in (where / "arpo_metrics.jsonl").read_text().splitlines() if x.strip()]
-        steps = [m["step"] for m in metrics if "reward_mean" in m]
+    runs = {where: _step_metrics(where / "arpo_metrics.jsonl") for where in (RES, BEFORE)}
+    for metrics in runs.values():
+        steps = [m["step"] for m in metrics]
         assert steps == list(range(1, len(steps) + 1)) and steps
     for name in ("arpo_provenance.json", "before_copied_line/arpo_provenance.json",
                  "before_copied_line/continued/arpo_provenance.json"):  # a list: start, then each resume
         prov = _load(name)
         assert prov and all(p["commit"] == prov[0]["commit"] and not p["dirty"] for p in prov), name
-    before = [json.loads(x) for x in (BEFORE / "arpo_metrics.jsonl").read_text().splitlines() if x.strip()]
-    cont = [json.loads(x) for x in (BEFORE / "continued" / "arpo_metrics.jsonl").read_text().splitlines() if x.strip()]
-    six = [m for m in before if "reward_mean" in m]
-    assert [m for m in cont if "reward_mean" in m][:len(six)] == six  # 14 steps: the same run, resumed
+    six = runs[BEFORE]  # continued to 14 steps: the same run, resumed
+    assert _step_metrics(BEFORE / "continued" / "arpo_metrics.jsonl")[:len(six)] == six
