@@ -3,6 +3,7 @@ and the whole harness end to end on the tiny random model (plumbing, not a resul
 
 import json
 
+import httpx
 import pytest
 
 from arpo.errors import ArpoError
@@ -42,14 +43,46 @@ def test_matched_calls_reads_every_run_at_the_budget_all_reached():
     assert table[3].startswith("| 60 (1) | 0.800 [") and "Δ +0.215, p 0.50" in table[3]
 
 
-def test_webhop_needs_its_sft_model_and_takes_its_data():
-    with pytest.raises(ArpoError, match="sft_from: task=webhop"):
-        X.with_task(X.BranchRulesConfig(task="webhop"))
-    cfg = X.with_task(X.BranchRulesConfig(task="webhop", sft_from="runs/deep_search/sft"))
+def test_webhop_takes_its_data_sft_and_rl_config():
+    cfg = X.with_task(X.BranchRulesConfig(task="webhop"))
     assert (cfg.eval_data, cfg.test_data, cfg.train_config) == ("webhop:dev", "webhop:test",
                                                                 "examples/deep_search/train.yaml")
+    assert (cfg.sft_config, cfg.sft_data, cfg.sft_overrides) == ("examples/deep_search/sft.yaml",
+                                                                 "webhop:train[0:120]", [])
+    assert X.with_task(X.BranchRulesConfig(task="webhop", eval_data="webhop:dev[0:4]")).eval_data == "webhop:dev[0:4]"
     with pytest.raises(ArpoError, match="task: 'web'"):
         X.with_task(X.BranchRulesConfig(task="web"))
+    assert X.own_web_url(X.BranchRulesConfig(train_overrides=["tools.web.url = http://h:1", "steps=2"])) == "http://h:1"
+    assert X.own_web_url(X.BranchRulesConfig()) is None
+
+
+def test_quick_webhop_serves_its_web_and_resumes(tmp_path):
+    """task=webhop on the tiny random model: the experiment serves the local web itself (a real `arpo
+    web serve` process, gone when the run ends), makes the scripted trajectories through it (their URLs
+    name its port), trains the SFT start and RL against it; run again, it serves the web again and
+    reuses the SFT model and every run."""
+    from arpo.web.process import free_port
+
+    out, port = tmp_path / "w", free_port()
+    over = dict(task="webhop", out=str(out), threads=1, sft_data="webhop:train[0:4]", eval_data="webhop:dev[0:2]",
+                test_data="webhop:test[0:2]", methods=["arpo@top_entropy", "arpo"], select="last", report_test=True,
+                web_port=port)
+    quick = X.BranchRulesConfig.quick(**over)
+    quick.train_overrides = [*quick.train_overrides, "model.train_layers=0"]  # the tiny model has 2 layers
+    res = X.run(quick)
+    rows = [json.loads(line) for line in (out / "sft_webhop.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 and all(f"<browse>http://127.0.0.1:{port}/wiki/" in r["response"] for r in rows)
+    assert res["sft"]["rows"] == 4 and not res["sft"].get("reused")
+    url = next(o for o in res["settings"]["train_overrides"] if o.startswith("tools.web.url="))
+    run_dir = out / "rl" / "arpo_seed0"
+    assert url.partition("=")[2] in (run_dir / "config.yaml").read_text()
+    with pytest.raises(httpx.HTTPError):  # the server is gone with the run
+        httpx.get(url.partition("=")[2] + "/health", timeout=2)
+    assert res["test"] is not None and set(res["test"]) >= {"arpo@top_entropy", "arpo"}
+    mtime = (run_dir / "metrics.jsonl").stat().st_mtime
+    again = X.run(quick)
+    assert again["sft"].get("reused") and (run_dir / "metrics.jsonl").stat().st_mtime == mtime
+    assert again["test"]["arpo"]["accuracy_mean"] == res["test"]["arpo"]["accuracy_mean"]
 
 
 def test_arms_name_a_preset_and_a_branch_rule(tmp_path):

@@ -224,3 +224,20 @@ def test_arpo_training_steps_with_web_tools_on_the_local_web(user_web, tmp_path,
         calls = (r["tool_calls_per_traj/web_search"], r["tool_calls_per_traj/browse"], r["tool_failures"])
         assert calls == (1.0, 1.0, 0), r
         assert (r["format_error_rate"], r["reward_mean"], r["accuracy"]) == (0.0, 1.0, 1.0), r
+
+
+def test_served_web_runs_the_command_and_says_why_it_did_not_start(tmp_path):
+    """arpo.web.process.served_web: `arpo web serve` as a child process, up when the block starts and
+    gone when it ends; a corpus it cannot serve is an ArpoError carrying the server's own message."""
+    from arpo.errors import ArpoError
+    from arpo.web.process import served_web
+
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    with served_web(str(tmp_path / "c.jsonl")) as url:
+        health = httpx.get(url + "/health", timeout=5).json()
+        assert health["status"] == "ok" and health["pages"] == 3
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(url + "/health", timeout=2)
+    with pytest.raises(ArpoError, match=r"arpo web serve --corpus .*nothing\.jsonl .*exited with \d+:\n.+"):
+        with served_web(str(tmp_path / "nothing.jsonl")):
+            pass

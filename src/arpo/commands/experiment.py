@@ -27,6 +27,7 @@ EXAMPLES = """examples:
   arpo experiment hop2-stats --results runs/hop2/results.json   # recompute its statistics, print the tables
   arpo experiment branch-rules --seeds 5 --steps 20  # branch rules on hop2, equal trajectories and equal
                                                      # executed tool calls (docs/branch_rules.md)
+  arpo experiment branch-rules task=webhop --steps 6 # the same on webhop (serves its local web on :8090)
   arpo experiment branch-rules --quick --out /tmp/br # tiny random model: plumbing only
   arpo experiment branching models=[runs/quickstart/sft,runs/quickstart/arpo]   \
 # branch rule settings (docs/branching.md)
@@ -108,7 +109,7 @@ STUDIES: dict[str, Study] = {
                         "arpo.experiments.hop2_stats", command=_hop2_stats),
     "branching": Study("branch rule settings on fixed models, no training (docs/branching.md)",
                        "arpo.experiments.branching", "BranchingConfig", _branching_summary, flags=("out", "threads")),
-    "branch-rules": Study("branch rules on hop2 at equal trajectories and equal tool calls (docs/branch_rules.md)",
+    "branch-rules": Study("branch rules on hop2 or webhop at equal trajectories and tool calls (docs/branch_rules.md)",
                           "arpo.experiments.branch_rules", "BranchRulesConfig", _protocol_summary),
 }
 

@@ -2,7 +2,7 @@
 calls (issue 41; docs/branch_rules.md):
 
     arpo experiment branch-rules [--seeds 5] [--steps 20] [--out DIR] [report_test=true]
-    arpo experiment branch-rules task=webhop sft_from=runs/deep_search/sft "train_overrides=[tools.web.url=URL]"
+    arpo experiment branch-rules task=webhop [--seeds 5] [--steps 6] [--out DIR] [report_test=true]
 
 It is hop2's experiment (experiments/hop2.py: SFT, RL per seed and arm, dev curves, the step chosen
 on dev, test once through protocol.Ledger, the seed- and cluster-aware `statistics` of hop2_stats.py,
@@ -35,15 +35,22 @@ from arpo.experiments import hop2
 from arpo.experiments import protocol as P
 from arpo.experiments.hop2_report import _ci, _f, _p
 
-# what task=webhop changes (where the setting still has hop2's value); its SFT model comes from
-# examples/deep_search/run.sh (sft_from) and its web from `arpo web serve --corpus webhop:pages`
-WEBHOP = {"train_config": "examples/deep_search/train.yaml", "eval_data": "webhop:dev", "test_data": "webhop:test"}
+# what task=webhop changes (where the setting still has hop2's value): examples/deep_search's SFT
+# (scripted trajectories of webhop:train[0:120] through the real tools; sft.yaml as it is) and RL
+# (train.yaml), on a web this experiment serves (`arpo web serve --corpus webhop:pages`, WEB_CORPUS)
+WEBHOP = {"train_config": "examples/deep_search/train.yaml", "eval_data": "webhop:dev", "test_data": "webhop:test",
+          "sft_config": "examples/deep_search/sft.yaml", "sft_data": "webhop:train[0:120]", "sft_overrides": []}
+WEB_CORPUS = "webhop:pages"
 
 
 @dataclass
 class BranchRulesConfig(hop2.Hop2ExperimentConfig):
     out: str = "runs/experiments/branch_rules"
-    task: str = "hop2"  # hop2 | webhop (needs sft_from and a served web: docs/branch_rules.md)
+    task: str = "hop2"  # hop2 | webhop (docs/branch_rules.md)
+    # task=webhop: the port of the local web the experiment serves on 127.0.0.1 for its SFT data,
+    # rollouts and evaluations (none when train_overrides sets tools.web.url: your own). Part of the
+    # task: the pages' URLs, port included, are in the tool results the model reads and copies
+    web_port: int = 8090
     # arms: a preset, or preset@rule (rollout.branch_rule); the last is the base of every comparison
     methods: list[str] = field(default_factory=lambda: ["arpo@zscore", "arpo@top_entropy", "arpo@outcome_open",
                                                         "aepo", "grpo", "arpo"])
@@ -65,8 +72,8 @@ class BranchRulesConfig(hop2.Hop2ExperimentConfig):
 
 
 def with_task(cfg: BranchRulesConfig) -> BranchRulesConfig:
-    """The config with task=webhop's data and RL config where they still hold hop2's defaults; an
-    error naming the key for what cannot be defaulted."""
+    """The config with task=webhop's data, SFT and RL configs where they still hold hop2's defaults;
+    an error naming the key for a setting that cannot work."""
     if cfg.task not in ("hop2", "webhop"):
         raise ArpoError(f"task: {cfg.task!r}; choose hop2 or webhop")
     if not cfg.methods or len(set(cfg.methods)) != len(cfg.methods):
@@ -75,9 +82,6 @@ def with_task(cfg: BranchRulesConfig) -> BranchRulesConfig:
         raise ArpoError(f"budget_fractions: {cfg.budget_fractions}; each must be in (0, 1]")
     if cfg.task == "hop2":
         return cfg
-    if not cfg.sft_from:
-        raise ArpoError("sft_from: task=webhop needs an SFT model (examples/deep_search/run.sh writes "
-                        "runs/deep_search/sft); this experiment makes hop2's SFT data only")
     default = BranchRulesConfig()
     changes: dict[str, Any] = {k: v for k, v in WEBHOP.items() if getattr(cfg, k) == getattr(default, k)}
     return dataclasses.replace(cfg, **changes)
@@ -135,10 +139,47 @@ def matched_calls_table(mc: dict) -> str:
     return "\n".join(lines)
 
 
+def own_web_url(cfg: BranchRulesConfig) -> str | None:
+    """The tools.web.url that train_overrides sets (a web you serve), else None."""
+    urls = [o.partition("=")[2].strip() for o in cfg.train_overrides if o.partition("=")[0].strip() == "tools.web.url"]
+    return urls[-1] if urls else None
+
+
+def webhop_sft_rows(data: str, url: str) -> list[dict]:
+    """The scripted webhop trajectories of `data` through the real web_search and browse tools at `url`
+    with the task's result sizes (what `arpo web sft-data` writes for examples/deep_search/run.sh)."""
+    from arpo.data import webhop  # noqa: PLC0415 - the web tools load httpx; kept out of this light module's import
+    from arpo.data.sources import iter_rows  # noqa: PLC0415
+    from arpo.sft.rows import convert_rows  # noqa: PLC0415
+    from arpo.sft.web import webhop_to_deep_search  # noqa: PLC0415
+    from arpo.tools import build_tools  # noqa: PLC0415
+
+    tools = build_tools(list(webhop.TOOLS), web={"url": url, **webhop.WEB})
+    try:
+        rows, reasons = convert_rows([r for _, r in iter_rows(data)],
+                                     lambda r: webhop_to_deep_search(r, tools["web_search"], tools["browse"]),
+                                     None, False, "webhop trajectories")
+    finally:
+        tools.close()
+    if not rows:
+        raise ArpoError(f"sft_data: no trajectory of {data} checked out at {url} ({dict(reasons)})")
+    return rows
+
+
 def run(cfg: BranchRulesConfig) -> dict:
-    """hop2.run with these arms, then the budget-matched section (recorded as dev in the ledger)."""
+    """hop2.run with these arms (task=webhop: on a local web served for the run), then the
+    budget-matched section (recorded as dev in the ledger)."""
     cfg = with_task(cfg)
-    res = hop2.run(cfg)
+    if cfg.task == "webhop" and own_web_url(cfg) is None:
+        from arpo.web.process import served_web  # noqa: PLC0415 - starts a server; only task=webhop needs one
+
+        with served_web(WEB_CORPUS, cfg.web_port) as url:
+            return run(dataclasses.replace(cfg, train_overrides=[*cfg.train_overrides, f"tools.web.url={url}"]))
+    web_url = own_web_url(cfg)
+
+    def webhop_rows() -> tuple[str, list[dict]]:
+        return "sft_webhop.jsonl", webhop_sft_rows(cfg.sft_data, str(web_url))
+    res = hop2.run(cfg, webhop_rows if cfg.task == "webhop" else None)
     opts = {"n_resamples": cfg.bootstrap_resamples, "level": cfg.level, "seed": cfg.bootstrap_seed}
     res["matched_calls"] = matched_calls(res["runs"], list(cfg.budget_fractions), opts)
     ledger = P.Ledger(Path(cfg.out) / "protocol.json")

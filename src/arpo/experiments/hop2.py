@@ -27,6 +27,7 @@ import hashlib
 import json
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,14 +88,18 @@ class Hop2ExperimentConfig(common.RLStudyConfig):
 SFT_RECORD = "sft.json"  # OUT/sft.json: the SFT config, its data's sha256 and its result, for reuse
 
 
-def make_sft(cfg: Hop2ExperimentConfig, out: Path) -> dict:
-    """SFT on the scripted trajectories into OUT/sft, or the SFT model an earlier command in OUT trained
-    with the same config on the same rows (OUT/sft.json; its result comes back with reused: true), so
-    that `report_test=true` evaluates the checkpoints of the SFT start they were trained from."""
+SftRows = Callable[[], tuple[str, list[dict]]]  # () -> (file name in OUT, SFT rows): another task's trajectories
+
+
+def make_sft(cfg: Hop2ExperimentConfig, out: Path, make_rows: SftRows | None = None) -> dict:
+    """SFT on the scripted trajectories (hop2's of cfg.sft_data, or make_rows') into OUT/sft, or the SFT
+    model an earlier command in OUT trained with the same config on the same rows (OUT/sft.json; its
+    result comes back with reused: true), so that `report_test=true` evaluates the checkpoints of the
+    SFT start they were trained from."""
     from arpo.recipes.sft import run as sft_run  # noqa: PLC0415 - loads torch; kept out of this light module's import
 
-    rows = hop2_sft_rows(load_examples(cfg.sft_data))
-    path = out / "sft_hop2.jsonl"
+    name, rows = make_rows() if make_rows else ("sft_hop2.jsonl", hop2_sft_rows(load_examples(cfg.sft_data)))
+    path = out / name
     text = "".join(json.dumps(r) + "\n" for r in rows)
     path.write_text(text)
     over = list(cfg.sft_overrides) + [f"data.path=[{path}]", f"run.dir={out / 'sft'}", f"run.threads={cfg.threads}",
@@ -135,11 +140,11 @@ def weights_sha256(model_dir: Path) -> str:
     return h.hexdigest()
 
 
-def sft_start(cfg: Hop2ExperimentConfig, out: Path) -> dict:
+def sft_start(cfg: Hop2ExperimentConfig, out: Path, make_rows: SftRows | None = None) -> dict:
     """The RL runs' start: sft_from as given, or make_sft's model (logged)."""
     if cfg.sft_from:
         return {"model": cfg.sft_from, "reused": True}
-    sft = make_sft(cfg, out)
+    sft = make_sft(cfg, out, make_rows)
     log(f"SFT{' (reused)' if sft.get('reused') else ''}: {sft['rows']} scripted rows, {sft['steps']} steps, "
         f"loss {sft['final_loss']:.3f} ({sft['seconds']:.0f} s) -> {sft['model']}")
     return sft
@@ -226,13 +231,14 @@ def open_ledger(cfg: Hop2ExperimentConfig, out: Path) -> P.Ledger:
     return ledger
 
 
-def run(cfg: Hop2ExperimentConfig) -> dict:
+def run(cfg: Hop2ExperimentConfig, make_rows: SftRows | None = None) -> dict:
+    """The experiment (module docstring); make_rows: the SFT rows of another task (default: hop2's)."""
     out = common.start_run(cfg.out, cfg.threads)
     ledger = open_ledger(cfg, out)
     test_cfg = dataclasses.replace(cfg, eval_data=cfg.test_data)
     test_as_runs_end = cfg.report_test and cfg.select == "last"
     t0 = time.perf_counter()
-    sft = sft_start(cfg, out)
+    sft = sft_start(cfg, out, make_rows)
     dev = load_examples(cfg.eval_data)
     tc0 = common.train_config(cfg, sft["model"], cfg.methods[0], 0, out / "rl" / "_")
     m0, recs0 = common.cached_eval(out, 0, sft["model"], tc0, cfg, dev)
