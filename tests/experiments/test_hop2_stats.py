@@ -103,8 +103,21 @@ def test_the_hop2_stats_command_rewrites_the_section_and_prints_the_tables(tmp_p
     assert main(["experiment", "hop2-stats", "--results", str(p)]) == 0
     assert json.loads(p.read_text())["statistics"] == committed["statistics"]
     assert capsys.readouterr().out == hop2_report.report(committed)
+    assert main(["experiment", "hop2-stats", "--results", str(p), "--out", str(tmp_path / "fig")]) == 0
+    assert capsys.readouterr().out == hop2_report.report(committed)
+    assert sorted(f.name for f in (tmp_path / "fig").iterdir()) == ["hop2_accuracy.png", "hop2_branching.png"]
     assert main(["experiment", "hop2-stats"]) == 2
     assert "needs --results" in capsys.readouterr().err
     (tmp_path / "bad.json").write_text("{}")
     assert main(["experiment", "hop2-stats", "--results", str(tmp_path / "bad.json")]) == 2
     assert "not a hop2 results.json" in capsys.readouterr().err
+
+
+def test_every_arm_keeps_one_distinct_color():
+    from arpo.experiments.hop2_figures import arm_colors, arm_label
+
+    arms = ["arpo@zscore", "arpo@top_entropy", "arpo@outcome_open", "aepo", "grpo", "arpo"]
+    c = arm_colors(arms)
+    assert (c["arpo"], c["grpo"], c["aepo"]) == ("tab:red", "tab:blue", "tab:green")  # the presets' own
+    assert len(set(c.values())) == len(arms) and c["arpo@zscore"] == "tab:orange"
+    assert arm_colors(["x"]) == {"x": "tab:orange"} and arm_label("arpo@top_entropy") == "ARPO@top_entropy"

@@ -25,6 +25,7 @@ EXAMPLES = """examples:
   arpo experiment hop2-arpo-vs-grpo report_test=true # freeze the dev selection, report hop2:test once
   arpo experiment hop2-arpo-vs-grpo "methods=[arpo,grpo,aepo]" --seeds 3 --steps 20
   arpo experiment hop2-stats --results runs/hop2/results.json   # recompute its statistics, print the tables
+  arpo experiment hop2-stats --results runs/hop2/results.json --out docs/figures   # ... and draw its figures there
   arpo experiment branch-rules --seeds 5 --steps 20  # branch rules on hop2, equal trajectories and equal
                                                      # executed tool calls (docs/branch_rules.md)
   arpo experiment branch-rules task=webhop --steps 6 # the same on webhop (serves its local web on :8090)
@@ -62,6 +63,7 @@ def _branching_summary(res: dict, cfg) -> dict:
 
 def _hop2_stats(args) -> int:
     """hop2-stats: recompute the statistics section of a hop2 results.json (experiments/hop2_stats.py)."""
+    import sys
     from pathlib import Path
 
     from arpo.errors import ArpoError
@@ -71,6 +73,12 @@ def _hop2_stats(args) -> int:
     if not args.results:
         raise ArpoError("hop2-stats needs --results PATH (a results.json of hop2-arpo-vs-grpo)")
     recompute(args.results)
+    if args.out:  # the figures again, with this version's drawing code
+        from arpo.experiments.hop2_figures import plot
+
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        for f in plot(json.loads(Path(args.results).read_text()), Path(args.out)):
+            print(f"wrote {f}", file=sys.stderr)
     print(report(json.loads(Path(args.results).read_text())), end="")  # the tables docs/experiment_hop2.md quotes
     return 0
 
@@ -124,7 +132,8 @@ def register(sub) -> None:
     p.add_argument("name", choices=list(STUDIES), metavar="NAME", help="the study, one of those listed above")
     p.add_argument("--seeds", type=POS_INT, default=None, help="RL seeds per method (default 3; --quick: 1)")
     p.add_argument("--steps", type=POS_INT, default=None, help="RL steps per run (default 40; svamp: 30)")
-    p.add_argument("--out", default=None, help="output dir (default runs/experiments/arpo_vs_grpo)")
+    p.add_argument("--out", default=None, help="output dir (default runs/experiments/arpo_vs_grpo); hop2-stats: "
+                   "draw the file's figures there")
     p.add_argument("--threads", type=POS_INT, default=None, help="torch CPU threads (default 2)")
     p.add_argument("--quick", action="store_true", help="tiny smoke-test settings (1 seed, few steps)")
     p.add_argument("--results", default=None, metavar="RESULTS_JSON",
