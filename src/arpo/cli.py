@@ -68,8 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
+    from arpo.training.signals import TerminateAsInterrupt
+
     try:
-        return int(args.func(args) or 0)
+        with TerminateAsInterrupt():  # SIGTERM outside a training step: cleanups run, as for Ctrl-C
+            return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -241,3 +241,50 @@ def test_served_web_runs_the_command_and_says_why_it_did_not_start(tmp_path):
     with pytest.raises(ArpoError, match=r"arpo web serve --corpus .*nothing\.jsonl .*exited with \d+:\n.+"):
         with served_web(str(tmp_path / "nothing.jsonl")):
             pass
+
+
+SERVE_AND_WAIT = """
+import sys, time
+from arpo.training.signals import TerminateAsInterrupt
+from arpo.web.process import served_web
+try:
+    with TerminateAsInterrupt(), served_web(sys.argv[1]) as url:
+        print(url, flush=True)
+        time.sleep(120)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+def test_sigterm_stops_the_served_web_with_its_parent(tmp_path):
+    """A program stopped by SIGTERM outside a training step (`arpo` installs TerminateAsInterrupt for
+    every command) still runs its cleanups: the web it served is stopped, not left holding its port.
+    Without it, Python dies at once and the server lives on."""
+    import signal
+
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    proc = subprocess.Popen([sys.executable, "-c", SERVE_AND_WAIT, str(tmp_path / "c.jsonl")], env=env,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        url = proc.stdout.readline().strip()
+        assert httpx.get(url + "/health", timeout=5).status_code == 200
+        proc.send_signal(signal.SIGTERM)
+        assert proc.communicate(timeout=60)[0].strip() == "interrupted"
+    finally:
+        proc.kill()
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(url + "/health", timeout=2)
+
+
+def test_every_command_runs_with_sigterm_as_an_interrupt(monkeypatch):
+    import signal
+
+    from arpo.commands import web
+    from arpo.training.signals import TerminateAsInterrupt
+
+    seen = []
+    monkeypatch.setattr(web, "run_serve", lambda args: seen.append(signal.getsignal(signal.SIGTERM)) or 0)
+    before = signal.getsignal(signal.SIGTERM)
+    assert main(["web", "serve"]) == 0
+    assert seen == [TerminateAsInterrupt._handle] and signal.getsignal(signal.SIGTERM) is before

@@ -50,3 +50,26 @@ class GracefulStop:
         cmd = shlex.join(["arpo", *argv]) if argv and argv[0] == what else f"arpo {what} ... --resume"
         print(f"arpo {what}: stopped after step {done}/{total} ({self.signal or 'a stop request'}); checkpoint "
               f"written to {run_dir}/checkpoints. Resume with:\n  {cmd}", file=sys.stderr, flush=True)
+
+
+class TerminateAsInterrupt:
+    """SIGTERM, wherever no GracefulStop has taken it (an evaluation, a data stage, between runs), ends
+    the program as Ctrl-C does: KeyboardInterrupt instead of Python's default immediate death, so that
+    `finally` blocks and context managers run (a child server it started is stopped, not orphaned).
+    Installed only in the main thread and only over the default handler; the old handler comes back
+    on exit."""
+
+    def __enter__(self) -> TerminateAsInterrupt:
+        self._old = None
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            self._old = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    @staticmethod
+    def _handle(signum, frame) -> None:
+        raise KeyboardInterrupt
+
+    def __exit__(self, *exc) -> None:
+        if self._old is not None:
+            signal.signal(signal.SIGTERM, self._old)
