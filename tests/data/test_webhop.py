@@ -7,20 +7,13 @@ alone gets 0; `arpo web sft-data` writes the scripted trajectories."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 import time
 
 import pytest
 
 pytest.importorskip("httpx")
 pytest.importorskip("trafilatura")
-import httpx
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tools"))
-from web_servers import free_port
 
 from arpo.data import webhop
 from arpo.data.datasets import load_examples
@@ -30,27 +23,11 @@ from arpo.sft.web import webhop_trajectory
 
 @pytest.fixture(scope="module")
 def web():
-    """`arpo web serve --corpus webhop:pages` as a real process; yields its base URL."""
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    proc = subprocess.Popen([sys.executable, "-m", "arpo", "web", "serve", "--corpus", "webhop:pages", "--port",
-                             str(port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            assert proc.poll() is None, proc.stdout.read() if proc.stdout else "arpo web serve exited"
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        else:
-            pytest.fail("arpo web serve did not start")
+    """`arpo web serve --corpus webhop:pages` as a real process (arpo.web.process); yields its base URL."""
+    from arpo.web.process import served_web
+
+    with served_web("webhop:pages") as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 @pytest.fixture(scope="module")
