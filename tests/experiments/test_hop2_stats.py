@@ -121,3 +121,13 @@ def test_every_arm_keeps_one_distinct_color():
     assert (c["arpo"], c["grpo"], c["aepo"]) == ("tab:red", "tab:blue", "tab:green")  # the presets' own
     assert len(set(c.values())) == len(arms) and c["arpo@zscore"] == "tab:orange"
     assert arm_colors(["x"]) == {"x": "tab:orange"} and arm_label("arpo@top_entropy") == "ARPO@top_entropy"
+
+
+def test_the_figures_draw_when_no_arm_branched(committed, tmp_path):
+    """A run whose arms never branched (GRPO alone, the tiny model's smoke tests) still gets both figures."""
+    from arpo.experiments.hop2_figures import plot
+
+    res = json.loads(json.dumps(committed))
+    for arm in res["branching"].values():
+        arm["pooled"].update(branches=0, by_result={})
+    assert [p.name for p in plot(res, tmp_path)] == ["hop2_accuracy.png", "hop2_branching.png"]

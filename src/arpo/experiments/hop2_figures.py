@@ -148,7 +148,7 @@ def branching_figure(br: dict, path: Path) -> Path:
     axes[2].set_ylim(0, 1.3 * max([0.1] + [p.get_height() for p in axes[2].patches]))
     keys = [Patch(facecolor="darkgray", hatch=HATCH[i % len(HATCH)], edgecolor="white", label=f"after result {j}")
             for i, j in enumerate(js)]
-    axes[1].legend(handles=keys, fontsize=7, loc="upper center", ncol=len(keys))
+    axes[1].legend(handles=keys, fontsize=7, loc="upper center", ncol=max(1, len(keys)))
     axes[2].legend(handles=[*keys, Patch(facecolor="lightgray", label="two fresh samples")], fontsize=7,
                    loc="upper right", ncol=2)
     for ax in axes:
