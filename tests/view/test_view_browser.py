@@ -80,7 +80,12 @@ def shots(tmp_path_factory):
 
 
 def open_page(driver, url, page):
-    driver.get(url)
+    # A hash change re-renders without reloading: the old <main> keeps its data-ready until replaced, so
+    # clear it first, or the wait below passes at once and the next lookup finds a replaced element.
+    # The same URL again fires no hashchange: reload it.
+    same = driver.current_url == url
+    driver.execute_script("const m = document.getElementById('main'); if (m) delete m.dataset.ready;")
+    driver.refresh() if same else driver.get(url)
     WebDriverWait(driver, 30).until(lambda d: d.execute_script(
         "const m = document.getElementById('main'); return m && m.dataset.ready;") in (page, "error"))
     err = driver.find_elements(By.CSS_SELECTOR, "main .err")
