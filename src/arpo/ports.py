@@ -1,4 +1,4 @@
-"""Checks a server makes before it starts listening."""
+"""Checks a server makes before it starts listening, and a free port to give one."""
 
 from __future__ import annotations
 
@@ -22,3 +22,9 @@ def listen(host: str, port: int) -> socket.socket:
     except OSError as e:
         raise ArpoError(f"cannot listen on {host}:{port} ({e.strerror or e}); is another server running? "
                         "pick another --port") from e
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now (the OS's choice for port 0)."""
+    with listen(host, 0) as s:
+        return int(s.getsockname()[1])

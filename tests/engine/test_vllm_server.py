@@ -28,6 +28,7 @@ from arpo.engine.hf import HFEngine
 from arpo.engine.sampling import topk_entropy
 from arpo.engine.vllm_server import check_server_urls, server_command, server_env
 from arpo.errors import ArpoError
+from arpo.ports import free_port
 from arpo.settings import TrainConfig
 
 # a server start took up to ~9 min on the loaded 2-core machine; it counts toward the first test's timeout
@@ -97,7 +98,7 @@ def test_fsdp_keeps_no_generation_replica_for_a_remote_engine(tiny_tok):
 
     started = not dist.is_initialized()
     if started:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     try:
         m = tiny_model(tiny_tok)
         par = ParallelModel(m, "fsdp", replica=False)
@@ -127,17 +128,11 @@ def _model(tok, seed):
     return m
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_server(model_dir, log_path, **kw):
     """A `vllm serve` subprocess (this interpreter's vLLM) and its URL, once /v1/models answers."""
     import httpx
 
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, **server_env(kv_cache_gib=1), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     log = open(log_path, "w")  # noqa: SIM115 - closed with the process
     proc = subprocess.Popen(server_command(str(model_dir), port, python=sys.executable, dtype="float32",
@@ -534,7 +529,7 @@ def test_serve_agent_on_the_server(setup, tiny_tok):
     for engine, servers in (("vllm_server", [url]), ("hf", [])):
         cfg = ServeConfig(model=str(d / "model"), served_model_name="m", engine=engine, servers=servers,
                           device="cpu", agent=AgentConfig(max_tool_calls=0, max_response_tokens=24),
-                          tools=ToolsConfig(enabled=[]), port=_free_port(), log_level="warning")
+                          tools=ToolsConfig(enabled=[]), port=free_port(), log_level="warning")
         answers[engine] = _serve_answers(cfg, questions)
     assert answers["vllm_server"] == answers["hf"] and any(answers["hf"]), answers
     assert main(["serve", "agent", "--model", str(d / "model"), "--servers", url]) == 2

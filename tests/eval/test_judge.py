@@ -4,7 +4,6 @@ scripted per predicted answer (arpo.testing.scripted_hook) so that the judge's v
 and `arpo eval --judge` end to end against `arpo serve agent`'s server (agent_server) with a tiny model."""
 
 import json
-import socket
 import threading
 import time
 
@@ -25,15 +24,10 @@ from arpo.eval.judge import (  # noqa: E402
     prediction_tag,
     prediction_text,
 )
+from arpo.ports import free_port  # noqa: E402
 from arpo.settings import JudgeConfig  # noqa: E402
 
 MODEL = "tiny-judge"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _start(server):
@@ -109,7 +103,7 @@ def judge_server(tiny_lm, tiny_tok):
     sched = AgentScheduler(engine, ToolRegistry([]), AgentConfig(max_tool_calls=0, max_response_tokens=24))
     hook_rollout(sched, hook)
     app = create_app(sched, tiny_tok, model_name=MODEL, system="", context_len=2048, max_response_tokens=24)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=_free_port(), log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning"))
     thread = _start(server)
     yield {"url": f"http://127.0.0.1:{server.config.port}/v1", "asked": asked}
     server.should_exit = True
@@ -153,7 +147,7 @@ def test_judgments_through_a_real_server_are_cached_and_reused(judge_server, tmp
 
     # a re-run with the cache asks nothing: the server's address is now a closed port
     n_asked = len(judge_server["asked"])
-    dead = Judge(JudgeConfig(base_url=f"http://127.0.0.1:{_free_port()}/v1", model=MODEL, retries=1),
+    dead = Judge(JudgeConfig(base_url=f"http://127.0.0.1:{free_port()}/v1", model=MODEL, retries=1),
                  JudgeCache(cache))
     recs2 = _records()
     stats2 = dead.judge_records(recs2, QUESTIONS, samples=2)
@@ -170,7 +164,7 @@ def test_judgments_through_a_real_server_are_cached_and_reused(judge_server, tmp
 
 
 def test_judge_failures_are_counted_and_never_fatal(tmp_path):
-    port = _free_port()  # nothing listens here
+    port = free_port()  # nothing listens here
     judge = Judge(JudgeConfig(base_url=f"http://127.0.0.1:{port}/v1", model=MODEL, retries=2, backoff_s=0.01,
                               timeout_s=5), JudgeCache(tmp_path / "c.jsonl"))
     recs = _records()
@@ -238,7 +232,7 @@ def test_arpo_eval_judge_against_arpo_serve_agent(tmp_path, capsys, monkeypatch)
     data = tmp_path / "q.jsonl"
     data.write_text("".join(json.dumps({"question": f"Who is {i}?", "answer": f"name {i}", "task": "qa"}) + "\n"
                             for i in range(3)))
-    port = _free_port()
+    port = free_port()
     threads = torch.get_num_threads()
     with agent_server(ServeConfig(model=model, served_model_name="judge", tools=ToolsConfig(enabled=[]), port=port,
                                   log_level="warning", agent=agent_defaults("serve", max_response_tokens=12),

@@ -61,7 +61,7 @@ def test_quick_webhop_serves_its_web_and_resumes(tmp_path):
     web serve` process, gone when the run ends), makes the scripted trajectories through it (their URLs
     name its port), trains the SFT start and RL against it; run again, it serves the web again and
     reuses the SFT model and every run."""
-    from arpo.web.process import free_port
+    from arpo.ports import free_port
 
     out, port = tmp_path / "w", free_port()
     over = dict(task="webhop", out=str(out), threads=1, sft_data="webhop:train[0:4]", eval_data="webhop:dev[0:2]",

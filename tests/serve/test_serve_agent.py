@@ -3,7 +3,6 @@ free port) over the HF engine with the tiny random model, whose outputs are scri
 (arpo.testing.scripted_hook) so that the agent makes known tool calls through deterministic tools."""
 
 import json
-import socket
 import threading
 import time
 
@@ -14,6 +13,7 @@ uvicorn = pytest.importorskip("uvicorn")
 
 from arpo.data.prompts import render_prompt, system_prompt  # noqa: E402
 from arpo.engine.hf import HFEngine  # noqa: E402
+from arpo.ports import free_port  # noqa: E402
 from arpo.serve import openai_format as fmt  # noqa: E402
 from arpo.serve.app import create_app  # noqa: E402
 from arpo.serve.scheduler import AgentScheduler  # noqa: E402
@@ -67,12 +67,6 @@ def routed_hook(tok, scripts):
     return hook
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def served(tiny_lm, tiny_tok):
     import torch
@@ -84,7 +78,7 @@ def served(tiny_lm, tiny_tok):
                            AgentConfig(max_tool_calls=3, max_response_tokens=200, temperature=1.0))
     hook_rollout(sched, routed_hook(tiny_tok, SCRIPTS))
     app = create_app(sched, tiny_tok, model_name=MODEL, system=SYSTEM, context_len=2048, max_response_tokens=200)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=_free_port(), log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.time() + 30

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
+from arpo.ports import free_port  # noqa: F401  (tests import it from here)
+
 
 @dataclass
 class Req:
@@ -111,9 +113,3 @@ def uvicorn_app(app):
         server.should_exit = True
         th.join(10)
         sock.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

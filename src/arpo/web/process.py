@@ -21,13 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from arpo.errors import ArpoError
-from arpo.ports import listen
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on now (the OS's choice for port 0)."""
-    with listen(host, 0) as s:
-        return int(s.getsockname()[1])
+from arpo.ports import free_port
 
 
 @contextmanager
