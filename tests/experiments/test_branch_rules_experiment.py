@@ -95,7 +95,7 @@ def test_arms_name_a_preset_and_a_branch_rule(tmp_path):
     assert common.train_config(cfg, "some/sft", "grpo", 1, tmp_path / "r").rollout.branch_rule == "auto"
 
 
-def test_quick_branch_rules_experiment_end_to_end(tmp_path):
+def test_quick_branch_rules_experiment_end_to_end(tmp_path, capsys):
     """Two arms (a staged rule and the paper's), one seed (the study: >= 5), one step: the hop2
     pipeline's statistics, branch placement per arm, the matched-calls section, a dev-only ledger."""
     out = tmp_path / "q"
@@ -113,6 +113,13 @@ def test_quick_branch_rules_experiment_end_to_end(tmp_path):
     led = json.loads((out / "protocol.json").read_text())
     assert {e["split"] for e in led["entries"]} == {"dev"}
     assert any(e["name"] == "arpo@top_entropy/accuracy_at_matched_calls" for e in led["entries"])
+    # hop2-stats on it (what the doc quotes): the tables, the matched calls, what the runs' answers took
+    from arpo.cli import main
+
+    assert main(["experiment", "hop2-stats", "--results", str(out / "results.json")]) == 0
+    printed = capsys.readouterr().out
+    assert X.matched_calls_table(mc) in printed
+    assert "Answers by tool calls, dev" in printed and "| arpo@top_entropy | 0 |" in printed
 
 
 def test_the_command_builds_the_config_and_prints_the_matched_calls(monkeypatch, capsys):

@@ -73,13 +73,27 @@ def _hop2_stats(args) -> int:
     if not args.results:
         raise ArpoError("hop2-stats needs --results PATH (a results.json of hop2-arpo-vs-grpo)")
     recompute(args.results)
+    results = json.loads(Path(args.results).read_text())
     if args.out:  # the figures again, with this version's drawing code
         from arpo.experiments.hop2_figures import plot
 
         Path(args.out).mkdir(parents=True, exist_ok=True)
-        for f in plot(json.loads(Path(args.results).read_text()), Path(args.out)):
+        for f in plot(results, Path(args.out)):
             print(f"wrote {f}", file=sys.stderr)
-    print(report(json.loads(Path(args.results).read_text())), end="")  # the tables docs/experiment_hop2.md quotes
+    print(report(results), end="")  # the tables docs/experiment_hop2.md quotes
+    if results.get("matched_calls"):  # branch-rules: accuracy at matched executed tool calls
+        from arpo.experiments.branch_rules import matched_calls_table
+
+        print("\nAccuracy at matched executed tool calls (dev; seeds only):\n\n"
+              + matched_calls_table(results["matched_calls"]))
+    root = Path(args.results).parent
+    if (root / "rl").is_dir():  # the runs' eval records are there: what the policies do (hop2_behaviour.py)
+        from arpo.experiments.hop2_behaviour import behaviour, behaviour_table
+
+        beh = behaviour(results, root)
+        for split in beh:
+            print(f"\nAnswers by tool calls, {split} (share of questions; accuracy among them):\n\n"
+                  + behaviour_table(beh, split))
     return 0
 
 

@@ -1,0 +1,79 @@
+"""What each run's policy does at its selected step: how many tool calls it made before answering, and
+how often it was right after that many, per run and split. An accuracy says that a run failed, this
+says how: on hop2 a correct answer takes two lookups, so a run that answers after one lookup (it reads
+the first town's attribute) or after three (a lookup too many: a repeated one, or one relation
+followed too far) shows up here, where the accuracy alone shows only a low number.
+
+Read from the evaluation records the runs keep next to a hop2 / branch-rules results.json
+(`OUT/rl/<arm>_seed<k>/heldout_step_<step>.json` for dev, `.../test_eval/...` for test), at the step
+`results["dev"]["selected_steps"]` names; `arpo experiment hop2-stats` prints the table where they are.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def answers_by_calls(records: list[dict]) -> dict:
+    """{questions, correct, no_answer, by_calls: {k: [answers after k tool calls, of them correct]}}:
+    one eval record per question; k = the record's tool calls summed over tools; an answer is a record
+    with finish_reason "answer" (the rest, cut off or malformed, count as no_answer)."""
+    by: dict[int, list[int]] = {}
+    no_answer = 0
+    for r in records:
+        if r.get("finish_reason") != "answer":
+            no_answer += 1
+            continue
+        c = by.setdefault(sum(r.get("tool_calls", {}).values()), [0, 0])
+        c[0] += 1
+        c[1] += int(bool(r["correct"]))
+    return {"questions": len(records), "correct": sum(int(bool(r["correct"])) for r in records),
+            "no_answer": no_answer, "by_calls": dict(sorted(by.items()))}
+
+
+def record_file(root: Path, arm: str, seed: int, step: int, split: str) -> Path:
+    """Where a run keeps its eval records of `split` (dev or test) at `step`."""
+    run = root / "rl" / f"{arm}_seed{seed}"
+    return (run if split == "dev" else run / "test_eval") / f"heldout_step_{step:06d}.json"
+
+
+def behaviour(results: dict, root: Path) -> dict:
+    """{split: {arm: [answers_by_calls per seed, None where the records are missing]}} at each arm's
+    selected step, for the splits results.json reports."""
+    steps = results["dev"]["selected_steps"]
+    seeds = results["settings"]["seeds"]
+    out: dict = {}
+    for split in ("dev", "test"):
+        if not results.get(split):
+            continue
+        out[split] = {}
+        for arm, step in steps.items():
+            per_seed = []
+            for seed in range(seeds):
+                f = record_file(root, arm, seed, step, split)
+                per_seed.append(answers_by_calls(json.loads(f.read_text())["records"]) if f.exists() else None)
+            out[split][arm] = per_seed
+    return out
+
+
+def behaviour_table(beh: dict, split: str, most: int = 3) -> str:
+    """Markdown: per arm and seed, the share of questions answered after 0 … most−1 and ≥ most tool
+    calls, each with the accuracy among them in brackets, and the share not answered."""
+    heads = [f"{k} calls" for k in range(most)] + [f"≥ {most} calls"]
+    lines = ["| method | seed | accuracy | " + " | ".join(heads) + " | no answer |",
+             "|" + "---|" * (len(heads) + 4)]
+    for arm, per_seed in beh[split].items():
+        for seed, h in enumerate(per_seed):
+            if h is None:
+                lines.append(f"| {arm} | {seed} | – | " + " | ".join("–" for _ in heads) + " | – |")
+                continue
+            n = h["questions"]
+            cells = [[0, 0] for _ in heads]
+            for k, (a, c) in h["by_calls"].items():
+                cells[min(int(k), most)][0] += a
+                cells[min(int(k), most)][1] += c
+            shown = [f"{a / n:.2f} ({c / a:.2f})" if a else "0" for a, c in cells]
+            lines.append(f"| {arm} | {seed} | {h['correct'] / n:.3f} | " + " | ".join(shown)
+                         + f" | {h['no_answer'] / n:.2f} |")
+    return "\n".join(lines)

@@ -1,0 +1,55 @@
+"""hop2_behaviour: answers by tool calls per run, from the eval records the runs keep, and
+`arpo experiment hop2-stats` printing them where the run dirs sit next to results.json."""
+
+import json
+
+from arpo.experiments.hop2_behaviour import answers_by_calls, behaviour, behaviour_table, record_file
+
+
+def rec(calls: int, correct: bool, finish: str = "answer") -> dict:
+    return {"finish_reason": finish, "correct": correct, "tool_calls": {"lookup": calls} if calls else {}}
+
+
+def test_answers_by_calls_counts_by_hand():
+    recs = [rec(2, True), rec(2, False), rec(1, False), rec(3, True), rec(0, False), rec(2, False, "length")]
+    assert answers_by_calls(recs) == {"questions": 6, "correct": 2, "no_answer": 1,
+                                      "by_calls": {0: [1, 0], 1: [1, 0], 2: [2, 1], 3: [1, 1]}}
+    two_tools = {"finish_reason": "answer", "correct": True, "tool_calls": {"web_search": 1, "browse": 2}}
+    assert answers_by_calls([two_tools])["by_calls"] == {3: [1, 1]}
+
+
+def test_the_table_buckets_and_marks_missing_runs(tmp_path):
+    f = record_file(tmp_path, "arpo", 0, 10, "dev")
+    f.parent.mkdir(parents=True)
+    # 4 questions: two after 2 lookups (one right), one after 1, one after 4 (right)
+    f.write_text(json.dumps({"records": [rec(2, True), rec(2, False), rec(1, False), rec(4, True)]}))
+    t = record_file(tmp_path, "arpo", 0, 10, "test")
+    assert t == tmp_path / "rl" / "arpo_seed0" / "test_eval" / "heldout_step_000010.json"
+    results = {"dev": {"selected_steps": {"arpo": 10}}, "settings": {"seeds": 2}, "test": None}
+    beh = behaviour(results, tmp_path)
+    assert list(beh) == ["dev"] and beh["dev"]["arpo"][1] is None  # seed 1 has no records
+    rows = behaviour_table(beh, "dev").splitlines()
+    assert rows[0] == "| method | seed | accuracy | 0 calls | 1 calls | 2 calls | ≥ 3 calls | no answer |"
+    assert rows[2] == "| arpo | 0 | 0.500 | 0 | 0.25 (0.00) | 0.50 (0.50) | 0.25 (1.00) | 0.00 |"
+    assert rows[3] == "| arpo | 1 | – | – | – | – | – | – |"
+
+
+def test_the_hop2_stats_command_prints_them_where_the_runs_are(tmp_path, capsys):
+    """Next to a results.json with its run dirs (`OUT/rl`), hop2-stats adds the answers-by-calls tables
+    to the statistics tables; the committed hop2 study's records are a real such layout."""
+    from pathlib import Path
+
+    from arpo.cli import main
+
+    committed = Path(__file__).resolve().parents[2] / "docs" / "results" / "hop2_arpo_vs_grpo.json"
+    results = json.loads(committed.read_text())
+    (tmp_path / "results.json").write_text(committed.read_text())
+    step = results["dev"]["selected_steps"]["arpo"]
+    f = record_file(tmp_path, "arpo", 0, step, "test")
+    f.parent.mkdir(parents=True)
+    f.write_text(json.dumps({"records": [rec(2, True), rec(1, False)]}))
+    assert main(["experiment", "hop2-stats", "--results", str(tmp_path / "results.json")]) == 0
+    out = capsys.readouterr().out
+    assert "Answers by tool calls, dev" in out and "Answers by tool calls, test" in out
+    assert "| arpo | 0 | 0.500 | 0 | 0.50 (0.00) | 0.50 (1.00) | 0 | 0.00 |" in out  # the test split's row
+    assert "Accuracy at matched executed tool calls" not in out  # hop2-arpo-vs-grpo has no matched_calls
