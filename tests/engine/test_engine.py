@@ -210,3 +210,29 @@ def test_topk_entropy_adds_the_sampled_token_when_outside_the_top_k():
     toks, _, _, topk = sample_stats(logp, torch.ones(2), torch.tensor([0.1, 0.99]), 2)
     assert toks.tolist() == [0, 3]
     assert topk.tolist() == pytest.approx([top2, top2 - 0.05 * math.log(0.05)], abs=1e-6)
+
+
+def test_segment_end_in_its_order_by_hand():
+    """engine.base.segment_end, which every engine asks after each token: a pause token first (even
+    when it is also EOS), then EOS, then a stop string completed in the current segment (not one that was
+    there before it), then the length cap."""
+    from arpo.engine.base import Sequence, segment_end
+
+    class Chars:  # token id = a character's code point
+        def decode(self, ids):
+            return "".join(map(chr, ids))
+
+    def seq(text: str, **kw) -> Sequence:
+        return Sequence(0, [ord(c) for c in text], 1, SamplingParams(**kw))
+
+    tok, eos = Chars(), {ord("$")}
+    s = seq("Q$", pause_token_ids=(ord("$"),), max_len=100)
+    assert segment_end(s, 1, tok, eos, 100) == "stop" and s.stop_text == "$"  # pause beats EOS
+    assert segment_end(seq("Q$"), 1, tok, eos, 100) == "eos"
+    s = seq("Qab</x>", stop=("</x>",))
+    assert segment_end(s, 1, tok, eos, 100) == "stop" and s.stop_text == "</x>"
+    assert segment_end(seq("Q</x>a", stop=("</x>",)), 1, tok, eos, 100) is None  # completed earlier
+    assert segment_end(seq("Qab", stop=("ab",)), 1, tok, eos, 100) == "stop"
+    assert segment_end(seq("Qab", stop=("ab",)), 2, tok, eos, 100) is None  # "a" was appended, not generated
+    assert segment_end(seq("Qabc"), 1, tok, eos, 4) == "length"
+    assert segment_end(seq("Qabc"), 1, tok, eos, 5) is None

@@ -157,3 +157,66 @@ def stop_match(tokenizer, tokens: list[int], seg_start: int, params: SamplingPar
         if m and not re.search(params.stop_regex, before):
             return m.group(0)
     return None
+
+
+def segment_end(s: Sequence, seg_start: int, tokenizer, eos, max_len: int) -> str | None:
+    """Why the newest token ends the current segment, or None. In this order: a pause token (first:
+    an end-of-turn token may also be EOS) → "stop" with `s.stop_text` its text; an EOS id → "eos"; a
+    stop string or regex the token completed in the segment (stop_match) → "stop"; `max_len` tokens
+    → "length". Every engine asks this, so that all end a segment at the same token."""
+    last = s.tokens[-1]
+    if last in s.params.pause_token_ids:
+        s.stop_text = tokenizer.decode([last])
+        return "stop"
+    if last in eos:
+        return "eos"
+    stop = stop_match(tokenizer, s.tokens, seg_start, s.params)
+    if stop is not None:
+        s.stop_text = stop
+        return "stop"
+    if len(s.tokens) >= max_len:
+        return "length"
+    return None
+
+
+class SequenceTable:
+    """What every engine does alike with its table of sequences, `self.seqs` (sid → Sequence): look
+    one up, tell whether any still generates, resume one, run prompts to their first stop, and close
+    at the end of a `with` block. The engine brings add / step / append / close."""
+
+    seqs: dict[int, Sequence]
+
+    def add(self, prompt_ids: list[int], params: SamplingParams | None = None) -> int:
+        raise NotImplementedError
+
+    def step(self) -> list[StepOutput]:
+        raise NotImplementedError
+
+    def append(self, sid: int, token_ids: list[int]) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def seq(self, sid: int) -> Sequence:
+        return self.seqs[sid]
+
+    def has_unfinished(self) -> bool:
+        return any(s.status in ("waiting", "running") for s in self.seqs.values())
+
+    def resume(self, sid: int) -> None:
+        """Let a paused sequence go on with nothing appended."""
+        self.append(sid, [])
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams | None = None) -> list[Sequence]:
+        """Convenience: run prompts to their first stop (no tools); returns the sequences."""
+        sids = [self.add(p, params) for p in prompts]
+        while self.has_unfinished():
+            self.step()
+        return [self.seqs[s] for s in sids]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

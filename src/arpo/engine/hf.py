@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from arpo.engine.base import SamplingParams, Sequence, StepOutput, check_prompt_fits, stop_match
+from arpo.engine.base import SamplingParams, Sequence, SequenceTable, StepOutput, check_prompt_fits, segment_end
 from arpo.engine.graph import GraphStep
 from arpo.engine.kv import KVBatch, SlotCache
 from arpo.engine.rng import child_key, key_of, uniforms_for
@@ -65,7 +65,7 @@ class _State:
         self.seg_start = seg_start  # token index where the current generated segment began
 
 
-class HFEngine:
+class HFEngine(SequenceTable):
     def __init__(self, model, tokenizer, max_prefill_tokens: int = 4096, eos_token_ids=None, topk_entropy: int = 10,
                  share_prompts: bool = True, static: bool = True, compile: bool = False, graph: bool = False):
         _register_attention()
@@ -128,9 +128,6 @@ class HFEngine:
         st.pending += list(token_ids)
         st.seg_start = len(s.tokens)
 
-    def resume(self, sid: int) -> None:
-        self.append(sid, [])
-
     def finish(self, sid: int, reason: str = "stop") -> None:
         """End a paused sequence for good (e.g. the tool-call cap was reached)."""
         s = self.seqs[sid]
@@ -171,12 +168,6 @@ class HFEngine:
         self._st.pop(sid, None)
         self.seqs.pop(sid, None)
 
-    def seq(self, sid: int) -> Sequence:
-        return self.seqs[sid]
-
-    def has_unfinished(self) -> bool:
-        return any(s.status in ("waiting", "running") for s in self.seqs.values())
-
     @torch.no_grad()
     def step(self) -> list[StepOutput]:
         """Prefill whatever joins, then one decode step for all running sequences."""
@@ -188,13 +179,6 @@ class HFEngine:
         if running:
             outs += self._decode()
         return outs
-
-    def generate(self, prompts: list[list[int]], params: SamplingParams | None = None) -> list[Sequence]:
-        """Convenience: run prompts to their first stop (no tools); returns the sequences."""
-        sids = [self.add(p, params) for p in prompts]
-        while self.has_unfinished():
-            self.step()
-        return [self.seqs[s] for s in sids]
 
     # ---- internals ------------------------------------------------------------------------------
     # ---- lifecycle (the Engine protocol): this engine runs the policy module itself ---------------
@@ -477,27 +461,13 @@ class HFEngine:
             if topk_ent is not None:
                 s.topk_entropies.append(topk_ent[i])
             self._st[s.sid].pending = [t]
-            reason = self._finish_reason(s)
+            reason = segment_end(s, self._st[s.sid].seg_start, self.tokenizer, self.eos, s.params.max_len)
             if reason is not None:
                 s.finish_reason = reason
                 s.status = "paused" if reason == "stop" else "finished"
                 self._leave(s.sid)
             outs.append(StepOutput(s.sid, t, chosen[i], ent[i], reason))
         return outs
-
-    def _finish_reason(self, s: Sequence) -> str | None:
-        if s.tokens[-1] in s.params.pause_token_ids:  # checked first: an end-of-turn token may also be EOS
-            s.stop_text = self.tokenizer.decode([s.tokens[-1]])
-            return "stop"
-        if s.tokens[-1] in self.eos:
-            return "eos"
-        stop = stop_match(self.tokenizer, s.tokens, self._st[s.sid].seg_start, s.params)
-        if stop is not None:
-            s.stop_text = stop
-            return "stop"
-        if len(s.tokens) >= s.params.max_len:
-            return "length"
-        return None
 
 
 def _with_seed(params: SamplingParams, seed: int) -> SamplingParams:

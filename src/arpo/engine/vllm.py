@@ -51,7 +51,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from arpo.engine.base import SamplingParams, Sequence, StepOutput, check_prompt_fits, stop_match
+from arpo.engine.base import SamplingParams, Sequence, SequenceTable, StepOutput, check_prompt_fits, segment_end
 
 _HOOK_ARG = "arpo_logits_hook"
 _HOOKS: dict[str, tuple] = {}  # request key -> (hook, base tokens, base gen_mask, prompt_len, params, sid)
@@ -272,7 +272,30 @@ def _preserve_process_state():
         torch.set_num_threads = set_threads
 
 
-class VLLMEngine:
+class RequestSequences(SequenceTable):
+    """Sequences whose generated segments are vLLM requests (in process or on a server): appended
+    tokens end the segment, and the next request starts after them; finishing a sequence stops its
+    request. The engine brings `_st` (sid → state with `seg_start`) and `_stop_request(sid)`."""
+
+    _st: dict
+
+    def _stop_request(self, sid: int) -> None:
+        raise NotImplementedError
+
+    def append(self, sid: int, token_ids: list[int]) -> None:
+        """Give a paused sequence tokens it did not generate (mask 0); it resumes on the next step."""
+        s, st = self.seqs[sid], self._st[sid]
+        s.append_unsampled(token_ids)
+        st.seg_start = len(s.tokens)
+
+    def finish(self, sid: int, reason: str = "stop") -> None:
+        """End a sequence for good (e.g. the tool-call cap was reached)."""
+        s = self.seqs[sid]
+        self._stop_request(sid)
+        s.status, s.finish_reason = "finished", reason
+
+
+class VLLMEngine(RequestSequences):
     """The engine interface (engine/base.py) over vLLM's V1 engine; see the module docstring.
 
     model_dir: a Hugging Face model directory (or a name arpo.models resolves, e.g. the built-in
@@ -399,21 +422,6 @@ class VLLMEngine:
         self._st[sid] = _State(len(prompt_ids), params.seed)
         return sid
 
-    def append(self, sid: int, token_ids: list[int]) -> None:
-        """Give a paused sequence tokens it did not generate (mask 0); it resumes on the next step."""
-        s, st = self.seqs[sid], self._st[sid]
-        s.append_unsampled(token_ids)
-        st.seg_start = len(s.tokens)
-
-    def resume(self, sid: int) -> None:
-        self.append(sid, [])
-
-    def finish(self, sid: int, reason: str = "stop") -> None:
-        """End a sequence for good (e.g. the tool-call cap was reached)."""
-        s = self.seqs[sid]
-        self._stop_request(sid)
-        s.status, s.finish_reason = "finished", reason
-
     def fork(self, sid: int, n: int, at: int | None = None, seeds: list[int] | None = None) -> list[int]:
         """n new sequences that share `tokens[:at]` (default: all tokens) with `sid` and continue
         independently: n new vLLM requests over that prefix, whose full KV blocks the prefix cache
@@ -450,12 +458,6 @@ class VLLMEngine:
         self._st.pop(sid, None)
         self.seqs.pop(sid, None)
 
-    def seq(self, sid: int) -> Sequence:
-        return self.seqs[sid]
-
-    def has_unfinished(self) -> bool:
-        return any(s.status in ("waiting", "running") for s in self.seqs.values())
-
     def cached_tokens(self, sid: int) -> list[int]:
         """For each vLLM request this sequence made so far (its segments), the number of prompt tokens
         vLLM's prefix cache served (RequestOutput.num_cached_tokens)."""
@@ -480,13 +482,6 @@ class VLLMEngine:
                 continue
             outs += self._consume(sid, ro)
         return outs
-
-    def generate(self, prompts: list[list[int]], params: SamplingParams | None = None) -> list[Sequence]:
-        """Convenience: run prompts to their first stop (no tools); returns the sequences."""
-        sids = [self.add(p, params) for p in prompts]
-        while self.has_unfinished():
-            self.step()
-        return [self.seqs[s] for s in sids]
 
     # ---- weights, sleep, shutdown -----------------------------------------------------------------
     def load_weights(self, model_or_state_dict) -> int:
@@ -565,12 +560,6 @@ class VLLMEngine:
             if getattr(self, attr):
                 shutil.rmtree(getattr(self, attr), ignore_errors=True)
                 setattr(self, attr, None)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     # ---- internals ------------------------------------------------------------------------------
     def _new_sid(self) -> int:
@@ -660,7 +649,7 @@ class VLLMEngine:
             s.entropies.append(ent)
             s.topk_entropies.append(ent)
             self.stats["decode_tokens"] += 1
-            reason = self._finish_reason(s, st)
+            reason = segment_end(s, st.seg_start, self.tokenizer, self.eos, min(s.params.max_len, self.max_model_len))
             last = i == len(toks) - 1
             if reason is None and last and ro.finished:
                 reason = _vllm_reason(c)
@@ -682,20 +671,6 @@ class VLLMEngine:
             self._end_request(st)
             s.status, s.finish_reason = "finished", _vllm_reason(c) or "abort"
         return outs
-
-    def _finish_reason(self, s: Sequence, st: _State) -> str | None:
-        if s.tokens[-1] in s.params.pause_token_ids:  # checked first: an end-of-turn token may also be EOS
-            s.stop_text = self.tokenizer.decode([s.tokens[-1]])
-            return "stop"
-        if s.tokens[-1] in self.eos:
-            return "eos"
-        stop = stop_match(self.tokenizer, s.tokens, st.seg_start, s.params)
-        if stop is not None:
-            s.stop_text = stop
-            return "stop"
-        if len(s.tokens) >= min(s.params.max_len, self.max_model_len):
-            return "length"
-        return None
 
 
 def _token_stats(lp_map, token: int, k: int) -> tuple[float, float]:

@@ -9,7 +9,7 @@ Each arpo sequence *segment* (the tokens generated between two pauses) is one st
 request: the sequence's token ids so far in (`prompt` as a list of ids), the sampled token ids and the
 top-k log-probs of every position out (`logprobs=k`, `return_token_ids`, `return_tokens_as_token_ids`),
 the agent's closing tags as `stop` strings and EOS / pause tokens as `stop_token_ids`, so the server ends
-the request itself where arpo pauses. arpo still checks every token with the same `stop_match` as the
+the request itself where arpo pauses. arpo still checks every token with the same `segment_end` as the
 other engines (the stop regex for unknown tags has no server-side equivalent): a match the server did
 not stop at closes the stream, which makes vLLM abort the request.
 
@@ -50,8 +50,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from arpo.engine.base import SamplingParams, Sequence, StepOutput, check_prompt_fits, stop_match
-from arpo.engine.vllm import _cpu_tensors, _mix, _token_stats, hf_state_dict
+from arpo.engine.base import SamplingParams, Sequence, StepOutput, check_prompt_fits, segment_end
+from arpo.engine.vllm import RequestSequences, _cpu_tensors, _mix, _token_stats, hf_state_dict
 from arpo.errors import ArpoError
 
 TRANSFERS = ("disk", "nccl", "ipc")
@@ -137,7 +137,7 @@ class _State:
         self.retries = 0
 
 
-class VLLMServerEngine:
+class VLLMServerEngine(RequestSequences):
     """The engine interface over `vllm serve` endpoints; see the module docstring.
 
     servers: base URLs (`rollout.servers`). model: the served model name (default: the first one
@@ -257,19 +257,6 @@ class VLLMServerEngine:
             srv.live += 1
         return sid
 
-    def append(self, sid: int, token_ids: list[int]) -> None:
-        s, st = self.seqs[sid], self._st[sid]
-        s.append_unsampled(token_ids)
-        st.seg_start = len(s.tokens)
-
-    def resume(self, sid: int) -> None:
-        self.append(sid, [])
-
-    def finish(self, sid: int, reason: str = "stop") -> None:
-        s = self.seqs[sid]
-        self._stop_request(sid)
-        s.status, s.finish_reason = "finished", reason
-
     def fork(self, sid: int, n: int, at: int | None = None, seeds: list[int] | None = None) -> list[int]:
         """n new sequences sharing `tokens[:at]` with `sid`: new requests on the parent's server, whose
         prefix cache holds the shared prefix's full KV blocks."""
@@ -309,12 +296,6 @@ class VLLMServerEngine:
                 self._group_live[st.group] = left
         self.seqs.pop(sid, None)
 
-    def seq(self, sid: int) -> Sequence:
-        return self.seqs[sid]
-
-    def has_unfinished(self) -> bool:
-        return any(s.status in ("waiting", "running") for s in self.seqs.values())
-
     def cached_tokens(self, sid: int) -> list[int]:
         """For each request this sequence made, the prompt tokens the server's prefix cache served
         (vLLM's num_cached_tokens, from the usage's prompt_tokens_details)."""
@@ -340,12 +321,6 @@ class VLLMServerEngine:
                 ev = ("error", ServerError(f"no token from {self._route(st.group).url} in {self.timeout_s:.0f} s"))
             outs += self._consume(sid, ev)
         return outs
-
-    def generate(self, prompts: list[list[int]], params: SamplingParams | None = None) -> list[Sequence]:
-        sids = [self.add(p, params) for p in prompts]
-        while self.has_unfinished():
-            self.step()
-        return [self.seqs[s] for s in sids]
 
     # ---- requests -------------------------------------------------------------------------------------
     def _body(self, s: Sequence, st: _State, max_tokens: int) -> dict[str, Any]:
@@ -420,7 +395,7 @@ class VLLMServerEngine:
             s.entropies.append(ent)
             s.topk_entropies.append(ent)
             self.stats["decode_tokens"] += 1
-            reason = self._finish_reason(s, st)
+            reason = segment_end(s, st.seg_start, self.tokenizer, self.eos, min(s.params.max_len, self.max_model_len))
             if reason is None and i == len(toks) - 1 and finish is not None:
                 reason = self._server_reason(s, finish, stop_reason)
             outs.append(StepOutput(sid, t, lp, ent, reason))
@@ -476,20 +451,6 @@ class VLLMServerEngine:
             raise ServerError(f"sequence {sid}: {st.retries} failed requests, last: {err}")
         self.stats["retries"] += 1
         s.status = "waiting"  # resubmitted at the next step, from the tokens it has, on a live server
-
-    def _finish_reason(self, s: Sequence, st: _State) -> str | None:
-        if s.tokens[-1] in s.params.pause_token_ids:
-            s.stop_text = self.tokenizer.decode([s.tokens[-1]])
-            return "stop"
-        if s.tokens[-1] in self.eos:
-            return "eos"
-        stop = stop_match(self.tokenizer, s.tokens, st.seg_start, s.params)
-        if stop is not None:
-            s.stop_text = stop
-            return "stop"
-        if len(s.tokens) >= min(s.params.max_len, self.max_model_len):
-            return "length"
-        return None
 
     # ---- weights --------------------------------------------------------------------------------------
     def load_weights(self, model_or_state_dict) -> int:
@@ -611,12 +572,6 @@ class VLLMServerEngine:
         if self._own_weights_dir is not None:
             shutil.rmtree(self._own_weights_dir, ignore_errors=True)
             self._own_weights_dir = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def server_stats(self) -> list[dict]:
         return [dataclasses.asdict(s) for s in self.servers]
