@@ -87,7 +87,7 @@ def _hop2_stats(args) -> int:
         print("\nAccuracy at matched executed tool calls (dev; seeds only):\n\n"
               + matched_calls_table(results["matched_calls"]))
     root = Path(args.results).parent
-    if (root / "rl").is_dir():  # the runs' eval records are there: what the policies do (hop2_behaviour.py)
+    if (root / "rl").is_dir():  # the runs' eval records are there: what the policies do (experiments/hop2_behaviour.py)
         from arpo.experiments.hop2_behaviour import behaviour, behaviour_table
 
         beh = behaviour(results, root)
