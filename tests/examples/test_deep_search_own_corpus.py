@@ -20,10 +20,8 @@ pytest.importorskip("httpx")
 pytest.importorskip("trafilatura")
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-from web_servers import free_port
-
 from arpo.cli import main
+from arpo.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 FILLER = " ".join(f"Sentence {i} of the page is about nothing in particular." for i in range(8))

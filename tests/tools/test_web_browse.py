@@ -10,8 +10,9 @@ import pytest
 pytest.importorskip("httpx")
 pytest.importorskip("trafilatura")
 
-from web_servers import free_port, scripted_server, uvicorn_app
+from web_servers import scripted_server, uvicorn_app
 
+from arpo.ports import free_port
 from arpo.tools import build_tools
 from arpo.tools.base import ToolCall
 from arpo.tools.web.browse import BrowseTool, excerpt, parse_input, windows

@@ -14,9 +14,10 @@ import pytest
 pytest.importorskip("httpx")
 pytest.importorskip("trafilatura")
 import httpx
-from web_servers import free_port, uvicorn_app
+from web_servers import uvicorn_app
 
 from arpo.cli import main
+from arpo.ports import free_port
 
 ROWS = [{"id": "a", "title": "Alpha Centauri", "text": "Alpha Centauri is the closest star system to the Sun.",
          "url": "https://stars.example/systems/alpha-centauri"},

@@ -181,7 +181,7 @@ def test_retry_delay():
 
 
 def test_unreachable_provider_and_bad_response_are_error_results():
-    from web_servers import free_port
+    from arpo.ports import free_port
 
     down = WebSearchTool({"provider": "searxng", "url": f"http://127.0.0.1:{free_port()}", "retries": 1,
                           "backoff_s": 0.01})("q")

@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from arpo.ports import free_port  # noqa: F401  (tests import it from here)
-
 
 @dataclass
 class Req:

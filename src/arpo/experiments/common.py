@@ -182,7 +182,7 @@ def reusable_steps(run_dir: Path, tc, eval_steps: list[int]) -> list[int]:
     have = []
     for s in eval_steps:
         model = run_dir / "checkpoints" / f"step_{s:06d}" / "model"
-        cache = run_dir / f"heldout_step_{s:06d}.json"  # evaluated before (its checkpoint may be rotated away)
+        cache = eval_file(run_dir, s)  # evaluated before (its checkpoint may be rotated away)
         if model.is_dir() or (cache.is_file() and same_model(json.loads(cache.read_text()), str(model), cache)):
             have.append(s)
     return have
@@ -215,9 +215,14 @@ def relocated(conf: Any, old_dir: str | None, new_dir: Path) -> Any:
     return move(conf)
 
 
+def eval_file(run_dir: Path, step: int) -> Path:
+    """Where cached_eval keeps the evaluation of step `step` in run_dir."""
+    return run_dir / f"heldout_step_{step:06d}.json"
+
+
 def cached_eval(run_dir: Path, step: int, model_dir: str, tc, cfg: RLStudyConfig, examples) -> tuple:
-    """evaluate_model, kept as run_dir/heldout_step_N.json so a rerun does not evaluate twice."""
-    path = run_dir / f"heldout_step_{step:06d}.json"
+    """evaluate_model, kept as eval_file(run_dir, step) so a rerun does not evaluate twice."""
+    path = eval_file(run_dir, step)
     if path.is_file():
         d = json.loads(path.read_text())
         if d.get("eval_data") == cfg.eval_data and same_model(d, model_dir, path):

@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from arpo.experiments.common import eval_file
+
 
 def answers_by_calls(records: list[dict]) -> dict:
     """{questions, correct, no_answer, by_calls: {k: [answers after k tool calls, of them correct]}}:
@@ -35,7 +37,7 @@ def answers_by_calls(records: list[dict]) -> dict:
 def record_file(root: Path, arm: str, seed: int, step: int, split: str) -> Path:
     """Where a run keeps its eval records of `split` (dev or test) at `step`."""
     run = root / "rl" / f"{arm}_seed{seed}"
-    return (run if split == "dev" else run / "test_eval") / f"heldout_step_{step:06d}.json"
+    return eval_file(run if split == "dev" else run / "test_eval", step)
 
 
 def behaviour(results: dict, root: Path) -> dict:
