@@ -43,6 +43,26 @@ def test_matched_calls_reads_every_run_at_the_budget_all_reached():
     assert table[3].startswith("| 60 (1) | 0.800 [") and "Δ +0.215, p 0.50" in table[3]
 
 
+def test_pair_matched_calls_reads_each_seed_pair_at_its_own_common_budget():
+    """A base run that stops calling tools (seed 1: 20 calls) caps its own pair only."""
+    runs = {"grpo": [{"curve": _curve((0, 0.5), (100, 0.9))}, {"curve": _curve((0, 0.5), (100, 0.7))}],
+            "arpo": [{"curve": _curve((0, 0.5), (50, 0.6))}, {"curve": _curve((0, 0.5), (20, 0.0))}]}
+    res = X.pair_matched_calls(runs, {"n_resamples": 200, "level": 0.95, "seed": 0})
+    a = res["arms"]["grpo"]
+    assert res["base"] == "arpo" and a["calls_per_seed"] == [50, 20]
+    # seed 0 at 50 calls: 0.5 + 0.4·0.5 = 0.7 vs 0.6; seed 1 at 20: 0.5 + 0.2·0.2 = 0.54 vs 0.0
+    assert a["accuracy_per_seed"] == pytest.approx([0.7, 0.54])
+    assert a["base_accuracy_per_seed"] == pytest.approx([0.6, 0.0])
+    assert a["vs_base"]["per_seed_diff"] == pytest.approx([0.1, 0.54]) and a["vs_base"]["wins"] == 2
+    assert a["vs_base"]["diff"] == pytest.approx(0.32) and a["vs_base"]["p_sign_flip"] == 0.5
+    assert a["diff_seed_bootstrap"]["mean"] == pytest.approx(0.32)
+    assert 0.1 - 1e-9 <= a["diff_seed_bootstrap"]["ci_low"] <= a["diff_seed_bootstrap"]["ci_high"] <= 0.54 + 1e-9
+    table = X.pair_matched_calls_table(res).splitlines()
+    assert table[0].startswith("| arm vs arpo | per seed pair: C_s, arm vs base |") and len(table) == 3
+    assert table[2].startswith("| grpo | 50: 0.700 vs 0.600; 20: 0.540 vs 0.000 | +0.320 | [")
+    assert table[2].endswith("| 2 / 0 | 0.50 |")
+
+
 def test_webhop_takes_its_data_sft_and_rl_config():
     cfg = X.with_task(X.BranchRulesConfig(task="webhop"))
     assert (cfg.eval_data, cfg.test_data, cfg.train_config) == ("webhop:dev", "webhop:test",
@@ -119,6 +139,9 @@ def test_quick_branch_rules_experiment_end_to_end(tmp_path, capsys):
     assert main(["experiment", "hop2-stats", "--results", str(out / "results.json")]) == 0
     printed = capsys.readouterr().out
     assert X.matched_calls_table(mc) in printed
+    pm = json.loads((out / "results.json").read_text())["matched_calls_per_pair"]
+    assert pm == json.loads(json.dumps(saved["matched_calls_per_pair"]))  # hop2-stats recomputes it the same
+    assert X.pair_matched_calls_table(pm) in printed and "Branches (training rollouts" in printed
     assert "Answers by tool calls, dev" in printed and "| arpo@top_entropy | 0 |" in printed
 
 

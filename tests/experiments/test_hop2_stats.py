@@ -131,3 +131,24 @@ def test_the_figures_draw_when_no_arm_branched(committed, tmp_path):
     for arm in res["branching"].values():
         arm["pooled"].update(branches=0, by_result={})
     assert [p.name for p in plot(res, tmp_path)] == ["hop2_accuracy.png", "hop2_branching.png"]
+
+
+def test_branching_table_by_hand():
+    """Where branches went and whether they changed the outcome, per arm (pooled), with an arm that
+    never branched."""
+    from arpo.experiments.hop2_report import branching_table
+
+    def pooled(branches, decisions, by_result, differs, fresh, rising):
+        return {"pooled": {"branches": branches, "branch_decisions": decisions,
+                           "branch_rate": branches / decisions if decisions else None, "by_result": by_result,
+                           "branch_outcome_differs": differs, "global_pairs_differ": fresh,
+                           "entropy_after_results": {t: {"share_rising": r} for t, r in rising.items()}}}
+
+    res = {"branching": {
+        "arpo": pooled(8, 16, {"1": {"branches": 6, "branch_outcome_differs": 0.5},
+                               "2": {"branches": 2, "branch_outcome_differs": 0.0}}, 0.375, 0.25, {"1": 0.7, "2": 0.2}),
+        "grpo": pooled(0, 0, {}, None, 0.3, {"1": 0.6})}}
+    lines = branching_table(res).splitlines()
+    assert lines[0].count("after result") == 4 and "after result 3" not in lines[0]
+    assert lines[2] == "| ARPO | 8 / 16 (0.50) | 6 (75%), 0.50 | 2 (25%), 0.00 | 0.38 | 0.25 | 0.70 | 0.20 |"
+    assert lines[3] == "| GRPO | 0 / 0 (–) | – | – | – | 0.30 | 0.60 | – |"

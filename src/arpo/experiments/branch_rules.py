@@ -18,6 +18,9 @@ between its evaluations (accuracy_at), for C = f·C_max, C_max = the calls every
 smallest final cumulative count over all runs, so nothing is extrapolated), f in budget_fractions;
 per C the seed-level tests against the base (clustered.seed_level) and a seed bootstrap. Training is
 not cut short at C: every arm trains the same steps, and the comparison reads the curves at C.
+One run that stops calling tools sets C_max for all (a collapse: then every curve is read early), so
+`matched_calls_per_pair` also reads each arm against the base seed pair by seed pair, at the pair's
+own largest common budget (pair_matched_calls; added after the hop2 study's first seeds showed it).
 """
 
 from __future__ import annotations
@@ -139,6 +142,45 @@ def matched_calls_table(mc: dict) -> str:
     return "\n".join(lines)
 
 
+def pair_matched_calls(runs: dict[str, list[dict]], opts: dict) -> dict:
+    """Each arm against the base (the last), seed pair by seed pair (run s of each trains on the same
+    prompts): both runs' dev accuracy at C_s = min(final calls of the two), the largest budget both
+    reached, so nothing is extrapolated and a run that stopped calling tools caps its own pair only
+    (matched_calls' single C_max is the smallest final count of all runs). Per arm: the C_s, each
+    run's accuracy at C_s, the differences d_s = a_s − b_s with clustered.seed_level's tests and their
+    seed bootstrap."""
+    methods = list(runs)
+    base = methods[-1]
+    out: dict[str, Any] = {"base": base, "arms": {},
+                           "how": "per seed pair s: both runs' dev curves (linear in cumulative executed training "
+                                  "tool calls) read at C_s = the smaller of the two final counts"}
+    for m in methods[:-1]:
+        calls = [min(float(a["curve"][-1]["tool_calls"]), float(b["curve"][-1]["tool_calls"]))
+                 for a, b in zip(runs[m], runs[base], strict=True)]
+        acc = [accuracy_at(r["curve"], c) for r, c in zip(runs[m], calls, strict=True)]
+        acc_base = [accuracy_at(r["curve"], c) for r, c in zip(runs[base], calls, strict=True)]
+        diffs = [a - b for a, b in zip(acc, acc_base, strict=True)]
+        out["arms"][m] = {"calls_per_seed": calls, "accuracy_per_seed": acc, "base_accuracy_per_seed": acc_base,
+                          "vs_base": C.seed_level(acc, acc_base),
+                          "diff_seed_bootstrap": {**C.crossed_bootstrap_mean([[d] for d in diffs], ["all"], **opts),
+                                                  "resampled": "seed pairs (each pair's difference)"}}
+    return out
+
+
+def pair_matched_calls_table(pm: dict) -> str:
+    """Markdown: per arm, each seed pair's budget C_s and the two accuracies at it, the mean difference
+    with its seed bootstrap and the sign-flip p over seed pairs."""
+    lines = [f"| arm vs {pm['base']} | per seed pair: C_s, arm vs base | Δ mean | 95 % over seed pairs | "
+             "wins / losses | sign-flip p (seeds) |", "|---|---|---|---|---|---|"]
+    for m, a in pm["arms"].items():
+        vs = a["vs_base"]
+        per = "; ".join(f"{c:.0f}: {_f(x)} vs {_f(y)}" for c, x, y in
+                        zip(a["calls_per_seed"], a["accuracy_per_seed"], a["base_accuracy_per_seed"], strict=True))
+        lines.append(f"| {m} | {per} | {_f(vs['diff'], sign=True)} | {_ci(a['diff_seed_bootstrap'], sign=True)} | "
+                     f"{vs['wins']} / {vs['losses']} | {_p(vs['p_sign_flip'])} |")
+    return "\n".join(lines)
+
+
 def own_web_url(cfg: BranchRulesConfig) -> str | None:
     """The tools.web.url that train_overrides sets (a web you serve), else None."""
     urls = [o.partition("=")[2].strip() for o in cfg.train_overrides if o.partition("=")[0].strip() == "tools.web.url"]
@@ -182,6 +224,7 @@ def run(cfg: BranchRulesConfig) -> dict:
     res = hop2.run(cfg, webhop_rows if cfg.task == "webhop" else None)
     opts = {"n_resamples": cfg.bootstrap_resamples, "level": cfg.level, "seed": cfg.bootstrap_seed}
     res["matched_calls"] = matched_calls(res["runs"], list(cfg.budget_fractions), opts)
+    res["matched_calls_per_pair"] = pair_matched_calls(res["runs"], opts)
     ledger = P.Ledger(Path(cfg.out) / "protocol.json")
     top = res["matched_calls"]["levels"][-1]
     for m, a in top["arms"].items():
@@ -189,7 +232,8 @@ def run(cfg: BranchRulesConfig) -> dict:
                       data=cfg.eval_data)
     report = Path(cfg.out) / "report.md"
     report.write_text(report.read_text() + "\nAccuracy at matched executed tool calls (dev; seeds only):\n\n"
-                      + matched_calls_table(res["matched_calls"]) + "\n")
+                      + matched_calls_table(res["matched_calls"]) + "\n\nAccuracy at each seed pair's matched "
+                      "executed tool calls (dev):\n\n" + pair_matched_calls_table(res["matched_calls_per_pair"]) + "\n")
     path = Path(cfg.out) / "results.json"
     path.write_text(json.dumps({k: v for k, v in res.items() if k != "figures"}, indent=1, default=str))
     return res

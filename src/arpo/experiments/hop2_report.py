@@ -102,10 +102,33 @@ def calls_to_accuracy_table(results: dict) -> str:
     for k, v in s["calls_to_accuracy"].items():
         a, b = k.split("/")
         lv = [f"{_f(x['ratio'], 2)} ({_f(x['accuracy'])}: {_f(x['calls_' + a], 0)} vs {_f(x['calls_' + b], 0)})"
-              for x in v["levels"]]
+              if x["ratio"] is not None else "–" for x in v["levels"]]
         per = ", ".join(_f(p["ratio"], 2) for p in v["per_seed_pair"])
         lines.append(f"| {_up(a)} / {_up(b)} | {_f(v['per_step_ratio'], 2)} | {_f(v['target_accuracy'])} | "
                      + " | ".join(lv) + f" | {per} |")
+    return "\n".join(lines)
+
+
+def branching_table(results: dict) -> str:
+    """Per arm, pooled over seeds and training steps (analysis/branches.py): branches of the branch
+    decisions, after which tool result t they went (count, share of the arm's branches), the share
+    of branches whose correctness differs from their parent's after result t and over all, next to two
+    fresh samples' rate (the same prompt's global samples), and the share of global samples whose
+    entropy rose (ΔH > 0) after result t."""
+    arms = {m: b["pooled"] for m, b in results.get("branching", {}).items()}
+    ts = sorted({t for p in arms.values() for t in (*p["by_result"], *p["entropy_after_results"])}, key=int)
+    lines = ["| method | branches / decisions (rate) | " + " | ".join(f"after result {t}: branches (share), "
+             "outcome differs" for t in ts) + " | outcome differs, all branches | two fresh samples differ | "
+             + " | ".join(f"ΔH > 0 after result {t}" for t in ts) + " |", "|---|---|" + "---|" * (2 * len(ts) + 2)]
+    for m, p in arms.items():
+        n = p["branches"]
+        after = [(p["by_result"].get(t) or {}) for t in ts]
+        lines.append(f"| {_up(m)} | {n} / {p['branch_decisions']} ({_f(p['branch_rate'], 2)}) | "
+                     + " | ".join(f"{a['branches']} ({a['branches'] / n:.0%}), {_f(a['branch_outcome_differs'], 2)}"
+                                  if a else "–" for a in after)
+                     + f" | {_f(p['branch_outcome_differs'], 2)} | {_f(p['global_pairs_differ'], 2)} | "
+                     + " | ".join(_f((p["entropy_after_results"].get(t) or {}).get("share_rising"), 2) for t in ts)
+                     + " |")
     return "\n".join(lines)
 
 
@@ -118,4 +141,6 @@ def report(results: dict) -> str:
                       (f"Comparisons, {split}", comparison_table(results, split))]
     parts += [("Training tool calls", tool_calls_table(results)),
               ("Calls to reach an accuracy", calls_to_accuracy_table(results))]
+    if results.get("branching"):
+        parts.append(("Branches (training rollouts, pooled over seeds and steps)", branching_table(results)))
     return "\n\n".join(f"{h}:\n\n{t}" for h, t in parts) + "\n"
