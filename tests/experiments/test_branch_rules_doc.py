@@ -61,8 +61,8 @@ def test_the_file_holds_what_todays_code_computes(results):
     """hop2-stats rewrote the derived sections with this code: rerun it after changing the statistics."""
     assert results["statistics"] == json.loads(json.dumps(H.statistics(results)))
     st = results["settings"]
-    opts = {"n_resamples": st["bootstrap_resamples"], "level": st["level"], "seed": st["bootstrap_seed"]}
-    assert results["matched_calls_per_pair"] == json.loads(json.dumps(B.pair_matched_calls(results["runs"], opts)))
+    pm = B.pair_matched_calls(results["runs"], H.bootstrap_opts(st))
+    assert results["matched_calls_per_pair"] == json.loads(json.dumps(pm))
     assert st["seeds"] == 5 and len(st["methods"]) == 6 and st["select"] == "last"
     assert all(len(rs) == 5 for rs in results["runs"].values())
 

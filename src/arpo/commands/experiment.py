@@ -76,10 +76,9 @@ def _hop2_stats(args) -> int:
     results = json.loads(Path(args.results).read_text())
     if results.get("matched_calls"):  # branch-rules: the per-pair reading, also for files written before it
         from arpo.experiments.branch_rules import pair_matched_calls
+        from arpo.experiments.hop2_stats import bootstrap_opts
 
-        st = results["settings"]
-        opts = {"n_resamples": st["bootstrap_resamples"], "level": st["level"], "seed": st["bootstrap_seed"]}
-        results["matched_calls_per_pair"] = pair_matched_calls(results["runs"], opts)
+        results["matched_calls_per_pair"] = pair_matched_calls(results["runs"], bootstrap_opts(results["settings"]))
         Path(args.results).write_text(json.dumps(results, indent=1, default=str) + "\n")
     if args.out:  # the figures again, with this version's drawing code
         from arpo.experiments.hop2_figures import plot

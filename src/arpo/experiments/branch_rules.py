@@ -37,6 +37,7 @@ from arpo.experiments import clustered as C
 from arpo.experiments import hop2
 from arpo.experiments import protocol as P
 from arpo.experiments.hop2_report import _ci, _f, _p
+from arpo.experiments.hop2_stats import bootstrap_opts
 
 # what task=webhop changes (where the setting still has hop2's value): examples/deep_search's SFT
 # (scripted trajectories of webhop:train[0:120] through the real tools; sft.yaml as it is) and RL
@@ -222,7 +223,7 @@ def run(cfg: BranchRulesConfig) -> dict:
     def webhop_rows() -> tuple[str, list[dict]]:
         return "sft_webhop.jsonl", webhop_sft_rows(cfg.sft_data, str(web_url))
     res = hop2.run(cfg, webhop_rows if cfg.task == "webhop" else None)
-    opts = {"n_resamples": cfg.bootstrap_resamples, "level": cfg.level, "seed": cfg.bootstrap_seed}
+    opts = bootstrap_opts(res["settings"])
     res["matched_calls"] = matched_calls(res["runs"], list(cfg.budget_fractions), opts)
     res["matched_calls_per_pair"] = pair_matched_calls(res["runs"], opts)
     ledger = P.Ledger(Path(cfg.out) / "protocol.json")

@@ -133,11 +133,17 @@ def calls_to_accuracy(results: dict, methods: list[str]) -> dict:
     return out
 
 
+def bootstrap_opts(settings: dict) -> dict:
+    """The bootstrap settings (clustered.py's n_resamples, level, seed) of a results.json's `settings`."""
+    s = settings
+    return {"n_resamples": s["bootstrap_resamples"], "level": s["level"], "seed": s["bootstrap_seed"]}
+
+
 def statistics(results: dict) -> dict:
     """The statistics section of a hop2 results.json (see the module docstring)."""
     st = results["settings"]
     methods = list(st["methods"])
-    opts = {"n_resamples": st["bootstrap_resamples"], "level": st["level"], "seed": st["bootstrap_seed"]}
+    opts = bootstrap_opts(st)
     out: dict = {"methods": methods, "base": methods[-1]}
     for split in ("dev", "test"):
         if results.get(split):
