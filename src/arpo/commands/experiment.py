@@ -68,18 +68,17 @@ def _hop2_stats(args) -> int:
 
     from arpo.errors import ArpoError
     from arpo.experiments.hop2_report import report
-    from arpo.experiments.hop2_stats import recompute
+    from arpo.experiments.hop2_stats import bootstrap_opts, load, save, statistics
 
     if not args.results:
         raise ArpoError("hop2-stats needs --results PATH (a results.json of hop2-arpo-vs-grpo)")
-    recompute(args.results)
-    results = json.loads(Path(args.results).read_text())
+    results = load(args.results)
+    results["statistics"] = statistics(results)
     if results.get("matched_calls"):  # branch-rules: the per-pair reading, also for files written before it
         from arpo.experiments.branch_rules import pair_matched_calls
-        from arpo.experiments.hop2_stats import bootstrap_opts
 
         results["matched_calls_per_pair"] = pair_matched_calls(results["runs"], bootstrap_opts(results["settings"]))
-        Path(args.results).write_text(json.dumps(results, indent=1, default=str) + "\n")
+    save(args.results, results)
     if args.out:  # the figures again, with this version's drawing code
         from arpo.experiments.hop2_figures import plot
 
@@ -88,12 +87,9 @@ def _hop2_stats(args) -> int:
             print(f"wrote {f}", file=sys.stderr)
     print(report(results), end="")  # the tables docs/experiment_hop2.md quotes
     if results.get("matched_calls"):  # branch-rules: accuracy at matched executed tool calls
-        from arpo.experiments.branch_rules import matched_calls_table, pair_matched_calls_table
+        from arpo.experiments.branch_rules import matched_report
 
-        print("\nAccuracy at matched executed tool calls (dev; seeds only):\n\n"
-              + matched_calls_table(results["matched_calls"]))
-        print("\nAccuracy at each seed pair's matched executed tool calls (dev):\n\n"
-              + pair_matched_calls_table(results["matched_calls_per_pair"]))
+        print(matched_report(results), end="")
     root = Path(args.results).parent
     if (root / "rl").is_dir():  # the runs' eval records are there: what the policies do (experiments/hop2_behaviour.py)
         from arpo.experiments.hop2_behaviour import behaviour, behaviour_table

@@ -182,6 +182,14 @@ def pair_matched_calls_table(pm: dict) -> str:
     return "\n".join(lines)
 
 
+def matched_report(res: dict) -> str:
+    """Both matched-calls tables under their headings, as OUT/report.md ends and hop2-stats prints them."""
+    return ("\nAccuracy at matched executed tool calls (dev; seeds only):\n\n"
+            + matched_calls_table(res["matched_calls"])
+            + "\n\nAccuracy at each seed pair's matched executed tool calls (dev):\n\n"
+            + pair_matched_calls_table(res["matched_calls_per_pair"]) + "\n")
+
+
 def own_web_url(cfg: BranchRulesConfig) -> str | None:
     """The tools.web.url that train_overrides sets (a web you serve), else None."""
     urls = [o.partition("=")[2].strip() for o in cfg.train_overrides if o.partition("=")[0].strip() == "tools.web.url"]
@@ -232,9 +240,7 @@ def run(cfg: BranchRulesConfig) -> dict:
         ledger.record(f"{m}/accuracy_at_matched_calls", a["accuracy_mean"], "dev", calls=top["calls"],
                       data=cfg.eval_data)
     report = Path(cfg.out) / "report.md"
-    report.write_text(report.read_text() + "\nAccuracy at matched executed tool calls (dev; seeds only):\n\n"
-                      + matched_calls_table(res["matched_calls"]) + "\n\nAccuracy at each seed pair's matched "
-                      "executed tool calls (dev):\n\n" + pair_matched_calls_table(res["matched_calls_per_pair"]) + "\n")
+    report.write_text(report.read_text() + matched_report(res))
     path = Path(cfg.out) / "results.json"
     path.write_text(json.dumps({k: v for k, v in res.items() if k != "figures"}, indent=1, default=str))
     return res

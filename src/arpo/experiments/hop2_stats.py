@@ -153,8 +153,8 @@ def statistics(results: dict) -> dict:
     return out
 
 
-def recompute(path: str | Path) -> dict:
-    """Rewrite the `statistics` section of the results.json at `path` (the rest is kept as it is)."""
+def load(path: str | Path) -> dict:
+    """A hop2 results.json (an ArpoError naming the file when it is not one)."""
     p = Path(path)
     try:
         results = json.loads(p.read_text())
@@ -162,8 +162,18 @@ def recompute(path: str | Path) -> dict:
         raise ArpoError(f"{p}: cannot read a results.json ({e})") from e
     if "runs" not in results or "settings" not in results:
         raise ArpoError(f"{p}: not a hop2 results.json (no 'runs' / 'settings')")
+    return results
+
+
+def save(path: str | Path, results: dict) -> None:
+    Path(path).write_text(json.dumps(results, indent=1, default=str) + "\n")
+
+
+def recompute(path: str | Path) -> dict:
+    """Rewrite the `statistics` section of the results.json at `path` (the rest is kept as it is)."""
+    results = load(path)
     results["statistics"] = statistics(results)
-    p.write_text(json.dumps(results, indent=1, default=str) + "\n")
+    save(path, results)
     return results["statistics"]
 
 
