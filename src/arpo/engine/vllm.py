@@ -275,9 +275,15 @@ def _preserve_process_state():
 class RequestSequences(SequenceTable):
     """Sequences whose generated segments are vLLM requests (in process or on a server): appended
     tokens end the segment, and the next request starts after them; finishing a sequence stops its
-    request. The engine brings `_st` (sid → state with `seg_start`) and `_stop_request(sid)`."""
+    request. The engine brings `_st` (sid → state with `seg_start`), `_stop_request(sid)` and the
+    attributes below."""
 
     _st: dict
+    stats: dict
+    tokenizer: Any
+    eos: Any
+    topk_entropy: int
+    max_model_len: int
 
     def _stop_request(self, sid: int) -> None:
         raise NotImplementedError
@@ -293,6 +299,21 @@ class RequestSequences(SequenceTable):
         s = self.seqs[sid]
         self._stop_request(sid)
         s.status, s.finish_reason = "finished", reason
+
+    def _take_token(self, sid: int, t: int, lp_map) -> tuple[float, float, str | None]:
+        """Append one token vLLM generated, with its log-prob and top-k entropy from vLLM's log-prob map
+        (`lp_map`, None without log-probs), and say whether it ends the segment (`segment_end`, the
+        context capped at max_model_len)."""
+        s, st = self.seqs[sid], self._st[sid]
+        lp, ent = _token_stats(lp_map, t, self.topk_entropy)
+        s.tokens.append(t)
+        s.gen_mask.append(1)
+        s.logprobs.append(lp)
+        s.entropies.append(ent)
+        s.topk_entropies.append(ent)
+        self.stats["decode_tokens"] += 1
+        cap = min(s.params.max_len, self.max_model_len)
+        return lp, ent, segment_end(s, st.seg_start, self.tokenizer, self.eos, cap)
 
 
 class VLLMEngine(RequestSequences):
@@ -642,14 +663,7 @@ class VLLMEngine(RequestSequences):
         for i, t in enumerate(toks):
             t = int(t)
             lp_map = c.logprobs[i] if c.logprobs is not None and i < len(c.logprobs) else None
-            lp, ent = _token_stats(lp_map, t, self.topk_entropy)
-            s.tokens.append(t)
-            s.gen_mask.append(1)
-            s.logprobs.append(lp)
-            s.entropies.append(ent)
-            s.topk_entropies.append(ent)
-            self.stats["decode_tokens"] += 1
-            reason = segment_end(s, st.seg_start, self.tokenizer, self.eos, min(s.params.max_len, self.max_model_len))
+            lp, ent, reason = self._take_token(sid, t, lp_map)
             last = i == len(toks) - 1
             if reason is None and last and ro.finished:
                 reason = _vllm_reason(c)

@@ -50,8 +50,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from arpo.engine.base import SamplingParams, Sequence, StepOutput, check_prompt_fits, segment_end
-from arpo.engine.vllm import RequestSequences, _cpu_tensors, _mix, _token_stats, hf_state_dict
+from arpo.engine.base import SamplingParams, Sequence, StepOutput, check_prompt_fits
+from arpo.engine.vllm import RequestSequences, _cpu_tensors, _mix, hf_state_dict
 from arpo.errors import ArpoError
 
 TRANSFERS = ("disk", "nccl", "ipc")
@@ -388,14 +388,7 @@ class VLLMServerEngine(RequestSequences):
         reason = None
         for i, t in enumerate(toks):
             t = int(t)
-            lp, ent = _token_stats(lps[i] if i < len(lps) else None, t, self.topk_entropy)
-            s.tokens.append(t)
-            s.gen_mask.append(1)
-            s.logprobs.append(lp)
-            s.entropies.append(ent)
-            s.topk_entropies.append(ent)
-            self.stats["decode_tokens"] += 1
-            reason = segment_end(s, st.seg_start, self.tokenizer, self.eos, min(s.params.max_len, self.max_model_len))
+            lp, ent, reason = self._take_token(sid, t, lps[i] if i < len(lps) else None)
             if reason is None and i == len(toks) - 1 and finish is not None:
                 reason = self._server_reason(s, finish, stop_reason)
             outs.append(StepOutput(sid, t, lp, ent, reason))
