@@ -28,6 +28,7 @@ import functools
 import random
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from arpo.data.sources import BUILTIN_DIR
@@ -48,18 +49,20 @@ _VOWELS = ["a", "e", "i", "o", "u", "ai", "ou"]
 _CODAS = ["", "n", "r", "l", "s", "m", "nd", "rk"]
 
 
-def _name(rng: random.Random, codas: list[str], syllables: int | tuple[int, ...]) -> str:
+def _name(rng: random.Random, onsets: list[str], vowels: list[str], codas: list[str],
+          syllables: int | tuple[int, ...]) -> str:
     n = syllables if isinstance(syllables, int) else rng.choice(syllables)  # a fixed count draws nothing
-    return "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(codas) for _ in range(n)).capitalize()
+    return "".join(rng.choice(onsets) + rng.choice(vowels) + rng.choice(codas) for _ in range(n)).capitalize()
 
 
-def town_names(rng: random.Random, n: int, codas: list[str] = _CODAS,
-               syllables: int | tuple[int, ...] = 2) -> list[str]:
+def town_names(rng: random.Random, n: int, codas: list[str] = _CODAS, syllables: int | tuple[int, ...] = 2,
+               onsets: list[str] = _ONSETS, vowels: list[str] = _VOWELS) -> list[str]:
     """`n` distinct made-up names of 4-10 letters, each `syllables` onset+vowel+coda syllables (a tuple:
-    the count drawn from it per name), drawn from `rng` in order (experiments/kbenv.py's towns too)."""
+    the count drawn from it per name), drawn from `rng` in order (webhop's and experiments/kbenv.py's
+    towns too)."""
     names: list[str] = []
     while len(names) < n:
-        nm = _name(rng, codas, syllables)
+        nm = _name(rng, onsets, vowels, codas, syllables)
         if 4 <= len(nm) <= 10 and nm not in names:
             names.append(nm)
     return names
@@ -101,9 +104,18 @@ def make_questions(kb: list[dict], seed: int = SEED) -> dict[str, list[dict]]:
     """{split: examples}: every (town, relation, attribute) question, split by the first-hop town.
     An example: {id, question, answers, task: math, hop1, relation, hop2, attribute, cluster, split};
     `cluster` (hop1/relation) names the three questions that differ only in the attribute read last."""
-    by_name = {t["name"]: t for t in kb}
-    order = [t["name"] for t in kb]
-    random.Random(f"hop2-split:{seed}").shuffle(order)
+    return two_hop_questions(kb, "hop2", seed, ATTRIBUTES, lambda x, rel, y: {"cluster": f"{x}/{rel}"})
+
+
+def two_hop_questions(towns: list[dict], name: str, seed: int, attributes: tuple[str, ...],
+                      extra: Callable[[str, str, dict], dict]) -> dict[str, list[dict]]:
+    """{split: examples} of "What is the A of the R town of X?" for every town X, relation R and
+    attribute A, split by X (TRAIN_TOWNS / DEV_TOWNS / TEST_TOWNS towns, shuffled with `name` and
+    `seed`); each row {id: name-split-i, question, answers, task, hop1, relation, hop2, attribute,
+    **extra(X, R, the related town), split}, rows shuffled per split (hop2's and webhop's questions)."""
+    by_name = {t["name"]: t for t in towns}
+    order = [t["name"] for t in towns]
+    random.Random(f"{name}-split:{seed}").shuffle(order)
     cut = {"train": order[:TRAIN_TOWNS], "dev": order[TRAIN_TOWNS:TRAIN_TOWNS + DEV_TOWNS],
            "test": order[TRAIN_TOWNS + DEV_TOWNS:TRAIN_TOWNS + DEV_TOWNS + TEST_TOWNS]}
     out: dict[str, list[dict]] = {}
@@ -112,12 +124,12 @@ def make_questions(kb: list[dict], seed: int = SEED) -> dict[str, list[dict]]:
         for x in cut[split]:
             for rel in RELATIONS:
                 y = by_name[by_name[x][rel]]
-                for a in ATTRIBUTES:
+                for a in attributes:
                     rows.append({"question": f"What is the {a} of the {rel} town of {x}?", "answers": [str(y[a])],
                                  "task": "math", "hop1": x, "relation": rel, "hop2": y["name"], "attribute": a,
-                                 "cluster": f"{x}/{rel}"})
-        random.Random(f"hop2-order:{seed}:{split}").shuffle(rows)
-        out[split] = [{"id": f"hop2-{split}-{i}", **r, "split": split} for i, r in enumerate(rows)]
+                                 **extra(x, rel, y)})
+        random.Random(f"{name}-order:{seed}:{split}").shuffle(rows)
+        out[split] = [{"id": f"{name}-{split}-{i}", **r, "split": split} for i, r in enumerate(rows)]
     return out
 
 
@@ -161,10 +173,15 @@ def files(seed: int = SEED) -> dict[str, bytes]:
 
 
 def write(out_dir: str | Path, seed: int = SEED) -> list[Path]:
+    return write_files(files(seed), out_dir)
+
+
+def write_files(files: dict[str, bytes], out_dir: str | Path) -> list[Path]:
+    """Write {name: bytes} into `out_dir` (made if missing); the paths written."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name, data in files(seed).items():
+    for name, data in files.items():
         (out / name).write_bytes(data)
         paths.append(out / name)
     return paths

@@ -32,7 +32,7 @@ writes for webhop rows):
 The second search's query is known only after the first page; the snippets never hold a relation or a
 number, so `browse` is needed twice; the near-namesake pages and the other relation are the wrong turns.
 
-Splits are by the first-hop town (TRAIN_TOWNS / DEV_TOWNS / TEST_TOWNS towns, shuffled with the seed),
+Splits are by the first-hop town (hop2.TRAIN_TOWNS / DEV_TOWNS / TEST_TOWNS towns, shuffled with the seed),
 6 questions each (2 relations x 3 attributes). `python -m arpo.data.webhop [OUT_DIR]` regenerates the
 shipped files byte for byte (gzip mtime 0); tests/data/test_webhop.py checks that it does and runs the
 scripted trajectory of every question through a real `arpo web serve`.
@@ -47,16 +47,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+# the splits (hop2's 40/10/10 first-hop towns), relations and question rows are hop2's
+from arpo.data.hop2 import RELATIONS, SPLITS, derangement, town_names, two_hop_questions, write_files
 from arpo.data.sources import BUILTIN_DIR
 from arpo.jsonl import jsonl_gz_bytes, read_jsonl_gz
 
 SEED = 40
 N_TOWNS = 60
-TRAIN_TOWNS, DEV_TOWNS, TEST_TOWNS = 40, 10, 10
-RELATIONS = ("twin", "rival")
 ATTRIBUTES = ("population", "elevation", "founding year")
 RANGES = {"population": (10000, 99999), "elevation": (100, 999), "founding year": (1100, 1899)}
-SPLITS = ("train", "dev", "test")
 TEMPLATE = "webhop"
 TOOLS = ("web_search", "browse")
 PREFIXES = ("North", "South", "Old", "New", "Upper", "Lower")
@@ -83,19 +82,6 @@ _WORDS = {"day": ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Satur
           "colour": ["green", "red", "blue", "yellow", "white"]}
 
 
-def _name(rng: random.Random) -> str:
-    return "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS) for _ in range(2)).capitalize()
-
-
-def _derangement(rng: random.Random, names: list[str], avoid: dict[str, str] | None = None) -> dict[str, str]:
-    """A random map name -> other name, a permutation with no fixed point (and != avoid[name])."""
-    while True:
-        perm = names[:]
-        rng.shuffle(perm)
-        if all(a != b and (avoid is None or avoid[a] != b) for a, b in zip(names, perm, strict=True)):
-            return dict(zip(names, perm, strict=True))
-
-
 def _fact(attr: str, name: str, value: Any) -> str:
     return {"twin": f"The twin town of {name} is {value}.", "rival": f"The rival town of {name} is {value}.",
             "population": f"{name} has a population of {value}.",
@@ -119,13 +105,9 @@ def make_world(n: int = N_TOWNS, seed: int = SEED) -> list[dict]:
     derangements (twin != rival), then each town's namesake (`PREFIX Name`) whose relations point at
     other towns. Numbers are distinct per attribute over all 2n places."""
     rng = random.Random(f"webhop-world:{seed}")
-    names: list[str] = []
-    while len(names) < n:
-        nm = _name(rng)
-        if 4 <= len(nm) <= 10 and nm not in names:
-            names.append(nm)
-    twin = _derangement(rng, names)
-    rival = _derangement(rng, names, avoid=twin)
+    names = town_names(rng, n, codas=_CODAS, onsets=_ONSETS, vowels=_VOWELS)
+    twin = derangement(rng, names)
+    rival = derangement(rng, names, avoid=twin)
     values = {a: rng.sample(range(lo, hi + 1), 2 * n) for a, (lo, hi) in RANGES.items()}
     places: list[dict[str, Any]] = []
     for nm in names:
@@ -155,24 +137,7 @@ def make_questions(world: list[dict], seed: int = SEED) -> dict[str, list[dict]]
     An example: {id, question, answers, task: math, hop1, relation, hop2, attribute, supporting: [hop1,
     hop2] (the pages' titles), split}."""
     towns = [p for p in world if p["kind"] == "town"]
-    by_name = {t["name"]: t for t in towns}
-    order = [t["name"] for t in towns]
-    random.Random(f"webhop-split:{seed}").shuffle(order)
-    cut = {"train": order[:TRAIN_TOWNS], "dev": order[TRAIN_TOWNS:TRAIN_TOWNS + DEV_TOWNS],
-           "test": order[TRAIN_TOWNS + DEV_TOWNS:TRAIN_TOWNS + DEV_TOWNS + TEST_TOWNS]}
-    out: dict[str, list[dict]] = {}
-    for split in SPLITS:
-        rows = []
-        for x in cut[split]:
-            for rel in RELATIONS:
-                y = by_name[by_name[x][rel]]
-                for a in ATTRIBUTES:
-                    rows.append({"question": f"What is the {a} of the {rel} town of {x}?", "answers": [str(y[a])],
-                                 "task": "math", "hop1": x, "relation": rel, "hop2": y["name"], "attribute": a,
-                                 "supporting": [x, y["name"]]})
-        random.Random(f"webhop-order:{seed}:{split}").shuffle(rows)
-        out[split] = [{"id": f"webhop-{split}-{i}", **r, "split": split} for i, r in enumerate(rows)]
-    return out
+    return two_hop_questions(towns, "webhop", seed, ATTRIBUTES, lambda x, rel, y: {"supporting": [x, y["name"]]})
 
 
 # ---- questions and the scripted trajectory --------------------------------------------------------
@@ -237,13 +202,7 @@ def files(seed: int = SEED) -> dict[str, bytes]:
 
 
 def write(out_dir: str | Path, seed: int = SEED) -> list[Path]:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name, data in files(seed).items():
-        (out / name).write_bytes(data)
-        paths.append(out / name)
-    return paths
+    return write_files(files(seed), out_dir)
 
 
 if __name__ == "__main__":  # python -m arpo.data.webhop [OUT_DIR]: regenerate the shipped files
