@@ -1,8 +1,9 @@
-"""docs/branch_rules.md quotes the committed hop2 comparison (issue 41): every result table is the one
-`arpo experiment hop2-stats` renders from docs/results/branch_rules_hop2/results.json (and the run dirs
-beside it), the file's derived sections are what today's code computes from its raw data, every decimal
-number in the results' prose and in the README's bullet is one the tables print, and the results heading
-names the commit the runs ran at."""
+"""docs/branch_rules.md quotes the committed comparisons of issue 41 (hop2, and webhop once its
+results.json is committed): in each task's results section every result table is the one
+`arpo experiment hop2-stats` renders from docs/results/branch_rules_<task>/results.json (and the run
+dirs beside it), the file's derived sections are what today's code computes from its raw data, every
+decimal number in the section's prose and in the README's bullet is one the tables print, and the
+section's heading names the commit the runs ran at."""
 
 from __future__ import annotations
 
@@ -19,14 +20,36 @@ from arpo.experiments import hop2_stats as H
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "branch_rules.md"
-STUDY = ROOT / "docs" / "results" / "branch_rules_hop2"
 NUMBER = re.compile(r"(?<![\w.])[+\-−]?\d+\.\d+")
-START, END = "## Results on hop2", "## Results on webhop"
+TASKS = ("hop2", "webhop")
+
+
+def _study(task: str) -> Path:
+    return ROOT / "docs" / "results" / f"branch_rules_{task}"
+
+
+def _load(task: str) -> dict:
+    path = _study(task) / "results.json"
+    if not path.exists():
+        pytest.skip(f"{path.relative_to(ROOT)} is not committed yet (the study is running)")
+    return json.loads(path.read_text())
+
+
+def _section(doc: str, task: str) -> str:
+    """From the heading "## Results on <task>" to the next "## " heading (or the end of the file)."""
+    start = doc.index(f"## Results on {task}")
+    nxt = doc.find("\n## ", start + 1)
+    return doc[start:] if nxt < 0 else doc[start:nxt + 1]
+
+
+@pytest.fixture(scope="module", params=TASKS)
+def task(request):
+    return request.param
 
 
 @pytest.fixture(scope="module")
-def results():
-    return json.loads((STUDY / "results.json").read_text())
+def results(task):
+    return _load(task)
 
 
 @pytest.fixture(scope="module")
@@ -34,12 +57,12 @@ def doc():
     return DOC.read_text()
 
 
-def _tables(results: dict) -> dict[str, str]:
+def _tables(results: dict, study: Path) -> dict[str, str]:
     t = {"runs": R.runs_table(results), "tool calls": R.tool_calls_table(results),
          "calls to accuracy": R.calls_to_accuracy_table(results), "branches": R.branching_table(results),
          "matched calls": B.matched_calls_table(results["matched_calls"]),
          "matched calls per pair": B.pair_matched_calls_table(results["matched_calls_per_pair"])}
-    beh = HB.behaviour(results, STUDY)
+    beh = HB.behaviour(results, study)
     for split in ("dev", "test"):
         t[f"accuracy {split}"] = R.accuracy_table(results, split)
         t[f"comparison {split}"] = R.comparison_table(results, split)
@@ -51,8 +74,8 @@ def _plain(x: str) -> str:
     return x.replace("−", "-").lstrip("+-")
 
 
-def _allowed(results: dict) -> set[str]:
-    nums = {_plain(n) for t in _tables(results).values() for n in NUMBER.findall(t)}
+def _allowed(results: dict, study: Path) -> set[str]:
+    nums = {_plain(n) for t in _tables(results, study).values() for n in NUMBER.findall(t)}
     versions = {n for v in results["provenance"]["packages"].values() for n in NUMBER.findall(str(v or ""))}
     return nums | versions | {"0.2", "0.5", "2.5"}  # zscore's β and τ (the paper's), the 2.5 % tail of a 95 % interval
 
@@ -67,29 +90,32 @@ def test_the_file_holds_what_todays_code_computes(results):
     assert all(len(rs) == 5 for rs in results["runs"].values())
 
 
-def test_every_result_table_is_rendered_from_the_committed_json(results, doc):
-    section = doc[doc.index(START):doc.index(END)]
-    for name, table in _tables(results).items():
-        assert table in section, f"docs/branch_rules.md: the {name} table differs from the results file; paste " \
-                                 "the output of `arpo experiment hop2-stats --results " \
-                                 "docs/results/branch_rules_hop2/results.json`"
+def test_every_result_table_is_rendered_from_the_committed_json(task, results, doc):
+    section = _section(doc, task)
+    for name, table in _tables(results, _study(task)).items():
+        assert table in section, f"docs/branch_rules.md: the {task} {name} table differs from the results file; " \
+                                 "paste the output of `arpo experiment hop2-stats --results " \
+                                 f"docs/results/branch_rules_{task}/results.json`"
 
 
-def test_every_number_in_the_results_prose_is_from_the_file(results, doc):
-    prose = "\n".join(ln for ln in doc[doc.index(START):doc.index(END)].splitlines() if not ln.startswith("|"))
-    missing = sorted({n for n in NUMBER.findall(prose) if _plain(n) not in _allowed(results)})
-    assert not missing, f"docs/branch_rules.md quotes numbers the hop2 results file does not hold: {missing}"
+def test_every_number_in_the_results_prose_is_from_the_file(task, results, doc):
+    prose = "\n".join(ln for ln in _section(doc, task).splitlines() if not ln.startswith("|"))
+    missing = sorted({n for n in NUMBER.findall(prose) if _plain(n) not in _allowed(results, _study(task))})
+    assert not missing, f"docs/branch_rules.md quotes numbers the {task} results file does not hold: {missing}"
 
 
-def test_the_readme_quotes_the_file(results):
+def test_the_readme_quotes_the_files():
+    """Every decimal in the README's bullet is printed by one of the committed studies' tables."""
     readme = (ROOT / "README.md").read_text()
     bullet = readme[readme.index("- **Branch rules that use the signal**"):readme.index("- **A seed means a run**")]
-    missing = sorted({n for n in NUMBER.findall(bullet) if _plain(n) not in _allowed(results)})
-    assert not missing, f"README.md's branch-rules bullet quotes numbers the hop2 results file does not hold: {missing}"
+    allowed = set().union(*(_allowed(json.loads((_study(t) / "results.json").read_text()), _study(t))
+                            for t in TASKS if (_study(t) / "results.json").exists()))
+    missing = sorted({n for n in NUMBER.findall(bullet) if _plain(n) not in allowed})
+    assert not missing, f"README.md's branch-rules bullet quotes numbers no committed results file holds: {missing}"
 
 
-def test_the_results_name_the_commit_they_ran_at(results, doc):
+def test_the_results_name_the_commit_they_ran_at(task, results, doc):
     prov = results["provenance"]
     assert not prov["dirty"]
-    heading = next(ln for ln in doc.splitlines() if ln.startswith(START))
+    heading = _section(doc, task).splitlines()[0]
     assert f"commit {prov['commit'][:7]}" in heading, heading
