@@ -66,7 +66,7 @@ def _tables(results: dict, study: Path) -> dict[str, str]:
     for split in ("dev", "test"):
         t[f"accuracy {split}"] = R.accuracy_table(results, split)
         t[f"comparison {split}"] = R.comparison_table(results, split)
-        t[f"answers by calls {split}"] = HB.behaviour_table(beh, split)
+        t[f"answers by calls {split}"] = HB.behaviour_table(beh, split, HB.most_calls(results))
     return t
 
 

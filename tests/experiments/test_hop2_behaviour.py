@@ -3,7 +3,7 @@
 
 import json
 
-from arpo.experiments.hop2_behaviour import answers_by_calls, behaviour, behaviour_table, record_file
+from arpo.experiments.hop2_behaviour import answers_by_calls, behaviour, behaviour_table, most_calls, record_file
 
 
 def rec(calls: int, correct: bool, finish: str = "answer") -> dict:
@@ -32,6 +32,11 @@ def test_the_table_buckets_and_marks_missing_runs(tmp_path):
     assert rows[0] == "| method | seed | accuracy | 0 calls | 1 calls | 2 calls | ≥ 3 calls | no answer |"
     assert rows[2] == "| arpo | 0 | 0.500 | 0 | 0.25 (0.00) | 0.50 (0.50) | 0.25 (1.00) | 0.00 |"
     assert rows[3] == "| arpo | 1 | – | – | – | – | – | – |"
+
+    assert most_calls(results) == 3  # a hop2 file (no task): the table ends at ≥ 3, one past two lookups
+    webhop = behaviour_table(beh, "dev", most_calls({"settings": {"task": "webhop"}})).splitlines()
+    assert webhop[0].endswith("| 2 calls | 3 calls | 4 calls | ≥ 5 calls | no answer |")
+    assert webhop[2] == "| arpo | 0 | 0.500 | 0 | 0.25 (0.00) | 0.50 (0.50) | 0 | 0.25 (1.00) | 0 | 0.00 |"
 
 
 def test_the_hop2_stats_command_prints_them_where_the_runs_are(tmp_path, capsys):

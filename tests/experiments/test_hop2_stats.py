@@ -75,6 +75,24 @@ def test_with_per_question_records_the_statistics_count_clusters():
     assert c["seed_level"]["per_seed_diff"] == [0.25, 0.25]
 
 
+
+def test_question_clusters_by_hand():
+    """hop2_stats.question_cluster: a declared cluster, else the supporting pages (webhop's questions of
+    one path, which differ only in the attribute read last), else the question; fill_clusters gives
+    them to a file whose every question was its own cluster, and only to such a file."""
+    assert H.question_cluster({"id": "q", "cluster": "Belmor/twin", "supporting": ["x"]}) == "Belmor/twin"
+    assert H.question_cluster({"id": "q", "supporting": ["Tolk", "Vrain"]}) == "Tolk/Vrain"
+    assert H.question_cluster({"id": "q"}) == "q"
+    rows = {"dev": [{"id": "a", "supporting": ["T", "V"]}, {"id": "b", "supporting": ["T", "V"]}, {"id": "c"}]}
+    results = {"dev": {"per_question": {"example_ids": ["a", "b", "c"], "clusters": ["a", "b", "c"]}},
+               "test": {"per_question": {"example_ids": ["a"], "clusters": ["A"]}}}
+    assert H.unclustered(results) == ["dev"]
+    assert H.fill_clusters(results, rows) == ["dev"]
+    assert results["dev"]["per_question"]["clusters"] == ["T/V", "T/V", "c"]
+    assert results["dev"]["per_question"]["clusters_from"].startswith("hop2_stats.question_cluster")
+    assert results["test"]["per_question"]["clusters"] == ["A"] and H.unclustered(results) == []
+    assert H.fill_clusters(results, rows) == []
+
 def test_the_committed_statistics_section_is_what_the_code_computes(committed):
     """docs/results/hop2_arpo_vs_grpo.json carries the section `arpo experiment hop2-stats` writes;
     a change to the statistics must be followed by rerunning it (and updating the doc). The re-run kept

@@ -68,11 +68,19 @@ def _hop2_stats(args) -> int:
 
     from arpo.errors import ArpoError
     from arpo.experiments.hop2_report import report
-    from arpo.experiments.hop2_stats import bootstrap_opts, load, save, statistics
+    from arpo.experiments.hop2_stats import bootstrap_opts, fill_clusters, load, save, statistics, unclustered
 
     if not args.results:
         raise ArpoError("hop2-stats needs --results PATH (a results.json of hop2-arpo-vs-grpo)")
     results = load(args.results)
+    st = results["settings"]
+    data = {sp: st[k] for sp, k in (("dev", "eval_data"), ("test", "test_data")) if sp in unclustered(results)}
+    if data:  # every question its own cluster: the dataset's rows may say which belong together (webhop)
+        from arpo.data.datasets import load_examples
+
+        for sp in fill_clusters(results, {sp: load_examples(d) for sp, d in data.items()}):
+            print(f"{sp}: question clusters from the dataset's rows ({data[sp]}; hop2_stats.question_cluster)",
+                  file=sys.stderr)
     results["statistics"] = statistics(results)
     if results.get("matched_calls"):  # branch-rules: the per-pair reading, also for files written before it
         from arpo.experiments.branch_rules import pair_matched_calls
@@ -92,12 +100,12 @@ def _hop2_stats(args) -> int:
         print(matched_report(results), end="")
     root = Path(args.results).parent
     if (root / "rl").is_dir():  # the runs' eval records are there: what the policies do (experiments/hop2_behaviour.py)
-        from arpo.experiments.hop2_behaviour import behaviour, behaviour_table
+        from arpo.experiments.hop2_behaviour import behaviour, behaviour_table, most_calls
 
         beh = behaviour(results, root)
         for split in beh:
             print(f"\nAnswers by tool calls, {split} (share of questions; accuracy among them):\n\n"
-                  + behaviour_table(beh, split))
+                  + behaviour_table(beh, split, most_calls(results)))
     return 0
 
 

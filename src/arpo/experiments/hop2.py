@@ -276,8 +276,8 @@ def run(cfg: Hop2ExperimentConfig, make_rows: SftRows | None = None) -> dict:
                                                   examples(split_cfg))[1])
         return got
 
-    def clusters(c) -> dict[str, str]:  # a dataset's declared clusters (hop2: first-hop town / relation)
-        return {ex["id"]: ex.get("cluster", ex["id"]) for ex in examples(c)}
+    def clusters(c) -> dict[str, str]:  # hop2: first-hop town / relation; webhop: the two pages
+        return {ex["id"]: hop2_stats.question_cluster(ex) for ex in examples(c)}
 
     dev_stats = split_stats(records(cfg, selection), cfg, clusters(cfg))
     dev_stats["tool_call_ratio"] = tool_call_ratio(runs, cfg)

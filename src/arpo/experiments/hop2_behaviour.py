@@ -2,7 +2,8 @@
 how often it was right after that many, per run and split. An accuracy says that a run failed, this
 says how: on hop2 a correct answer takes two lookups, so a run that answers after one lookup (it reads
 the first town's attribute) or after three (a lookup too many: a repeated one, or one relation
-followed too far) shows up here, where the accuracy alone shows only a low number.
+followed too far) shows up here, where the accuracy alone shows only a low number; on webhop it takes
+four calls (web_search and browse, twice).
 
 Read from the evaluation records the runs keep next to a hop2 / branch-rules results.json
 (`OUT/rl/<arm>_seed<k>/heldout_step_<step>.json` for dev, `.../test_eval/...` for test), at the step
@@ -15,6 +16,14 @@ import json
 from pathlib import Path
 
 from arpo.experiments.common import eval_file
+
+# the tool calls of a correct trajectory, per task (results["settings"]["task"]; hop2 files have none)
+CALLS_NEEDED = {"hop2": 2, "webhop": 4}
+
+
+def most_calls(results: dict) -> int:
+    """The table's last column, "≥ most calls": one past the calls a correct trajectory makes."""
+    return CALLS_NEEDED[results["settings"].get("task", "hop2")] + 1
 
 
 def answers_by_calls(records: list[dict]) -> dict:

@@ -49,7 +49,7 @@ def accuracy_table(results: dict, split: str) -> str:
     seeds and clusters where computable), the question bootstrap as the protocol reported it."""
     st, raw = results["statistics"][split], results[split]
     lines = ["| method | per seed | mean ± sd | 95 % over seeds | 95 % over seeds and clusters | "
-             "95 % over questions (as reported) | lookups / question |", "|---|---|---|---|---|---|---|"]
+             "95 % over questions (as reported) | tool calls / question |", "|---|---|---|---|---|---|---|"]
     for m in results["statistics"]["methods"]:
         a = st[m]
         lines.append(f"| {_up(m)} | {', '.join(_f(x) for x in a['accuracy_per_seed'])} | "

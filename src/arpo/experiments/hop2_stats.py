@@ -36,6 +36,42 @@ QUESTION_BOOTSTRAP = "questions as independent units (per-question accuracy aver
 NEEDS_RECORDS = "needs per-question correctness per seed (<split>.per_question), which this results.json does not keep"
 
 
+def question_cluster(ex: dict) -> str:
+    """A question's cluster, the unit the cluster-aware statistics resample: its declared `cluster`
+    (hop2: "first-hop town/relation"), else the pages its answer rests on, joined by "/" (`supporting`:
+    webhop's "first-hop town/second-hop town", which the three questions that differ only in the
+    attribute read last share), else the question itself."""
+    if ex.get("cluster"):
+        return str(ex["cluster"])
+    if ex.get("supporting"):
+        return "/".join(map(str, ex["supporting"]))
+    return str(ex["id"])
+
+
+def unclustered(results: dict) -> list[str]:
+    """The splits whose per-question table has every question as its own cluster."""
+    return [sp for sp in ("dev", "test")
+            if (pq := (results.get(sp) or {}).get("per_question")) and pq["clusters"] == pq["example_ids"]]
+
+
+def fill_clusters(results: dict, rows: dict[str, list[dict]]) -> list[str]:
+    """Give each `unclustered` split's per-question table the clusters `question_cluster` reads off
+    the split's dataset `rows` ({split: rows}) (webhop results written before question_cluster, which
+    counted the questions of one path as independent). The splits it changed; their `clusters_from`
+    says so."""
+    changed = []
+    for split in unclustered(results):
+        if split not in rows:
+            continue
+        pq = results[split]["per_question"]
+        by_id = {str(ex["id"]): question_cluster(ex) for ex in rows[split]}
+        new = [by_id.get(q, q) for q in pq["example_ids"]]
+        if new != pq["clusters"]:
+            pq["clusters"], pq["clusters_from"] = new, "hop2_stats.question_cluster (hop2-stats)"
+            changed.append(split)
+    return changed
+
+
 def per_question(records: dict[str, list[list[dict]]], clusters: dict[str, str]) -> dict:
     """{example_ids, clusters, <method>: {correct: [[0/1 per question] per seed], tool_calls: [[...]]}}:
     the eval records of one split in a compact, question-ordered table (example_id order of the first
