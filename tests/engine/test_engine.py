@@ -236,3 +236,25 @@ def test_segment_end_in_its_order_by_hand():
     assert segment_end(seq("Qab", stop=("ab",)), 2, tok, eos, 100) is None  # "a" was appended, not generated
     assert segment_end(seq("Qabc"), 1, tok, eos, 4) == "length"
     assert segment_end(seq("Qabc"), 1, tok, eos, 5) is None
+
+
+def test_add_and_fork_checks_by_hand():
+    """engine.base.check_new and fork_point, what every engine's add and fork check first: an empty
+    prompt or one past the context is refused; a fork point lies in [prompt_len, len(tokens)] (None:
+    the end) and needs a seed per fork when seeds are given."""
+    from arpo.engine.base import Sequence, check_new, fork_point
+    from arpo.errors import ArpoError
+
+    p = SamplingParams(temperature=0.5)
+    assert check_new([1, 2], p, 3) is p and check_new([1, 2], None, None) == SamplingParams()
+    with pytest.raises(ValueError, match="empty prompt"):
+        check_new([], p, 3)
+    with pytest.raises(ArpoError, match="has 3 tokens; this model's context holds 3"):
+        check_new([1, 2, 3], p, 3)
+    s = Sequence(0, [7, 8, 9, 10, 11], 2, p)  # prompt [7, 8], generated [9, 10, 11]
+    assert fork_point(s, 2, None, None) == 5 and fork_point(s, 2, 2, [1, 2]) == 2 and fork_point(s, 1, 4, [3, 4]) == 4
+    for at in (1, 6):
+        with pytest.raises(ValueError, match=f"fork point {at} outside \\[2, 5\\]"):
+            fork_point(s, 1, at, None)
+    with pytest.raises(ValueError, match="3 forks need 3 seeds, got 2"):
+        fork_point(s, 3, 5, [1, 2])

@@ -159,6 +159,27 @@ def stop_match(tokenizer, tokens: list[int], seg_start: int, params: SamplingPar
     return None
 
 
+def check_new(prompt_ids: list[int], params: SamplingParams | None, context_len: int | None) -> SamplingParams:
+    """What every engine's `add` checks before it takes a prompt: not empty, and it fits the context
+    (`check_prompt_fits`). Returns the sampling parameters to use (None: the defaults)."""
+    if not prompt_ids:
+        raise ValueError("empty prompt")
+    check_prompt_fits(len(prompt_ids), context_len)
+    return params or SamplingParams()
+
+
+def fork_point(s: Sequence, n: int, at: int | None, seeds: list[int] | None) -> int:
+    """Where `fork(sid, n, at, seeds)` splits sequence `s`: `at` (None: after its last token), which
+    must lie in [prompt_len, len(tokens)] (a fork shares the prompt), with a seed per fork if seeds
+    are given."""
+    at = len(s.tokens) if at is None else at
+    if not s.prompt_len <= at <= len(s.tokens):
+        raise ValueError(f"fork point {at} outside [{s.prompt_len}, {len(s.tokens)}]")
+    if seeds is not None and len(seeds) < n:
+        raise ValueError(f"{n} forks need {n} seeds, got {len(seeds)}")
+    return at
+
+
 def segment_end(s: Sequence, seg_start: int, tokenizer, eos, max_len: int) -> str | None:
     """Why the newest token ends the current segment, or None. In this order: a pause token (first:
     an end-of-turn token may also be EOS) → "stop" with `s.stop_text` its text; an EOS id → "eos"; a

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from arpo.engine.base import SamplingParams, Sequence, SequenceTable, StepOutput, check_prompt_fits, segment_end
+from arpo.engine.base import SamplingParams, Sequence, SequenceTable, StepOutput, check_new, fork_point, segment_end
 from arpo.engine.graph import GraphStep
 from arpo.engine.kv import KVBatch, SlotCache
 from arpo.engine.rng import child_key, key_of, uniforms_for
@@ -112,10 +112,7 @@ class HFEngine(SequenceTable):
 
     # ---- public interface -----------------------------------------------------------------------
     def add(self, prompt_ids: list[int], params: SamplingParams | None = None) -> int:
-        params = params or SamplingParams()
-        if not prompt_ids:
-            raise ValueError("empty prompt")
-        check_prompt_fits(len(prompt_ids), self.context_len)
+        params = check_new(prompt_ids, params, self.context_len)
         sid = self._new_sid()
         self.seqs[sid] = Sequence(sid, list(prompt_ids), len(prompt_ids), params, status="waiting")
         self._st[sid] = _State(None, list(prompt_ids), key_of(params.seed), len(prompt_ids))
@@ -139,9 +136,7 @@ class HFEngine(SequenceTable):
         """n new sequences that share `tokens[:at]` (default: all tokens) with `sid` and continue
         independently. The shared K/V is referenced, not recomputed."""
         s = self.seqs[sid]
-        at = len(s.tokens) if at is None else at
-        if not s.prompt_len <= at <= len(s.tokens):
-            raise ValueError(f"fork point {at} outside [{s.prompt_len}, {len(s.tokens)}]")
+        at = fork_point(s, n, at, seeds)
         past = self._cached_prefix(sid, at - 1)
         kids = []
         for i in range(n):

@@ -51,7 +51,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from arpo.engine.base import SamplingParams, Sequence, SequenceTable, StepOutput, check_prompt_fits, segment_end
+from arpo.engine.base import SamplingParams, Sequence, SequenceTable, StepOutput, check_new, fork_point, segment_end
 
 _HOOK_ARG = "arpo_logits_hook"
 _HOOKS: dict[str, tuple] = {}  # request key -> (hook, base tokens, base gen_mask, prompt_len, params, sid)
@@ -434,10 +434,7 @@ class VLLMEngine(RequestSequences):
 
     # ---- public interface -----------------------------------------------------------------------
     def add(self, prompt_ids: list[int], params: SamplingParams | None = None) -> int:
-        params = params or SamplingParams()
-        if not prompt_ids:
-            raise ValueError("empty prompt")
-        check_prompt_fits(len(prompt_ids), self.context_len)
+        params = check_new(prompt_ids, params, self.context_len)
         sid = self._new_sid()
         self.seqs[sid] = Sequence(sid, list(prompt_ids), len(prompt_ids), params, status="waiting")
         self._st[sid] = _State(len(prompt_ids), params.seed)
@@ -448,11 +445,7 @@ class VLLMEngine(RequestSequences):
         independently: n new vLLM requests over that prefix, whose full KV blocks the prefix cache
         serves (computed once, by the parent)."""
         s, pst = self.seqs[sid], self._st[sid]
-        at = len(s.tokens) if at is None else at
-        if not s.prompt_len <= at <= len(s.tokens):
-            raise ValueError(f"fork point {at} outside [{s.prompt_len}, {len(s.tokens)}]")
-        if seeds is not None and len(seeds) < n:
-            raise ValueError(f"{n} forks need {n} seeds, got {len(seeds)}")
+        at = fork_point(s, n, at, seeds)
         kids = []
         r = at - s.prompt_len
         for i in range(n):

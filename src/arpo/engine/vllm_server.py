@@ -50,7 +50,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from arpo.engine.base import SamplingParams, Sequence, StepOutput, check_prompt_fits
+from arpo.engine.base import SamplingParams, Sequence, StepOutput, check_new, fork_point
 from arpo.engine.vllm import RequestSequences, _cpu_tensors, _mix, hf_state_dict
 from arpo.errors import ArpoError
 
@@ -233,10 +233,7 @@ class VLLMServerEngine(RequestSequences):
 
     # ---- public interface -----------------------------------------------------------------------------
     def add(self, prompt_ids: list[int], params: SamplingParams | None = None) -> int:
-        params = params or SamplingParams()
-        if not prompt_ids:
-            raise ValueError("empty prompt")
-        check_prompt_fits(len(prompt_ids), self.context_len)
+        params = check_new(prompt_ids, params, self.context_len)
         if params.logits_hook is not None:
             raise ArpoError("SamplingParams.logits_hook needs an in-process engine (hf or vllm); a vllm serve "
                             "server samples remotely (agent.repetition_penalty must be 1 with engine vllm_server)")
@@ -261,11 +258,7 @@ class VLLMServerEngine(RequestSequences):
         """n new sequences sharing `tokens[:at]` with `sid`: new requests on the parent's server, whose
         prefix cache holds the shared prefix's full KV blocks."""
         s, pst = self.seqs[sid], self._st[sid]
-        at = len(s.tokens) if at is None else at
-        if not s.prompt_len <= at <= len(s.tokens):
-            raise ValueError(f"fork point {at} outside [{s.prompt_len}, {len(s.tokens)}]")
-        if seeds is not None and len(seeds) < n:
-            raise ValueError(f"{n} forks need {n} seeds, got {len(seeds)}")
+        at = fork_point(s, n, at, seeds)
         kids, r = [], at - s.prompt_len
         for i in range(n):
             if seeds is not None:
