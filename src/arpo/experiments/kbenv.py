@@ -40,6 +40,7 @@ from pathlib import Path
 from arpo.data import hop2
 from arpo.rewards import arpo_reward
 from arpo.settings import ToolsConfig
+from arpo.sft.rows import assemble
 from arpo.tools.base import ToolCall, format_result
 from arpo.tools.search import format_passages
 
@@ -201,11 +202,7 @@ def expert_trace(example: dict, tools) -> dict:
         outputs.append(r.output)
         pieces.append((format_result(r.output), False))
     pieces.append((f"<answer>\\boxed{{{outputs[-1].strip()}}}</answer>", True))
-    text, spans = "", []
-    for piece, generated in pieces:
-        if not generated:
-            spans.append([len(text), len(text) + len(piece)])
-        text += piece
+    text, spans = assemble([(piece, "model" if generated else "result") for piece, generated in pieces])
     return {"question": example["question"], "response": text, "tool_results": spans, "system": "both",
             "task": "math", "id": example["id"], "kind": example["kind"], "answers": example["answers"],
             "tool_outputs": outputs}

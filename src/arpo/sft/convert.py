@@ -262,11 +262,7 @@ def hop2_response(example: dict, call) -> tuple[str, list[list[int]]]:
     pieces = [(f"<think>The {rel} town of {x}, then its {a}.</think>\n<lookup>{x}</lookup>", True),
               (format_result(first), False), (f"<lookup>{y}</lookup>", True), (format_result(second), False),
               (f"<answer>\\boxed{{{value}}}</answer>", True)]
-    text, spans = "", []
-    for piece, generated in pieces:
-        if not generated:
-            spans.append([len(text), len(text) + len(piece)])
-        text += piece
+    text, spans = assemble([(piece, "model" if generated else "result") for piece, generated in pieces])
     return text, spans
 
 

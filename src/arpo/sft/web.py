@@ -105,11 +105,7 @@ def webhop_trajectory(example: dict, search: Callable, browse: Callable) -> tupl
             if value is None:
                 return None, [], f"hop 2: the {a} of {town} is not in the passages read"
     pieces.append((f"<answer>\\boxed{{{value}}}</answer>", True))
-    text, spans = "", []
-    for piece, generated in pieces:
-        if not generated:
-            spans.append([len(text), len(text) + len(piece)])
-        text += piece
+    text, spans = assemble([(piece, "model" if generated else "result") for piece, generated in pieces])
     return text, spans, "ok"
 
 
