@@ -161,6 +161,18 @@ def test_the_local_web_stays_reachable_when_opted_in():
         assert not BrowseTool({"provider": "ddgs"})(f"{srv.url}/x").ok
 
 
+
+@pytest.mark.parametrize("host", ["internet.thinkpre...", "a" * 64 + ".example", "a..b"])
+def test_a_url_whose_host_is_no_host_name_is_a_clear_tool_error(monkeypatch, host):
+    """A model-written URL with an empty or over-long label (seen in training: "http://internet.thinkpre...")
+    made the resolver thread die of a UnicodeError and the tool say "KeyError: 'infos'"; it is a
+    WebError that names the host, and no thread dies."""
+    died: list = []
+    monkeypatch.setattr(threading, "excepthook", died.append)
+    r = BrowseTool({"provider": "ddgs"})(f"http://{host}/page")
+    assert not r.ok and f"cannot resolve {host} (not a valid host name" in r.output, r.output
+    assert not died
+
 # ---- one deadline -------------------------------------------------------------------------------------
 @contextmanager
 def dripping_server(step_s: float = 0.2, n: int = 100):

@@ -110,6 +110,10 @@ def resolve(host: str, port: int, timeout: float | None) -> list[tuple[int, tupl
             box["infos"] = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
         except OSError as e:  # socket.gaierror and friends
             box["error"] = e
+        except ValueError as e:  # no host name: an empty or over-long label ("a..b", "x..."), a NUL
+            box["error"] = f"not a valid host name: {e.__cause__ or e}"
+        except Exception as e:  # noqa: BLE001 - whatever else, the caller's WebError, never a dead thread
+            box["error"] = f"{type(e).__name__}: {e}"
 
     th = threading.Thread(target=lookup, name="arpo-browse-dns", daemon=True)
     th.start()
