@@ -176,12 +176,12 @@ def write(out_dir: str | Path, seed: int = SEED) -> list[Path]:
     return write_files(files(seed), out_dir)
 
 
-def write_files(files: dict[str, bytes], out_dir: str | Path) -> list[Path]:
+def write_files(blobs: dict[str, bytes], out_dir: str | Path) -> list[Path]:
     """Write {name: bytes} into `out_dir` (made if missing); the paths written."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name, data in files.items():
+    for name, data in blobs.items():
         (out / name).write_bytes(data)
         paths.append(out / name)
     return paths
