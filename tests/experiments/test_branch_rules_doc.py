@@ -7,6 +7,7 @@ section's heading names the commit the runs ran at."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
@@ -57,6 +58,12 @@ def doc():
     return DOC.read_text()
 
 
+@functools.cache
+def _tables_of(task: str) -> dict[str, str]:
+    """A task's rendered tables, once per session (they read every run's eval records)."""
+    return _tables(_load(task), _study(task))
+
+
 def _tables(results: dict, study: Path) -> dict[str, str]:
     t = {"runs": R.runs_table(results), "tool calls": R.tool_calls_table(results),
          "calls to accuracy": R.calls_to_accuracy_table(results), "branches": R.branching_table(results),
@@ -74,8 +81,9 @@ def _plain(x: str) -> str:
     return x.replace("−", "-").lstrip("+-")
 
 
-def _allowed(results: dict, study: Path) -> set[str]:
-    nums = {_plain(n) for t in _tables(results, study).values() for n in NUMBER.findall(t)}
+def _allowed(task: str) -> set[str]:
+    results = _load(task)
+    nums = {_plain(n) for t in _tables_of(task).values() for n in NUMBER.findall(t)}
     versions = {n for v in results["provenance"]["packages"].values() for n in NUMBER.findall(str(v or ""))}
     return nums | versions | {"0.2", "0.5", "2.5"}  # zscore's β and τ (the paper's), the 2.5 % tail of a 95 % interval
 
@@ -90,17 +98,17 @@ def test_the_file_holds_what_todays_code_computes(results):
     assert all(len(rs) == 5 for rs in results["runs"].values())
 
 
-def test_every_result_table_is_rendered_from_the_committed_json(task, results, doc):
+def test_every_result_table_is_rendered_from_the_committed_json(task, doc):
     section = _section(doc, task)
-    for name, table in _tables(results, _study(task)).items():
+    for name, table in _tables_of(task).items():
         assert table in section, f"docs/branch_rules.md: the {task} {name} table differs from the results file; " \
                                  "paste the output of `arpo experiment hop2-stats --results " \
                                  f"docs/results/branch_rules_{task}/results.json`"
 
 
-def test_every_number_in_the_results_prose_is_from_the_file(task, results, doc):
+def test_every_number_in_the_results_prose_is_from_the_file(task, doc):
     prose = "\n".join(ln for ln in _section(doc, task).splitlines() if not ln.startswith("|"))
-    missing = sorted({n for n in NUMBER.findall(prose) if _plain(n) not in _allowed(results, _study(task))})
+    missing = sorted({n for n in NUMBER.findall(prose) if _plain(n) not in _allowed(task)})
     assert not missing, f"docs/branch_rules.md quotes numbers the {task} results file does not hold: {missing}"
 
 
@@ -108,8 +116,7 @@ def test_the_readme_quotes_the_files():
     """Every decimal in the README's bullet is printed by one of the committed studies' tables."""
     readme = (ROOT / "README.md").read_text()
     bullet = readme[readme.index("- **Branch rules that use the signal**"):readme.index("- **A seed means a run**")]
-    allowed = set().union(*(_allowed(json.loads((_study(t) / "results.json").read_text()), _study(t))
-                            for t in TASKS if (_study(t) / "results.json").exists()))
+    allowed = set().union(*(_allowed(t) for t in TASKS if (_study(t) / "results.json").exists()))
     missing = sorted({n for n in NUMBER.findall(bullet) if _plain(n) not in allowed})
     assert not missing, f"README.md's branch-rules bullet quotes numbers no committed results file holds: {missing}"
 

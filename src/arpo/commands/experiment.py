@@ -73,8 +73,8 @@ def _hop2_stats(args) -> int:
     if not args.results:
         raise ArpoError("hop2-stats needs --results PATH (a results.json of hop2-arpo-vs-grpo)")
     results = load(args.results)
-    st = results["settings"]
-    data = {sp: st[k] for sp, k in (("dev", "eval_data"), ("test", "test_data")) if sp in unclustered(results)}
+    key = {"dev": "eval_data", "test": "test_data"}
+    data = {sp: results["settings"][key[sp]] for sp in unclustered(results)}
     if data:  # every question its own cluster: the dataset's rows may say which belong together (webhop)
         from arpo.data.datasets import load_examples
 
