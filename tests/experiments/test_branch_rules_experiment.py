@@ -8,6 +8,7 @@ import pytest
 
 from arpo.errors import ArpoError
 from arpo.experiments import branch_rules as X
+from arpo.experiments import budget_matched as M
 
 
 def _curve(*pts):
@@ -16,19 +17,19 @@ def _curve(*pts):
 
 def test_accuracy_at_interpolates_the_calls_curve():
     curve = _curve((0, 0.5), (40, 0.7), (40, 0.9), (100, 0.6))
-    assert X.accuracy_at(curve, 0) == 0.5
-    assert X.accuracy_at(curve, 10) == pytest.approx(0.55)  # 0.5 + 0.2·10/40
-    assert X.accuracy_at(curve, 40) == pytest.approx(0.7)  # the first segment that holds it
-    assert X.accuracy_at(curve, 70) == pytest.approx(0.75)  # 0.9 − 0.3·30/60
-    assert X.accuracy_at(curve, 100) == pytest.approx(0.6)
+    assert M.accuracy_at(curve, 0) == 0.5
+    assert M.accuracy_at(curve, 10) == pytest.approx(0.55)  # 0.5 + 0.2·10/40
+    assert M.accuracy_at(curve, 40) == pytest.approx(0.7)  # the first segment that holds it
+    assert M.accuracy_at(curve, 70) == pytest.approx(0.75)  # 0.9 − 0.3·30/60
+    assert M.accuracy_at(curve, 100) == pytest.approx(0.6)
     with pytest.raises(ValueError, match="outside"):
-        X.accuracy_at(curve, 101)
+        M.accuracy_at(curve, 101)
 
 
 def test_matched_calls_reads_every_run_at_the_budget_all_reached():
     runs = {"arpo@top_entropy": [{"curve": _curve((0, 0.5), (60, 0.8))}, {"curve": _curve((0, 0.5), (80, 0.9))}],
             "arpo": [{"curve": _curve((0, 0.5), (100, 0.7))}, {"curve": _curve((0, 0.5), (120, 0.6))}]}
-    res = X.matched_calls(runs, [0.5, 1.0], {"n_resamples": 200, "level": 0.95, "seed": 0})
+    res = M.matched_calls(runs, [0.5, 1.0], {"n_resamples": 200, "level": 0.95, "seed": 0})
     assert res["c_max"] == 60 and res["base"] == "arpo"  # the smallest final count
     lv = res["levels"][1]
     assert lv["calls"] == 60
@@ -38,7 +39,7 @@ def test_matched_calls_reads_every_run_at_the_budget_all_reached():
     vs = lv["vs_base"]["arpo@top_entropy_vs_arpo"]
     assert vs["diff"] == pytest.approx(0.8 - 0.585) and vs["wins"] == 2 and vs["p_sign_flip"] == 0.5
     assert res["levels"][0]["arms"]["arpo"]["accuracy_per_seed"] == pytest.approx([0.56, 0.525])
-    table = X.matched_calls_table(res).splitlines()
+    table = M.matched_calls_table(res).splitlines()
     assert table[0] == "| calls (f · C_max) | arpo@top_entropy | arpo |" and len(table) == 4
     assert table[3].startswith("| 60 (1) | 0.800 [") and "Δ +0.215, p 0.50" in table[3]
 
@@ -47,7 +48,7 @@ def test_pair_matched_calls_reads_each_seed_pair_at_its_own_common_budget():
     """A base run that stops calling tools (seed 1: 20 calls) caps its own pair only."""
     runs = {"grpo": [{"curve": _curve((0, 0.5), (100, 0.9))}, {"curve": _curve((0, 0.5), (100, 0.7))}],
             "arpo": [{"curve": _curve((0, 0.5), (50, 0.6))}, {"curve": _curve((0, 0.5), (20, 0.0))}]}
-    res = X.pair_matched_calls(runs, {"n_resamples": 200, "level": 0.95, "seed": 0})
+    res = M.pair_matched_calls(runs, {"n_resamples": 200, "level": 0.95, "seed": 0})
     a = res["arms"]["grpo"]
     assert res["base"] == "arpo" and a["calls_per_seed"] == [50, 20]
     # seed 0 at 50 calls: 0.5 + 0.4·0.5 = 0.7 vs 0.6; seed 1 at 20: 0.5 + 0.2·0.2 = 0.54 vs 0.0
@@ -57,7 +58,7 @@ def test_pair_matched_calls_reads_each_seed_pair_at_its_own_common_budget():
     assert a["vs_base"]["diff"] == pytest.approx(0.32) and a["vs_base"]["p_sign_flip"] == 0.5
     assert a["diff_seed_bootstrap"]["mean"] == pytest.approx(0.32)
     assert 0.1 - 1e-9 <= a["diff_seed_bootstrap"]["ci_low"] <= a["diff_seed_bootstrap"]["ci_high"] <= 0.54 + 1e-9
-    table = X.pair_matched_calls_table(res).splitlines()
+    table = M.pair_matched_calls_table(res).splitlines()
     assert table[0].startswith("| arm vs arpo | per seed pair: C_s, arm vs base |") and len(table) == 3
     assert table[2].startswith("| grpo | 50: 0.700 vs 0.600; 20: 0.540 vs 0.000 | +0.320 | [")
     assert table[2].endswith("| 2 / 0 | 0.50 |")
@@ -138,10 +139,10 @@ def test_quick_branch_rules_experiment_end_to_end(tmp_path, capsys):
 
     assert main(["experiment", "hop2-stats", "--results", str(out / "results.json")]) == 0
     printed = capsys.readouterr().out
-    assert X.matched_calls_table(mc) in printed
+    assert M.matched_calls_table(mc) in printed
     pm = json.loads((out / "results.json").read_text())["matched_calls_per_pair"]
     assert pm == json.loads(json.dumps(saved["matched_calls_per_pair"]))  # hop2-stats recomputes it the same
-    assert X.pair_matched_calls_table(pm) in printed and "Branches (training rollouts" in printed
+    assert M.pair_matched_calls_table(pm) in printed and "Branches (training rollouts" in printed
     assert "Answers by tool calls, dev" in printed and "| arpo@top_entropy | 0 |" in printed
 
 

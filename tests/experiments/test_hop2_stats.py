@@ -28,11 +28,11 @@ def test_recompute_on_the_pre_fix_results_keeps_the_raw_data(tmp_path):
     pre_fix = json.loads(PRE_FIX.read_text())
     p = tmp_path / "results.json"
     shutil.copy(PRE_FIX, p)
-    st = H.recompute(p)
+    assert H.recompute(p) == []  # hop2 rows declare their clusters: none to fill
     again = json.loads(p.read_text())
     assert {k: v for k, v in again.items() if k != "statistics"} == {k: v for k, v in pre_fix.items()
                                                                      if k != "statistics"}
-    assert again["statistics"] == json.loads(json.dumps(st))
+    st = again["statistics"]
     # issue 38: seed-level (permutation over the runs' labels) test p 0.60 (ARPO-GRPO) and 0.40 (AEPO-GRPO)
     assert st["test"]["arpo_vs_grpo"]["seed_level"]["p_permutation"] == pytest.approx(0.6)
     assert st["test"]["aepo_vs_grpo"]["seed_level"]["p_permutation"] == pytest.approx(0.4)

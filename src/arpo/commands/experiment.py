@@ -66,26 +66,18 @@ def _hop2_stats(args) -> int:
     import sys
     from pathlib import Path
 
+    from arpo.data.datasets import load_examples
     from arpo.errors import ArpoError
     from arpo.experiments.hop2_report import report
-    from arpo.experiments.hop2_stats import bootstrap_opts, fill_clusters, load, save, statistics, unclustered
+    from arpo.experiments.hop2_stats import load, refresh, save
 
     if not args.results:
         raise ArpoError("hop2-stats needs --results PATH (a results.json of hop2-arpo-vs-grpo)")
     results = load(args.results)
     key = {"dev": "eval_data", "test": "test_data"}
-    data = {sp: results["settings"][key[sp]] for sp in unclustered(results)}
-    if data:  # every question its own cluster: the dataset's rows may say which belong together (webhop)
-        from arpo.data.datasets import load_examples
-
-        for sp in fill_clusters(results, {sp: load_examples(d) for sp, d in data.items()}):
-            print(f"{sp}: question clusters from the dataset's rows ({data[sp]}; hop2_stats.question_cluster)",
-                  file=sys.stderr)
-    results["statistics"] = statistics(results)
-    if results.get("matched_calls"):  # branch-rules: the per-pair reading, also for files written before it
-        from arpo.experiments.branch_rules import pair_matched_calls
-
-        results["matched_calls_per_pair"] = pair_matched_calls(results["runs"], bootstrap_opts(results["settings"]))
+    for sp in refresh(results, load_examples):  # webhop files written before question_cluster
+        print(f"{sp}: question clusters from the dataset's rows ({results['settings'][key[sp]]}; "
+              "hop2_stats.question_cluster)", file=sys.stderr)
     save(args.results, results)
     if args.out:  # the figures again, with this version's drawing code
         from arpo.experiments.hop2_figures import plot
@@ -95,7 +87,7 @@ def _hop2_stats(args) -> int:
             print(f"wrote {f}", file=sys.stderr)
     print(report(results), end="")  # the tables docs/experiment_hop2.md quotes
     if results.get("matched_calls"):  # branch-rules: accuracy at matched executed tool calls
-        from arpo.experiments.branch_rules import matched_report
+        from arpo.experiments.budget_matched import matched_report
 
         print(matched_report(results), end="")
     root = Path(args.results).parent

@@ -16,5 +16,7 @@
                      per-cluster sign test, the two-stage seed -> step ratio bootstrap)
     hop2_stats.py    hop2's `statistics` section, recomputable from its results.json
                      (`arpo experiment hop2-stats`); hop2_report.py renders its tables
+    branch_rules.py  branch rules on hop2 or webhop: `arpo experiment branch-rules`
+    budget_matched.py  accuracy at equal executed tool calls (over all runs, and per seed pair)
 """
 

@@ -1,8 +1,8 @@
 """The `statistics` section of hop2's results.json (issue 38), computed from the file alone, so that it
 can be recomputed for a results.json already written:
 
-    arpo experiment hop2-stats --results runs/hop2/results.json   # rewrites its "statistics" section and
-                                                                  # prints the tables (hop2_report.py)
+    arpo experiment hop2-stats --results runs/hop2/results.json   # rewrites its derived sections (refresh)
+                                                                  # and prints the tables (hop2_report.py)
 
 Every interval says what it resampled (`resampled`) and every test its independent unit (`unit`):
 
@@ -19,16 +19,22 @@ Every interval says what it resampled (`resampled`) and every test its independe
 * calls to reach an accuracy (the paper's metric): cumulative training tool calls at which each arm's
   seed-mean dev curve first reaches 25 / 50 / 75 / 100 % of the way from the SFT start to the highest
   accuracy both reach (common.summarize), and per seed pair.
+
+`refresh` recomputes every section derived from the runs (question clusters a file was written
+without, `statistics`, and for branch-rules files the per-pair matched-calls reading); the command,
+`python -m arpo.experiments.hop2_stats FILE` and the doc tests all go through it.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from arpo.errors import ArpoError
 from arpo.experiments import clustered as C
+from arpo.experiments.budget_matched import pair_matched_calls
 from arpo.experiments.common import summarize
 
 QUESTION_PAIRED = "question (as independent; per-question accuracy averaged over seeds)"
@@ -205,12 +211,30 @@ def save(path: str | Path, results: dict) -> None:
     Path(path).write_text(json.dumps(results, indent=1, default=str) + "\n")
 
 
-def recompute(path: str | Path) -> dict:
-    """Rewrite the `statistics` section of the results.json at `path` (the rest is kept as it is)."""
-    results = load(path)
+def refresh(results: dict, rows_of: Callable[[str], list[dict]]) -> list[str]:
+    """Recompute, in place, every section of `results` derived from its runs: the question clusters of
+    the splits written without them (fill_clusters, from `rows_of(data)`: the rows of the split's
+    dataset, read only for such splits), `statistics`, and where the file has `matched_calls`
+    (branch-rules) `matched_calls_per_pair` (also for files written before it). The splits whose
+    clusters it filled."""
+    key = {"dev": "eval_data", "test": "test_data"}
+    data = {sp: results["settings"][key[sp]] for sp in unclustered(results)}
+    filled = fill_clusters(results, {sp: rows_of(d) for sp, d in data.items()}) if data else []
     results["statistics"] = statistics(results)
+    if results.get("matched_calls"):
+        results["matched_calls_per_pair"] = pair_matched_calls(results["runs"], bootstrap_opts(results["settings"]))
+    return filled
+
+
+def recompute(path: str | Path) -> list[str]:
+    """refresh() the results.json at `path` with the datasets' rows, and save it; the splits whose
+    clusters it filled."""
+    from arpo.data.datasets import load_examples  # noqa: PLC0415 - only for files written without clusters
+
+    results = load(path)
+    filled = refresh(results, load_examples)
     save(path, results)
-    return results["statistics"]
+    return filled
 
 
 if __name__ == "__main__":  # python -m arpo.experiments.hop2_stats RESULTS.json
