@@ -69,14 +69,13 @@ def _hop2_stats(args) -> int:
     from arpo.data.datasets import load_examples
     from arpo.errors import ArpoError
     from arpo.experiments.hop2_report import report
-    from arpo.experiments.hop2_stats import load, refresh, save
+    from arpo.experiments.hop2_stats import SPLIT_DATA, load, refresh, save
 
     if not args.results:
         raise ArpoError("hop2-stats needs --results PATH (a results.json of hop2-arpo-vs-grpo)")
     results = load(args.results)
-    key = {"dev": "eval_data", "test": "test_data"}
     for sp in refresh(results, load_examples):  # webhop files written before question_cluster
-        print(f"{sp}: question clusters from the dataset's rows ({results['settings'][key[sp]]}; "
+        print(f"{sp}: question clusters from the dataset's rows ({results['settings'][SPLIT_DATA[sp]]}; "
               "hop2_stats.question_cluster)", file=sys.stderr)
     save(args.results, results)
     if args.out:  # the figures again, with this version's drawing code

@@ -37,6 +37,7 @@ from arpo.experiments import clustered as C
 from arpo.experiments.budget_matched import pair_matched_calls
 from arpo.experiments.common import summarize
 
+SPLIT_DATA = {"dev": "eval_data", "test": "test_data"}  # the settings key naming each split's dataset
 QUESTION_PAIRED = "question (as independent; per-question accuracy averaged over seeds)"
 QUESTION_BOOTSTRAP = "questions as independent units (per-question accuracy averaged over seeds); no seed variance"
 NEEDS_RECORDS = "needs per-question correctness per seed (<split>.per_question), which this results.json does not keep"
@@ -217,8 +218,7 @@ def refresh(results: dict, rows_of: Callable[[str], list[dict]]) -> list[str]:
     dataset, read only for such splits), `statistics`, and where the file has `matched_calls`
     (branch-rules) `matched_calls_per_pair` (also for files written before it). The splits whose
     clusters it filled."""
-    key = {"dev": "eval_data", "test": "test_data"}
-    data = {sp: results["settings"][key[sp]] for sp in unclustered(results)}
+    data = {sp: results["settings"][SPLIT_DATA[sp]] for sp in unclustered(results)}
     filled = fill_clusters(results, {sp: rows_of(d) for sp, d in data.items()}) if data else []
     results["statistics"] = statistics(results)
     if results.get("matched_calls"):
