@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 
 import arpo
-from arpo.provenance import git_state, package_versions, provenance
+from arpo.provenance import ISA_ENV, cpu_state, git_state, package_versions, provenance
 
 
 def _git(d, *args):
@@ -40,3 +40,15 @@ def test_package_versions_and_provenance():
     p = provenance()
     assert set(p) >= {"commit", "dirty", "python", "platform", "packages"} and p["packages"]["torch"]
     assert p["commit"] == git_state(arpo.__file__)["commit"]
+
+
+def test_cpu_state_names_the_kernel_instructions_and_the_variables_that_choose_them(monkeypatch):
+    import torch
+
+    for k in ISA_ENV:
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    c = cpu_state()
+    assert c == {"capability": torch.backends.cpu.get_cpu_capability(), "isa_env": {"ONEDNN_MAX_CPU_ISA": "AVX2"}}
+    assert c["capability"]  # e.g. 'AVX2' or 'AVX512' on x86, 'DEFAULT' where there is no vector ISA
+    assert provenance()["cpu"] == c

@@ -4,6 +4,7 @@ experiments' results.json record it, so a number can be traced to the code that 
 
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 import sys
@@ -49,8 +50,30 @@ def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]
     return out
 
 
+# Variables that choose which vector instructions torch's CPU kernels use: ATen's own kernels, oneDNN's
+# and MKL's (MKL_CBWR: MKL's reproducible code path). The same weights and data give other floats on a CPU
+# with other instructions (AVX-512 against AVX2); with all four set to AVX2 an AVX-512 machine reproduced
+# an AVX2 machine's SFT weights bit for bit (docs/branch_rules.md, "A study longer than a machine").
+ISA_ENV = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS")
+AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "AVX2",
+            "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+
+
+def cpu_state() -> dict:
+    """{capability, isa_env}: the vector instructions torch's CPU kernels use here (torch's
+    get_cpu_capability(), e.g. 'AVX2' or 'AVX512'; None when torch is not loaded, so that this light
+    module never imports it) and which of ISA_ENV are set, with their values."""
+    torch = sys.modules.get("torch")
+    try:
+        cap = torch.backends.cpu.get_cpu_capability() if torch is not None else None
+    except (AttributeError, RuntimeError):
+        cap = None
+    return {"capability": cap, "isa_env": {k: os.environ[k] for k in ISA_ENV if k in os.environ}}
+
+
 def provenance() -> dict:
-    """{commit, dirty, changed, python, platform, packages, time}: arpo's source commit (git_state of
-    the imported arpo package), the interpreter and the package versions, now."""
+    """{commit, dirty, changed, python, platform, cpu, packages, time}: arpo's source commit (git_state
+    of the imported arpo package), the interpreter, the CPU's kernel instructions (cpu_state) and the
+    package versions, now."""
     return {**git_state(arpo.__file__), "python": sys.version.split()[0], "platform": platform.platform(),
-            "packages": package_versions(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            "cpu": cpu_state(), "packages": package_versions(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}

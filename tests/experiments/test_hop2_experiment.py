@@ -191,8 +191,23 @@ def test_a_study_committed_as_it_runs_goes_on_from_a_fresh_clone(tmp_path, monke
     rec = json.loads((clone / "study" / "sft.json").read_text())
     rec["result"]["weights_sha256"] = "0" * 64
     (clone / "study" / "sft.json").write_text(json.dumps(rec))
-    with pytest.raises(ArpoError, match="sft.json: the SFT model trained again here differs"):
+    with pytest.raises(ArpoError, match="sft.json: the SFT model trained again here differs") as e:
         X.run(cfg)
+    assert "CPU kernels here " in str(e.value) and "ATEN_CPU_CAPABILITY=avx2" in str(e.value)
+
+
+def test_an_sft_mismatch_names_the_cpu_instructions_of_both_machines():
+    from pathlib import Path
+
+    kept = {"weights_sha256": "8af50a1e8196" + "0" * 52}  # a record made before sft.json kept the CPU
+    here = {"weights_sha256": "abc76f50d170" + "0" * 52, "cpu": {"capability": "AVX512", "isa_env": {}}}
+    msg = X.sft_mismatch(Path("OUT/sft.json"), kept, here)
+    assert msg.startswith("OUT/sft.json: the SFT model trained again here differs")
+    assert "(weights sha256 abc76f50d170 != 8af50a1e8196; CPU kernels here AVX512, there not recorded)" in msg
+    assert ("`ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_CBWR=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2`"
+            in msg)
+    kept["cpu"] = {"capability": "AVX2", "isa_env": {"MKL_CBWR": "AVX2"}}
+    assert "CPU kernels here AVX512, there AVX2 with MKL_CBWR=AVX2)" in X.sft_mismatch(Path("s.json"), kept, here)
 
 
 def test_select_is_dev_or_last(tmp_path):

@@ -41,6 +41,7 @@ from arpo.errors import ArpoError
 from arpo.experiments import common, hop2_figures, hop2_report, hop2_stats
 from arpo.experiments import protocol as P
 from arpo.experiments.common import log
+from arpo.provenance import AVX2_ENV, cpu_state
 from arpo.settings import SFTConfig
 from arpo.sft.convert import hop2_sft_rows
 from arpo.training.rollout_log import read_run_trees
@@ -118,15 +119,32 @@ def make_sft(cfg: Hop2ExperimentConfig, out: Path, make_rows: SftRows | None = N
     t0 = time.perf_counter()
     res = common.stop_if_signalled(sft_run(sc, overwrite=True, quiet=True))  # a stopped SFT is no start
     result = {"model": res["model"], "rows": len(rows), "steps": res["steps"], "final_loss": res["final_loss"],
-              "seconds": time.perf_counter() - t0, "weights_sha256": weights_sha256(Path(res["model"]))}
+              "seconds": time.perf_counter() - t0, "weights_sha256": weights_sha256(Path(res["model"])),
+              "cpu": cpu_state()}
     kept = old.get("result", {}).get("weights_sha256")
     if kept and kept != result["weights_sha256"]:  # OUT kept from another machine: its runs start from `kept`
-        raise ArpoError(f"{record}: the SFT model trained again here differs from the one this directory's runs "
-                        f"started from (weights sha256 {result['weights_sha256'][:12]} != {kept[:12]}), so new runs "
-                        "would not be comparable with the kept ones; use a new --out (or the same torch build "
-                        "and machine type)")
+        raise ArpoError(sft_mismatch(record, old["result"], result))
     record.write_text(json.dumps({"config": conf, "data_sha256": sha, "result": result}, indent=1, default=str))
     return result
+
+
+def sft_mismatch(record: Path, kept: dict, here: dict) -> str:
+    """The error for an SFT model trained again with other weights than `kept` (OUT/sft.json's result):
+    the two sha256, the CPU instructions each was made with (cpu_state; 'not recorded' in a record
+    older than that field) and what to do about it."""
+    def cpu(r: dict) -> str:
+        c = r.get("cpu")
+        if not c:
+            return "not recorded"
+        env = " ".join(f"{k}={v}" for k, v in c["isa_env"].items())
+        return f"{c['capability'] or 'unknown'}" + (f" with {env}" if env else "")
+
+    avx2 = " ".join(f"{k}={v}" for k, v in AVX2_ENV.items())
+    return (f"{record}: the SFT model trained again here differs from the one this directory's runs started "
+            f"from (weights sha256 {here['weights_sha256'][:12]} != {kept['weights_sha256'][:12]}; CPU kernels "
+            f"here {cpu(here)}, there {cpu(kept)}), so new runs would not be comparable with the kept ones. The "
+            "same torch build on a CPU with other vector instructions computes other floats: on an AVX-512 "
+            f"machine `{avx2}` in the environment reproduced an AVX2 machine's weights; otherwise use a new --out")
 
 
 def weights_sha256(model_dir: Path) -> str:
