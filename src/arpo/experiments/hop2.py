@@ -137,7 +137,7 @@ def sft_mismatch(record: Path, kept: dict, here: dict) -> str:
         if not c:
             return "not recorded"
         env = " ".join(f"{k}={v}" for k, v in c["isa_env"].items())
-        return f"{c['capability'] or 'unknown'}" + (f" with {env}" if env else "")
+        return (c["capability"] or "unknown") + (f" with {env}" if env else "")
 
     avx2 = " ".join(f"{k}={v}" for k, v in AVX2_ENV.items())
     return (f"{record}: the SFT model trained again here differs from the one this directory's runs started "
