@@ -3,17 +3,38 @@
 
 import json
 
-from arpo.experiments.hop2_behaviour import answers_by_calls, behaviour, behaviour_table, most_calls, record_file
+from arpo.experiments.hop2_behaviour import (
+    answers_by_calls,
+    behaviour,
+    behaviour_table,
+    modal_cell,
+    most_calls,
+    record_file,
+)
 
 
-def rec(calls: int, correct: bool, finish: str = "answer") -> dict:
-    return {"finish_reason": finish, "correct": correct, "tool_calls": {"lookup": calls} if calls else {}}
+def rec(calls: int, correct: bool, finish: str = "answer", answer: str = "7") -> dict:
+    return {"finish_reason": finish, "correct": correct, "tool_calls": {"lookup": calls} if calls else {},
+            "answer": answer}
 
 
 def test_answers_by_calls_counts_by_hand():
-    recs = [rec(2, True), rec(2, False), rec(1, False), rec(3, True), rec(0, False), rec(2, False, "length")]
+    recs = [rec(2, True, answer="12"), rec(2, False, answer=" 1"), rec(1, False, answer="1"), rec(3, True, answer="5"),
+            rec(0, False, answer="m"), rec(2, False, "length", answer="1")]
     assert answers_by_calls(recs) == {"questions": 6, "correct": 2, "no_answer": 1,
-                                      "by_calls": {0: [1, 0], 1: [1, 0], 2: [2, 1], 3: [1, 1]}}
+                                      "by_calls": {0: [1, 0], 1: [1, 0], 2: [2, 1], 3: [1, 1]},
+                                      "modal": ["1", 2]}  # " 1" and "1"; the cut-off record's does not count
+    two_tools = {"finish_reason": "answer", "correct": True, "tool_calls": {"web_search": 1, "browse": 2}}
+    assert answers_by_calls([two_tools])["by_calls"] == {3: [1, 1]}
+    assert answers_by_calls([rec(2, False, "length")])["modal"] is None
+
+
+def test_the_most_common_answer_cell():
+    assert modal_cell(["1", 48], 60) == "`1` 0.80"
+    assert modal_cell(None, 60) == "–"
+    assert modal_cell(["", 3], 4) == "(empty) 0.75"
+    assert modal_cell(["a|b`c", 1], 4) == "`a/b'c` 0.25"  # nothing that breaks a Markdown table
+    assert modal_cell(["x" * 30, 1], 2, width=8) == "`xxxxxxx…` 0.50"
     two_tools = {"finish_reason": "answer", "correct": True, "tool_calls": {"web_search": 1, "browse": 2}}
     assert answers_by_calls([two_tools])["by_calls"] == {3: [1, 1]}
 
@@ -29,14 +50,16 @@ def test_the_table_buckets_and_marks_missing_runs(tmp_path):
     beh = behaviour(results, tmp_path)
     assert list(beh) == ["dev"] and beh["dev"]["arpo"][1] is None  # seed 1 has no records
     rows = behaviour_table(beh, "dev").splitlines()
-    assert rows[0] == "| method | seed | accuracy | 0 calls | 1 calls | 2 calls | ≥ 3 calls | no answer |"
-    assert rows[2] == "| arpo | 0 | 0.500 | 0 | 0.25 (0.00) | 0.50 (0.50) | 0.25 (1.00) | 0.00 |"
-    assert rows[3] == "| arpo | 1 | – | – | – | – | – | – |"
+    assert rows[0] == ("| method | seed | accuracy | 0 calls | 1 calls | 2 calls | ≥ 3 calls | no answer "
+                       "| most common answer |")
+    assert rows[2] == "| arpo | 0 | 0.500 | 0 | 0.25 (0.00) | 0.50 (0.50) | 0.25 (1.00) | 0.00 | `7` 1.00 |"
+    assert rows[3] == "| arpo | 1 | – | – | – | – | – | – | – |"
 
     assert most_calls(results) == 3  # a hop2 file (no task): the table ends at ≥ 3, one past two lookups
     webhop = behaviour_table(beh, "dev", most_calls({"settings": {"task": "webhop"}})).splitlines()
-    assert webhop[0].endswith("| 2 calls | 3 calls | 4 calls | ≥ 5 calls | no answer |")
-    assert webhop[2] == "| arpo | 0 | 0.500 | 0 | 0.25 (0.00) | 0.50 (0.50) | 0 | 0.25 (1.00) | 0 | 0.00 |"
+    assert webhop[0].endswith("| 2 calls | 3 calls | 4 calls | ≥ 5 calls | no answer | most common answer |")
+    assert webhop[2] == ("| arpo | 0 | 0.500 | 0 | 0.25 (0.00) | 0.50 (0.50) | 0 | 0.25 (1.00) | 0 | 0.00 "
+                         "| `7` 1.00 |")
 
 
 def test_the_hop2_stats_command_prints_them_where_the_runs_are(tmp_path, capsys):
@@ -56,5 +79,5 @@ def test_the_hop2_stats_command_prints_them_where_the_runs_are(tmp_path, capsys)
     assert main(["experiment", "hop2-stats", "--results", str(tmp_path / "results.json")]) == 0
     out = capsys.readouterr().out
     assert "Answers by tool calls, dev" in out and "Answers by tool calls, test" in out
-    assert "| arpo | 0 | 0.500 | 0 | 0.50 (0.00) | 0.50 (1.00) | 0 | 0.00 |" in out  # the test split's row
+    assert "| arpo | 0 | 0.500 | 0 | 0.50 (0.00) | 0.50 (1.00) | 0 | 0.00 | `7` 1.00 |" in out  # the test split's row
     assert "Accuracy at matched executed tool calls" not in out  # hop2-arpo-vs-grpo has no matched_calls

@@ -95,8 +95,8 @@ def _hop2_stats(args) -> int:
 
         beh = behaviour(results, root)
         for split in beh:
-            print(f"\nAnswers by tool calls, {split} (share of questions; accuracy among them):\n\n"
-                  + behaviour_table(beh, split, most_calls(results)))
+            print(f"\nAnswers by tool calls, {split} (share of questions; accuracy among them; "
+                  "the most common answer):\n\n" + behaviour_table(beh, split, most_calls(results)))
     return 0
 
 

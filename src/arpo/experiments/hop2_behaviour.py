@@ -3,7 +3,8 @@ how often it was right after that many, per run and split. An accuracy says that
 says how: on hop2 a correct answer takes two lookups, so a run that answers after one lookup (it reads
 the first town's attribute) or after three (a lookup too many: a repeated one, or one relation
 followed too far) shows up here, where the accuracy alone shows only a low number; on webhop it takes
-four calls (web_search and browse, twice).
+four calls (web_search and browse, twice). The most common answer beside it tells a collapsed policy
+that gives one answer to every question from one that still reads the pages.
 
 Read from the evaluation records the runs keep next to a hop2 / branch-rules results.json
 (`OUT/rl/<arm>_seed<k>/heldout_step_<step>.json` for dev, `.../test_eval/...` for test), at the step
@@ -13,6 +14,7 @@ Read from the evaluation records the runs keep next to a hop2 / branch-rules res
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 from arpo.experiments.common import eval_file
@@ -27,10 +29,13 @@ def most_calls(results: dict) -> int:
 
 
 def answers_by_calls(records: list[dict]) -> dict:
-    """{questions, correct, no_answer, by_calls: {k: [answers after k tool calls, of them correct]}}:
-    one eval record per question; k = the record's tool calls summed over tools; an answer is a record
-    with finish_reason "answer" (the rest, cut off or malformed, count as no_answer)."""
+    """{questions, correct, no_answer, by_calls: {k: [answers after k tool calls, of them correct]},
+    modal: [the most common answer, how many gave it] or None}: one eval record per question; k = the
+    record's tool calls summed over tools; an answer is a record with finish_reason "answer" (the rest,
+    cut off or malformed, count as no_answer). A collapsed policy often gives one answer to every
+    question (hop2: a letter; webhop: a number); modal shows it. Ties go to the answer seen first."""
     by: dict[int, list[int]] = {}
+    answers: Counter[str] = Counter()
     no_answer = 0
     for r in records:
         if r.get("finish_reason") != "answer":
@@ -39,8 +44,21 @@ def answers_by_calls(records: list[dict]) -> dict:
         c = by.setdefault(sum(r.get("tool_calls", {}).values()), [0, 0])
         c[0] += 1
         c[1] += int(bool(r["correct"]))
+        answers[str(r.get("answer") or "").strip()] += 1
+    modal = list(answers.most_common(1)[0]) if answers else None
     return {"questions": len(records), "correct": sum(int(bool(r["correct"])) for r in records),
-            "no_answer": no_answer, "by_calls": dict(sorted(by.items()))}
+            "no_answer": no_answer, "by_calls": dict(sorted(by.items())), "modal": modal}
+
+
+def modal_cell(modal: list | None, questions: int, width: int = 20) -> str:
+    """A table cell for the most common answer: `answer` and its share of the questions; the answer
+    cut to `width` characters (…) with | and ` made harmless for a Markdown table; – when none."""
+    if not modal:
+        return "–"
+    a, n = modal
+    a = a if len(a) <= width else a[:width - 1] + "…"
+    a = a.replace("|", "/").replace("`", "'")
+    return f"`{a}` {n / questions:.2f}" if a else f"(empty) {n / questions:.2f}"
 
 
 def record_file(root: Path, arm: str, seed: int, step: int, split: str) -> Path:
@@ -70,14 +88,15 @@ def behaviour(results: dict, root: Path) -> dict:
 
 def behaviour_table(beh: dict, split: str, most: int = 3) -> str:
     """Markdown: per arm and seed, the share of questions answered after 0 … most−1 and ≥ most tool
-    calls, each with the accuracy among them in brackets, and the share not answered."""
+    calls, each with the accuracy among them in brackets, the share not answered and the most common
+    answer with its share (modal_cell)."""
     heads = [f"{k} calls" for k in range(most)] + [f"≥ {most} calls"]
-    lines = ["| method | seed | accuracy | " + " | ".join(heads) + " | no answer |",
-             "|" + "---|" * (len(heads) + 4)]
+    lines = ["| method | seed | accuracy | " + " | ".join(heads) + " | no answer | most common answer |",
+             "|" + "---|" * (len(heads) + 5)]
     for arm, per_seed in beh[split].items():
         for seed, h in enumerate(per_seed):
             if h is None:
-                lines.append(f"| {arm} | {seed} | – | " + " | ".join("–" for _ in heads) + " | – |")
+                lines.append(f"| {arm} | {seed} | – | " + " | ".join("–" for _ in heads) + " | – | – |")
                 continue
             n = h["questions"]
             cells = [[0, 0] for _ in heads]
@@ -86,5 +105,5 @@ def behaviour_table(beh: dict, split: str, most: int = 3) -> str:
                 cells[min(int(k), most)][1] += c
             shown = [f"{a / n:.2f} ({c / a:.2f})" if a else "0" for a, c in cells]
             lines.append(f"| {arm} | {seed} | {h['correct'] / n:.3f} | " + " | ".join(shown)
-                         + f" | {h['no_answer'] / n:.2f} |")
+                         + f" | {h['no_answer'] / n:.2f} | {modal_cell(h.get('modal'), n)} |")
     return "\n".join(lines)
