@@ -75,6 +75,7 @@ def _tables(results: dict, study: Path) -> dict[str, str]:
         t[f"accuracy {split}"] = R.accuracy_table(results, split)
         t[f"comparison {split}"] = R.comparison_table(results, split)
         t[f"answers by calls {split}"] = HB.behaviour_table(beh, split, HB.most_calls(results))
+    t["training samples"] = HB.training_table(HB.training(results, study), HB.most_calls(results))
     return t
 
 

@@ -9,7 +9,11 @@ from arpo.experiments.hop2_behaviour import (
     behaviour_table,
     modal_cell,
     most_calls,
+    outcome,
     record_file,
+    samples_by_calls,
+    training,
+    training_table,
 )
 
 
@@ -81,3 +85,45 @@ def test_the_hop2_stats_command_prints_them_where_the_runs_are(tmp_path, capsys)
     assert "Answers by tool calls, dev" in out and "Answers by tool calls, test" in out
     assert "| arpo | 0 | 0.500 | 0 | 0.50 (0.00) | 0.50 (1.00) | 0 | 0.00 | `7` 1.00 |" in out  # the test split's row
     assert "Accuracy at matched executed tool calls" not in out  # hop2-arpo-vs-grpo has no matched_calls
+    assert "Training samples by tool calls" in out  # no rollouts kept here: every arm's row says 0 runs
+    assert "| arpo | 0 | 0 | 0 | 0 | 0 | 0 |" in out
+
+
+def traj(calls: int, correct: bool = False, format_error: str | None = None) -> dict:
+    return {"tool_calls": [{"tool": "browse"}] * calls, "correct": correct, "format_error": format_error}
+
+
+def test_a_sample_is_a_format_error_else_wrong_or_right():
+    assert outcome(traj(2)) == 1 and outcome(traj(4, True)) == 2
+    assert outcome(traj(5, format_error="unclosed <browse>")) == 0
+    assert outcome(traj(4, True, "two answers")) == 0  # right but penalized: the −1 is what it earned
+
+
+def test_samples_by_calls_counts_by_hand():
+    trees = [{"step": 1, "trajectories": [traj(4, True), traj(5, format_error="x"), traj(2)]},
+             {"step": 2, "trajectories": [traj(2), traj(4)]},
+             {"step": 3, "trajectories": [traj(2), traj(2, format_error="x"), traj(0, format_error="y")]}]
+    assert samples_by_calls(trees, 1, 3) == {
+        "samples": 8, "by_calls": {0: [1, 0, 0], 2: [1, 3, 0], 4: [0, 1, 1], 5: [1, 0, 0]},
+        "first": {4: 1, 5: 1, 2: 1}, "last": {2: 2, 0: 1}}
+
+
+def test_training_reads_the_kept_rollouts_and_the_table_buckets_them(tmp_path):
+    import gzip
+
+    run = tmp_path / "rl" / "arpo_seed1" / "rollouts"
+    run.mkdir(parents=True)
+    for step, trajs in ((1, [traj(4, True), traj(6, format_error="x")]), (2, [traj(2), traj(3)]),
+                        (3, [traj(2)])):  # step 3 is past the study's 2 steps: not counted
+        with gzip.open(run / f"step_{step}.jsonl.gz", "wt") as f:
+            f.write(json.dumps({"step": step, "trajectories": trajs}) + "\n")
+    results = {"dev": {"selected_steps": {"arpo": 2, "grpo": 2}}, "settings": {"seeds": 2, "steps": 2}}
+    tr = training(results, tmp_path)
+    assert tr["arpo"] == {"samples": 4, "by_calls": {2: [0, 1, 0], 3: [0, 1, 0], 4: [0, 0, 1], 6: [1, 0, 0]},
+                          "first": {4: 1, 6: 1}, "last": {2: 1, 3: 1}, "runs": 1}
+    assert tr["grpo"]["runs"] == 0 and tr["grpo"]["samples"] == 0
+    rows = training_table(tr, most=3).splitlines()
+    assert rows[0] == "| method | runs | samples | 0 calls | 1 calls | 2 calls | ≥ 3 calls |"
+    # ≥ 3 pools 3, 4 and 6 calls: one format error, one wrong, one right; two at step 1, one at step 2
+    assert rows[2] == "| arpo | 1 | 4 | 0 | 0 | 0 / 1 / 0 (0 → 1) | 1 / 1 / 1 (2 → 1) |"
+    assert rows[3] == "| grpo | 0 | 0 | 0 | 0 | 0 | 0 |"

@@ -91,12 +91,16 @@ def _hop2_stats(args) -> int:
         print(matched_report(results), end="")
     root = Path(args.results).parent
     if (root / "rl").is_dir():  # the runs' eval records are there: what the policies do (experiments/hop2_behaviour.py)
-        from arpo.experiments.hop2_behaviour import behaviour, behaviour_table, most_calls
+        from arpo.experiments.hop2_behaviour import behaviour, behaviour_table, most_calls, training, training_table
 
         beh = behaviour(results, root)
         for split in beh:
             print(f"\nAnswers by tool calls, {split} (share of questions; accuracy among them; "
                   "the most common answer):\n\n" + behaviour_table(beh, split, most_calls(results)))
+        steps = results["settings"]["steps"]
+        print(f"\nTraining samples by tool calls (pooled over seeds and steps 1–{steps}: format error / wrong / "
+              f"right; in brackets the samples at step 1 → step {steps}):\n\n"
+              + training_table(training(results, root), most_calls(results)))
     return 0
 
 

@@ -18,6 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 from arpo.experiments.common import eval_file
+from arpo.training.rollout_log import read_run_trees
 
 # the tool calls of a correct trajectory, per task (results["settings"]["task"]; hop2 files have none)
 CALLS_NEEDED = {"hop2": 2, "webhop": 4}
@@ -106,4 +107,67 @@ def behaviour_table(beh: dict, split: str, most: int = 3) -> str:
             shown = [f"{a / n:.2f} ({c / a:.2f})" if a else "0" for a, c in cells]
             lines.append(f"| {arm} | {seed} | {h['correct'] / n:.3f} | " + " | ".join(shown)
                          + f" | {h['no_answer'] / n:.2f} | {modal_cell(h.get('modal'), n)} |")
+    return "\n".join(lines)
+
+
+# --- training: what the sampled trajectories did and earned, from the rollouts the runs keep ---------
+
+OUTCOMES = ("format error", "wrong", "right")
+
+
+def outcome(t: dict) -> int:
+    """A kept trajectory's outcome, an index into OUTCOMES: 0 when it carries a format error (the −1 of
+    the reward, right or not), else 1 if its answer is wrong, 2 if right."""
+    return 0 if t.get("format_error") else 1 + int(bool(t.get("correct")))
+
+
+def samples_by_calls(trees: list[dict], first: int, last: int) -> dict:
+    """{samples, by_calls: {k: [format error, wrong, right]}, first: {k: n}, last: {k: n}} over kept tree
+    records (rollout_log.tree_record, each with its `step`): every sampled trajectory counts once, by
+    its number of tool calls k (executed or not); `first` / `last` count those of steps `first` and
+    `last` alone, to show the drift."""
+    by: dict[int, list[int]] = {}
+    at: dict[int, Counter[int]] = {first: Counter(), last: Counter()}
+    n = 0
+    for tree in trees:
+        for t in tree["trajectories"]:
+            k = len(t.get("tool_calls", []))
+            by.setdefault(k, [0, 0, 0])[outcome(t)] += 1
+            if tree["step"] in at:
+                at[tree["step"]][k] += 1
+            n += 1
+    return {"samples": n, "by_calls": dict(sorted(by.items())), "first": dict(at[first]), "last": dict(at[last])}
+
+
+def training(results: dict, root: Path) -> dict:
+    """{arm: samples_by_calls pooled over the arm's seeds, steps 1 … settings.steps; runs: how many of
+    its runs kept rollouts}, from OUT/rl/<arm>_seed<k>/rollouts."""
+    steps, seeds = results["settings"]["steps"], results["settings"]["seeds"]
+    out = {}
+    for arm in results["dev"]["selected_steps"]:
+        trees, runs = [], 0
+        for seed in range(seeds):
+            kept = read_run_trees(root / "rl" / f"{arm}_seed{seed}")
+            runs += bool(kept)
+            trees += [t for t in kept if 1 <= t["step"] <= steps]
+        out[arm] = {**samples_by_calls(trees, 1, steps), "runs": runs}
+    return out
+
+
+def training_table(tr: dict, most: int = 3) -> str:
+    """Markdown: per arm, its sampled training trajectories by tool calls (0 … most−1, ≥ most), each
+    cell "format error / wrong / right (at the first step → at the last step)"."""
+    heads = [f"{k} calls" for k in range(most)] + [f"≥ {most} calls"]
+    lines = ["| method | runs | samples | " + " | ".join(heads) + " |", "|" + "---|" * (len(heads) + 3)]
+    for arm, s in tr.items():
+        cells = [[0, 0, 0, 0, 0] for _ in heads]  # three outcomes, then at the first and the last step
+        for k, counts in s["by_calls"].items():
+            c = cells[min(int(k), most)]
+            for i, x in enumerate(counts):
+                c[i] += x
+        for j, key in ((3, "first"), (4, "last")):
+            for k, x in s[key].items():
+                cells[min(int(k), most)][j] += x
+        shown = [f"{a} / {b} / {c} ({f} → {la})" if a + b + c else "0" for a, b, c, f, la in cells]
+        lines.append(f"| {arm} | {s['runs']} | {s['samples']} | " + " | ".join(shown) + " |")
     return "\n".join(lines)
