@@ -124,8 +124,9 @@ def outcome(t: dict) -> int:
 def samples_by_calls(trees: list[dict], first: int, last: int) -> dict:
     """{samples, by_calls: {k: [format error, wrong, right]}, first: {k: n}, last: {k: n}} over kept tree
     records (rollout_log.tree_record, each with its `step`): every sampled trajectory counts once, by
-    its number of tool calls k (executed or not); `first` / `last` count those of steps `first` and
-    `last` alone, to show the drift."""
+    its number of tool calls k (the calls that ran, failed ones included; a call past
+    agent.max_tool_calls is not run, and its format error counts); `first` / `last` count those of
+    steps `first` and `last` alone, to show the drift."""
     by: dict[int, list[int]] = {}
     at: dict[int, Counter[int]] = {first: Counter(), last: Counter()}
     n = 0
