@@ -51,7 +51,7 @@ import arpo.models
 from arpo.errors import ArpoError, require
 from arpo.eval.evaluate import evaluate
 from arpo.experiments import kbenv
-from arpo.experiments.common import check_methods, log, start_run, stop_if_signalled, summarize
+from arpo.experiments.common import check_methods, log, run_dir_of, start_run, stop_if_signalled, summarize
 from arpo.provenance import provenance
 from arpo.rewards import arpo_reward
 from arpo.settings import (
@@ -271,7 +271,7 @@ def run_rl(cfg: ExperimentConfig, method: str, seed: int, sft_model: str, env: d
     """One RL run with recipes/train.run in segments of eval_every steps; the learning curve."""
     from arpo.recipes import train  # noqa: PLC0415 - loads torch+numpy; kept out of this light module's import
 
-    run_dir = out / "rl" / f"{method}_seed{seed}"
+    run_dir = run_dir_of(out, method, seed)
     shutil.rmtree(run_dir, ignore_errors=True)
     counting = CountingRegistry(env["tools"])
     tools_cfg = kbenv.tools_config(env["dir"] / "index", cfg.top_k, cls=CountingToolsConfig)

@@ -215,6 +215,11 @@ def relocated(conf: Any, old_dir: str | None, new_dir: Path) -> Any:
     return move(conf)
 
 
+def run_dir_of(out: Path, method: str, seed: int) -> Path:
+    """Where a study keeps one RL run: OUT/rl/<method>_seed<seed>."""
+    return out / "rl" / f"{method}_seed{seed}"
+
+
 def eval_file(run_dir: Path, step: int) -> Path:
     """Where cached_eval keeps the evaluation of step `step` in run_dir."""
     return run_dir / f"heldout_step_{step:06d}.json"
@@ -255,7 +260,7 @@ def run_rl(cfg: RLStudyConfig, method: str, seed: int, sft_model: str, examples,
     while the last checkpoint is there)."""
     from arpo.recipes import train  # noqa: PLC0415 - loads torch+numpy; kept out of this light module's import
 
-    run_dir = out / "rl" / f"{method}_seed{seed}"
+    run_dir = run_dir_of(out, method, seed)
     tc = train_config(cfg, sft_model, method, seed, run_dir)
     ends = list(range(cfg.eval_every, cfg.steps + 1, cfg.eval_every))
     have = reusable_steps(run_dir, tc, ends)

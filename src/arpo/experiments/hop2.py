@@ -285,7 +285,7 @@ def run(cfg: Hop2ExperimentConfig, make_rows: SftRows | None = None) -> dict:
         for mt in cfg.methods:
             got[mt] = []
             for seed in range(cfg.seeds):
-                run_dir = out / "rl" / f"{mt}_seed{seed}"
+                run_dir = common.run_dir_of(out, mt, seed)
                 model = run_dir / "checkpoints" / f"step_{step_of[mt]:06d}" / "model"
                 tc = common.train_config(split_cfg, sft["model"], mt, seed, run_dir)
                 where = run_dir if split_cfg.eval_data == cfg.eval_data else run_dir / "test_eval"
@@ -338,7 +338,7 @@ def branching_study(out: Path, cfg: Hop2ExperimentConfig) -> dict:
     for mt in cfg.methods:
         per_seed, pooled = [], []
         for seed in range(cfg.seeds):
-            trees = [t for t in read_run_trees(out / "rl" / f"{mt}_seed{seed}") if t["step"] <= cfg.steps]
+            trees = [t for t in read_run_trees(common.run_dir_of(out, mt, seed)) if t["step"] <= cfg.steps]
             per_seed.append(branches.study(trees))
             pooled += trees
         res[mt] = {"per_seed": per_seed, "pooled": branches.study(pooled)}

@@ -17,7 +17,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from arpo.experiments.common import eval_file
+from arpo.experiments.common import eval_file, run_dir_of
 from arpo.training.rollout_log import read_run_trees
 
 # the tool calls of a correct trajectory, per task (results["settings"]["task"]; hop2 files have none)
@@ -64,7 +64,7 @@ def modal_cell(modal: list | None, questions: int, width: int = 20) -> str:
 
 def record_file(root: Path, arm: str, seed: int, step: int, split: str) -> Path:
     """Where a run keeps its eval records of `split` (dev or test) at `step`."""
-    run = root / "rl" / f"{arm}_seed{seed}"
+    run = run_dir_of(root, arm, seed)
     return eval_file(run if split == "dev" else run / "test_eval", step)
 
 
@@ -148,7 +148,7 @@ def training(results: dict, root: Path) -> dict:
     for arm in results["dev"]["selected_steps"]:
         trees, runs = [], 0
         for seed in range(seeds):
-            kept = read_run_trees(root / "rl" / f"{arm}_seed{seed}")
+            kept = read_run_trees(run_dir_of(root, arm, seed))
             runs += bool(kept)
             trees += [t for t in kept if 1 <= t["step"] <= steps]
         out[arm] = {**samples_by_calls(trees, 1, steps), "runs": runs}
