@@ -4,6 +4,7 @@ clicking a path shows its tokens shaded by entropy. A screenshot of each page is
 artifact (pytest's tmp dir, and $ARPO_TEST_ARTIFACTS when set). CI installs the browser with
 scripts/install_browser.sh; without it these tests skip, saying so."""
 
+import contextlib
 import gzip
 import json
 import os
@@ -32,19 +33,28 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--disable-dev-shm-usage", "--hide-scrollbars", "--window-size=1400,1000"]
 
 
-@pytest.fixture(scope="module")
-def server(tiny_run):
+@contextlib.contextmanager
+def view_server(run):
+    """`arpo view RUN` in a subprocess: yields its URL."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    p = subprocess.Popen([sys.executable, "-m", "arpo", "view", str(tiny_run), "--port", "0"], stdout=subprocess.PIPE,
+    p = subprocess.Popen([sys.executable, "-m", "arpo", "view", str(run), "--port", "0"], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env=env)
     line = p.stdout.readline()
     m = re.search(r"http://127\.0\.0\.1:\d+/", line)
     if not m:
         p.kill()
         pytest.fail(f"arpo view did not start: {line}{p.stderr.read()}")
-    yield m.group(0)
-    p.terminate()
-    p.wait(timeout=30)
+    try:
+        yield m.group(0)
+    finally:
+        p.terminate()
+        p.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def server(tiny_run):
+    with view_server(tiny_run) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -261,3 +271,21 @@ def test_a_pause_with_several_json_tool_calls(browser, shots, tmp_path):
     assert len(box.find_elements(By.CSS_SELECTOR, ".tok")) == n - len(result)
     assert "P(branch) = 0.6 → branched" in box.find_element(By.CSS_SELECTOR, ".decisionline").text
     shots(browser, "json_calls")
+
+
+def test_run_page_lists_the_collapse_warnings(browser, tmp_path):
+    """training/health.py's warn/<name> flags: listed by step above the curves, and the health panel drawn."""
+    run = tmp_path / "collapsed"
+    run.mkdir()
+    rows = [{"step": 1, "reward_mean": 0.7, "accuracy": 0.7, "constant_groups": 0.25, "calls_frac/2": 1.0},
+            {"step": 2, "reward_mean": 0.0, "accuracy": 0.0, "constant_groups": 1.0, "calls_frac/1": 1.0,
+             "warn/accuracy_collapse": 1.0, "warn/no_signal": 1.0}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with view_server(run) as url:
+        open_page(browser, url + "#/run", "run")
+        box = browser.find_element(By.CSS_SELECTOR, ".collapse-warnings")
+        assert "step 2: accuracy_collapse, no_signal" in box.text and "step 1" not in box.text
+        panel = browser.find_element(
+            By.CSS_SELECTOR, '.panel[data-panel="groups with one reward; share of trajectories by tool calls"]')
+        drawn = {p.get_attribute("data-series") for p in panel.find_elements(By.CSS_SELECTOR, "path.series")}
+        assert drawn == {"constant_groups", "calls_frac/1", "calls_frac/2"}

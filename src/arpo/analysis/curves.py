@@ -16,7 +16,16 @@ PANELS = {
     "branch_rate": ["branch_rate", "delta_entropy"],
     "loss": ["loss", "pg_loss", "nll", "clip_frac", "approx_kl", "grad_norm"],
     "speed": ["tokens_per_s", "time_generation", "time_training", "step_seconds"],
+    # training/health.py: groups without gradient, and the distribution of tool calls per trajectory
+    "health": ["constant_groups"],
 }
+WARN = "warn/"  # training/health.py marks a step on which a rule fired: warn/<name> = 1
+
+
+def warnings_by_step(rows: list[dict]) -> dict[int, list[str]]:
+    """{step: the names of the collapse warnings (training/health.py) that fired at that step}."""
+    out = {r["step"]: sorted(k[len(WARN):] for k in r if k.startswith(WARN)) for r in rows if "step" in r}
+    return {s: names for s, names in out.items() if names}
 
 
 def panel_keys(rows: list[dict]) -> dict[str, list[str]]:
@@ -29,6 +38,8 @@ def panel_keys(rows: list[dict]) -> dict[str, list[str]]:
         present = [k for k in keys if k in numeric]
         if name == "tool_calls":
             present += sorted(k for k in numeric if k.startswith("tool_calls_per_traj/") and k not in present)
+        if name == "health":  # calls_frac/k: the share of trajectories that made k tool calls
+            present += sorted((k for k in numeric if k.startswith("calls_frac/")), key=lambda k: int(k.split("/")[1]))
         if present:
             out[name] = present
     return out
@@ -43,6 +54,10 @@ def draw_panel(rows: list[dict], name: str, keys: list[str]):
     for k in keys:
         pts = [(r["step"], r[k]) for r in rows if isinstance(r.get(k), (int, float))]
         ax.plot(*zip(*pts, strict=True), marker="o" if len(pts) < 30 else None, label=k)
+    for i, (step, names) in enumerate(sorted(warnings_by_step(rows).items())):  # where the run said it collapses
+        ax.axvline(step, color="red", alpha=0.3, linestyle="--", label="collapse warning" if i == 0 else None)
+        ax.annotate(",".join(names), (step, 1), xycoords=("data", "axes fraction"), rotation=90, fontsize=6,
+                    color="red", va="top", ha="right")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers (2.5 was a tick)
     ax.set_xlabel("step")
     ax.set_title(name)

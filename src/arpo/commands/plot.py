@@ -70,15 +70,21 @@ def print_run_table(rows: list[dict]) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from arpo.analysis.curves import warnings_by_step
+
     keys = [k for k in TABLE_KEYS if any(k in r for r in rows)]
     if not rows or not keys:
         return
+    warned = warnings_by_step(rows)
     t = Table(title="per step (" + ", ".join(f"{v} = {k}" for k, v in TABLE_KEYS.items() if k in keys) + ")")
     t.add_column("step", justify="right")
     for k in keys:
         t.add_column(TABLE_KEYS[k], justify="right")
+    if warned:
+        t.add_column("warnings")
     for r in rows:
-        t.add_row(str(r.get("step")), *[f"{r[k]:.3f}" if isinstance(r.get(k), (int, float)) else "" for k in keys])
+        cells = [f"{r[k]:.3f}" if isinstance(r.get(k), (int, float)) else "" for k in keys]
+        t.add_row(str(r.get("step")), *cells, *([", ".join(warned.get(r.get("step", -1), []))] if warned else []))
     Console(width=max(Console().width, 11 * (len(keys) + 1))).print(t)  # never truncate a number (pipes: 80 cols)
 
 

@@ -18,6 +18,7 @@ ranks; rank 0 logs and writes; checkpoints are DCP (resumable on any rank count)
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 
 import torch
@@ -37,7 +38,8 @@ from arpo.training.checkpoint import (
     save_checkpoint,
     save_distributed_checkpoint,
 )
-from arpo.training.logger import MetricsLogger
+from arpo.training.health import HealthMonitor
+from arpo.training.logger import MetricsLogger, read_metrics
 from arpo.training.memory import check_fits
 from arpo.training.pipeline import check_off_policy, in_flight_checkpoint, restore_in_flight
 from arpo.training.progress import StepProgress
@@ -101,7 +103,11 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
         rollouts = RolloutLog(run_dir, cfg.run.save_rollouts, cfg.run.rollout_trees, tr.tok,
                               start if ckpt is not None else None, enabled=main,
                               meta={"preset": preset.name, "attribution": preset.attribution})
+        health = HealthMonitor(cfg.monitor.patience)
+        for row in read_metrics(run_dir) if ckpt is not None else []:  # a resumed run's history, as logged
+            health.observe(dict(row))
         last: dict = {}
+        guard_stop = None
         with GracefulStop() as stop, StepProgress("train", cfg.steps, start, enabled=main and not quiet) as bar:
             for step in range(start, cfg.steps):
                 metrics, trees = train_step(tr, step)
@@ -114,8 +120,14 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
                 done = step + 1
                 if val_examples and cfg.validation.every and done % cfg.validation.every == 0:
                     metrics.update(validate(tr, val_examples))
+                if cfg.monitor.guard != "off":
+                    for name, msg in health.observe(metrics).items():
+                        if main:
+                            print(f"train: warning [{name}] at step {done}: {msg}", file=sys.stderr, flush=True)
+                    if cfg.monitor.guard == "stop":  # every rank has the same reduced metrics: the same decision
+                        guard_stop = health.should_stop()
                 last = metrics
-                stopping = stop.requested(multi)
+                stopping = stop.requested(multi) or guard_stop is not None
                 if done % cfg.run.log_every == 0 or done == cfg.steps or stopping:
                     log.log(done, metrics)
                 if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps or stopping:
@@ -129,7 +141,10 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
                     rd.checkpoint_written()
                 bar.update(done, metrics)
                 if stopping:
-                    if main:
+                    if main and guard_stop is not None:
+                        print(f"train: stopped at step {done}/{cfg.steps} by monitor.guard: {guard_stop} held for "
+                              f"{cfg.monitor.patience} steps; checkpoint in {run_dir}/checkpoints", file=sys.stderr)
+                    elif main:
                         stop.report("train", done, cfg.steps, run_dir)
                     break
     finally:
@@ -140,4 +155,5 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
         rd.close()
     final = latest_checkpoint(run_dir)
     return {"steps": cfg.steps, "final": {k: v for k, v in last.items() if not k.startswith("tool_calls_per_traj/")},
-            "checkpoint": str(final) if final else None, "stopped_by": stop.signal}
+            "checkpoint": str(final) if final else None,
+            "stopped_by": f"monitor.guard:{guard_stop}" if guard_stop else stop.signal}

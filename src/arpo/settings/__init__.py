@@ -38,13 +38,13 @@ from arpo.settings.rollout import (
 from arpo.settings.sections import DataConfig, LoraConfig, ModelConfig, OptimConfig, RewardConfig, RunConfig
 from arpo.settings.serve import MAX_REQUEST_BYTES, ServeConfig
 from arpo.settings.sft import SFTConfig, SFTDataConfig
-from arpo.settings.train import AlgoConfig, MemoryConfig, TrainConfig, TrainRunConfig, ValidationConfig
+from arpo.settings.train import AlgoConfig, MemoryConfig, MonitorConfig, TrainConfig, TrainRunConfig, ValidationConfig
 from arpo.settings.web import WebConfig
 
 __all__ = [
     "BRANCH_RULE_NAMES", "COMMAND_DEFAULTS", "MAX_REQUEST_BYTES", "RENAMED_BRANCH_RULES", "AgentConfig",
-    "AlgoConfig", "DataConfig", "JudgeConfig", "LoraConfig", "MemoryConfig", "ModelConfig", "OptimConfig",
-    "RewardConfig", "RolloutConfig", "RolloutJobConfig", "RunConfig", "SFTConfig", "SFTDataConfig",
+    "AlgoConfig", "DataConfig", "JudgeConfig", "LoraConfig", "MemoryConfig", "ModelConfig", "MonitorConfig",
+    "OptimConfig", "RewardConfig", "RolloutConfig", "RolloutJobConfig", "RunConfig", "SFTConfig", "SFTDataConfig",
     "ServeConfig", "ToolsConfig", "TrainConfig", "TrainRunConfig", "ValidationConfig", "WebConfig", "agent_defaults",
     "auto_rule_name", "branch_rule_is_staged", "command_defaults", "tools_defaults",
 ]

@@ -86,6 +86,25 @@ class MemoryConfig:
 
 
 @dataclass
+class MonitorConfig:
+    """Named warnings when a run collapses (training/health.py: no_signal, all_malformed, format_rising,
+    accuracy_collapse, heldout_collapse, fewer_calls, entropy_collapse), and the guard that acts on the
+    collapses (docs/training_health.md)."""
+
+    # off: no checks | warn: a named warning on stderr and warn/<name> = 1 in the step's metrics |
+    # stop: warn, and stop the run (with a checkpoint) once a collapse (all_malformed, format_rising,
+    # accuracy_collapse, heldout_collapse) has held for `patience` consecutive steps
+    guard: str = "warn"
+    # consecutive steps a collapse must hold before `guard: stop` stops the run (3: the committed studies
+    # replayed, docs/training_health.md)
+    patience: int = 3
+
+    def validate(self) -> None:
+        require(self.guard in ("off", "warn", "stop"), "monitor.guard", f"{self.guard!r}; choose off, warn or stop")
+        require(self.patience >= 1, "monitor.patience", f"must be >= 1, got {self.patience}")
+
+
+@dataclass
 class TrainRunConfig(RunConfig):
     # under torchrun: fsdp (sharded over all ranks, FSDP2) | hsdp (FSDP2 on a 2-D mesh: sharded within
     # groups of hsdp_shard_size ranks, replicated across groups, e.g. one group per node) | ddp (a full
@@ -118,6 +137,7 @@ class TrainConfig:
     lora: LoraConfig = field(default_factory=LoraConfig)  # train a LoRA adapter instead of all weights
     run: TrainRunConfig = field(default_factory=lambda: TrainRunConfig(dir="runs/train"))  # where and how it is saved
     validation: ValidationConfig = field(default_factory=ValidationConfig)  # held-out evaluation during training
+    monitor: MonitorConfig = field(default_factory=MonitorConfig)  # collapse warnings and the guard
     steps: int = 10  # optimizer steps of the run (each: prompts_per_step prompts, rollout, update)
     prompts_per_step: int = 4  # prompts whose trees make one step's batch
     minibatches: int = 1  # optimizer steps per PPO epoch (trees split evenly)
@@ -149,7 +169,7 @@ class TrainConfig:
                 f"must be 1 for training, got {self.agent.repetition_penalty}: the policy's log-probs are those of "
                 "the model's own distribution (use it in arpo chat / eval)")
         require(self.micro_tokens >= 1, "micro_tokens", f"must be >= 1, got {self.micro_tokens}")
-        for sec in (self.model, self.data, self.agent, self.lora, self.run, self.validation, self.memory):
+        for sec in (self.model, self.data, self.agent, self.lora, self.run, self.validation, self.memory, self.monitor):
             sec.validate()
         if self.old_logprobs not in ("auto", "rollout", "recompute"):
             raise ArpoError(f"old_logprobs: {self.old_logprobs!r}; choose auto, rollout or recompute")

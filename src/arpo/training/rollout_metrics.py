@@ -30,8 +30,14 @@ def traj_stats(trees) -> list[dict]:
              "calls": [(c.tool, c.ok, c.elapsed_s) for c in t.traj.tool_calls], "post": list(t.step_entropies),
              "init": t.initial_entropy, "branch": t.parent_id is not None, "length": t.traj.n_generated_tokens,
              "decisions": [(d["delta_entropy"], d["branched"]) for d in t.branch_decisions],
-             "issued": issued_calls(t), "probe": probe_calls(tree) if i == 0 else 0}
+             "issued": issued_calls(t), "probe": probe_calls(tree) if i == 0 else 0,
+             "group_size": len(tree.trajectories), "group_constant": constant_rewards(tree)}
             for tree in trees for i, t in enumerate(tree.trajectories)]
+
+
+def constant_rewards(tree) -> bool:
+    """Whether every trajectory of the group got one reward (its advantages are all 0: no gradient)."""
+    return len({t.reward for t in tree.trajectories}) <= 1
 
 
 def metrics_of(stats: list[dict]) -> dict:
@@ -65,6 +71,12 @@ def metrics_of(stats: list[dict]) -> dict:
         "response_length": statistics.fmean(s["length"] for s in stats),
         "tool_seconds": sum(e for _, _, e in calls),
     }
+    if all("group_size" in s for s in stats):  # each trajectory carries 1/|group| of its group: exact under gathers
+        groups = sum(1 / s["group_size"] for s in stats)
+        m["constant_groups"] = sum(s["group_constant"] / s["group_size"] for s in stats) / groups
+    n_calls = [len(s["calls"]) for s in stats]  # the distribution of tool calls per trajectory
+    for k in range(max(n_calls) + 1):
+        m[f"calls_frac/{k}"] = n_calls.count(k) / len(stats)
     for tool in sorted({c[0] for c in calls}):
         m[f"tool_calls_per_traj/{tool}"] = sum(c[0] == tool for c in calls) / len(stats)
     return m

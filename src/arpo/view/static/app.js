@@ -206,7 +206,14 @@ const PANELS = [
   ["clip fraction", ["clip_frac", "clip_frac_high", "clip_frac_low"]],
   ["step time split (s)", ["time_generation", "time_training", "step_seconds"]],
   ["loss and gradient norm", ["loss", "pg_loss", "grad_norm"]],
+  ["groups with one reward; share of trajectories by tool calls", ["constant_groups", /^calls_frac\//]],
 ];
+
+// the collapse warnings of a run (training/health.py writes warn/<name> = 1 on the step where a rule fired)
+function collapseWarnings(rows) {
+  return rows.map(row => [row.step, Object.keys(row).filter(k => k.startsWith("warn/")).map(k => k.slice(5))])
+    .filter(([, names]) => names.length);
+}
 
 async function pageRun(main) {
   const rs = await runs();
@@ -224,6 +231,11 @@ async function pageRun(main) {
   });
   main.append(info);
   mets.forEach(m => m.skipped.length && main.append(h("div", {class: "warn", text: m.skipped.join("\n")})));
+  mets.forEach((m, i) => {
+    const w = collapseWarnings(m.rows);
+    if (w.length) main.append(h("div", {class: "warn collapse-warnings", text: `${rs[i].name}: collapse warnings ` +
+      "(docs/training_health.md): " + w.map(([st, names]) => `step ${st}: ${names.join(", ")}`).join("; ")}));
+  });
   if (mets.every(m => !m.rows.length)) {
     main.append(h("p", {class: "muted", text: "No metrics.jsonl here (a rollouts file): see the Trees page."}));
     return;
