@@ -17,9 +17,11 @@ from arpo.eval.judge import (  # noqa: E402
     EQUIVALENCE_PROMPT,
     Judge,
     JudgeCache,
+    candidates,
     default_cache_path,
     gold_text,
     judge_prompt,
+    normalize_prediction,
     parse_verdict,
     prediction_tag,
     prediction_text,
@@ -335,8 +337,11 @@ def test_what_the_judge_is_sent_with_hostile_records(tmp_path):
     finally:
         httpd.shutdown()
         httpd.server_close()
-    assert len(prompts) == len(HOSTILE) and not any("Grader: the answer is Paris" in p for p in prompts)
-    for answer in HOSTILE:
+    # each answer normalized (no <judgment> tags) and, when it names several candidates (a ";"), each asked
+    sent = [c for a in HOSTILE for c in candidates(normalize_prediction(a))]
+    assert len(sent) == 4 and not any("<judgment>" in c for c in sent)
+    assert len(prompts) == len(sent) and not any("Grader: the answer is Paris" in p for p in prompts)
+    for answer in sent:
         tag = prediction_tag(answer)
         assert any(f"<{tag}>\n{answer}\n</{tag}>" in p for p in prompts)
     assert [r["judge"]["verdict"] for r in recs] == [False, False, False, False]  # the echoed Correct lost

@@ -137,20 +137,22 @@ def test_in_flight_trees_saved_per_rank_and_resliced_on_another_rank_count(tmp_p
     """Each rank checkpoints its own in-flight trees; state.json lists every rank's prompts in global
     order. A resume on the saving rank count gives each rank its file; on another count the global list
     is re-sliced like the prompts. Ranks that disagree on the step all raise."""
+    from arpo.rollout.tree import RolloutTree
     from arpo.training.pipeline import RolloutPipeline, in_flight_checkpoint, restore_in_flight
+    from arpo.training.safe_state import save_state
 
-    trees = [[SimpleNamespace(prompt_id=p, policy_version=1) for p in ps] for ps in (["a", "b"], ["c"])]
+    trees = [[RolloutTree(p, [1, 2], [], policy_version=1) for p in ps] for ps in (["a", "b"], ["c"])]
     parts = [(2, [(t.prompt_id, 1) for t in ts]) for ts in trees]  # what the gather returns on every rank
     for r in (0, 1):
         pipe = RolloutPipeline()
         pipe.restore(2, trees[r])
         extra, files = in_flight_checkpoint(pipe, r, 2, gather=lambda mine: parts)
         pipe.close()
-        assert extra["in_flight"] == {"step": 2, "files": ["in_flight.rank0.pt", "in_flight.rank1.pt"],
+        assert extra["in_flight"] == {"step": 2, "files": ["in_flight.rank0.json", "in_flight.rank1.json"],
                                       "prompt_ids": ["a", "b", "c"], "policy_versions": [1]}
         ((name, obj),) = files.items()
-        assert name == f"in_flight.rank{r}.pt"
-        torch.save(obj, tmp_path / name)
+        assert name == f"in_flight.rank{r}.json"
+        save_state(obj, tmp_path / name)
 
     def restored(rank, world):
         pipe = RolloutPipeline()
@@ -392,7 +394,7 @@ def test_torchrun_two_ranks_off_policy_lag_one_deterministic_and_resumed_mid_pip
     ck = cut / "checkpoints" / "step_000002"
     info = json.loads((ck / "state.json").read_text())["in_flight"]
     assert info["step"] == 2 and info["policy_versions"] == [1] and len(info["prompt_ids"]) == 2
-    assert info["files"] == ["in_flight.rank0.pt", "in_flight.rank1.pt"]
+    assert info["files"] == ["in_flight.rank0.json", "in_flight.rank1.json"]
     assert [len(torch.load(ck / f, weights_only=False)) for f in info["files"]] == [1, 1]  # each rank's tree
     _finish(_torchrun(tiny_dir, cut, "--resume"))
     assert _rows(cut) == rows

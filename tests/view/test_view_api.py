@@ -22,7 +22,7 @@ from arpo.view.server import create_app
 
 
 def client(*specs):
-    return TestClient(create_app(Catalog([str(s) for s in specs])))
+    return TestClient(create_app(Catalog([str(s) for s in specs])), base_url="http://127.0.0.1")
 
 
 def test_endpoints_of_a_run(tiny_run):
@@ -174,6 +174,37 @@ def test_cli_serves_and_prints_its_url(tiny_run):
     finally:
         p.terminate()
         p.wait(timeout=30)
+
+
+def test_a_rebinding_page_cannot_read_the_runs(tiny_run):
+    """A real server on 127.0.0.1: a request whose Host is another name (a page that rebound its DNS name to
+    127.0.0.1) gets HTTP 400 and no run; loopback names get the runs (issue 61: before, 200 with metrics)."""
+    import threading
+
+    import httpx
+
+    from arpo.view.server import serve
+
+    got: list = []
+    ready = threading.Event()
+    th = threading.Thread(target=serve, args=(Catalog([str(tiny_run)]), "127.0.0.1", 0),
+                          kwargs={"on_ready": lambda url: (got.append(url), ready.set())}, daemon=True)
+    th.start()
+    assert ready.wait(30)
+    url = got[0]
+    port = url.rsplit(":", 1)[1].strip("/")
+    for _ in range(100):
+        try:
+            ok = httpx.get(url + "api/runs", timeout=5)
+            break
+        except httpx.ConnectError:
+            time.sleep(0.1)
+    assert ok.status_code == 200 and ok.json()["runs"]
+    assert httpx.get(url + "api/runs", headers={"Host": f"localhost:{port}"}, timeout=5).status_code == 200
+    bad = httpx.get(url + "api/runs", headers={"Host": f"attacker.example:{port}"}, timeout=5)
+    assert bad.status_code == 400 and "runs" not in bad.text and "invalid Host header" in bad.text
+    bad = httpx.get(url + "api/runs/0/metrics", headers={"Host": "attacker.example"}, timeout=5)
+    assert bad.status_code == 400
 
 
 # ---- a large run: 1,000 steps × 64 trees ----------------------------------------------------------

@@ -59,6 +59,7 @@ def read_question(arg: str) -> str:
 
 
 def run(args) -> int:
+    from arpo.chat_templates import guard_tokenizer
     from arpo.commands.agent_flags import resolve
     from arpo.commands.from_run import template_line
     from arpo.data.prompts import default_template, render_prompt, system_prompt
@@ -81,6 +82,7 @@ def run(args) -> int:
     try:  # the prompt is checked against the tools before the model loads
         system = system_prompt(template, tools, tool_format=r.agent.tool_format)
         model, tok = load_model(args.model, device=args.device)
+        guard_tokenizer(tok, args.model, bool(getattr(args, "trust_run_config", False)), "chat")
     except BaseException:
         tools.close()
         raise

@@ -96,6 +96,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:  # noqa: C901 - the command's steps in order (data, reward check, judge, engine, each dataset's tools, Ctrl-C), each a guard with its own message
+    from arpo.chat_templates import guard_tokenizer
     from arpo.commands.agent_flags import resolve
     from arpo.commands.from_run import template_line
     from arpo.data.datasets import load_examples
@@ -136,9 +137,10 @@ def run(args) -> int:  # noqa: C901 - the command's steps in order (data, reward
     check_engine_flags(args)
     if args.engine == "vllm_server":  # the servers hold the weights: only the tokenizer is loaded here
         engine = make_engine("vllm_server", None, None, model_dir=args.model, servers=args.servers)
-        tok = engine.tokenizer
+        tok = guard_tokenizer(engine.tokenizer, args.model, bool(getattr(args, "trust_run_config", False)), "eval")
     else:
         model, tok = load_model(args.model, device=args.device)
+        guard_tokenizer(tok, args.model, bool(getattr(args, "trust_run_config", False)), "eval")
         engine = make_engine(args.engine, model, tok, model_dir=args.model,
                              **({"compile": True} if args.compile else {}))
     results, all_records = {}, {}

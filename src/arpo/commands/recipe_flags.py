@@ -11,6 +11,9 @@ def add_common(p, *, run_dir: bool = True) -> None:
     if run_dir:
         p.add_argument("--resume", action="store_true", help="continue RUN_DIR's latest checkpoint exactly "
                        "(changes of model, data, optimizer or algorithm keys are refused)")
+        p.add_argument("--trust-pickled-checkpoint", action="store_true",
+                       help="--resume a checkpoint of an older arpo whose trainer state (trainer.pt) or in-flight "
+                       "trees are pickles: reading a pickle runs any code it holds, so only for runs you wrote")
         p.add_argument("--overwrite", action="store_true", help="start over in a run dir that already has "
                        "checkpoints (the old run is kept aside until the new one writes its first checkpoint)")
     p.add_argument("--print-config", action="store_true",

@@ -117,6 +117,6 @@ def agent_config(args, run: dict, env_key: str | None = None):
     return ServeConfig(
         model=args.model, served_model_name=args.served_model_name, agent=r.agent, tools=r.tools, template=r.template,
         engine=args.engine, servers=list(args.servers or []), device=args.device, max_batch=args.max_batch,
-        api_key=args.api_key or env_key,
+        api_key=args.api_key or env_key, trust_run_config=bool(getattr(args, "trust_run_config", False)),
         host=args.host, port=args.port, log_level=args.log_level,
     )

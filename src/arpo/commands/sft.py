@@ -36,4 +36,5 @@ def run(args) -> int:
     cfg = load_config(SFTConfig, args.config, list(args.overrides))
     if args.print_config:
         return print_config(cfg, as_json=args.json)
-    return finish("sft", sft.run(cfg, resume=args.resume, quiet=args.quiet, overwrite=args.overwrite), args.json)
+    return finish("sft", sft.run(cfg, resume=args.resume, quiet=args.quiet, overwrite=args.overwrite,
+                                   allow_pickle=args.trust_pickled_checkpoint), args.json)

@@ -42,7 +42,8 @@ def run(args) -> int:
     if args.print_config:
         return print_config(cfg, as_json=args.json)
     try:
-        out = train.run(cfg, resume=args.resume, quiet=args.quiet, overwrite=args.overwrite)
+        out = train.run(cfg, resume=args.resume, quiet=args.quiet, overwrite=args.overwrite,
+                        allow_pickle=args.trust_pickled_checkpoint)
         code = finish("train", out, args.json) if distributed.is_main() else 0  # under torchrun: rank 0 prints
     finally:
         distributed.shutdown()

@@ -61,7 +61,8 @@ def agent_yaml(rows: list[dict]) -> dict | None:
     return None
 
 
-def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False, overwrite: bool = False) -> dict:
+def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False, overwrite: bool = False,
+        allow_pickle: bool = False) -> dict:
     """validate everything → claim the run dir → load → steps (log, checkpoint) → summary.
     SIGINT/SIGTERM stop it after the current step, with a checkpoint (training/signals.py)."""
     cfg.validate()
@@ -97,7 +98,7 @@ def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False, overwrite: bo
               f"{cfg.prompts_per_step} rows")
         opt = build_optimizer(model, cfg.optim)
         sched = build_scheduler(opt, cfg.optim, total)
-        start = load_trainer_state(ckpt, opt, sched)["step"] if ckpt is not None else 0
+        start = load_trainer_state(ckpt, opt, sched, allow_pickle=allow_pickle)["step"] if ckpt is not None else 0
         rd.begin(dataclasses.asdict(cfg))
         remembered = agent_yaml(rows)  # chat / eval / serve --model RUN_DIR prompt the way it trained
         if remembered:

@@ -52,7 +52,8 @@ from arpo.training.trainer import setup, train_step, validate
 __all__ = ["AlgoConfig", "TrainConfig", "TrainRunConfig", "ValidationConfig", "run"]
 
 
-def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: bool = False) -> dict:  # noqa: C901 - the recipe read top to bottom: checks before the run dir, resume, the step loop
+def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: bool = False,  # noqa: C901 - the recipe read top to bottom: checks before the run dir, resume, the step loop
+        allow_pickle: bool = False) -> dict:
     """The recipe: validate everything → claim the run dir → setup → steps (log, validate,
     checkpoint) → summary. SIGINT/SIGTERM stop it after the current step, with a checkpoint."""
     cfg.validate()
@@ -91,12 +92,12 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
         tr = setup(cfg, preset, examples, reward_fn, ckpt, multi, log_error)
         state: dict = {}
         if ckpt is not None and (multi or is_distributed_checkpoint(ckpt)):  # DCP: reshards to this rank count
-            state = load_distributed_state(ckpt, tr.model, tr.opt, tr.sched)
+            state = load_distributed_state(ckpt, tr.model, tr.opt, tr.sched, allow_pickle=allow_pickle)
         elif ckpt is not None:
-            state = load_trainer_state(ckpt, tr.opt, tr.sched)
+            state = load_trainer_state(ckpt, tr.opt, tr.sched, allow_pickle=allow_pickle)
         start = tr.version = state.get("step", 0)
         if tr.pipe is not None:  # one step off-policy: the trees the saving run had generated for step `start`
-            restore_in_flight(tr.pipe, ckpt, state, distributed.rank(), distributed.world_size())
+            restore_in_flight(tr.pipe, ckpt, state, distributed.rank(), distributed.world_size(), allow_pickle)
         rd.begin(dataclasses.asdict(cfg))
         log = MetricsLogger(run_dir, resume_step=start if ckpt is not None else None, tensorboard=cfg.run.tensorboard,
                             enabled=main, wandb_project=cfg.run.wandb, config=dataclasses.asdict(cfg))

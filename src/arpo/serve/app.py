@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import arpo.models
+from arpo.chat_templates import guard_tokenizer
 from arpo.data.prompts import default_template, system_prompt
 from arpo.engine import make_engine
 from arpo.errors import ArpoError
@@ -315,18 +316,20 @@ def agent_server(cfg: ServeConfig):
 
 
 def _load_engine(cfg: ServeConfig):
-    """(engine, tokenizer, context length in tokens)."""
+    """(engine, tokenizer, context length in tokens); a run dir's chat template as chat_templates says."""
     if cfg.engine == "vllm_server":  # the servers hold the weights: only the tokenizer is loaded here
         engine = make_engine("vllm_server", None, None, model_dir=cfg.model, servers=cfg.servers)
+        guard_tokenizer(engine.tokenizer, cfg.model, cfg.trust_run_config, "serve agent")
         return engine, engine.tokenizer, engine.max_model_len
     if cfg.engine == "vllm":
         from transformers import AutoTokenizer
 
         model_dir = arpo.models.resolve_model_dir(cfg.model)
-        tok = AutoTokenizer.from_pretrained(model_dir)
+        tok = guard_tokenizer(AutoTokenizer.from_pretrained(model_dir), cfg.model, cfg.trust_run_config, "serve agent")
         engine = make_engine("vllm", None, tok, model_dir=str(model_dir))
         return engine, tok, engine.max_model_len
     model, tok = arpo.models.load_model(cfg.model, device=cfg.device)
+    guard_tokenizer(tok, cfg.model, cfg.trust_run_config, "serve agent")
     return make_engine(cfg.engine, model, tok), tok, int(model.config.max_position_embeddings)
 
 

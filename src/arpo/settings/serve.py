@@ -19,6 +19,7 @@ class ServeConfig:
     agent: AgentConfig = field(default_factory=lambda: agent_defaults("serve"))
     tools: ToolsConfig = field(default_factory=lambda: tools_defaults("serve"))
     template: str | None = None  # system-prompt template (default: from the tools)
+    trust_run_config: bool = False  # a run dir's chat template renders (bounded) only with --trust-run-config
     engine: str = "hf"  # hf | vllm | vllm_server (running vLLM servers that serve `model`: `servers`)
     servers: list[str] = field(default_factory=list)  # vllm_server: the servers' base URLs
     device: str = "auto"

@@ -39,6 +39,8 @@ import torch
 
 from arpo.engine.base import SamplingParams, Sequence, StepOutput
 from arpo.errors import ArpoError
+from arpo.training.checkpoint import read_pickle
+from arpo.training.safe_state import load_state
 
 
 def check_off_policy(cfg, preset, multi: bool) -> None:
@@ -220,12 +222,12 @@ class RolloutPipeline:
         self._pool.shutdown(wait=True)
 
 
-IN_FLIGHT = "in_flight.pt"  # a checkpoint's batch of trees generated for the next step (torch.save of the trees)
+IN_FLIGHT = "in_flight.json"  # a checkpoint's batch of trees generated for the next step (safe_state: + .safetensors)
 
 
 def in_flight_file(rank: int, world: int) -> str:
-    """The file of rank `rank`'s in-flight trees (one process: in_flight.pt)."""
-    return IN_FLIGHT if world == 1 else f"in_flight.rank{rank}.pt"
+    """The file of rank `rank`'s in-flight trees (one process: in_flight.json)."""
+    return IN_FLIGHT if world == 1 else f"in_flight.rank{rank}.json"
 
 
 def in_flight_checkpoint(pipe: RolloutPipeline, rank: int = 0, world: int = 1, gather=None) -> tuple[dict, dict]:
@@ -251,11 +253,12 @@ def in_flight_checkpoint(pipe: RolloutPipeline, rank: int = 0, world: int = 1, g
             {files[rank]: trees})
 
 
-def restore_in_flight(pipe: RolloutPipeline, ckpt, state: dict, rank: int = 0, world: int = 1) -> None:
+def restore_in_flight(pipe: RolloutPipeline, ckpt, state: dict, rank: int = 0, world: int = 1,
+                      allow_pickle: bool = False) -> None:
     """On --resume: the checkpoint's in-flight trees become the next step's, as in the run that saved it.
     On the rank count that saved them each rank takes its own file; on another count the ranks' trees,
     concatenated in rank order (the step's global order), are re-sliced like the prompts
-    (distributed.shard)."""
+    (distributed.shard). An older checkpoint's pickled trees (in_flight*.pt) only with `allow_pickle`."""
     info = state.get("in_flight")
     if not info:
         return
@@ -263,8 +266,10 @@ def restore_in_flight(pipe: RolloutPipeline, ckpt, state: dict, rank: int = 0, w
 
     def load(name: str) -> list:
         path = Path(ckpt) / name
+        if not name.endswith(".pt"):
+            return load_state(path)
         try:
-            return torch.load(path, weights_only=False)
+            return read_pickle(path, allow_pickle, "the in-flight rollout trees")
         except (OSError, EOFError, RuntimeError) as e:
             raise ArpoError(f"{path}: cannot read the checkpoint's in-flight rollout trees ({e})") from e
 

@@ -8,6 +8,10 @@
     GET /api/runs/R/steps/S/trees/T         one tree, every token
     GET /api/runs/R/entropy                 entropy after tool results over the run (paper Fig. 1)
     GET /api/runs/R/steps/S/entropy         the same for one step
+
+Like arpo's other servers (http_guard.py), it answers only requests whose Host header names the address
+it is bound to or loopback (when bound to loopback): a web page that rebinds its DNS name to 127.0.0.1
+gets HTTP 400, not the runs (issue 61). Requests carry no body; one over MAX_BODY_BYTES gets HTTP 413.
 """
 
 from __future__ import annotations
@@ -20,12 +24,15 @@ from arpo.errors import ArpoError
 from arpo.view.data import Catalog, NotFound
 
 STATIC = Path(__file__).parent / "static"
+MAX_BODY_BYTES = 64 * 1024
 
 
-def create_app(catalog: Catalog):
+def create_app(catalog: Catalog, bind_host: str = "127.0.0.1"):
     from fastapi import FastAPI
     from fastapi.responses import FileResponse, JSONResponse, Response
     from fastapi.staticfiles import StaticFiles
+
+    from arpo.http_guard import RequestGuard, allowed_hosts  # noqa: PLC0415 - loads starlette; kept out of this light module's import
 
     app = FastAPI(title="arpo view", docs_url=None, redoc_url=None, openapi_url=None)
 
@@ -49,6 +56,7 @@ def create_app(catalog: Catalog):
         return response
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.add_middleware(RequestGuard, allowed=allowed_hosts(bind_host), max_body_bytes=MAX_BODY_BYTES)
     return app
 
 
@@ -75,5 +83,5 @@ def serve(catalog: Catalog, host: str = "127.0.0.1", port: int = 8765, log_level
     url = f"http://{host if ':' not in host else f'[{host}]'}:{sock.getsockname()[1]}/"
     if on_ready is not None:
         on_ready(url)
-    server = uvicorn.Server(uvicorn.Config(create_app(catalog), log_level=log_level))
+    server = uvicorn.Server(uvicorn.Config(create_app(catalog, bind_host=host), log_level=log_level))
     server.run(sockets=[sock])

@@ -10,7 +10,12 @@
   so is every IPv4 address embedded in it (IPv4-mapped ::ffff:a.b.c.d, IPv4-compatible ::a.b.c.d,
   6to4 2002::/16, Teredo 2001::/32, NAT64 64:ff9b::/96 and 64:ff9b:1::/48): loopback, private,
   shared (100.64.0.0/10, cloud metadata at 100.100.100.200), link-local (169.254.169.254), reserved,
-  documentation and multicast ranges are refused;
+  documentation and multicast ranges are refused, and so is IPv6 site-local fec0::/10 (deprecated,
+  but `is_global` in Python 3.11);
+* an address this machine owns is refused however global it is (a public IPv4 or a global IPv6 on an
+  interface reaches the servers bound to 0.0.0.0 / :: here: vLLM servers, `serve agent`, notebooks):
+  the kernel is asked at every connection, so on every redirect hop too (`own_address`: can a socket be
+  bound to it; where the host allows binding to any address, its interface and local-route tables);
 * the explicit opt-ins stay: `allow_private` (any address) and `allow_hosts` (a host or host:port
   as written in the URL; `browse` adds the local web of `arpo web serve` when it is the search provider);
 * every connect, TLS handshake, read and write gets at most the time left until the deadline set
@@ -62,14 +67,65 @@ def embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
     return out
 
 
+def _nonlocal_bind(family: int) -> bool:
+    """The host lets sockets bind to addresses it does not own (net.ipv4/ipv6.ip_nonlocal_bind)."""
+    name = "ipv4" if family == socket.AF_INET else "ipv6"
+    try:
+        with open(f"/proc/sys/net/{name}/ip_nonlocal_bind") as f:
+            return f.read().strip() != "0"
+    except OSError:
+        return False
+
+
+def _local_table(family: int) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    """This machine's addresses from /proc: the IPv4 routes of type LOCAL (/proc/net/fib_trie) and
+    the IPv6 interface addresses (/proc/net/if_inet6)."""
+    nets: list = []
+    try:
+        if family == socket.AF_INET:
+            with open("/proc/net/fib_trie") as f:
+                last = None
+                for line in f:
+                    word = line.strip().lstrip("|-+ ")
+                    if line.strip().startswith("|--"):
+                        last = word
+                    elif last and line.strip().endswith("host LOCAL"):
+                        nets.append(ipaddress.ip_network(f"{last}{word.split()[0]}", strict=False))
+        else:
+            with open("/proc/net/if_inet6") as f:
+                for line in f:
+                    h = line.split()[0]
+                    nets.append(ipaddress.ip_network(":".join(h[i:i + 4] for i in range(0, 32, 4))))
+    except (OSError, ValueError):
+        pass
+    return nets
+
+
+def own_address(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """This machine (its network namespace) owns `ip`: a socket can be bound to it (the kernel's own
+    answer, local routes such as `ip route add local ...` included), or, where any address may be bound
+    (ip_nonlocal_bind), it is on an interface or in a local route."""
+    family = socket.AF_INET if ip.version == 4 else socket.AF_INET6
+    if _nonlocal_bind(family):
+        return any(ip in n for n in _local_table(family))
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.bind((str(ip), 0))
+        return True
+    except OSError:  # EADDRNOTAVAIL: not ours (EAFNOSUPPORT: no such family here, so not ours either)
+        return False
+
+
 def refusal(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
     """Why `ip` may not be fetched (None: it may): it, and every IPv4 address embedded in it, must be
-    globally routable and not multicast."""
+    globally routable, not multicast, not IPv6 site-local, and not an address of this machine."""
     for a in [ip, *(embedded_ipv4(ip) if isinstance(ip, ipaddress.IPv6Address) else [])]:
         if a.is_loopback:
             return f"the loopback address {ip}"
-        if not a.is_global or a.is_multicast:
-            return f"the non-public (private, shared, link-local, reserved or multicast) address {ip}"
+        if not a.is_global or a.is_multicast or (isinstance(a, ipaddress.IPv6Address) and a.is_site_local):
+            return f"the non-public (private, shared, link-local, site-local, reserved or multicast) address {ip}"
+        if own_address(a):
+            return f"the address {ip} of this machine"
     return None
 
 
