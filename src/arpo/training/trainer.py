@@ -42,7 +42,14 @@ from arpo.training import distributed
 from arpo.training.batch import loss_and_backward, token_logprobs
 from arpo.training.distributed import ParallelModel
 from arpo.training.mismatch import mismatch_metrics, mismatch_sums
-from arpo.training.optim import build_optimizer, build_scheduler, checkpoint_activations, clip_gradients, load_policy
+from arpo.training.optim import (
+    build_optimizer,
+    build_scheduler,
+    checkpoint_activations,
+    clip_gradients,
+    load_policy,
+    master_compute,
+)
 from arpo.training.pipeline import RolloutPipeline, VersionedEngine, lag_metrics, snapshot, tag_versions
 from arpo.training.rollout_log import keep_trained_values
 from arpo.training.rollout_metrics import metrics_of, traj_stats
@@ -132,8 +139,10 @@ def setup(cfg: TrainConfig, preset, examples: list, reward_fn, ckpt=None, multi:
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     # one process: `par` hands `model` through; torchrun: FSDP2-sharded or DDP-replicated (run.distributed)
     # a remote engine (vllm_server) generates on its servers: no full replica of the policy on the ranks
+    # a 16-bit model.dtype: float32 master weights and AdamW moments, 16-bit compute (optim.master_compute)
+    compute = master_compute(model_cfg, cfg.lora) if next(model.parameters()).dtype == torch.float32 else None
     par = distributed.ParallelModel(model, cfg.run.distributed if multi else None, pad, cfg.run.hsdp_shard_size,
-                                    replica=cfg.engine != "vllm_server")
+                                    replica=cfg.engine != "vllm_server", compute_dtype=compute)
     opt = build_optimizer(model, cfg.optim)
     sched = build_scheduler(opt, cfg.optim, cfg.steps * cfg.minibatches * preset.ppo_epochs)
     tools = tools_from_config(cfg.tools)
