@@ -37,7 +37,7 @@ import os
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
 from arpo.errors import ArpoError
@@ -170,8 +170,8 @@ class _TrainView:
     root; the head's weight is read after it (the root keeps its parameters gathered until the
     backward, reshard_after_forward=False)."""
 
-    def __init__(self, body: _Body):
-        self.model = body
+    def __init__(self, body: _Body, device: torch.device):
+        self.model, self.device = body, device  # device: where the inputs go (the shards may be on the CPU)
 
     def get_output_embeddings(self):
         return _base(self.model.lm).get_output_embeddings()
@@ -195,10 +195,14 @@ class ParallelModel:
     """The policy on W ranks (see the module docstring). mode None: one process, all no-ops."""
 
     def __init__(self, model, mode: str | None, pad_id: int = 0, shard_size: int = 0, replica: bool = True,
-                 compute_dtype: torch.dtype | None = None):
+                 compute_dtype: torch.dtype | None = None, cpu_offload: bool = False):
         if mode not in (None, *MODES):
             raise ValueError(f"run.distributed: {mode!r}; choose {', '.join(MODES)}")
+        if cpu_offload and mode not in SHARDED:
+            raise ArpoError("memory.cpu_offload needs torchrun with run.distributed fsdp or hsdp (FSDP2's "
+                            "CPUOffloadPolicy; one GPU: torchrun --nproc-per-node 1)")
         self.model, self.mode, self.pad_id = model, mode, pad_id
+        self.device = next(model.parameters()).device  # where the passes compute (offloaded shards live on the CPU)
         self.rollout = self.train = model  # generation / old log-probs, and the training passes
         # compute_dtype (bf16/fp16 over float32 master weights, optim.master_compute): the training passes
         # compute in it (autocast; FSDP2's MixedPrecisionPolicy under fsdp/hsdp, gradients reduced in float32)
@@ -223,25 +227,26 @@ class ParallelModel:
                 mesh = init_device_mesh(dev, (world_size(),))
             mp = (MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
                   if compute_dtype is not None else MixedPrecisionPolicy())
+            off = CPUOffloadPolicy(pin_memory=self.device.type == "cuda") if cpu_offload else OffloadPolicy()
             for layer in getattr(_base(model).model, "layers", []):
-                fully_shard(layer, mesh=mesh, mp_policy=mp)
+                fully_shard(layer, mesh=mesh, mp_policy=mp, offload_policy=off)
             body = _Body(model)
             # fully_shard converts body in place and returns it, typed as the FSDPModule side
-            self.fsdp = fully_shard(body, mesh=mesh, reshard_after_forward=False, mp_policy=mp)
+            self.fsdp = fully_shard(body, mesh=mesh, reshard_after_forward=False, mp_policy=mp, offload_policy=off)
             for m in body.modules():
                 if isinstance(m, FSDPModule):
                     m.set_gradient_divide_factor(1.0)  # sum, not mean: the loss is pre-scaled
                     # a plain SUM reduce-scatter: with factor 1 FSDP2 would pick PREMUL_SUM for fp32/bf16
                     # gradients, which gloo (CPU) does not have; SUM with no scaling is the same math
                     m.set_force_sum_reduction_for_comms(True)
-            self.train = _TrainView(body)
+            self.train = _TrainView(body, self.device)
             self._synced = False
 
     def autocast(self):
         """The context of a pass through the unsharded policy: autocast to compute_dtype (FSDP casts itself)."""
         if self.compute is None or self.mode in SHARDED:
             return contextlib.nullcontext()
-        return torch.autocast(next(self.model.parameters()).device.type, dtype=self.compute)
+        return torch.autocast(self.device.type, dtype=self.compute)
 
     def sync_rollout(self) -> None:
         """Copy the current weights into the generation replica (FSDP: from the shards; every rank calls
