@@ -61,7 +61,8 @@ def test_a_nan_behaviour_logprob_is_masked_out_of_the_loss():
     cfg = _cfg("rollout.max_off_policy_steps=1")
     m = weight_lagged_tokens(batch, behav, cfg.rollout)
     assert m["behaviour_nonfinite_tokens"] == 1 and batch.mask[0, 1] == 0 and batch.mask.sum() == 4
-    assert torch.isfinite(batch.advantages).all() and m["is_weight_mean"] == pytest.approx(float(torch.exp(torch.tensor(0.1))))
+    assert torch.isfinite(batch.advantages).all()
+    assert m["is_weight_mean"] == pytest.approx(float(torch.exp(torch.tensor(0.1))))  # π_old/π_behav = e^0.1
     logp = torch.full(batch.mask.shape, -1.05, requires_grad=True)
     loss, _ = make_loss_fn(batch, get_preset("arpo"))(logp, None)
     loss.backward()
