@@ -63,7 +63,7 @@ def test_config_errors_name_the_key(over, key):
 
 
 @pytest.mark.parametrize("over, says", [
-    ({"engine": "vllm"}, "engine hf or vllm_server"),
+    ({"engine": "vllm", "rollout.entropy_estimator": "topk"}, "engine hf or vllm_server"),
     ({"old_logprobs": "rollout"}, "old_logprobs"),
     ({"algo.preset": "dapo"}, "dynamic"),
 ])

@@ -18,6 +18,9 @@ matmul output would round logits of magnitude ~20 to ±0.06, which is visible in
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 from torch.autograd.function import once_differentiable
 
@@ -45,8 +48,21 @@ def _rowdot(a, b):
     return torch.bmm(a.unsqueeze(1), b.unsqueeze(2)).view(-1)
 
 
+def _no_autocast(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Run fn with autocast off (the logits stay float32 under a bf16 autocast of the model's forward,
+    and so does the backward, which the autograd engine may run with the caller's autocast state)."""
+
+    def wrapped(ctx: Any, *args: Any) -> Any:
+        dev = next((a.device.type for a in args if isinstance(a, torch.Tensor)), "cpu")
+        with torch.autocast(dev, enabled=False):
+            return fn(ctx, *args)
+
+    return wrapped
+
+
 class _ChunkedLogprobs(torch.autograd.Function):
     @staticmethod
+    @_no_autocast
     def forward(ctx, hidden, weight, bias, targets, chunk_size, temperature, with_entropy):
         cdt = _cdt(hidden, weight, bias)
         w = weight.to(cdt)
@@ -84,7 +100,8 @@ class _ChunkedLogprobs(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, g_logp, g_ent):
+    @_no_autocast
+    def backward(ctx, g_logp, g_ent):  # type: ignore[override]  # (the decorator types it loosely)
         hidden, weight, bias, targets, lse, ent = ctx.saved_tensors
         cs, temp = ctx.chunk_size, ctx.temperature
         need_h, need_w, need_b = ctx.needs_input_grad[:3]

@@ -50,7 +50,7 @@ def print_config(cfg, as_json: bool = False) -> int:
             from arpo.training.memory import config_estimate
 
             est, gpu, what = config_estimate(cfg)
-            out["memory_estimate"] = {"assumed": what, "gpu_memory_gb": gpu,
+            out["memory_estimate"] = {"assumed": what, "gpu_memory_gib": gpu,
                                       "bytes": None if est is None else {**est.terms, "peak": est.peak}}
         if hasattr(cfg, "rollout"):
             out["branch_rules"] = dict(RULE_SUMMARIES)

@@ -31,7 +31,7 @@ from arpo.sft.rows import read_sft_rows, tokenize_row
 from arpo.training.batch import TreeBatch, loss_and_backward
 from arpo.training.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint, write_text_atomic
 from arpo.training.logger import MetricsLogger
-from arpo.training.optim import build_optimizer, build_scheduler, clip_gradients, load_policy
+from arpo.training.optim import autocast, build_optimizer, build_scheduler, clip_gradients, load_policy, master_compute
 from arpo.training.progress import Phases, StepProgress
 from arpo.training.rundir import RunDir
 from arpo.training.signals import GracefulStop
@@ -81,6 +81,7 @@ def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False, overwrite: bo
         torch.manual_seed(cfg.run.seed)
         phase(f"loading the model {ckpt or cfg.model.name}")
         model, tok = load_policy(cfg.model, cfg.lora, ckpt)
+        compute = master_compute(cfg.model, cfg.lora)
         phase(f"tokenizing {len(rows)} rows")
         model.train()
         data, skipped = [], 0
@@ -116,8 +117,9 @@ def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False, overwrite: bo
                 items = [data[i] for i in batch_indices(len(data), cfg.prompts_per_step, cfg.run.seed, step)]
                 trees = [{"prompt": p, "responses": [ids], "parent": [-1], "branch_at": [0]} for p, ids, _ in items]
                 batch = TreeBatch.from_trees(trees, [[m] for _, _, m in items])
-                loss, _ = loss_and_backward(model, batch, nll_loss(batch.mask), packed=False,
-                                            max_tokens=cfg.micro_tokens, pad_id=pad, linear=True)
+                with autocast(model, compute):  # 16-bit compute over float32 master weights
+                    loss, _ = loss_and_backward(model, batch, nll_loss(batch.mask), packed=False,
+                                                max_tokens=cfg.micro_tokens, pad_id=pad, linear=True)
                 gnorm = clip_gradients(model, cfg.optim.grad_clip)
                 opt.step()
                 sched.step()

@@ -73,15 +73,23 @@ class MemoryConfig:
     # non-reentrant checkpoint per layer): a micro-batch keeps L·T·h·b bytes plus one layer's instead
     # of every layer's, for about one more forward pass of compute
     activation_checkpointing: bool = False
-    # memory of one GPU in GB (1e9 bytes); a config whose estimate exceeds it is refused, naming the
-    # key to change. 0: the detected GPU's memory (no check on CPU)
-    gpu_memory_gb: float = 0.0
+    # memory of one GPU in GiB (2^30 bytes; an "80 GB" H100 has 79.6); a config whose estimate exceeds
+    # it is refused, naming the key to change. 0: the detected GPU's total (no check on CPU)
+    gpu_memory_gib: float = 0.0
+    gpu_memory_gb: float = 0.0  # the same in decimal GB (1e9 bytes; the older key): use gpu_memory_gib
     # the ranks (GPUs) `--print-config` estimates for when it is not run under torchrun (0: 1);
     # under torchrun the real world size is used
     gpus: int = 0
+    # FSDP/HSDP under torchrun: keep the float32 parameter shards, their gradients and AdamW's moments in
+    # (pinned) host memory and run the optimizer step on the CPU (FSDP2's CPUOffloadPolicy)
+    cpu_offload: bool = False
 
     def validate(self) -> None:
+        require(self.gpu_memory_gib >= 0, "memory.gpu_memory_gib",
+                f"must be >= 0 (0: detect), got {self.gpu_memory_gib}")
         require(self.gpu_memory_gb >= 0, "memory.gpu_memory_gb", f"must be >= 0 (0: detect), got {self.gpu_memory_gb}")
+        require(not (self.gpu_memory_gib and self.gpu_memory_gb), "memory.gpu_memory_gb",
+                "set memory.gpu_memory_gib (GiB) or the older gpu_memory_gb (GB), not both")
         require(self.gpus >= 0, "memory.gpus", f"must be >= 0, got {self.gpus}")
 
 
@@ -173,6 +181,9 @@ class TrainConfig:
             sec.validate()
         if self.old_logprobs not in ("auto", "rollout", "recompute"):
             raise ArpoError(f"old_logprobs: {self.old_logprobs!r}; choose auto, rollout or recompute")
+        require(self.old_logprobs != "rollout" or (self.agent.top_p >= 1.0 and self.agent.top_k == 0),
+                "old_logprobs", "rollout takes π_old from the engine's records, which are not the full softmax "
+                "the loss compares with under agent.top_p < 1 or agent.top_k > 0: use auto or recompute")
 
         if self.engine not in ENGINES:
             raise ArpoError(f"engine: {self.engine!r}; choose one of {', '.join(ENGINES)}")
@@ -181,3 +192,7 @@ class TrainConfig:
         require(self.engine == "vllm_server" or not self.rollout.servers, "rollout.servers",
                 f"only engine vllm_server uses servers (engine is {self.engine!r})")
         require("servers" not in self.engine_options, "engine_options.servers", "set the servers in rollout.servers")
+        require(self.engine not in ("vllm", "vllm_server") or self.rollout.entropy_estimator == "topk",
+                "rollout.entropy_estimator", f"full needs every token's logits, which engine {self.engine} does not "
+                "return (vLLM returns engine_options.topk_entropy log-probs a token): set rollout.entropy_estimator="
+                "topk (the reference's estimator)")

@@ -29,6 +29,7 @@ the global mini-batch's loss denominator, so the sum is the one-process gradient
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime
 import os
@@ -36,7 +37,7 @@ import os
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
 from arpo.errors import ArpoError
@@ -169,8 +170,8 @@ class _TrainView:
     root; the head's weight is read after it (the root keeps its parameters gathered until the
     backward, reshard_after_forward=False)."""
 
-    def __init__(self, body: _Body):
-        self.model = body
+    def __init__(self, body: _Body, device: torch.device):
+        self.model, self.device = body, device  # device: where the inputs go (the shards may be on the CPU)
 
     def get_output_embeddings(self):
         return _base(self.model.lm).get_output_embeddings()
@@ -180,47 +181,82 @@ class _TrainView:
         return _base(self.model.lm).config
 
 
+def generation_copy(model, dtype: torch.dtype | None = None):
+    """A frozen eval-mode copy of `model` for generation, its parameters cast to `dtype` (None: as they
+    are); buffers (rotary inv_freq) keep their dtype, as in a model loaded in `dtype`."""
+    out = copy.deepcopy(model).requires_grad_(False).eval()
+    if dtype is not None:
+        for p in out.parameters():
+            p.data = p.data.to(dtype)
+    return out
+
+
 class ParallelModel:
     """The policy on W ranks (see the module docstring). mode None: one process, all no-ops."""
 
-    def __init__(self, model, mode: str | None, pad_id: int = 0, shard_size: int = 0, replica: bool = True):
+    def __init__(self, model, mode: str | None, pad_id: int = 0, shard_size: int = 0, replica: bool = True,
+                 compute_dtype: torch.dtype | None = None, cpu_offload: bool = False):
         if mode not in (None, *MODES):
             raise ValueError(f"run.distributed: {mode!r}; choose {', '.join(MODES)}")
+        if cpu_offload and mode not in SHARDED:
+            raise ArpoError("memory.cpu_offload needs torchrun with run.distributed fsdp or hsdp (FSDP2's "
+                            "CPUOffloadPolicy; one GPU: torchrun --nproc-per-node 1)")
         self.model, self.mode, self.pad_id = model, mode, pad_id
+        self.device = next(model.parameters()).device  # where the passes compute (offloaded shards live on the CPU)
         self.rollout = self.train = model  # generation / old log-probs, and the training passes
+        # compute_dtype (bf16/fp16 over float32 master weights, optim.master_compute): the training passes
+        # compute in it (autocast; FSDP2's MixedPrecisionPolicy under fsdp/hsdp, gradients reduced in float32)
+        # and generation runs on a replica in it (not on the float32 master: decoding reads every weight per token)
+        self.compute = compute_dtype
         # FSDP: a full replica for generation (hf/vllm engines). replica=False (a remote engine, vllm_server,
         # generates elsewhere): none; `rollout` is the sharded policy, old log-probs go through `run`
         self.replica = replica or mode not in SHARDED
+        self._copy = (replica and compute_dtype is not None) or (self.replica and mode in SHARDED)
+        if self._copy:
+            self.rollout = generation_copy(model, compute_dtype)
         if mode == "ddp":
             with torch.no_grad():  # identical replicas, whatever each rank's load did
                 for t in list(model.parameters()) + list(model.buffers()):
                     dist.broadcast(t.data, src=0)
         elif mode in SHARDED:
-            if self.replica:
-                self.rollout = copy.deepcopy(model).requires_grad_(False).eval()
             dev = next(model.parameters()).device.type
             if mode == "hsdp":  # fully_shard on a 2-D mesh is HSDP: replicate over dim 0, shard over dim 1
                 shape = hsdp_mesh_shape(world_size(), shard_size, int(os.environ.get("LOCAL_WORLD_SIZE", world_size())))
                 mesh = init_device_mesh(dev, shape, mesh_dim_names=("replicate", "shard"))
             else:
                 mesh = init_device_mesh(dev, (world_size(),))
+            mp = (MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
+                  if compute_dtype is not None else MixedPrecisionPolicy())
+            off = CPUOffloadPolicy(pin_memory=self.device.type == "cuda") if cpu_offload else OffloadPolicy()
             for layer in getattr(_base(model).model, "layers", []):
-                fully_shard(layer, mesh=mesh)
+                fully_shard(layer, mesh=mesh, mp_policy=mp, offload_policy=off)
             body = _Body(model)
             # fully_shard converts body in place and returns it, typed as the FSDPModule side
-            self.fsdp = fully_shard(body, mesh=mesh, reshard_after_forward=False)
+            self.fsdp = fully_shard(body, mesh=mesh, reshard_after_forward=False, mp_policy=mp, offload_policy=off)
             for m in body.modules():
                 if isinstance(m, FSDPModule):
                     m.set_gradient_divide_factor(1.0)  # sum, not mean: the loss is pre-scaled
                     # a plain SUM reduce-scatter: with factor 1 FSDP2 would pick PREMUL_SUM for fp32/bf16
                     # gradients, which gloo (CPU) does not have; SUM with no scaling is the same math
                     m.set_force_sum_reduction_for_comms(True)
-            self.train = _TrainView(body)
+            self.train = _TrainView(body, self.device)
             self._synced = False
 
+    def autocast(self):
+        """The context of a pass through the unsharded policy: autocast to compute_dtype (FSDP casts itself)."""
+        if self.compute is None or self.mode in SHARDED:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.compute)
+
     def sync_rollout(self) -> None:
-        """FSDP: copy the current (sharded) weights into the generation replica. Every rank calls it."""
-        if self.mode not in SHARDED or not self.replica:
+        """Copy the current weights into the generation replica (FSDP: from the shards; every rank calls
+        it). No replica (one process in the weights' own dtype, a remote engine): nothing to do."""
+        if not self._copy:
+            return
+        if self.mode not in SHARDED:
+            with torch.no_grad():
+                for p, s in zip(self.rollout.parameters(), self.model.parameters(), strict=True):
+                    p.copy_(s)
             return
 
         self.fsdp.reshard()
@@ -238,7 +274,10 @@ class ParallelModel:
         FSDP without one, the sharded train view through `run` (then every rank calls this, batch None
         on a rank without data). Returns fn's result, or None where batch is None."""
         if self.replica:
-            return fn(self.rollout) if batch is not None else None
+            if batch is None:
+                return None
+            with self.autocast() if self.rollout is self.model else contextlib.nullcontext():
+                return fn(self.rollout)
         return self.run(batch, lambda: fn(self.train), grad=False, packed=packed, max_tokens=max_tokens)
 
     def run(self, batch, fn, grad: bool, packed: bool = True, max_tokens: int = 4096, **_):
@@ -247,7 +286,10 @@ class ParallelModel:
         with the most micro-batches, padding with dummy passes. The count must be agreed before any
         pass starts: each pass is a sequence of collectives that all ranks must join."""
         if self.mode not in SHARDED:
-            return fn() if batch is not None else None
+            if batch is None:
+                return None
+            with self.autocast():
+                return fn()
 
         n = len(_micro_packs(batch, packed, max_tokens)) if batch is not None else 0
         (most,) = all_reduce([n], op="max")

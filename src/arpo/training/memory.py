@@ -19,6 +19,18 @@ MLP, dropout, flash attention). A SwiGLU layer with intermediate size i keeps 4 
 (gate, up, silu(gate), their product) instead of GeLU's 2 of size 4h, and arpo's tree mask adds
 S·b per token: for Qwen2.5-7B (h=3584, i=18944) in bf16 this module counts 24h + 8i = 237,568
 bytes per token per layer (1.95 × 34h) plus the mask.
+
+Units are GiB (2^30 bytes) against the device's real total (torch.cuda.mem_get_info, or
+memory.gpu_memory_gib): an "80 GB" H100 has 81,559 MiB = 79.6 GiB, and vLLM's
+gpu_memory_utilization is a share of that total. With a 16-bit model.dtype the policy keeps float32
+master weights, gradients and AdamW moments (training/optim.master_compute: 16 bytes per trainable
+parameter, sharded under FSDP) and computes in the 16-bit dtype. Under FSDP2 the root's parameters
+(embeddings, head, final norm) stay unsharded in the compute dtype from the forward to the backward
+(reshard_after_forward=False), and each layer's all-gather (the current and the prefetched one) and
+its unsharded gradients live while it computes. memory.cpu_offload (FSDP2's CPUOffloadPolicy) moves
+the float32 shards, their gradients and AdamW's moments to host memory. CUDA's context and cuBLAS
+workspaces (CUDA_CONTEXT_GIB) and NCCL's buffers under torchrun (NCCL_GIB) are fixed allowances:
+benchmarks/gpu_check.py measures the real peak against this estimate.
 """
 
 from __future__ import annotations
@@ -26,7 +38,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from arpo.errors import ArpoError
@@ -37,6 +49,9 @@ PROMPT_TOKENS = 512  # the system prompt + question of the shipped templates (a 
 VLLM_GPU_UTILIZATION = 0.9  # vllm.LLM's default gpu_memory_utilization
 VLLM_CPU_KV_GIB = 4.0  # vLLM's default VLLM_CPU_KVCACHE_SPACE
 DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
+CUDA_CONTEXT_GIB = 1.0  # CUDA context, cuBLAS/cuDNN workspaces, allocator slack outside torch's tensors (per process)
+NCCL_GIB = 1.0  # NCCL communicator buffers under torchrun (per rank)
+VLLM_CONTEXT_GIB = 1.5  # an in-process vLLM's CUDA graphs and context, kept while it sleeps
 
 
 @dataclass(frozen=True)
@@ -136,6 +151,26 @@ def adamw_bytes(n_trainable: int, b: int, shards: int = 1) -> float:
     return 2 * n_trainable * b / shards
 
 
+def layer_params(a: Arch) -> int:
+    """Parameters of one decoder layer (n_params without embeddings, head and final norm, over L)."""
+    return (n_params(a) - a.vocab * a.hidden * (1 if a.tied else 2) - a.hidden) // a.layers
+
+
+def fsdp_root_bytes(a: Arch, b: int) -> float:
+    """FSDP2's root group (embeddings, head, final norm) all-gathered in the compute dtype and kept
+    from the forward to the backward (reshard_after_forward=False, training/distributed.py), plus its
+    unsharded gradients before the reduce-scatter: 2 · (V·h·(1 or 2 untied) + h) · b."""
+    return 2 * (a.vocab * a.hidden * (1 if a.tied else 2) + a.hidden) * b
+
+
+def fsdp_buffer_bytes(a: Arch, b: int, master: int) -> float:
+    """FSDP2's per-layer buffers while a layer computes: its all-gathered parameters and the next
+    layer's (prefetch), in the compute dtype, and its unsharded gradients (b) with their copy in the
+    reduce dtype (`master` bytes when it differs from b): 2·P·b + P·(b + master·[master ≠ b])."""
+    p = layer_params(a)
+    return 2 * p * b + p * (b + (master if master != b else 0))
+
+
 def kv_cache_bytes(a: Arch, sequences: int, tokens: int, b: int) -> float:
     """K and V of every layer for `sequences` sequences of `tokens` tokens:
     2 · layers · kv_heads · d · b per token."""
@@ -192,12 +227,14 @@ def micro_seq(tokens: int, prompt: int, group_size: int, response: int, packed: 
 # ---- the estimate ---------------------------------------------------------------------------------
 @dataclass
 class Estimate:
-    """Bytes per GPU, by term; `peak` = resident + max(generation, training)."""
+    """Bytes per GPU, by term; `peak` = resident + max(generation, training). `host`: bytes the config
+    keeps in host memory instead (memory.cpu_offload), by term."""
 
     terms: dict[str, float]
-    resident: tuple[str, ...] = ("weights", "optimizer", "replica", "reference")
+    resident: tuple[str, ...] = ("weights", "optimizer", "replica", "reference", "overhead")
     generation: tuple[str, ...] = ("engine_weights", "kv_cache")  # vLLM without sleep mode: resident
-    training: tuple[str, ...] = ("gradients", "activations", "head")
+    training: tuple[str, ...] = ("gradients", "fsdp_root", "fsdp_buffers", "activations", "head")
+    host: dict[str, float] = field(default_factory=dict)
 
     def phase(self, names) -> float:
         return sum(self.terms.get(n, 0.0) for n in names)
@@ -206,14 +243,20 @@ class Estimate:
     def peak(self) -> float:
         return self.phase(self.resident) + max(self.phase(self.generation), self.phase(self.training))
 
-    def lines(self, gpu_gb: float | None) -> list[str]:
-        gb = {k: v / 1e9 for k, v in self.terms.items()}
-        out = [f"{k:>15}: {v:8.2f} GB" for k, v in gb.items()]
-        res, gen, train = (self.phase(p) / 1e9 for p in (self.resident, self.generation, self.training))
-        out.append(f"{'peak':>15}: {self.peak / 1e9:8.2f} GB = resident {res:.2f} + max(generation {gen:.2f}, "
+    def margin(self, gpu_gib: float) -> float:
+        """GiB left on a GPU of gpu_gib at the peak (negative: it does not fit)."""
+        return gpu_gib - self.peak / GIB
+
+    def lines(self, gpu_gib: float | None) -> list[str]:
+        out = [f"{k:>15}: {v / GIB:8.2f} GiB" for k, v in self.terms.items()]
+        out += [f"{k:>15}: {v / GIB:8.2f} GiB in host memory (memory.cpu_offload)" for k, v in self.host.items()]
+        res, gen, train = (self.phase(p) / GIB for p in (self.resident, self.generation, self.training))
+        out.append(f"{'peak':>15}: {self.peak / GIB:8.2f} GiB = resident {res:.2f} + max(generation {gen:.2f}, "
                    f"training {train:.2f})")
-        if gpu_gb:
-            out.append(f"{'gpu':>15}: {gpu_gb:8.2f} GB -> {'fits' if self.peak <= gpu_gb * 1e9 else 'DOES NOT FIT'}")
+        if gpu_gib:
+            m = self.margin(gpu_gib)
+            out.append(f"{'gpu':>15}: {gpu_gib:8.2f} GiB -> "
+                       + (f"fits, margin {m:.2f} GiB" if m >= 0 else f"DOES NOT FIT (short by {-m:.2f} GiB)"))
         return out
 
 
@@ -225,48 +268,64 @@ def dtype_bytes(dtype: str, on_gpu: bool) -> int:
 
 
 def estimate(cfg, a: Arch, ranks: int, on_gpu: bool = True, shard_group: int | None = None,
-             gpu_gb: float | None = None) -> Estimate:
+             gpu_gib: float | None = None) -> Estimate:
     """The per-GPU memory of TrainConfig `cfg` on `ranks` ranks (shard_group: the FSDP/HSDP shard
-    group's size, default all ranks; 1 under ddp or in one process). The engine's KV cache: the hf
-    engine holds every live sequence of the rank's trees, ceil(prompts_per_step / ranks) · M of
-    PROMPT_TOKENS + max_response_tokens each (the worst case: every trajectory at its budget);
-    vLLM on a GPU takes engine_options.gpu_memory_utilization (vLLM's default 0.9) of gpu_gb for
-    its weights and cache together (it queues sequences that do not fit), on CPU kv_cache_gib
-    (vLLM's default 4 GiB) for the cache."""
+    group's size, default all ranks; 1 under ddp or in one process). b: the compute dtype's bytes;
+    m: the trained weights' bytes (4 over a 16-bit b: float32 master weights, optim.master_compute;
+    LoRA's adapter weights are float32 too, its frozen base stays in b). The engine's KV cache: the
+    hf engine holds every live sequence of the rank's trees, ceil(prompts_per_step / ranks) · M of
+    PROMPT_TOKENS + max_response_tokens each (the worst case: every trajectory at its budget); vLLM
+    on a GPU takes engine_options.gpu_memory_utilization (vLLM's default 0.9) of the GPU's total
+    gpu_gib for its weights and cache together (it queues sequences that do not fit), on CPU
+    kv_cache_gib (vLLM's default 4 GiB) for the cache."""
     b = dtype_bytes(cfg.model.dtype, on_gpu)
+    mixed = b == 2  # a 16-bit compute dtype: float32 master weights and optimizer state
     n = n_params(a)
     sharded = ranks > 1 and cfg.run.distributed in ("fsdp", "hsdp")
     shards = (shard_group or ranks) if sharded else 1
-    n_train = lora_params(cfg, a) if cfg.lora.enabled else n
-    t: dict[str, float] = {"weights": weights_bytes(n, b, shards),
-                           "optimizer": adamw_bytes(n_train, b, shards),
-                           "replica": weights_bytes(n, b) if sharded and cfg.engine != "vllm_server" else 0.0}
+    lora = cfg.lora.enabled
+    n_train = lora_params(cfg, a) if lora else n
+    m = 4 if mixed else b
+    offload = sharded and cfg.memory.cpu_offload
+    state = {"weights": weights_bytes(n, b, shards) + weights_bytes(n_train, m, shards) if lora
+             else weights_bytes(n, m, shards),
+             "optimizer": adamw_bytes(n_train, m, shards), "gradients": weights_bytes(n_train, m, shards)}
+    host = {k: state.pop(k) for k in list(state)} if offload else {}
+    # a 16-bit generation copy: the FSDP replica (hf/vllm engines), or over float32 masters in one process
+    copy = cfg.engine != "vllm_server" and (sharded or (mixed and not lora))
+    t: dict[str, float] = {"weights": state.get("weights", 0.0), "optimizer": state.get("optimizer", 0.0),
+                           "replica": weights_bytes(n, b) if copy else 0.0}
     if cfg.algo.kl_coef:
         t["reference"] = weights_bytes(n, b)
+    t["overhead"] = ((CUDA_CONTEXT_GIB + (NCCL_GIB if ranks > 1 else 0.0)
+                      + (VLLM_CONTEXT_GIB if cfg.engine == "vllm" else 0.0)) * GIB if on_gpu else 0.0)
     seqs = math.ceil(cfg.prompts_per_step / ranks) * cfg.rollout.group_size
     length = PROMPT_TOKENS + cfg.agent.max_response_tokens
     phases: dict = {}
     opts = cfg.engine_options
     if cfg.engine == "vllm":
         t["engine_weights"] = weights_bytes(n, b)
-        if on_gpu and gpu_gb:  # vLLM takes gpu_memory_utilization of the GPU (its default 0.9) for weights + cache
+        if on_gpu and gpu_gib:  # vLLM takes gpu_memory_utilization of the GPU's total for weights + cache
             util = float(opts.get("gpu_memory_utilization", VLLM_GPU_UTILIZATION))
-            t["kv_cache"] = max(util * gpu_gb * 1e9 - t["engine_weights"], 0.0)
+            t["kv_cache"] = max(util * gpu_gib * GIB - t["engine_weights"], 0.0)
         elif not on_gpu:  # CPU: VLLM_CPU_KVCACHE_SPACE
             t["kv_cache"] = float(opts.get("kv_cache_gib", VLLM_CPU_KV_GIB)) * GIB
         else:
             t["kv_cache"] = kv_cache_bytes(a, seqs, length, b)
         if not (opts.get("enable_sleep_mode") and on_gpu):  # vLLM keeps its memory while the policy trains
-            phases = {"resident": ("weights", "optimizer", "replica", "reference", "engine_weights", "kv_cache"),
-                      "generation": ()}
+            phases = {"resident": ("weights", "optimizer", "replica", "reference", "overhead", "engine_weights",
+                                   "kv_cache"), "generation": ()}
     else:  # hf (and engines that decode elsewhere hold no cache here: vllm_server)
         t["kv_cache"] = kv_cache_bytes(a, seqs, length, b) if cfg.engine == "hf" else 0.0
-    t["gradients"] = weights_bytes(n_train, b, shards)
+    t["gradients"] = state.get("gradients", 0.0)
+    if sharded:
+        t["fsdp_root"] = fsdp_root_bytes(a, b)
+        t["fsdp_buffers"] = fsdp_buffer_bytes(a, b, m)
     tokens = cfg.micro_tokens
     seq = micro_seq(tokens, PROMPT_TOKENS, cfg.rollout.group_size, cfg.agent.max_response_tokens, cfg.packed)
     t["activations"] = activation_bytes(a, tokens, seq, b, cfg.memory.activation_checkpointing)
     t["head"] = head_bytes(a, tokens, b)
-    return Estimate(t, **phases)
+    return Estimate(t, **phases, host=host)
 
 
 def lora_params(cfg, a: Arch) -> int:
@@ -293,36 +352,42 @@ def planned_ranks(cfg) -> tuple[int, int]:
     return ranks, group
 
 
-def gpu_budget_gb(cfg) -> float | None:
-    """memory.gpu_memory_gb, else the memory of this rank's GPU when the model runs on one, else None."""
+def gpu_budget_gib(cfg) -> float | None:
+    """The GPU's memory in GiB: memory.gpu_memory_gib, else memory.gpu_memory_gb (decimal GB, the older
+    key) in GiB, else the total of this rank's GPU (torch.cuda.mem_get_info) when the model runs on
+    one, else None."""
+    if cfg.memory.gpu_memory_gib:
+        return cfg.memory.gpu_memory_gib
     if cfg.memory.gpu_memory_gb:
-        return cfg.memory.gpu_memory_gb
+        return cfg.memory.gpu_memory_gb * 1e9 / GIB
     import torch  # noqa: PLC0415 - loads torch; kept out of this light module's import
 
     if cfg.model.device.startswith("cpu") or not torch.cuda.is_available():
         return None
-    return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / 1e9
+    return torch.cuda.mem_get_info(torch.cuda.current_device())[1] / GIB
 
 
 def config_estimate(cfg, ranks: int | None = None) -> tuple[Estimate | None, float | None, str]:
-    """(estimate or None when the architecture is unknown, GPU budget in GB or None, a one-line
+    """(estimate or None when the architecture is unknown, GPU memory in GiB or None, a one-line
     description of what was assumed)."""
     import torch  # noqa: PLC0415 - loads torch; kept out of this light module's import
 
     a = find_arch(cfg.model.name)
-    gpu = gpu_budget_gb(cfg)
+    gpu = gpu_budget_gib(cfg)
     planned, group = planned_ranks(cfg)
     ranks = ranks or planned
     if a is None:
         return None, gpu, f"no estimate: the architecture of {cfg.model.name} is unknown (no config.json here)"
     on_gpu = not cfg.model.device.startswith("cpu") and (gpu is not None or torch.cuda.is_available())
-    est = estimate(cfg, a, ranks, on_gpu=on_gpu, shard_group=min(group, ranks), gpu_gb=gpu)
+    est = estimate(cfg, a, ranks, on_gpu=on_gpu, shard_group=min(group, ranks), gpu_gib=gpu)
     n = n_params(a)
     size = f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"
+    b = dtype_bytes(cfg.model.dtype, on_gpu)
     what = (f"{size} parameters, {ranks} rank(s), run.distributed={cfg.run.distributed}"
             f"{f' (shard group {min(group, ranks)})' if ranks > 1 else ''}, "
-            f"{dtype_bytes(cfg.model.dtype, on_gpu)} bytes per value, "
-            f"activation_checkpointing={str(cfg.memory.activation_checkpointing).lower()}")
+            f"{b} bytes per value{' (float32 master weights and AdamW state)' if b == 2 else ''}, "
+            f"activation_checkpointing={str(cfg.memory.activation_checkpointing).lower()}, "
+            f"cpu_offload={str(cfg.memory.cpu_offload).lower()}")
     return est, gpu, what
 
 
@@ -341,17 +406,19 @@ def advice(cfg, est: Estimate) -> str:
                     + (" or engine_options.kv_cache_gib" if cfg.engine == "vllm" else ""))
     if cfg.run.distributed == "ddp":
         keys.append("run.distributed=fsdp (shards weights, gradients and AdamW)")
-    keys.append("memory.gpu_memory_gb (if your GPU has more)")
+    elif not cfg.memory.cpu_offload and t.get("optimizer", 0) > 0:
+        keys.append("memory.cpu_offload=true (float32 shards, gradients and AdamW in host memory; torchrun)")
+    keys.append("memory.gpu_memory_gib (if your GPU has more)")
     return "; ".join(keys)
 
 
 def check_fits(cfg, ranks: int) -> None:
     """Refuse (ArpoError naming the keys to change) a config whose estimate exceeds the GPU budget."""
     est, gpu, what = config_estimate(cfg, ranks)
-    if est is None or gpu is None or est.peak <= gpu * 1e9:
+    if est is None or gpu is None or est.peak <= gpu * GIB:
         return
-    raise ArpoError(f"memory: this config needs about {est.peak / 1e9:.1f} GB per GPU, more than the "
-                    f"{gpu:.1f} GB it has ({what}):\n  " + "\n  ".join(est.lines(gpu))
+    raise ArpoError(f"memory: this config needs about {est.peak / GIB:.1f} GiB per GPU, more than the "
+                    f"{gpu:.1f} GiB it has ({what}):\n  " + "\n  ".join(est.lines(gpu))
                     + f"\nchange: {advice(cfg, est)}  (the estimate: training/memory.py, docs/scaling.md)")
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
 from safetensors.torch import load_file
 
 from arpo.errors import ArpoError
-from arpo.models import load_model, lora_adapter
+from arpo.models import load_model, lora_adapter, pick_device
 
 
 def build_optimizer(model, cfg) -> torch.optim.Optimizer:
@@ -115,11 +116,45 @@ def base_model(model):
     return get() if get is not None else model
 
 
+HALF = ("bfloat16", "float16")
+
+
+def compute_dtype(dtype: str, device: str) -> str:
+    """model.dtype as the dtype the policy computes in: auto is bfloat16 on CUDA, float32 elsewhere."""
+    if dtype == "auto":
+        return "bfloat16" if pick_device(device).startswith("cuda") else "float32"
+    return dtype
+
+
+def master_compute(model_cfg, lora_cfg) -> torch.dtype | None:
+    """The compute dtype when the policy keeps float32 master weights, else None.
+
+    Full-parameter training with a 16-bit model.dtype (bfloat16, float16) keeps the weights and
+    AdamW's moments in float32 and computes in the 16-bit dtype (autocast in one process, FSDP2's
+    MixedPrecisionPolicy under torchrun): an AdamW update is ~lr, and bfloat16's spacing near a
+    weight w is 2^(⌊log2|w|⌋−7) (1.2e-4 at 0.02), so at lr 1e-6 a bf16 weight would round almost
+    every update away (issue 60). LoRA keeps its frozen base in the 16-bit dtype (peft keeps the
+    adapter's trainable weights in float32 already): None."""
+    dt = compute_dtype(model_cfg.dtype, model_cfg.device)
+    if dt not in HALF or lora_cfg.resolve(model_cfg.name).enabled:
+        return None
+    return getattr(torch, dt)
+
+
+def autocast(model, dtype: torch.dtype | None):
+    """A context that computes `model`'s forward (and its backward) in `dtype` (None: a no-op)."""
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(next(model.parameters()).device.type, dtype=dtype)
+
+
 def load_policy(model_cfg, lora_cfg, ckpt=None):
     """(model, tokenizer) to train: the configured model, or a checkpoint's weights on resume; with
     LoRA, the base model wrapped in an adapter (restored from the checkpoint on resume). A model
     that is a LoRA adapter (a run of sft/train with lora) trains that adapter on (lora.enabled
-    null or true), or is merged into its base and trains all weights (lora.enabled false)."""
+    null or true), or is merged into its base and trains all weights (lora.enabled false).
+    With a 16-bit model.dtype and full-parameter training the weights load in float32: the master
+    weights (master_compute); checkpoints then hold them in float32."""
     lora = lora_cfg.resolve(model_cfg.name)
     if getattr(model_cfg, "train_layers", 0) and lora.enabled:
         raise ArpoError("model.train_layers and lora.enabled do not combine; choose one"
@@ -127,7 +162,8 @@ def load_policy(model_cfg, lora_cfg, ckpt=None):
                            "and train the top layers)" if lora_cfg.enabled is None else ""))
     continued = lora.enabled and lora_adapter(model_cfg.name) is not None
     src = str(ckpt / "model") if ckpt is not None and not lora.enabled else model_cfg.name
-    model, tok = load_model(src, model_cfg.device, model_cfg.dtype, merge_adapter=not continued)
+    dtype = "float32" if master_compute(model_cfg, lora_cfg) is not None else model_cfg.dtype
+    model, tok = load_model(src, model_cfg.device, dtype, merge_adapter=not continued)
     if getattr(model_cfg, "train_layers", 0):
         freeze_lower_layers(model, model_cfg.train_layers)
     if lora.enabled:

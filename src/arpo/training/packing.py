@@ -226,7 +226,9 @@ def packed_token_logprobs(model, packs: list[Pack], *, with_entropy: bool = Fals
     grad is enabled."""
     get_base = getattr(model, "get_base_model", None)  # a peft wrapper: LoRA layers live inside
     model = get_base() if get_base is not None else model
-    dev = model.get_output_embeddings().weight.device  # packs are built on the CPU; the model may be on a GPU
+    # packs are built on the CPU; the model may be on a GPU (FSDP's train view says where: its shards may be
+    # offloaded to the CPU)
+    dev = getattr(model, "device", None) or model.get_output_embeddings().weight.device
     # one unpadded row where the attention skips the blocks between packs (SDPA on the CPU); dense
     # attention (a GPU, eager) would pay for them, so there the packs are padded rows
     batch = collate(packs, pad_id, one_row=skips_masked_blocks(model, dev))

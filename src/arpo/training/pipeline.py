@@ -57,6 +57,15 @@ def check_off_policy(cfg, preset, multi: bool) -> None:
     if cfg.old_logprobs == "rollout":
         raise ArpoError(f"{key}: old_logprobs rollout would take the generating version's log-probs as π_old; "
                         "off-policy recomputes them under the current weights: set old_logprobs auto or recompute")
+    # the importance weight min(π_old/π_behaviour, C) needs π_behaviour = the distribution the engine sampled
+    # from; top-p / top-k sample from a truncated, renormalized one, whose log-probs the engines do not record
+    # (and π_old, a full softmax, gives every truncated token mass): the weights would be biased
+    if cfg.agent.top_p < 1.0:
+        raise ArpoError(f"agent.top_p: must be 1 with {key} >= 1, got {cfg.agent.top_p}: nucleus sampling "
+                        "biases the importance weights π_old/π_behaviour (set agent.top_p=1, or the key to 0)")
+    if cfg.agent.top_k > 0:
+        raise ArpoError(f"agent.top_k: must be 0 with {key} >= 1, got {cfg.agent.top_k}: top-k sampling "
+                        "biases the importance weights π_old/π_behaviour (set agent.top_k=0, or the key to 0)")
 
 
 def snapshot(model) -> torch.nn.Module:

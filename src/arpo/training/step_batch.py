@@ -108,11 +108,24 @@ def weight_lagged_tokens(batch, behav_logp: torch.Tensor | None, rollout) -> dic
     if behav_logp is None or batch.old_logp is None:
         raise ArpoError("rollout.max_off_policy_steps: the engine recorded no log-probs, so the truncated "
                         "importance weight min(π_old/π_behav, C) cannot be computed: set it to 0")
+    bad = mask_nonfinite(batch, behav_logp)
     w = truncated_is_weight(batch.old_logp, behav_logp, batch.mask, cap)
     batch.advantages = batch.advantages * w
     valid = (batch.mask > 0).float()
     return {"is_weight_mean": float(masked_mean(w, valid)),
-            "is_weight_capped_frac": float(masked_mean((w >= cap).float(), valid))}
+            "is_weight_capped_frac": float(masked_mean((w >= cap).float(), valid)), "behaviour_nonfinite_tokens": bad}
+
+
+def mask_nonfinite(batch, logp: torch.Tensor) -> int:
+    """Response tokens whose recorded log-prob (the engine's π_behaviour) is NaN or infinite leave the loss:
+    their mask becomes 0 and the value 0, so no NaN reaches a weight, a ratio or a gradient. Returns how many
+    (the step's metric behaviour_nonfinite_tokens)."""
+    bad = (batch.mask > 0) & ~torch.isfinite(logp)
+    n = int(bad.sum())
+    if n:
+        batch.mask = batch.mask.masked_fill(bad, 0)
+        logp.masked_fill_(bad, 0.0)
+    return n
 
 
 def make_loss_fn(batch, preset, agg_normalizer: float | None = None):

@@ -42,7 +42,14 @@ from arpo.training import distributed
 from arpo.training.batch import loss_and_backward, token_logprobs
 from arpo.training.distributed import ParallelModel
 from arpo.training.mismatch import mismatch_metrics, mismatch_sums
-from arpo.training.optim import build_optimizer, build_scheduler, checkpoint_activations, clip_gradients, load_policy
+from arpo.training.optim import (
+    build_optimizer,
+    build_scheduler,
+    checkpoint_activations,
+    clip_gradients,
+    load_policy,
+    master_compute,
+)
 from arpo.training.pipeline import RolloutPipeline, VersionedEngine, lag_metrics, snapshot, tag_versions
 from arpo.training.rollout_log import keep_trained_values
 from arpo.training.rollout_metrics import metrics_of, traj_stats
@@ -50,6 +57,7 @@ from arpo.training.sharded import LocalComm, step_comm
 from arpo.training.step_batch import (
     build_batch,
     make_loss_fn,
+    mask_nonfinite,
     minibatch_order,
     old_logprobs_from_rollout,
     step_advantages,
@@ -132,8 +140,11 @@ def setup(cfg: TrainConfig, preset, examples: list, reward_fn, ckpt=None, multi:
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     # one process: `par` hands `model` through; torchrun: FSDP2-sharded or DDP-replicated (run.distributed)
     # a remote engine (vllm_server) generates on its servers: no full replica of the policy on the ranks
+    # a 16-bit model.dtype: float32 master weights and AdamW moments, 16-bit compute (optim.master_compute)
+    compute = master_compute(model_cfg, cfg.lora) if next(model.parameters()).dtype == torch.float32 else None
     par = distributed.ParallelModel(model, cfg.run.distributed if multi else None, pad, cfg.run.hsdp_shard_size,
-                                    replica=cfg.engine != "vllm_server")
+                                    replica=cfg.engine != "vllm_server", compute_dtype=compute,
+                                    cpu_offload=cfg.memory.cpu_offload)
     opt = build_optimizer(model, cfg.optim)
     sched = build_scheduler(opt, cfg.optim, cfg.steps * cfg.minibatches * preset.ppo_epochs)
     tools = tools_from_config(cfg.tools)
@@ -330,7 +341,7 @@ def policy_update(tr: Trainer, trees: list, n_trees: int, off: int, step: int, l
     tests/training/test_distributed.py::test_hsdp_with_checkpointing_and_fewer_prompts_than_ranks runs a
     rank without trees."""
     cfg, preset = tr.cfg, tr.preset
-    device = next(tr.model.parameters()).device  # the batch's tensors live with the policy
+    device = tr.par.device  # the batch's tensors live where the policy computes
     advs = step_advantages(trees, preset, tr.comm.gather, tr.comm.rank)
     batch = build_batch(trees, preset, advs).to(device) if trees else None
     lap("time_batch")
@@ -366,10 +377,14 @@ def behaviour_logprobs(tr: Trainer, trees: list, batch) -> tuple[torch.Tensor | 
     π_old is the engine's records when `use_rollout_logprobs` (no extra forward), else a forward of the
     generation weights: the replica, or (FSDP without one) the shards, where every rank joins, with or
     without a batch."""
-    if use_rollout_logprobs(tr.cfg, tr.model):
+    if use_rollout_logprobs(tr.cfg, tr.par.rollout):  # (the weights the engine decodes with)
         if batch is None:
             return None, None
         batch.old_logp, old_ent = old_logprobs_from_rollout(trees, batch)
+        bad = mask_nonfinite(batch, batch.old_logp)  # a NaN record never reaches the loss
+        if bad:
+            tr.log_error(f"old_logprobs rollout: {bad} response tokens with a non-finite recorded log-prob "
+                         "were left out of the loss")
         behav = batch.old_logp
     else:
         behav, old_ent = None, None
