@@ -21,7 +21,8 @@ from arpo.errors import ArpoError
 
 DEFAULT_TEMPLATES = Path(__file__).with_name("templates") / "prompts.yaml"
 TASK_TOOLS = {"math": ("python",), "calc": ("python",), "search": ("search",), "both": ("python", "search"),
-              "deep_search": ("web_search", "browse"), "webhop": ("web_search", "browse")}
+              "deep_search": ("web_search", "browse"), "webhop": ("web_search", "browse"),
+              "webhop3": ("web_search", "browse")}
 BUILTIN_TOOLS = ("python", "search")  # the tools the task templates are written for; any other tool is the user's
 
 

@@ -20,7 +20,9 @@ Rows of the built-in `webhop` task (data/webhop.py: "What is the A of the R town
 task's scripted trajectory instead (`webhop_trajectory`: search X, browse its page for the
 relation, write the page's line of the asked relation in <think>, search the town it names, browse
 its page for A, answer), with system template `webhop`;
-a row is dropped when a page or a fact is not found where the trajectory reads it.
+a row is dropped when a page or a fact is not found where the trajectory reads it. Rows of `webhop3`
+(data/webhop3.py: "What is the A of the R2 town of the R1 town of X?") get `webhop3_trajectory`: the
+same steps over three pages, a copied line before the second and the third search, template `webhop3`.
 The recipe that writes them: recipes/web_sft_data.py (`arpo web sft-data`).
 """
 
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from arpo.data import webhop
+from arpo.data import webhop, webhop3
 from arpo.data.webhop import parse_question, pick_url, read_attribute, read_relation
 from arpo.rewards.answer import normalize_answer
 from arpo.sft.convert import hop_thought, supporting_titles
@@ -109,21 +111,57 @@ def webhop_trajectory(example: dict, search: Callable, browse: Callable) -> tupl
     return text, spans, "ok"
 
 
+def webhop3_trajectory(example: dict, search: Callable, browse: Callable) -> tuple[str | None, list[list[int]], str]:
+    """webhop_trajectory over webhop3's three pages: (response or None, result spans, "ok" or why not).
+    Search X, browse its page for r1, copy the line "The r1 town of X is Y.", search Y, browse for r2,
+    copy "The r2 town of Y is Z.", search Z, browse for the attribute, answer. Every name and the
+    answer are read off the pages the tools return, never from the example's fields."""
+    a, rels, x = webhop3.parse_question(example["question"])
+    pieces: list[tuple[str, bool]] = [(f"<think>The {rels[0]} town of {x}, then its {rels[1]} town, "
+                                       f"then its {a}.</think>\n", True)]
+    town = x
+    for hop, query in enumerate([f"{rels[0]} town", f"{rels[1]} town", a], 1):
+        found = search(town)
+        url = pick_url(found, town) if found.ok else None
+        pieces += [(f"<web_search>{town}</web_search>", True), (format_result(found.output), False)]
+        if url is None:
+            return None, [], f"hop {hop}: no search result titled {town}"
+        page = browse(f"{url} | {query}")
+        pieces += [(f"<browse>{url} | {query}</browse>", True), (format_result(page.output), False)]
+        if not page.ok:
+            return None, [], f"hop {hop}: browse failed"
+        if hop < 3:
+            nxt = read_relation(page.output, rels[hop - 1], town)
+            if nxt is None:
+                return None, [], f"hop {hop}: the {rels[hop - 1]} town of {town} is not in the passages read"
+            pieces.append((f"<think>The {rels[hop - 1]} town of {town} is {nxt}.</think>\n", True))
+            town = nxt
+        else:
+            value = read_attribute(page.output, a, town)
+            if value is None:
+                return None, [], f"hop 3: the {a} of {town} is not in the passages read"
+            pieces.append((f"<answer>\\boxed{{{value}}}</answer>", True))
+    text, spans = assemble([(piece, "model" if generated else "result") for piece, generated in pieces])
+    return text, spans, "ok"
+
+
 def webhop_to_deep_search(row: dict, search_tool, browse_tool) -> tuple[dict | None, str]:
-    """(row, "ok") or (None, reason) for a webhop question: its scripted trajectory through the tools."""
-    text, spans, why = webhop_trajectory(row, search_tool, browse_tool)
+    """(row, "ok") or (None, reason) for a webhop or webhop3 question: its scripted trajectory."""
+    task = webhop3 if webhop3.is_webhop3(row) else webhop
+    make = webhop3_trajectory if task is webhop3 else webhop_trajectory
+    text, spans, why = make(row, search_tool, browse_tool)
     if text is None:
         return None, why
     golds = [str(a) for a in row.get("answers", [])]
     if not any(f"\\boxed{{{g}}}" in text for g in golds):
         return None, "the pages read gave another answer"
     return {"id": str(row.get("id", "")), "task": "math", "question": row["question"], "answers": golds,
-            "system": webhop.TEMPLATE, "response": text, "tool_results": spans,
-            "source": "webhop(web_search+browse)"}, "ok"
+            "system": task.TEMPLATE, "response": text, "tool_results": spans,
+            "source": f"{task.TEMPLATE}(web_search+browse)"}, "ok"
 
 
 def to_deep_search(row: dict, search_tool, browse_tool, max_pages: int = 2) -> tuple[dict | None, str]:
-    """A webhop question's scripted trajectory, else a HotpotQA row's (by its supporting facts)."""
-    if webhop.is_webhop(row):
+    """A webhop or webhop3 question's scripted trajectory, else a HotpotQA row's (by its supporting facts)."""
+    if webhop.is_webhop(row) or webhop3.is_webhop3(row):
         return webhop_to_deep_search(row, search_tool, browse_tool)
     return hotpotqa_to_deep_search(row, search_tool, browse_tool, max_pages)
