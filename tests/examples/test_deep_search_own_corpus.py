@@ -79,7 +79,9 @@ def test_the_readme_recipe_on_a_musique_shaped_file(corpus, capsys):
     assert [r["id"] for r in rows] == ["m1", "m2"]
     for r, src in zip(rows, ROWS, strict=True):  # each supporting page searched and read, then the answer
         sup = [p["title"] for p in src["paragraphs"] if p["is_supporting"]]
-        assert [s.split("</web_search>")[0].strip() for s in r["response"].split("<web_search>")[1:]] == sup
+        # the question's words first (it names the first page), then the name the first page gave
+        assert [s.split("</web_search>")[0].strip() for s in r["response"].split("<web_search>")[1:]] == \
+            [src["question"], sup[1]]
         assert r["response"].count("<browse>") == 2 and f"\\boxed{{{src['answer']}}}" in r["response"]
     capsys.readouterr()
 

@@ -26,6 +26,16 @@ def _answer_text(a) -> str:
     return str(a)
 
 
+def _with_aliases(where: str, row: dict, answers: list[str]) -> list[str]:
+    """`answers` and MuSiQue's `answer_aliases` (other spellings of the answer: each a gold answer)."""
+    al = row.get("answer_aliases")
+    if al is None:
+        return answers
+    if not isinstance(al, list) or not all(isinstance(a, (str, int, float)) and not isinstance(a, bool) for a in al):
+        raise ArpoError(f"{where}: field 'answer_aliases' must be a list of strings")
+    return list(dict.fromkeys([*answers, *(s for s in map(_answer_text, al) if s.strip())]))
+
+
 def _example(where: str, i: int, row: dict, task: str | None, id_prefix: str) -> dict:
     q = row.get("question")
     if not isinstance(q, str) or not q.strip():
@@ -52,6 +62,7 @@ def _example(where: str, i: int, row: dict, task: str | None, id_prefix: str) ->
         answers = [a]
     else:
         raise ArpoError(f"{where}: needs a field 'answer', 'answers' or 'golden_answers'")
+    answers = _with_aliases(where, row, answers)
     t = task or row.get("task") or ("math" if "####" in str(row.get("answer", "")) else "qa")
     if t not in TASKS:
         raise ArpoError(f"{where}: field 'task' is {t!r}; expected one of {', '.join(TASKS)}")

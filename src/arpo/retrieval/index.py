@@ -62,7 +62,7 @@ def _str_list(x) -> bool:
     return isinstance(x, list) and all(isinstance(s, str) for s in x)
 
 
-def _docs_of_row(row: dict, where: str) -> list[tuple[str, Doc]]:
+def docs_of_row(row: dict, where: str) -> list[tuple[str, Doc]]:
     """(dedup key, Doc) pairs of one JSONL row; the layout is recognized from its keys."""
     if "context" in row:  # HotpotQA, Hugging Face layout: context{title[], sentences[][]}
         ctx = row["context"]
@@ -119,7 +119,7 @@ def load_corpus(paths: Sequence[str | Path] | str | Path) -> list[Doc]:
     for path in paths:
         for where, row in iter_rows(path):
             by_title = "context" not in row and "paragraphs" not in row and "id" not in row  # its id is its title
-            for key, d in _docs_of_row(row, where):
+            for key, d in docs_of_row(row, where):
                 if not d.text:
                     continue
                 if key in seen:

@@ -1,20 +1,24 @@
 """Worked deep-search trajectories made through the real web tools (cold-start SFT rows for
-`web_search` + `browse`), from multi-hop rows and their supporting pages' titles (HotpotQA's
-supporting facts, MuSiQue's paragraphs marked is_supporting, or a `supporting` list of titles):
+`web_search` + `browse`), from multi-hop rows and their supporting pages (HotpotQA's supporting
+facts, MuSiQue's paragraphs marked is_supporting and its `question_decomposition`, or a `supporting`
+list of titles), hop by hop in the question's order (sft/hops.py):
 
-    <think> I need to find information about T1. </think>
-    <web_search> T1 </web_search>            <- answered by the real tool (the local web or the internet)
-    <result> 1. T1 / URL: ... </result>
-    <think> I open the page about T1 and look for what the question asks. </think>
-    <browse> URL-of-T1 | question </browse>  <- the real page, fetched and extracted
+    <think> I look up The Collegian: owned by. </think>  (or: I need to find information about X.)
+    <web_search> The Collegian owned by </web_search>  <- the question's words (a decomposition's sub-question,
+                                                          else the question, then the name as written)
+    <result> 1. The Collegian / URL: ... </result>     <- answered by the real tool (the local web or the internet)
+    <think> I open the page about The Collegian and look for what the question asks. </think>
+    <browse> URL | question </browse>                  <- the real page, fetched and extracted
     <result> URL: ... Passages about ... </result>
-    ... the same for T2 ...
+    ... the next hop (its sub-question with #1 replaced by what the first page said) ...
     <think> From the pages, the answer is A. </think>
     <answer> \\boxed{A} </answer>
 
-A row is dropped (and counted) when the search does not return a result titled T, or when the
-pages read do not contain the gold answer (yes/no answers excepted). Rows have the layout of
-sft/rows.py with system template `deep_search`.
+A row is dropped (and counted) when no query returns a result titled as the hop's page, when a
+decomposition's sub-answer is not on the page read for it, when it has more hops than `max_pages`,
+or when the pages read contain neither the gold answer nor one of its `answer_aliases` (yes/no
+answers excepted). Rows have the layout of sft/rows.py with system template `deep_search`; their
+`answers` hold the answer and its aliases.
 
 Rows of the built-in `webhop` task (data/webhop.py: "What is the A of the R town of X?") get that
 task's scripted trajectory instead (`webhop_trajectory`: search X, browse its page for the
@@ -33,44 +37,72 @@ from collections.abc import Callable
 from arpo.data import webhop, webhop3
 from arpo.data.webhop import parse_question, pick_url, read_attribute, read_relation
 from arpo.rewards.answer import normalize_answer
-from arpo.sft.convert import hop_thought, supporting_titles
+from arpo.sft.hops import Hop, candidates, plan
 from arpo.sft.rows import assemble
-from arpo.tools.base import format_result
+from arpo.tools.base import ToolResult, format_result
 
 
 def _same_title(a: str, b: str) -> bool:
     return " ".join(a.lower().split()) == " ".join(b.lower().split())
 
 
-def hotpotqa_to_deep_search(row: dict, search_tool, browse_tool, max_pages: int = 2) -> tuple[dict | None, str]:
-    """(row, "ok") or (None, reason). `search_tool`, `browse_tool`: the registry's web_search and
-    browse tools (their results' meta carry the URLs)."""
-    answer = str(row.get("answer", "")).strip()
-    titles = supporting_titles(row, max_pages)
-    if not answer or not titles:
-        return None, "no answer or no supporting facts"
-    parts, found = [], answer.lower() in ("yes", "no")
-    for k, t in enumerate(titles):
-        r = search_tool(t)
+def gold_answers(row: dict) -> list[str]:
+    """The row's answer and its `answer_aliases` (MuSiQue's), without repeats or empties."""
+    al = row.get("answer_aliases")
+    out = [str(row.get("answer", "")).strip(), *(str(a).strip() for a in (al if isinstance(al, list) else []))]
+    return list(dict.fromkeys(a for a in out if a))
+
+
+def _search_hop(hop: Hop, seen: str, search_tool) -> tuple[str, ToolResult, str] | str:
+    """(query, search result, url of the hop's page) for the first candidate query whose results hold
+    the page, else the reason it failed."""
+    for q in candidates(hop, seen):
+        r = search_tool(q)
         if not r.ok:
-            return None, "search failed"
+            return "search failed"
         url = next((u for u, title in zip(r.meta.get("urls", []), r.meta.get("titles", []), strict=True)
-                    if _same_title(title, t)), None)
-        if url is None:
-            return None, "supporting page not among the search results"
-        parts += [(f"{hop_thought(k, t)}<web_search> {t} </web_search>", "model"), (format_result(r.output), "result")]
-        page = browse_tool(f"{url} | {row['question']}")
+                    if _same_title(title, hop.title)), None)
+        if url is not None:
+            return q, r, url
+    return "supporting page not among the search results"
+
+
+def hotpotqa_to_deep_search(row: dict, search_tool, browse_tool, max_pages: int = 2) -> tuple[dict | None, str]:
+    """(row, "ok") or (None, reason). The hops in the question's order with queries from its words
+    (sft/hops.py); `search_tool`, `browse_tool`: the registry's web_search and browse tools (their
+    results' meta carry the URLs)."""
+    golds = gold_answers(row)
+    hops = plan(row)
+    if not golds or not hops:
+        return None, "no answer or no supporting facts"
+    if len(hops) > max_pages:
+        return None, f"more hops than --max-pages ({len(hops)} > {max_pages})"
+    question = row["question"]
+    parts, seen = [], question
+    found = golds[0].lower() in ("yes", "no")
+    for hop in hops:
+        got = _search_hop(hop, seen + " " + " ".join(hop.queries), search_tool)
+        if isinstance(got, str):
+            return None, got
+        query, r, url = got
+        parts += [(f"<think> {hop.thought} </think>\n<web_search> {query} </web_search>", "model"),
+                  (format_result(r.output), "result")]
+        page = browse_tool(f"{url} | {question}")
         if not page.ok:
             return None, "browse failed"
-        parts += [(f"<think> I open the page about {t} and look for what the question asks. </think>\n"
-                   f"<browse> {url} | {row['question']} </browse>", "model"), (format_result(page.output), "result")]
-        found = found or normalize_answer(answer) in normalize_answer(page.output)
+        parts += [(f"<think> I open the page about {hop.name} and look for what the question asks. </think>\n"
+                   f"<browse> {url} | {question} </browse>", "model"), (format_result(page.output), "result")]
+        if hop.answer is not None and normalize_answer(hop.answer) not in normalize_answer(page.output):
+            return None, "a hop's answer not in its page read"
+        seen += " " + page.output
+        found = found or any(normalize_answer(g) in normalize_answer(page.output) for g in golds)
     if not found:
         return None, "answer not in the pages read"
+    answer = golds[0]
     parts.append((f"<think> From the pages, the answer is {answer}. </think>\n<answer> \\boxed{{{answer}}} </answer>",
                   "model"))
     response, spans = assemble(parts)
-    return {"id": str(row.get("id", "")), "task": "qa", "question": row["question"], "answers": [answer],
+    return {"id": str(row.get("id", "")), "task": "qa", "question": question, "answers": golds,
             "system": "deep_search", "response": response, "tool_results": spans,
             "source": "hotpotqa-supporting-facts(web_search+browse)"}, "ok"
 

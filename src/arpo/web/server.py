@@ -103,6 +103,8 @@ def serve(site: Site, host: str = "127.0.0.1", port: int = DEFAULT_PORT, per_pag
     url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
     print(f"arpo web: {len(site)} pages ({site.name}) on {url}  "
           f"(search: /search?q=...&format=json, pages: {site.paths[0] if site.paths else '-'} ...)", flush=True)
+    if site.merged is not None:  # paragraphs that share a title are sections of one page: say so
+        print(f"arpo web: {site.merged.line()}", flush=True)
     warn_bind("arpo web serve", host, port, False)
     # lifespan off: the app has no startup/shutdown handlers, and uvicorn's lifespan task could print a
     # CancelledError traceback on Ctrl-C (seen 2 in ~15 interrupts)

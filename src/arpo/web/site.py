@@ -12,10 +12,14 @@ from __future__ import annotations
 import html
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote, urlsplit
 
 from arpo.data.sources import iter_rows
 from arpo.errors import ArpoError
+
+if TYPE_CHECKING:
+    from arpo.web.corpus import Merged
 
 
 def slug(title: str) -> str:
@@ -27,6 +31,7 @@ class Site:
     def __init__(self, index, urls: dict[str, str] | None = None, name: str = "corpus"):
         """`index`: an arpo.retrieval.index.Index; `urls`: doc id -> the URL (or path) it is served at."""
         self.index, self.name = index, name
+        self.merged: Merged | None = None  # a user corpus: what web/corpus.py merged (paragraphs -> pages)
         self.paths: list[str] = []
         self.by_path: dict[str, int] = {}
         urls = urls or {}
@@ -52,10 +57,13 @@ class Site:
     @classmethod
     def from_corpus(cls, specs: list[str], index_dir: str | Path) -> Site:
         """Index the documents of `specs` (JSONL rows {title, text, url?} or any layout arpo index
-        reads) into `index_dir` and serve them; a row's `url` gives its page's path."""
-        from arpo.retrieval.index import Index, load_corpus  # noqa: PLC0415 - loads numpy; kept out of this light module's import
+        reads) into `index_dir` and serve them; a row's `url` gives its page's path. Every paragraph is
+        served: paragraphs that share a title are sections of that title's page (web/corpus.py), and
+        `site.merged` says how many."""
+        from arpo.retrieval.index import Index  # noqa: PLC0415 - loads numpy; kept out of this light module's import
+        from arpo.web.corpus import load_pages  # noqa: PLC0415 - loads numpy; kept out of this light module's import
 
-        docs = load_corpus(specs)
+        docs, merged = load_pages([str(s) for s in specs])
         urls: dict[str, str] = {}
         for spec in specs:
             for where, row in iter_rows(spec):
@@ -66,7 +74,9 @@ class Site:
                     raise ArpoError(f"{where}: field 'url' must be a non-empty string")
                 urls.setdefault(str(row.get("id", row.get("title", ""))), u.strip())
         index = Index.build(docs, index_dir, progress=False, sources=[str(s) for s in specs])
-        return cls(index, urls, name=", ".join(Path(str(s)).name for s in specs))
+        site = cls(index, urls, name=", ".join(Path(str(s)).name for s in specs))
+        site.merged = merged
+        return site
 
     def page(self, path: str) -> int | None:
         return self.by_path.get(unquote(path))
