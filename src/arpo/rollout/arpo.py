@@ -189,7 +189,7 @@ def _generated_run(ents: list[float], mask: list[int], start: int, k: int) -> li
 class ARPORollout:
     def __init__(self, engine: Engine, tools: ToolRegistry, agent: AgentConfig | None = None,
                  cfg: RolloutConfig | None = None):
-        self.cfg = cfg or RolloutConfig()
+        self.cfg = (cfg or RolloutConfig()).with_defaults()  # AEPO's options unset: off (arpo train sets the preset's)
         self.cfg.validate()
         if self.cfg.entropy_estimator == "topk" and getattr(engine, "topk_entropy", None) == 0:
             # the engine records no top-k entropies: every H would be measured on an empty segment
@@ -199,7 +199,7 @@ class ARPORollout:
         self.loop = AgentLoop(engine, tools, agent)
         self.engine = engine
         self.vocab = len(engine.tokenizer)
-        self.rule = get_branch_rule(self.cfg.branch_rule, self.cfg.mode, self.cfg.consecutive_branch_penalty)
+        self.rule = get_branch_rule(self.cfg.branch_rule, self.cfg.mode, self.cfg.penalty)
         self.staged = is_staged(self.rule)  # decides once the initial samples finished (rollout/staged_rules.py)
 
     def run(self, prompts: list[list[int]], prompt_ids: list[str] | None = None, seed: int | None = None,
@@ -344,7 +344,7 @@ class ARPORollout:
             return  # branching stops once M trajectories exist
         consec = _consecutive_rounds(g.branched_at, t)
         ctx = BranchContext(dh, c.entropy_weight, c.branch_threshold, depth=t, consecutive=consec,
-                            penalty=c.consecutive_branch_penalty, initial_entropy=st.initial_entropy,
+                            penalty=c.penalty, initial_entropy=st.initial_entropy,
                             step_entropy=st.step_entropies[t] if t < len(st.step_entropies) else None)
         p = float(self.rule(ctx))
         if not 0.0 <= p <= 1.0:  # also NaN

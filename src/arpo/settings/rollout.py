@@ -4,6 +4,7 @@ rollout/staged_rules.py), and `arpo rollout`'s config (recipes/rollout.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
@@ -58,8 +59,10 @@ class RolloutConfig:
     entropy_normalize: bool = False  # divide by ln|V| (reference: true)
     mode: str = "paper"  # paper | reference (its code: lagged ΔH, P = clip(τ + β·ΔH), one fill-up global per round)
     fill_up: bool = True  # add fresh global samples when all paths ended with < M trajectories
-    dynamic_budget: bool = False  # AEPO: N from a probe rollout's entropies
-    consecutive_branch_penalty: float = 0.0  # AEPO: 0.05
+    # AEPO's two rollout options; null (the default): the algorithm preset's (aepo: true / 0.05, the others:
+    # false / 0; `arpo rollout`: off); a set value, false and 0 included, wins over the preset
+    dynamic_budget: bool | None = None  # AEPO: N from a probe rollout's entropies
+    consecutive_branch_penalty: float | None = None  # AEPO: 0.05
     # the branch probability: auto (aepo with a penalty, else the mode's: arpo | reference) | arpo | reference |
     # aepo | bernoulli (entropy-blind) | staged, after the N initial samples finish: zscore | top_entropy |
     # outcome_open (rollout/staged_rules.py) | module.path:function (rollout/branch_rules.py; docs/branch_rules.md)
@@ -75,6 +78,20 @@ class RolloutConfig:
     # (decoupled PPO, algos/losses.truncated_is_weight); used only when max_off_policy_steps > 0
     off_policy_is_cap: float = 2.0
 
+    def with_defaults(self, dynamic_budget: bool = False, consecutive_branch_penalty: float = 0.0) -> RolloutConfig:
+        """These settings with each unset (None) AEPO option given the value passed (the preset's, or off):
+        a value the config sets, false and 0 included, is kept."""
+        return dataclasses.replace(
+            self,
+            dynamic_budget=dynamic_budget if self.dynamic_budget is None else self.dynamic_budget,
+            consecutive_branch_penalty=(consecutive_branch_penalty if self.consecutive_branch_penalty is None
+                                        else self.consecutive_branch_penalty))
+
+    @property
+    def penalty(self) -> float:
+        """consecutive_branch_penalty, 0 when unset."""
+        return self.consecutive_branch_penalty or 0.0
+
     def validate(self) -> None:
         def need(ok, key, msg):
             if not ok:
@@ -87,7 +104,7 @@ class RolloutConfig:
         need(self.entropy_estimator in ("full", "topk"), "entropy_estimator", "must be full or topk")
         need(self.entropy_reduction in ("mean", "sum"), "entropy_reduction", "must be mean or sum")
         need(self.mode in ("paper", "reference"), "mode", "must be paper or reference")
-        need(self.consecutive_branch_penalty >= 0, "consecutive_branch_penalty", "must be >= 0")
+        need(self.penalty >= 0, "consecutive_branch_penalty", "must be >= 0")
         need(isinstance(self.max_off_policy_steps, int) and self.max_off_policy_steps in (0, 1), "max_off_policy_steps",
              f"must be 0 (synchronous) or 1 (one step off-policy), got {self.max_off_policy_steps!r}")
         need(self.off_policy_is_cap >= 1, "off_policy_is_cap",
@@ -97,7 +114,7 @@ class RolloutConfig:
 
             check_server_urls(self.servers, "rollout.servers")
         try:
-            staged = branch_rule_is_staged(self.branch_rule, self.mode, self.consecutive_branch_penalty)
+            staged = branch_rule_is_staged(self.branch_rule, self.mode, self.penalty)
         except ArpoError as e:
             raise ArpoError(f"rollout.branch_rule: {e}") from e
         need(not (staged and self.mode == "reference"), "branch_rule",
