@@ -1,6 +1,6 @@
 """The rollout's settings: the ARPO tree per prompt (spec §2; the scheduler: rollout/arpo.py), the
-names `rollout.branch_rule` may give (the rules themselves: rollout/branch_rules.py and
-rollout/staged_rules.py), and `arpo rollout`'s config (recipes/rollout.py)."""
+registry of the branch rules `rollout.branch_rule` may name (BRANCH_RULES; the rules themselves:
+rollout/branch_rules.py and rollout/staged_rules.py), and `arpo rollout`'s config (recipes/rollout.py)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,38 @@ from arpo.plugins import resolve
 from arpo.settings.agent import AgentConfig, ToolsConfig
 from arpo.settings.sections import DataConfig, ModelConfig, RewardConfig
 
-# The built-in branch rules by name: True for a staged rule (it decides after the N initial samples
-# finish). Their functions are rollout/branch_rules.py's BRANCH_RULES and rollout/staged_rules.py's
-# STAGED_RULES (tests/rollout/test_branch_rules.py checks the names agree); the names live here so
-# that a config is checked without importing the rollout.
-BRANCH_RULE_NAMES: dict[str, bool] = {"arpo": False, "reference": False, "aepo": False, "bernoulli": False,
-                                      "zscore": True, "top_entropy": True, "outcome_open": True}
+
+@dataclass(frozen=True)
+class BranchRule:
+    """One built-in branch rule: its name (`rollout.branch_rule`), its function as `module:function`
+    (imported when a rollout asks for it, so a config is checked without importing the rollout),
+    whether it is staged (it decides after the N initial samples finish: rollout/staged_rules.py, else
+    once per decision: rollout/branch_rules.py) and the line `arpo train --print-config` shows."""
+
+    name: str
+    function: str
+    staged: bool
+    summary: str
+
+
+# The one registry of the built-in branch rules.
+BRANCH_RULES: dict[str, BranchRule] = {r.name: r for r in (
+    BranchRule("arpo", "arpo.rollout.branch_rules:arpo_rule", False,
+               "the paper's rule, per decision: P = clip(1 − τ + β·ΔH)"),
+    BranchRule("reference", "arpo.rollout.branch_rules:reference_rule", False,
+               "the reference code's rule, per decision: P = clip(τ + β·ΔH)"),
+    BranchRule("aepo", "arpo.rollout.branch_rules:aepo_rule", False,
+               "AEPO's code: the score α + β·ΔH scaled by max(0, 1 − c·l) for l consecutive branching rounds"),
+    BranchRule("bernoulli", "arpo.rollout.branch_rules:bernoulli_rule", False,
+               "entropy-blind control, per decision: P = clip(1 − τ) (not Tree-GRPO's node sampling)"),
+    BranchRule("zscore", "arpo.rollout.staged_rules:zscore_rule", True,
+               "staged: P = clip(1 − τ + β·z), z = ΔH standardized over the prompt's decision points"),
+    BranchRule("top_entropy", "arpo.rollout.staged_rules:top_entropy_rule", True,
+               "staged, budgeted: the ⌈(M − N)/Z⌉ decision points with the largest ΔH branch (EPTree)"),
+    BranchRule("outcome_open", "arpo.rollout.staged_rules:outcome_open_rule", True,
+               "staged: branch where the finished initial samples that made the same calls disagree"),
+)}
+AUTO_SUMMARY = "aepo with a consecutive-branch penalty, else reference in mode reference, else arpo"
 # names that were built-in rules once: what to write instead (get_branch_rule refuses them with it)
 RENAMED_BRANCH_RULES = {"tree_grpo": "bernoulli: it is a Bernoulli(1 − τ) at every tool step, not Tree-GRPO's "
                                      "node sampling"}
@@ -32,18 +58,45 @@ def auto_rule_name(mode: str, penalty: float) -> str:
     return "reference" if mode == "reference" else "arpo"
 
 
-def branch_rule_is_staged(spec: str, mode: str = "paper", penalty: float = 0.0) -> bool:
-    """Whether the rule `spec` names (auto, a built-in name or module.path:function) is staged; an
-    error names what is wrong: a renamed rule (with its new name), an unknown name, a plug-in that does
-    not import. A plug-in is staged when its function has `staged = True` (rollout/staged_rules.py)."""
+def rule_summaries() -> dict[str, str]:
+    """{name: what it does} for auto and every built-in rule (`arpo train --print-config --json`)."""
+    return {"auto": AUTO_SUMMARY, **{r.name: r.summary for r in BRANCH_RULES.values()}}
+
+
+def rule_lines() -> list[str]:
+    """`name: what it does`, one line per built-in rule (and auto), and how to plug in your own."""
+    return [f"{name}: {line}" for name, line in rule_summaries().items()] + [
+        "module.path:function: your own; a per-decision rule(ctx: BranchContext) -> P, or a staged "
+        "rule(points, ctx) -> [P] marked staged = True (rollout/staged_rules.py)"]
+
+
+def _builtin(spec: str, mode: str, penalty: float) -> BranchRule | None:
+    """The registry's entry `spec` stands for (auto, a name, or a built-in's module:function), None for a
+    plug-in; a renamed rule is an error that gives the new name (not a silent alias: results would
+    carry the old label)."""
     if spec in RENAMED_BRANCH_RULES:
         raise ArpoError(f"branch rule {spec!r} was renamed {RENAMED_BRANCH_RULES[spec]}")
     name = auto_rule_name(mode, penalty) if spec == "auto" else spec
-    if name in BRANCH_RULE_NAMES:
-        return BRANCH_RULE_NAMES[name]
-    # the table only names the choices in resolve's error: a built-in name was answered above
-    rule = resolve(name, cast(dict[str, Callable], dict.fromkeys(BRANCH_RULE_NAMES)), "branch rule")
-    return bool(getattr(rule, "staged", False))
+    return BRANCH_RULES.get(name) or next((r for r in BRANCH_RULES.values() if r.function == name), None)
+
+
+def load_branch_rule(spec: str, mode: str = "paper", penalty: float = 0.0) -> tuple[Callable, bool]:
+    """(function, staged) of the rule `spec` names: auto, a built-in name (BRANCH_RULES) or your own
+    module.path:function, staged when it has `staged = True` (rollout/staged_rules.py's `staged`). An
+    error names what is wrong: a renamed rule (with its new name), an unknown name, a plug-in that does
+    not import."""
+    rule = _builtin(spec, mode, penalty)
+    if rule is not None:
+        return resolve(rule.function, {}, "branch rule"), rule.staged
+    # the registry only names the choices in resolve's error: a built-in name was answered above
+    fn = resolve(spec, cast(dict[str, Callable], dict.fromkeys(BRANCH_RULES)), "branch rule")
+    return fn, bool(getattr(fn, "staged", False))
+
+
+def branch_rule_is_staged(spec: str, mode: str = "paper", penalty: float = 0.0) -> bool:
+    """Whether the rule `spec` names is staged (load_branch_rule; a built-in is answered without importing it)."""
+    rule = _builtin(spec, mode, penalty)
+    return rule.staged if rule is not None else load_branch_rule(spec, mode, penalty)[1]
 
 
 @dataclass
