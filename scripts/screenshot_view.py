@@ -1,5 +1,6 @@
 """Screenshot of a rollout tree of a run in `arpo view` (the README's figure): the first tree with a
-branch in a tree whose rewards differ (else any branch, else the first tree) of the run's last saved step, with the branch's path opened.
+branch in a tree whose rewards differ (else any branch, else the first tree) of the run's last saved
+step, with the branch's path opened.
 
     .venv/bin/python scripts/screenshot_view.py runs/quickstart/arpo docs/figures/arpo_view_tree.png
 
@@ -14,6 +15,15 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+
+try:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+except ImportError:
+    sys.exit("scripts/screenshot_view.py needs selenium: pip install -e .[test]")
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -48,12 +58,6 @@ def pick(run: Path) -> tuple[int, int, int]:
 
 
 def main(run: str, out: str) -> None:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
-
     step, tree, traj = pick(Path(run))
     view = subprocess.Popen([sys.executable, "-m", "arpo", "view", run, "--port", "0"], stdout=subprocess.PIPE,
                             text=True)

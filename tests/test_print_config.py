@@ -72,15 +72,14 @@ def test_print_config_lists_the_branch_rules(capsys):
     the text stays a config that loads."""
     import json
 
-    from arpo.rollout.branch_rules import BRANCH_RULES
-    from arpo.rollout.staged_rules import STAGED_RULES
+    from arpo.settings import BRANCH_RULES
 
     assert main(["train", "--print-config"]) == 0
     out = capsys.readouterr().out
-    for name in {"auto"} | set(BRANCH_RULES) | set(STAGED_RULES):
+    for name in {"auto"} | set(BRANCH_RULES):
         assert sum(line.startswith(f"#   {name}: ") for line in out.splitlines()) == 1, name
     assert yaml.safe_load(out)["rollout"]["branch_rule"] == "auto"
     assert main(["train", "--print-config", "--json"]) == 0
     rules = json.loads(capsys.readouterr().out)["branch_rules"]
-    assert set(rules) == {"auto"} | set(BRANCH_RULES) | set(STAGED_RULES)
+    assert set(rules) == {"auto"} | set(BRANCH_RULES)
     assert "largest ΔH" in rules["top_entropy"]

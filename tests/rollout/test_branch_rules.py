@@ -4,30 +4,32 @@ your own loaded as module:function into a real rollout."""
 import pytest
 
 from arpo.errors import ArpoError
-from arpo.rollout.branch_rules import BRANCH_RULES, BranchContext, get_branch_rule
-from arpo.settings import auto_rule_name
+from arpo.rollout.branch_rules import BranchContext, get_branch_rule
+from arpo.settings import BRANCH_RULES, auto_rule_name
+
+RULES = {name: get_branch_rule(name) for name in BRANCH_RULES}
 
 
 def test_each_rule_against_hand_values():
     ctx = BranchContext(delta_entropy=1.0, beta=0.2, tau=0.3)
-    assert BRANCH_RULES["arpo"](ctx) == pytest.approx(0.9)  # 1 − 0.3 + 0.2
-    assert BRANCH_RULES["reference"](ctx) == pytest.approx(0.5)  # 0.3 + 0.2
-    assert BRANCH_RULES["aepo"](ctx) == pytest.approx(0.9)  # no penalty: the arpo rule
-    assert BRANCH_RULES["bernoulli"](ctx) == pytest.approx(0.7)  # 1 − 0.3, ΔH ignored
-    assert BRANCH_RULES["bernoulli"](BranchContext(-5.0, 0.2, 0.3)) == pytest.approx(0.7)
+    assert RULES["arpo"](ctx) == pytest.approx(0.9)  # 1 − 0.3 + 0.2
+    assert RULES["reference"](ctx) == pytest.approx(0.5)  # 0.3 + 0.2
+    assert RULES["aepo"](ctx) == pytest.approx(0.9)  # no penalty: the arpo rule
+    assert RULES["bernoulli"](ctx) == pytest.approx(0.7)  # 1 − 0.3, ΔH ignored
+    assert RULES["bernoulli"](BranchContext(-5.0, 0.2, 0.3)) == pytest.approx(0.7)
     # AEPO: l = 4 rounds, c = 0.05: f = 0.8; P = 1 + 0.2 − 0.3/0.8 = 0.825
     pen = BranchContext(delta_entropy=1.0, beta=0.2, tau=0.3, consecutive=4, penalty=0.05)
-    assert BRANCH_RULES["aepo"](pen) == pytest.approx(0.825)
-    assert BRANCH_RULES["aepo"](BranchContext(1.0, 0.2, 0.3, consecutive=20, penalty=0.05)) == 0.0  # f = 0
-    assert BRANCH_RULES["arpo"](BranchContext(10.0, 0.2, 0.5)) == 1.0  # clipped
-    assert BRANCH_RULES["reference"](BranchContext(-10.0, 0.2, 0.5)) == 0.0
+    assert RULES["aepo"](pen) == pytest.approx(0.825)
+    assert RULES["aepo"](BranchContext(1.0, 0.2, 0.3, consecutive=20, penalty=0.05)) == 0.0  # f = 0
+    assert RULES["arpo"](BranchContext(10.0, 0.2, 0.5)) == 1.0  # clipped
+    assert RULES["reference"](BranchContext(-10.0, 0.2, 0.5)) == 0.0
 
 
 def test_auto_picks_by_mode_and_penalty_and_plugins_resolve():
     assert auto_rule_name("paper", 0.0) == "arpo" and auto_rule_name("reference", 0.0) == "reference"
     assert auto_rule_name("paper", 0.05) == "aepo" and auto_rule_name("reference", 0.05) == "aepo"
-    assert get_branch_rule("auto", "reference") is BRANCH_RULES["reference"]
-    assert get_branch_rule("arpo.rollout.branch_rules:bernoulli_rule") is BRANCH_RULES["bernoulli"]
+    assert get_branch_rule("auto", "reference") is RULES["reference"]
+    assert get_branch_rule("arpo.rollout.branch_rules:bernoulli_rule") is RULES["bernoulli"]
     with pytest.raises(ArpoError, match="unknown branch rule 'coin'.*aepo, arpo, bernoulli, outcome_open, reference, "
                                         "top_entropy, zscore"):
         get_branch_rule("coin")
@@ -129,32 +131,45 @@ def test_outcome_open_rule_and_open_shares_hand_values():
 
 
 def test_staged_rules_are_registered_listed_and_refused_in_reference_mode():
-    from arpo.rollout.branch_rules import RULE_SUMMARIES, rule_lines
-    from arpo.rollout.staged_rules import STAGED_RULES, is_staged
-    from arpo.settings import RolloutConfig
+    from arpo.settings import RolloutConfig, load_branch_rule, rule_lines, rule_summaries
 
-    assert set(RULE_SUMMARIES) == {"auto"} | set(BRANCH_RULES) | set(STAGED_RULES)
-    assert all(is_staged(get_branch_rule(n)) for n in STAGED_RULES)
-    assert not any(is_staged(r) for r in BRANCH_RULES.values())
+    assert set(rule_summaries()) == {"auto"} | set(BRANCH_RULES)
+    assert {n for n, r in BRANCH_RULES.items() if r.staged} == {"zscore", "top_entropy", "outcome_open"}
+    assert all(load_branch_rule(n)[1] == r.staged for n, r in BRANCH_RULES.items())
     assert any(line.startswith("top_entropy: ") for line in rule_lines())
     with pytest.raises(ArpoError, match="rollout.branch_rule: zscore is a staged rule.*mode: paper"):
         RolloutConfig(branch_rule="zscore", mode="reference").validate()
 
 
-def test_the_settings_name_the_rules_the_rollout_has():
-    """settings.BRANCH_RULE_NAMES (what a config is checked against, without importing the rollout)
-    names exactly the built-in rules, staged where the rule is; a plug-in is staged by its mark."""
-    from arpo.rollout.staged_rules import STAGED_RULES, is_staged
-    from arpo.settings import BRANCH_RULE_NAMES, branch_rule_is_staged
+def test_one_registry_names_each_rule_once_with_its_function():
+    """Issue 64: the branch rules were four tables (rollout/branch_rules.py's BRANCH_RULES and
+    RULE_SUMMARIES, rollout/staged_rules.py's STAGED_RULES, settings' BRANCH_RULE_NAMES) kept equal by a
+    test; now one registry (settings BRANCH_RULES: name, function, staged, summary). A config is
+    checked against it without importing the rollout; a built-in named by its module:function is the
+    built-in (staged as registered); a plug-in is staged by its mark."""
+    import subprocess
+    import sys
 
-    table = {**BRANCH_RULES, **STAGED_RULES}
-    assert BRANCH_RULE_NAMES == {name: is_staged(rule) for name, rule in table.items()}
+    import arpo.rollout.branch_rules as per_decision
+    import arpo.rollout.staged_rules as staged_mod
+    from arpo.settings import branch_rule_is_staged, load_branch_rule
+
+    assert not hasattr(per_decision, "RULE_SUMMARIES") and not hasattr(staged_mod, "STAGED_RULES")
+    for name, rule in BRANCH_RULES.items():
+        module, _, fn = rule.function.partition(":")
+        assert rule.name == name and rule.summary
+        assert getattr(staged_mod if rule.staged else per_decision, fn).__module__ == module
     assert branch_rule_is_staged("arpo.rollout.staged_rules:zscore_rule")
+    assert load_branch_rule("arpo.rollout.staged_rules:zscore_rule") == (staged_mod.zscore_rule, True)
     assert not branch_rule_is_staged("arpo.rollout.branch_rules:bernoulli_rule")
     assert branch_rule_is_staged("auto", "reference", 0.0) is False
     with pytest.raises(ArpoError, match="unknown branch rule 'coin'.*aepo, arpo, bernoulli, outcome_open, reference, "
                                         "top_entropy, zscore"):
         branch_rule_is_staged("coin")
+    code = ("import sys; from arpo.settings import RolloutConfig; RolloutConfig(branch_rule='top_entropy').validate(); "
+            "print(sorted(m for m in sys.modules if m.startswith('arpo.rollout')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
 
 
 def _two_answer_rollout(tiny_lm, tiny_tok, cfg, delivery="step", tool=None, n_prompts=2, seed=3):

@@ -14,6 +14,7 @@ import pytest
 
 from arpo.tools.sandbox import pool
 from arpo.tools.sandbox.capture import UNWATCH, run_with_limits
+from arpo.tools.sandbox.protocol import CallEnd, call_end
 
 PKG = Path(pool.__file__).parent
 TRAINER_SIDE = {"__init__", "limits", "pool", "capture", "result"}
@@ -92,21 +93,21 @@ def test_run_with_limits_ends_at_a_status_and_drains_what_was_written():
     r, w = os.pipe()
     sr, sw = os.pipe()
     os.write(w, b"before the status\n")
-    _writer(sw, b"X done\n", delay_s=0.05, close=False)
+    _writer(sw, b"X wexit 0\n", delay_s=0.05, close=False)
     stopped = []
 
     def status():
         line = os.read(sr, 64).decode()
-        return line.strip() if line else UNWATCH
+        return call_end(line.strip().removeprefix("X ")) if line else UNWATCH
 
     got = run_with_limits(r, {sr: status}, time.monotonic() + 10, 1 << 20, stop=lambda: stopped.append(1))
-    assert (got.status, got.timed_out, got.overflow, stopped) == ("X done", False, False, [1])
+    assert (got.status, got.timed_out, got.overflow, stopped) == (CallEnd("exit", 0), False, False, [1])
     assert got.raw == b"before the status\n"
     for fd in (r, w, sr, sw):
         os.close(fd)
 
 
-@pytest.mark.parametrize("known", [None, "E the code could not be sent"])
+@pytest.mark.parametrize("known", [None, CallEnd("failed", why="the code could not be sent")])
 def test_run_with_limits_deadline_and_a_status_known_before(known):
     r, w = os.pipe()
     os.write(w, b"partial")

@@ -13,6 +13,7 @@ import pytest
 
 from arpo.tools.sandbox import protocol as p
 from arpo.tools.sandbox.pool import SandboxUnavailable, Worker
+from arpo.tools.sandbox.protocol import CallEnd, call_end
 
 ALL = [m for ch in p.CHANNELS for m in ch.messages.values()]
 
@@ -155,7 +156,35 @@ def test_a_one_shot_call_ignores_a_malformed_line_from_init_and_logs_it(worker, 
         assert _init_status(w) is None
     assert "unknown message 'what is this' on the ctl channel" in caplog.text
     peer.sendall(b"X wexit 0\n")
-    assert _init_status(w) == "X wexit 0"
+    assert _init_status(w) == CallEnd("exit", 0)
+
+
+def test_how_a_call_ended_is_decoded_once_into_a_typed_value(worker):
+    """Issue 64: the result path turned init's decoded messages back into "X oom" / "X signal 9" strings
+    and parsed them again; now the message that ends a call is decoded once into a CallEnd, and the
+    result reads its fields."""
+    from arpo.tools.python import _init_status
+    from arpo.tools.sandbox.result import call_result
+
+    w, peer = worker
+    for line, end in [(b"X signal 9", CallEnd("signal", 9)), (b"X oom", CallEnd("oom")),
+                      (b"X wexit -3", CallEnd("exit", -3)), (b"T", CallEnd("deadline")),
+                      (b"E no cgroup here", CallEnd("failed", why="no cgroup here")),
+                      (b"X dead 4", CallEnd("failed", why="init said 'dead 4'"))]:
+        peer.sendall(line + b"\n")
+        assert _init_status(w) == end, line
+    assert call_end("dropped") == CallEnd("dropped") and call_end("signal x").kind == "failed"
+    caps = dict(max_output_chars=100, max_read_bytes=100, memory_mb=64)
+    said = {str(end): call_result(b"out", end, 2.0, False, False, 0.1, "namespaces", **caps)
+            for end in (CallEnd("signal", 9), CallEnd("oom"), CallEnd("exit", 0), CallEnd("exit", 1),
+                        CallEnd("exit", 7), CallEnd("deadline"), CallEnd("gone"))}
+    assert said["signal 9"].output == "out\nError: the process was killed by SIGKILL (Killed)"
+    assert said["oom"].output == "out\nError: memory limit exceeded (64 MB); the program was killed"
+    assert said["exit 0"].ok and said["exit 0"].output == "out" and not said["exit 1"].ok
+    assert said["exit 7"].output.endswith("Error: the program exited with status 7")
+    assert said["deadline"].output.endswith("Error: execution timed out after 2.0 s")
+    assert said["gone"].output.endswith("Error: the sandbox failed (gone)")
+    assert said["oom"].meta["status"] == "oom" and said["signal 9"].meta["status"] == "signal 9"
 
 
 def test_a_session_init_drops_malformed_commands_and_keeps_serving():
@@ -182,8 +211,8 @@ def test_a_session_init_drops_malformed_commands_and_keeps_serving():
 def test_a_session_report_reads_as_a_status_and_a_malformed_one_as_an_error():
     from arpo.tools.python_session import _report_status
 
-    assert _report_status(b"D wexit 0 1") == ("X wexit 0", True)
-    assert _report_status(b"D signal 9 0") == ("X signal 9", False)
+    assert _report_status(b"D wexit 0 1") == (CallEnd("exit", 0), True)
+    assert _report_status(b"D signal 9 0") == (CallEnd("signal", 9), False)
     status, alive = _report_status(b"D ok")
-    assert not alive and status.startswith("E the python session's report was malformed")
-    assert "takes the fields how... state" in status
+    assert not alive and status.kind == "failed" and status.why.startswith("the python session's report was malformed")
+    assert "takes the fields how... state" in status.why

@@ -62,3 +62,20 @@ def test_aepo_preset_switches_on_its_rollout_features():
     own = rollout_config(RolloutConfig(group_size=8, initial_rollouts=4, consecutive_branch_penalty=0.1),
                          AlgoConfig(preset="aepo").resolve())
     assert own.consecutive_branch_penalty == 0.1  # the config's own value wins
+
+
+def test_a_set_false_or_zero_wins_over_the_aepo_preset():
+    """Issue 64: with algo.preset=aepo, `rollout.dynamic_budget: false` gave true and
+    `consecutive_branch_penalty: 0` gave 0.05 (`x or preset.x`); unset (null) means the preset's."""
+    from arpo.config import load_config
+    from arpo.settings import TrainConfig
+    from arpo.training.trainer import rollout_config
+
+    def resolved(*over):
+        cfg = load_config(TrainConfig, None, ["algo.preset=aepo", *over])
+        return rollout_config(cfg.rollout, cfg.algo.resolve())
+
+    off = resolved("rollout.dynamic_budget=false", "rollout.consecutive_branch_penalty=0")
+    assert off.dynamic_budget is False and off.consecutive_branch_penalty == 0.0
+    unset = resolved()
+    assert unset.dynamic_budget is True and unset.consecutive_branch_penalty == 0.05

@@ -31,7 +31,7 @@ def print_config(cfg, as_json: bool = False) -> int:
     import dataclasses
 
     from arpo.config import explain
-    from arpo.rollout.branch_rules import RULE_SUMMARIES, rule_lines
+    from arpo.settings import rule_lines, rule_summaries
 
     if getattr(cfg, "lora", None) is not None and hasattr(cfg, "model"):  # null: resolved against model.name
         cfg = dataclasses.replace(cfg, lora=cfg.lora.resolve(cfg.model.name))
@@ -53,7 +53,7 @@ def print_config(cfg, as_json: bool = False) -> int:
             out["memory_estimate"] = {"assumed": what, "gpu_memory_gib": gpu,
                                       "bytes": None if est is None else {**est.terms, "peak": est.peak}}
         if hasattr(cfg, "rollout"):
-            out["branch_rules"] = dict(RULE_SUMMARIES)
+            out["branch_rules"] = rule_summaries()
         print(json.dumps(out, default=str))
         return 0
     text = explain(cfg)

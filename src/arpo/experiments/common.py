@@ -33,9 +33,8 @@ from arpo.eval.evaluate import evaluate
 from arpo.eval.paired import accuracy_interval, paired
 from arpo.provenance import provenance
 from arpo.rewards import get_reward_fn
-from arpo.rollout.branch_rules import RULE_SUMMARIES
 from arpo.runs import write_text_atomic
-from arpo.settings import TrainConfig
+from arpo.settings import TrainConfig, rule_summaries
 from arpo.tools import tools_from_config
 from arpo.training.logger import read_metrics
 from arpo.training.rundir import unsafe_changes
@@ -100,8 +99,8 @@ def check_methods(methods: list[str], key: str = "methods", arms: bool = False) 
     for m in methods:
         preset, _, rule = m.partition("@") if arms else (m, "", "")
         require(preset in PRESETS, key, f"unknown algo preset {preset!r}; valid: {', '.join(sorted(PRESETS))}")
-        require(not rule or rule in RULE_SUMMARIES or ":" in rule, key,
-                f"{m!r}: unknown branch rule {rule!r}; valid: {', '.join(RULE_SUMMARIES)} or module:function")
+        require(not rule or rule in rule_summaries() or ":" in rule, key,
+                f"{m!r}: unknown branch rule {rule!r}; valid: {', '.join(rule_summaries())} or module:function")
     twice = sorted({m for m in methods if methods.count(m) > 1})
     require(not twice, key, f"{', '.join(twice)} given twice; each method once")
 

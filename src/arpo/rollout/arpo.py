@@ -50,17 +50,16 @@ from arpo.engine.base import Engine
 from arpo.engine.rng import fold_key, key_seed, key_uniform
 from arpo.errors import ArpoError
 from arpo.rollout.agent import AgentLoop, TrajState
-from arpo.rollout.branch_rules import BRANCH_RULES, BranchContext, get_branch_rule
+from arpo.rollout.branch_rules import BranchContext, get_branch_rule
 from arpo.rollout.staged_rules import (
     DecisionPoint,
     GroupContext,
     branch_order,
     final_answer,
-    is_staged,
     open_shares,
 )
 from arpo.rollout.tree import RolloutTree, TreeTrajectory
-from arpo.settings import AgentConfig, RolloutConfig, auto_rule_name
+from arpo.settings import AgentConfig, RolloutConfig, load_branch_rule
 from arpo.tools.registry import ToolRegistry
 
 
@@ -82,7 +81,7 @@ def branch_probability(delta_h: float, beta: float, tau: float, consecutive: int
     penalty > 0, AEPO's code: the *score* α + β·ΔH is scaled by f = max(0, 1 − penalty·l) (not the
     probability), P = clip(1 + β·ΔH − τ/f, 0, 1), 0 for f = 0."""
     ctx = BranchContext(delta_h, beta, tau, consecutive=consecutive, penalty=penalty)
-    return BRANCH_RULES[auto_rule_name(mode, penalty)](ctx)
+    return get_branch_rule("auto", mode, penalty)(ctx)
 
 
 def _consecutive_rounds(branched_at: set[int], t: int) -> int:
@@ -189,7 +188,7 @@ def _generated_run(ents: list[float], mask: list[int], start: int, k: int) -> li
 class ARPORollout:
     def __init__(self, engine: Engine, tools: ToolRegistry, agent: AgentConfig | None = None,
                  cfg: RolloutConfig | None = None):
-        self.cfg = cfg or RolloutConfig()
+        self.cfg = (cfg or RolloutConfig()).with_defaults()  # AEPO's options unset: off (arpo train sets the preset's)
         self.cfg.validate()
         if self.cfg.entropy_estimator == "topk" and getattr(engine, "topk_entropy", None) == 0:
             # the engine records no top-k entropies: every H would be measured on an empty segment
@@ -199,8 +198,8 @@ class ARPORollout:
         self.loop = AgentLoop(engine, tools, agent)
         self.engine = engine
         self.vocab = len(engine.tokenizer)
-        self.rule = get_branch_rule(self.cfg.branch_rule, self.cfg.mode, self.cfg.consecutive_branch_penalty)
-        self.staged = is_staged(self.rule)  # decides once the initial samples finished (rollout/staged_rules.py)
+        # staged: it decides once the initial samples finished (rollout/staged_rules.py)
+        self.rule, self.staged = load_branch_rule(self.cfg.branch_rule, self.cfg.mode, self.cfg.penalty)
 
     def run(self, prompts: list[list[int]], prompt_ids: list[str] | None = None, seed: int | None = None,
             group_offset: int = 0) -> list[RolloutTree]:
@@ -344,7 +343,7 @@ class ARPORollout:
             return  # branching stops once M trajectories exist
         consec = _consecutive_rounds(g.branched_at, t)
         ctx = BranchContext(dh, c.entropy_weight, c.branch_threshold, depth=t, consecutive=consec,
-                            penalty=c.consecutive_branch_penalty, initial_entropy=st.initial_entropy,
+                            penalty=c.penalty, initial_entropy=st.initial_entropy,
                             step_entropy=st.step_entropies[t] if t < len(st.step_entropies) else None)
         p = float(self.rule(ctx))
         if not 0.0 <= p <= 1.0:  # also NaN

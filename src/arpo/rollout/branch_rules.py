@@ -7,14 +7,15 @@ keyed by the seed, the prompt, the trajectory's lineage and t: rollout/arpo.py's
 *When* it decides and which ΔH it passes are the scheduler's (`rollout.mode`: paper = the entropy
 after result t; reference = after result t − 1, 0 at t = 0).
 
-Choose one with `rollout.branch_rule`: a name of BRANCH_RULES, `auto` (aepo when
+Choose one with `rollout.branch_rule`: a name of the registry (settings/rollout.py BRANCH_RULES:
+name, function, staged, summary), `auto` (aepo when
 `consecutive_branch_penalty > 0`, else reference in reference mode, else arpo) or your own
 `module.path:function` taking a BranchContext. Each rule's docstring gives its math; the tests check
 them against hand-computed values (tests/rollout/test_branch_rules.py).
 
 Staged rules (rollout/staged_rules.py: zscore, top_entropy, outcome_open) decide for all of a
-prompt's decision points at once, after its N initial samples have finished; they share this
-registry and `rollout.branch_rule`. RULE_SUMMARIES has one line per rule (`arpo train --print-config`).
+prompt's decision points at once, after its N initial samples have finished; they share the
+registry and `rollout.branch_rule`. Its summaries are the lines `arpo train --print-config` lists.
 """
 
 from __future__ import annotations
@@ -22,10 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from arpo.errors import ArpoError
-from arpo.plugins import resolve
-from arpo.rollout.staged_rules import STAGED_RULES
-from arpo.settings import RENAMED_BRANCH_RULES, auto_rule_name
+from arpo.settings import load_branch_rule
 
 
 @dataclass(frozen=True)
@@ -77,40 +75,10 @@ def bernoulli_rule(ctx: BranchContext) -> float:
     return _clip(1.0 - ctx.tau)
 
 
-BranchRule = Callable[[BranchContext], float]
-
-BRANCH_RULES: dict[str, BranchRule] = {
-    "arpo": arpo_rule,
-    "reference": reference_rule,
-    "aepo": aepo_rule,
-    "bernoulli": bernoulli_rule,
-}
-# one line per built-in rule, per-decision and staged (`arpo train --print-config` lists them)
-RULE_SUMMARIES = {
-    "auto": "aepo with a consecutive-branch penalty, else reference in mode reference, else arpo",
-    "arpo": "the paper's rule, per decision: P = clip(1 − τ + β·ΔH)",
-    "reference": "the reference code's rule, per decision: P = clip(τ + β·ΔH)",
-    "aepo": "AEPO's code: the score α + β·ΔH scaled by max(0, 1 − c·l) for l consecutive branching rounds",
-    "bernoulli": "entropy-blind control, per decision: P = clip(1 − τ) (not Tree-GRPO's node sampling)",
-    "zscore": "staged: P = clip(1 − τ + β·z), z = ΔH standardized over the prompt's decision points",
-    "top_entropy": "staged, budgeted: the ⌈(M − N)/Z⌉ decision points with the largest ΔH branch (EPTree)",
-    "outcome_open": "staged: branch where the finished initial samples that made the same calls disagree",
-}
+BranchRuleFn = Callable[[BranchContext], float]
 
 
 def get_branch_rule(spec: str, mode: str = "paper", penalty: float = 0.0) -> Callable:
-    """The rule named `spec` (auto, a BRANCH_RULES name, or module.path:function); a renamed name
-    (settings RENAMED_BRANCH_RULES) is an error that gives the new one (not a silent alias: results would
-    carry the old label)."""
-    if spec in RENAMED_BRANCH_RULES:
-        raise ArpoError(f"branch rule {spec!r} was renamed {RENAMED_BRANCH_RULES[spec]}")
-
-    table: dict[str, Callable] = {**BRANCH_RULES, **STAGED_RULES}
-    return resolve(auto_rule_name(mode, penalty) if spec == "auto" else spec, table, "branch rule")
-
-
-def rule_lines() -> list[str]:
-    """`name: what it does`, one line per built-in rule (RULE_SUMMARIES), and how to plug in your own."""
-    return [f"{name}: {line}" for name, line in RULE_SUMMARIES.items()] + [
-        "module.path:function: your own; a per-decision rule(ctx: BranchContext) -> P, or a staged "
-        "rule(points, ctx) -> [P] marked staged = True (rollout/staged_rules.py)"]
+    """The function of the rule named `spec` (auto, a name of settings' BRANCH_RULES, or
+    module.path:function; settings.load_branch_rule gives it with whether it is staged)."""
+    return load_branch_rule(spec, mode, penalty)[0]

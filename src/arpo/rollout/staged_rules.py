@@ -54,13 +54,10 @@ GroupRule = Callable[[Sequence[DecisionPoint], GroupContext], list[float]]
 
 
 def staged(fn: GroupRule) -> GroupRule:
-    """Mark a function as a staged rule (a plug-in `module:function` is one when it has `staged = True`)."""
+    """Mark your own function as a staged rule (a plug-in `module:function` is one when it has
+    `staged = True`; the built-in rules below are staged by their entry in settings' BRANCH_RULES)."""
     fn.staged = True  # type: ignore[attr-defined]
     return fn
-
-
-def is_staged(rule: Callable) -> bool:
-    return bool(getattr(rule, "staged", False))
 
 
 def _clip(p: float) -> float:
@@ -76,7 +73,6 @@ def z_scores(xs: Sequence[float]) -> list[float]:
     return [0.0 if sd == 0 else (x - mean) / sd for x in xs]
 
 
-@staged
 def zscore_rule(points: Sequence[DecisionPoint], ctx: GroupContext) -> list[float]:
     """ARPO's rule on standardized ΔH: P_i = clip(1 − τ + β·z_i, 0, 1), z_i = (ΔH_i − mean)/sd over the
     prompt's decision points (z_scores). β is then scale-free: β = 0.2 moves P by 0.2 per standard
@@ -90,7 +86,6 @@ def _top(order: list[int], k: int, n: int) -> list[float]:
     return [1.0 if i in chosen else 0.0 for i in range(n)]
 
 
-@staged
 def top_entropy_rule(points: Sequence[DecisionPoint], ctx: GroupContext) -> list[float]:
     """Budgeted (TreeRL's EPTree forks at its top-entropy tokens): the ctx.forks points with the largest
     ΔH branch (P = 1), the others do not (P = 0); ties go to the smaller key. No coin flips: the
@@ -99,7 +94,6 @@ def top_entropy_rule(points: Sequence[DecisionPoint], ctx: GroupContext) -> list
     return _top(order, ctx.forks, len(points))
 
 
-@staged
 def outcome_open_rule(points: Sequence[DecisionPoint], ctx: GroupContext) -> list[float]:
     """Branch where the outcome is still open: among the points whose finished siblings disagree
     (open_share > 0, open_shares), the ctx.forks with the largest open_share branch (P = 1); ties go
@@ -142,9 +136,3 @@ def open_shares(call_paths: Sequence[Sequence[str]], answers: Sequence[str | Non
         out.append(row)
     return out
 
-
-STAGED_RULES: dict[str, GroupRule] = {
-    "zscore": zscore_rule,
-    "top_entropy": top_entropy_rule,
-    "outcome_open": outcome_open_rule,
-}

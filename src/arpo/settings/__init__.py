@@ -28,12 +28,16 @@ from arpo.settings.agent import (
 )
 from arpo.settings.judge import JudgeConfig
 from arpo.settings.rollout import (
-    BRANCH_RULE_NAMES,
+    BRANCH_RULES,
     RENAMED_BRANCH_RULES,
+    BranchRule,
     RolloutConfig,
     RolloutJobConfig,
     auto_rule_name,
     branch_rule_is_staged,
+    load_branch_rule,
+    rule_lines,
+    rule_summaries,
 )
 from arpo.settings.sections import DataConfig, LoraConfig, ModelConfig, OptimConfig, RewardConfig, RunConfig
 from arpo.settings.serve import MAX_REQUEST_BYTES, ServeConfig
@@ -42,9 +46,11 @@ from arpo.settings.train import AlgoConfig, MemoryConfig, MonitorConfig, TrainCo
 from arpo.settings.web import WebConfig
 
 __all__ = [
-    "BRANCH_RULE_NAMES", "COMMAND_DEFAULTS", "MAX_REQUEST_BYTES", "RENAMED_BRANCH_RULES", "AgentConfig",
-    "AlgoConfig", "DataConfig", "JudgeConfig", "LoraConfig", "MemoryConfig", "ModelConfig", "MonitorConfig",
-    "OptimConfig", "RewardConfig", "RolloutConfig", "RolloutJobConfig", "RunConfig", "SFTConfig", "SFTDataConfig",
+    "BRANCH_RULES", "COMMAND_DEFAULTS", "MAX_REQUEST_BYTES", "RENAMED_BRANCH_RULES", "AgentConfig",
+    "AlgoConfig", "BranchRule", "DataConfig", "JudgeConfig", "LoraConfig", "MemoryConfig", "ModelConfig",
+    "MonitorConfig", "OptimConfig", "RewardConfig", "RolloutConfig", "RolloutJobConfig", "RunConfig", "SFTConfig",
+    "SFTDataConfig",
     "ServeConfig", "ToolsConfig", "TrainConfig", "TrainRunConfig", "ValidationConfig", "WebConfig", "agent_defaults",
-    "auto_rule_name", "branch_rule_is_staged", "command_defaults", "tools_defaults",
+    "auto_rule_name", "branch_rule_is_staged", "command_defaults", "load_branch_rule", "rule_lines", "rule_summaries",
+    "tools_defaults",
 ]

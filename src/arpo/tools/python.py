@@ -28,7 +28,17 @@ from arpo.tools.sandbox.capture import UNWATCH, run_with_limits
 from arpo.tools.sandbox.limits import SandboxLimits
 from arpo.tools.sandbox.linux import write_all
 from arpo.tools.sandbox.pool import PoolState, Worker
-from arpo.tools.sandbox.protocol import CTL, DEADLINE, ENDED, FAILED, ProtocolError, encode_arm, encode_code
+from arpo.tools.sandbox.protocol import (
+    CTL,
+    DEADLINE,
+    ENDED,
+    FAILED,
+    CallEnd,
+    ProtocolError,
+    call_end,
+    encode_arm,
+    encode_code,
+)
 from arpo.tools.sandbox.result import call_result, fmt_seconds
 from arpo.tools.sandbox.zygote import SANDBOX_UID_SPAN
 
@@ -172,13 +182,13 @@ class PythonTool:
         try:
             write_all(code_w, encode_code(timeout, data))
         except OSError:
-            status = "E the sandbox worker died before it got the code"
+            status = CallEnd("failed", why="the sandbox worker died before it got the code")
         watch = {rep_r: lambda: _runner_hints(w), w.ctl.fileno(): lambda: _init_status(w)}
         got = run_with_limits(out_r, watch, deadline, self.max_read_bytes, status=status, stop=w.kill)
         return self.format_result(got.raw, got.status, timeout, got.timed_out, got.overflow, time.monotonic() - t0,
                                   w.mode)
 
-    def format_result(self, raw: bytes, status: str | None, timeout: float, timed_out: bool,
+    def format_result(self, raw: bytes, status: CallEnd | None, timeout: float, timed_out: bool,
                       overflow: bool, elapsed: float, mode: str) -> ToolResult:
         """A call's outcome as the model reads it (`call_result` of tools/sandbox/result.py, with this tool's caps)."""
         return call_result(raw, status, timeout, timed_out, overflow, elapsed, mode,
@@ -191,23 +201,24 @@ def _runner_hints(w: Worker):
     return UNWATCH if "EOF" in w.read_rep() else None
 
 
-_ENDS_A_CALL = (ENDED, DEADLINE, FAILED)
-
-
-def _init_status(w: Worker) -> str | None:
-    """init's line that ends the call: the runner's exit status (ENDED, "X ..."), the deadline
-    (DEADLINE, "T") or a failure (FAILED, "E ..."); "EOF": init is gone. Another message is not one
-    that ends a call; one that is no CTL message is refused (logged), never the tool's crash."""
+def _init_status(w: Worker) -> CallEnd | None:
+    """How init's line says the call ended: the runner's exit status (ENDED), the deadline (DEADLINE)
+    or a failure (FAILED); "gone" when init is gone (EOF). Another message is not one that ends a call;
+    one that is no CTL message is refused (logged), never the tool's crash."""
     for line in w.read_ctl():
         if line == "EOF":
-            return line
+            return CallEnd("gone")
         try:
-            msg, _ = CTL.decode(line)
+            msg, fields = CTL.decode(line)
         except ProtocolError as e:
             log.warning("python sandbox: %s", e)
             continue
-        if msg in _ENDS_A_CALL:
-            return line
+        if msg is ENDED:
+            return call_end(fields["how"])
+        if msg is DEADLINE:
+            return CallEnd("deadline")
+        if msg is FAILED:
+            return CallEnd("failed", why=fields["why"])
     return None
 
 

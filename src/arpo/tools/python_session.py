@@ -32,6 +32,7 @@ from __future__ import annotations
 import itertools
 import os
 import select
+import signal
 import socket
 import threading
 import time
@@ -52,7 +53,9 @@ from arpo.tools.sandbox.protocol import (
     KILL,
     REPORT,
     RUN,
+    CallEnd,
     ProtocolError,
+    call_end,
     encode_code,
 )
 
@@ -300,7 +303,7 @@ class PythonSessionTool:
         try:
             write_all(code_w, encode_code(timeout, data))
         except OSError:
-            status = "E the session died before it got the code"
+            status = CallEnd("failed", why="the session died before it got the code")
         finally:
             os.close(code_w)
         deadline = time.monotonic() + timeout
@@ -309,7 +312,7 @@ class PythonSessionTool:
         def report():  # init's report: how the call's process ended and whether the state lives on
             chunk = os.read(rep_r, 1 << 16)
             if not chunk:
-                return "EOF"  # the call's process died without reporting
+                return CallEnd("gone")  # the call's process died without reporting
             rep_buf.extend(chunk)
             if b"\n" not in rep_buf:
                 return None
@@ -331,14 +334,15 @@ class PythonSessionTool:
                 except OSError:
                     pass
                 fam.live.discard(dst)
-            self._restart(sess, "timed out" if timed_out else "crashed" if status in (None, "EOF") else "stopped")
-            status = "X crash" if status in (None, "EOF") else status
+            crashed = status is None or status.kind == "gone"
+            self._restart(sess, "timed out" if timed_out else "crashed" if crashed else "stopped")
+            if crashed:  # no report: the call's process was killed (as by SIGKILL) before it could say how
+                status = CallEnd("signal", int(signal.SIGKILL))
         else:
             sess.calls += 1
             sess.states[sess.calls] = dst
             self._trim(fam)
-        mapped = "X signal 9" if status == "X crash" else status
-        return self._inner.format_result(bytes(out), mapped, timeout, timed_out, overflow, time.monotonic() - t0,
+        return self._inner.format_result(bytes(out), status, timeout, timed_out, overflow, time.monotonic() - t0,
                                    "namespaces")
 
     def _restart(self, sess: _Session, why: str) -> None:
@@ -355,11 +359,11 @@ class PythonSessionTool:
             self._cond.notify_all()
 
 
-def _report_status(line: bytes) -> tuple[str, bool]:
-    """init's DONE line on a call's report pipe as (the call's status, "X <how>", and whether the
-    session's state lives on); a malformed one is an error status (and no state), never a crash."""
+def _report_status(line: bytes) -> tuple[CallEnd, bool]:
+    """init's DONE line on a call's report pipe as (how the call ended, and whether the session's
+    state lives on); a malformed one is a failed end (and no state), never a crash."""
     try:
         _, done = REPORT.decode(line)
     except ProtocolError as e:
-        return f"E the python session's report was malformed ({e})", False
-    return "X " + done["how"], done["state"] == "1"
+        return CallEnd("failed", why=f"the python session's report was malformed ({e})"), False
+    return call_end(done["how"]), done["state"] == "1"

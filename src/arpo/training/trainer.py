@@ -121,9 +121,8 @@ def rollout_config(rollout: RolloutConfig, preset) -> RolloutConfig:
     other trajectory-level baselines), and the preset's rollout-side features switched on (AEPO: dynamic
     budget, consecutive-branch penalty) unless the config sets them."""
     return dataclasses.replace(
-        rollout, initial_rollouts=rollout.initial_rollouts if preset.branching else rollout.group_size,
-        dynamic_budget=rollout.dynamic_budget or preset.dynamic_budget,
-        consecutive_branch_penalty=rollout.consecutive_branch_penalty or preset.consecutive_branch_penalty)
+        rollout.with_defaults(preset.dynamic_budget, preset.consecutive_branch_penalty),
+        initial_rollouts=rollout.initial_rollouts if preset.branching else rollout.group_size)
 
 
 def setup(cfg: TrainConfig, preset, examples: list, reward_fn, ckpt=None, multi: bool = False,

@@ -11,26 +11,29 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .protocol import CallEnd
+
 UNWATCH = object()  # a watch handler's answer once its descriptor is closed: stop polling it
 
 
 @dataclass
 class Captured:
     """What `run_with_limits` read: the output (at most `max_bytes`, plus what the pipe held when the
-    call ended), the status line that ended the call (None: none came), and which limit ended it."""
+    call ended), how the call ended as the message that ended it said (None: none came), and which
+    limit ended it."""
 
     raw: bytes
-    status: str | None
+    status: CallEnd | None
     timed_out: bool
     overflow: bool
 
 
 def run_with_limits(out_fd: int, watch: dict[int, Callable[[], object]], deadline: float, max_bytes: int,
-                    status: str | None = None, stop: Callable[[], None] | None = None) -> Captured:
+                    status: CallEnd | None = None, stop: Callable[[], None] | None = None) -> Captured:
     """Read a call's output from `out_fd` until one of `watch` reports how the call ended, the
     `deadline` (time.monotonic()) passes (timed_out), or more than `max_bytes` arrive (overflow: a
     flood is stopped, not buffered). `watch`: {fd: handler}; when fd is readable its handler reads
-    it and returns a status line (the first one ends the call), None (go on) or UNWATCH (its
+    it and returns a CallEnd (the first one ends the call), None (go on) or UNWATCH (its
     descriptor closed). `status` already known (e.g. the code could not be sent): nothing is waited
     for. Then `stop()` (e.g. kill the call), and, unless the output closed or overflowed, what the
     program wrote before it ended is drained from the pipe without waiting."""
@@ -58,8 +61,8 @@ def run_with_limits(out_fd: int, watch: dict[int, Callable[[], object]], deadlin
             said = watch[fd]()
             if said is UNWATCH:
                 poller.unregister(fd)
-            elif status is None and said is not None:
-                status = str(said)
+            elif status is None and isinstance(said, CallEnd):
+                status = said
     if stop is not None:
         stop()
     if out_open and not overflow:  # what the program wrote before it ended is in the pipe

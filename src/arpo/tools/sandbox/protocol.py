@@ -33,13 +33,42 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 CODE_HEADER = struct.Struct("!dQ")  # (timeout_s, len(code)) in front of the code bytes, and after ARM
 
 
 class ProtocolError(ValueError):
     """A message that is not one of its channel's, or does not fit its definition."""
+
+
+@dataclass(frozen=True)
+class CallEnd:
+    """How a call ended, decoded once from the message that said so (the trainer then reads its
+    fields, never a line again): "exit" (the runner's exit status `code`), "signal" (killed by signal
+    `code`), "oom" (killed by its memory cgroup), "deadline" (init's deadline passed), "dropped" (its
+    session state was dropped under it), "gone" (the sandbox ended without a word) or "failed" (`why`)."""
+
+    kind: Literal["exit", "signal", "oom", "deadline", "dropped", "gone", "failed"]
+    code: int = 0
+    why: str = ""
+
+    def __str__(self) -> str:
+        if self.kind in ("exit", "signal"):
+            return f"{self.kind} {self.code}"
+        return f"failed: {self.why}" if self.kind == "failed" else self.kind
+
+
+def call_end(how: str) -> CallEnd:
+    """The CallEnd of ENDED's or DONE's `how` field ("wexit N", "signal N", "oom", "dropped"); any
+    other text is a failed end that quotes it."""
+    word, _, num = how.partition(" ")
+    if word in ("wexit", "signal") and num.lstrip("-").isdigit():
+        return CallEnd("exit" if word == "wexit" else "signal", int(num))
+    if how in ("oom", "dropped"):
+        return CallEnd("oom" if how == "oom" else "dropped")
+    return CallEnd("failed", why=f"init said {how!r}")
 
 
 class Message:

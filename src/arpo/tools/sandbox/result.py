@@ -10,6 +10,7 @@ import signal
 from arpo.tools.base import ToolResult
 
 from .pool import SANDBOX_SOURCE_NAME
+from .protocol import CallEnd
 from .runner import EXIT_EXC, EXIT_HARNESS
 
 
@@ -56,24 +57,24 @@ def _truncate(text: str, limit: int, keep_tail: bool) -> tuple[str, bool]:
     return f"{text[:limit]}\n... [output truncated: {len(text) - limit} more characters]", True
 
 
-def call_result(raw: bytes, status: str | None, timeout: float, timed_out: bool, overflow: bool, elapsed: float,
-                mode: str, *, max_output_chars: int, max_read_bytes: int, memory_mb: int) -> ToolResult:
+def call_result(raw: bytes, status: CallEnd | None, timeout: float, timed_out: bool, overflow: bool,
+                elapsed: float, mode: str, *, max_output_chars: int, max_read_bytes: int, memory_mb: int) -> ToolResult:
     """The ToolResult of one call: its output (NULs dropped, harness frames cut from a fault report,
     cut to `max_output_chars`, a failure keeping its tail) and, unless it ended well, one error
-    line from `status` (init's "X ..." line, "T", "E ...") and the limit that ended it."""
+    line from how it ended (`status`) and the limit that ended it."""
     text = _clean_fault_report(raw.decode("utf-8", "replace").replace("\x00", ""))
     ok, error = True, None
-    if timed_out or status == "T":
+    kind = status.kind if status is not None else None
+    if timed_out or kind == "deadline":
         ok, error = False, f"Error: execution timed out after {fmt_seconds(timeout)} s"
     elif overflow:
         ok, error = False, f"Error: output limit exceeded; the program was stopped after {max_read_bytes} bytes"
-    elif status == "X oom":
-        ok, error = False, (f"Error: memory limit exceeded ({memory_mb} MB); the program was "
-                            "killed")
-    elif status and status.startswith("X signal ") and status[9:].isdigit():
-        ok, error = False, _signal_text(int(status[9:]))
-    elif status and status.startswith("X wexit ") and status[8:].lstrip("-").isdigit():
-        code = int(status[8:])  # the runner's exit status: 0 ok, 1 an exception (traceback above)
+    elif kind == "oom":
+        ok, error = False, f"Error: memory limit exceeded ({memory_mb} MB); the program was killed"
+    elif status is not None and kind == "signal":
+        ok, error = False, _signal_text(status.code)
+    elif status is not None and kind == "exit":
+        code = status.code  # the runner's exit status: 0 ok, 1 an exception (traceback above)
         ok = code == 0
         if code == EXIT_HARNESS:
             error = "Error: the sandbox failed to run the program"
@@ -88,5 +89,6 @@ def call_result(raw: bytes, status: str | None, timeout: float, timed_out: bool,
         text = f"{text.rstrip()}\n{error}" if text.strip() else error
     elif not text.strip():
         text = "(no output)"
-    meta = {"isolation": mode, "status": status, "timed_out": timed_out, "output_bytes": len(raw)}
+    meta = {"isolation": mode, "status": None if status is None else str(status), "timed_out": timed_out,
+            "output_bytes": len(raw)}
     return ToolResult(text.rstrip("\n"), ok=ok, elapsed_s=elapsed, truncated=truncated, meta=meta)
