@@ -56,6 +56,7 @@ class AlgoPreset:
     dynamic_sampling_max_rounds: int = 10  # DAPO: cap on generation rounds per step (verl max_num_gen_batches)
     dynamic_budget: bool = False  # AEPO: N from a probe of H_root vs H_tool (spec §7)
     consecutive_branch_penalty: float = 0.0  # AEPO: score α + β·ΔH ·= max(0, 1 − penalty·l), l rounds; 0: off
+    node_expansion: bool = False  # Tree-GRPO: the rollout expands random tool steps (rollout.mode tree_grpo)
 
     def __post_init__(self) -> None:
         if ":" in self.advantage_estimator:  # a plug-in: it must import
@@ -148,6 +149,13 @@ PRESETS: dict[str, AlgoPreset] = {
         _ARPO, name="aepo", source="AEPO, arXiv 2510.14545, spec §7",
         dynamic_budget=True, consecutive_branch_penalty=0.05, loss_type="entropy_balanced",
         entropy_aware_advantage=True, entropy_aware_alpha=0.2,
+    ),  # fmt: skip
+    # Tree-GRPO (arXiv 2509.21240): N chains, then random non-leaf tool steps expanded until M trajectories
+    # (rollout.mode tree_grpo, rollout/arpo.py), and its intra-tree plus inter-tree group advantage. The loss
+    # is ARPO's (the paper trains with GRPO's clipped objective).
+    "tree_grpo": dataclasses.replace(
+        _ARPO, name="tree_grpo", source="Tree-GRPO, arXiv 2509.21240", advantage_estimator="tree_grpo",
+        node_expansion=True,
     ),  # fmt: skip
 }
 

@@ -93,7 +93,7 @@ def evaluate(engine, tools, tok, examples: list[dict], *, reward_fn, agent: Agen
             for (ex, s, _), tr in zip(chunk, trajs, strict=True):
                 calls = [{"tool": c.tool, "ok": c.ok} for c in tr.tool_calls]
                 res = reward_fn(tr.text, ex, tool_calls=calls, math_scorer=math_scorer, tools=tools.names,
-                                tool_spans=tr.tool_spans)
+                                tool_spans=tr.tool_spans, finish_reason=tr.finish_reason)
                 counts: dict[str, int] = {}
                 for c in tr.tool_calls:
                     counts[c.tool] = counts.get(c.tool, 0) + 1

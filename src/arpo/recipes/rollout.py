@@ -16,6 +16,7 @@ import arpo.models
 from arpo.data.datasets import load_examples
 from arpo.data.prompts import prompts_for
 from arpo.rewards import get_reward_fn, score_trees
+from arpo.rewards.budget import RewardShaping
 from arpo.rewards.custom import check_reward
 from arpo.settings import RolloutJobConfig
 from arpo.tools import tools_from_config
@@ -27,7 +28,7 @@ def run(cfg: RolloutJobConfig, out_path: str, quiet: bool = False) -> dict:
     from arpo.engine.hf import HFEngine  # noqa: PLC0415 - loads torch; kept out of this light module's import
     from arpo.rollout.arpo import ARPORollout  # noqa: PLC0415 - loads torch; kept out of this light module's import
 
-    reward_fn = get_reward_fn(cfg.reward.fn)
+    reward_fn = get_reward_fn(cfg.reward.fn, **cfg.reward.options())
     examples = load_examples(cfg.data.path, cfg.data.limit, cfg.data.task)
 
     check_reward(reward_fn, examples, cfg.reward.math_scorer, cfg.reward.fn)  # before the model loads
@@ -44,7 +45,8 @@ def run(cfg: RolloutJobConfig, out_path: str, quiet: bool = False) -> dict:
             trees = ro.run(prompts, prompt_ids=[ex["id"] for ex in batch], seed=cfg.rollout.seed + b)
             for tree, ex in zip(trees, batch, strict=True):
                 tree.example = ex
-            score_trees(trees, reward_fn, cfg.reward.math_scorer, tools.names)
+            score_trees(trees, reward_fn, cfg.reward.math_scorer, tools.names,
+                        RewardShaping.of(cfg.reward, cfg.agent.max_response_tokens))
             for tree in trees:
                 for rec in tree.to_records():
                     rec["tokens"] = token_texts(tok, rec["response_token_ids"])  # per-token text, for `arpo view`

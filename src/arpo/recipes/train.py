@@ -71,7 +71,7 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
     check_off_policy(cfg, preset, multi)  # rollout.max_off_policy_steps: what the pipeline supports
     main = distributed.is_main()
     # everything that can be wrong with the config fails here, before the run dir is touched
-    reward_fn = get_reward_fn(cfg.reward.fn)
+    reward_fn = get_reward_fn(cfg.reward.fn, **cfg.reward.options())
     examples = load_examples(cfg.data.path, cfg.data.limit, cfg.data.task)
     check_reward(reward_fn, examples, cfg.reward.math_scorer, cfg.reward.fn)  # one call, before the model loads
     cfg.tools.check_keys()  # serper with no key trained on, every search an error

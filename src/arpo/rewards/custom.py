@@ -6,7 +6,8 @@ are removed (`own_text`: the rollout's `tool_spans` blanked, or without them eve
 `<result>...</result>` block), so a reward that looks for the gold in `response` never credits an
 answer a tool printed (issue 37) — and `example` the data row (`question`, `answers`, `task`, `id`,
 and the row's other fields); options `tool_calls` ([{tool, ok}]), `tools` (the agent's tool names),
-`math_scorer`, `tool_spans` and `raw_response` are passed only if the function accepts them (by
+`math_scorer`, `tool_spans`, `finish_reason` (answer | eos | stop | length: the token budget |
+tool_cap: the call cap; rollout/agent.py) and `raw_response` are passed only if the function accepts them (by
 name or **kwargs). A reward that must read the tool results asks for them: a parameter named
 `raw_response` receives the whole response, tool results included (with `tool_spans`, the spans of
 the results in it). A function with a `completions` parameter is called the TRL way:
@@ -33,7 +34,7 @@ from arpo.errors import ArpoError
 from arpo.rewards.format import model_text
 from arpo.rewards.result import RewardResult, response_answer
 
-OPTIONS = ("tool_calls", "tools", "math_scorer", "task", "tool_spans", "raw_response")
+OPTIONS = ("tool_calls", "tools", "math_scorer", "task", "tool_spans", "raw_response", "finish_reason")
 FIELDS = ("score", "correct", "format_ok", "format_error", "answer")
 CONTRACT = "return a number, a dict with a numeric 'reward', or an object with a .reward (README: Reward contract)"
 

@@ -11,6 +11,12 @@ sequence (mask 0) — the conversation is never re-tokenized, so token ids, log-
 mask stay exactly what was sampled. The tools' own text is tokenized with special tokens split
 (rollout/tool_tokens.py): a tool that prints `<|im_end|>` cannot forge a turn boundary.
 
+A call beyond `agent.max_tool_calls` ends the trajectory (`tool_cap`), unless
+`agent.final_answer_turn` is set (Search-R1's final turn at its turn cap, arXiv 2503.09516): then
+that call is not run, the environment appends FINAL_TURN_NOTICE as its result (mask 0, like any
+result, and not a call record) and the model gets one more turn, which must answer; a call in it
+ends the trajectory (`tool_cap`).
+
 Per-trajectory state lives in `TrajState` objects (one per engine sequence), never on the loop, so
 forks (rollout/arpo.py) copy it with the sequence.
 """
@@ -32,6 +38,10 @@ from arpo.rollout.tool_tokens import Pieces, encode_pieces
 from arpo.settings import AgentConfig
 from arpo.tools.base import STOP_REGEX, ToolResult
 from arpo.tools.registry import ToolRegistry
+
+# what a call beyond the cap gets as its result when agent.final_answer_turn is set
+FINAL_TURN_NOTICE = ("The tool-call budget is used up (max_tool_calls: {cap}): this call was not run. "
+                     "Give your final answer now.")
 
 
 class RepetitionPenalty:
@@ -68,6 +78,7 @@ class TrajState:
     seg_start: int  # token index where the current generated segment starts
     calls: list[ToolCallRecord] = field(default_factory=list)
     finish_reason: str | None = None
+    final_turn: bool = False  # the call cap was reached and the final answer turn granted (final_answer_turn)
 
 
 @dataclass
@@ -86,6 +97,7 @@ class Trajectory:
     # [start, end) character spans of `text` that the environment appended (loss mask 0): tool results
     # and their markup. Rewards read answers and tags only outside them (rewards/__init__.py).
     tool_spans: list[tuple[int, int]] = field(default_factory=list)
+    final_turn: bool = False  # it reached the call cap and got the final answer turn (agent.final_answer_turn)
 
     @property
     def n_generated_tokens(self) -> int:
@@ -207,6 +219,11 @@ class AgentLoop:
             self._end(sid, st, "eos" if s.tokens[-1] in self._pause else "stop")
             return None
         if len(st.calls) + len(calls) > self.cfg.max_tool_calls:
+            if self.cfg.final_answer_turn and not st.final_turn:  # the calls are not run: answer now
+                st.final_turn = True
+                notice = FINAL_TURN_NOTICE.format(cap=self.cfg.max_tool_calls)
+                return pool.submit(lambda: ([], self.format.render_results(self.tok, turn, calls,
+                                                                           [notice] * len(calls))))
             self._end(sid, st, "tool_cap")
             return None
         for c in calls:
@@ -240,7 +257,8 @@ class AgentLoop:
         if len(s.tokens) + len(ids) >= s.params.max_len:
             return self._end(sid, st, "length")
         start = len(s.tokens) - s.prompt_len
-        recs[-1].result_span = (start, start + len(ids))  # one appended block per pause
+        if recs:  # none: the final answer turn's notice (no call ran)
+            recs[-1].result_span = (start, start + len(ids))  # one appended block per pause
         self.engine.append(sid, ids)
         st.seg_start = len(s.tokens)
 
@@ -257,6 +275,7 @@ class AgentLoop:
             logprobs=list(s.logprobs), entropies=list(s.entropies), text=self.tok.decode(resp),
             tool_calls=copy.deepcopy(st.calls), finish_reason=st.finish_reason or s.finish_reason or "stop",
             parent=s.parent, fork_at=s.fork_at, tool_spans=char_spans(self.tok, list(resp), list(s.gen_mask)),
+            final_turn=st.final_turn,
         )
 
 

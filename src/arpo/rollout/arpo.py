@@ -38,6 +38,19 @@ order, and who shares a decode batch, are fixed too, and a seed gives the same t
 Staged branch rules (`branch_rule: zscore | top_entropy | outcome_open`, rollout/staged_rules.py) do
 not decide online: the N initial samples run to their end, then all their decision points are decided
 at once (`_expand`), forks run without branching again, and fill-up globals complete the group.
+
+`mode: tree_grpo` is Tree-GRPO's node expansion (Ji et al., arXiv 2509.21240, "Tree Search for LLM
+Agent Reinforcement Learning"), entropy-blind: the N initial chains (`initial_rollouts`, Tree-GRPO's
+M trees) run to their end; then, round after round while the group has fewer than M
+(`group_size`) trajectories, each chain's tree (the chain and every branch grown from it) expands
+`nodes_per_round` of its non-leaf nodes picked uniformly at random (pick_nodes) — a node is the
+state right after one of the tree's tool results — by forking `branch_factor` continuations from
+each (`_expand_nodes`); the branches run to their end and become expandable in the next round. The
+group ends with exactly M trajectories (the last fork takes what room is left); a group with no tool
+result to expand from fills up with fresh chains (`fill_up`). Pair it with the `tree_grpo`
+advantage estimator (algos/advantages.py: intra-tree plus inter-tree GRPO), e.g. `algo.preset:
+tree_grpo`. Its draws are keyed like the rest: a node's draw is a hash of (seed, prompt, NODE, round,
+the chain's lineage, the result index), so a seed gives the same trees.
 """
 
 from __future__ import annotations
@@ -102,7 +115,7 @@ def dynamic_initial_rollouts(m: int, h_root: float, h_tool: float) -> int:
 
 
 # what a keyed draw is for (rollout_key's `what`)
-GLOBAL, PROBE, DECISION, FORK = 1, 2, 3, 4
+GLOBAL, PROBE, DECISION, FORK, NODE = 1, 2, 3, 4, 5
 
 
 def rollout_key(seed: int, prompt: int, what: int, *path: int) -> int:
@@ -112,9 +125,16 @@ def rollout_key(seed: int, prompt: int, what: int, *path: int) -> int:
       AEPO's probe trajectory:                                   (PROBE,)           -> its sampling seed
       decision after tool result t of the trajectory L:         (DECISION, *L, t)  -> its uniform u
       j-th fork made by that decision:                          (FORK, *L, t, j)   -> its sampling seed
+      tree_grpo mode: node (after result t of L) in round r:     (NODE, r, *L, t)   -> its uniform (pick_nodes)
     where L, the lineage, is (k,) for the k-th global and L + (t, j) for that fork. A decision
     branches iff u < P (rollout/branch_rules.py), u = key_uniform(key); a seed is key_seed(key)."""
     return fold_key(seed, prompt, what, *path)
+
+
+def pick_nodes(draws: list[float], n: int) -> list[int]:
+    """Tree-GRPO's node sampling: the indices of n of the nodes, uniformly without replacement, as the
+    n smallest of their keyed uniform draws (ties: lower index), in that order. [0.7, 0.2, 0.9, 0.4], 2 -> [1, 3]."""
+    return sorted(range(len(draws)), key=lambda i: (draws[i], i))[:max(0, n)]
 
 
 def _calls_through_result(calls, t: int) -> int:
@@ -165,6 +185,8 @@ class _Group:
     branched_at: set[int] = field(default_factory=set)  # tool-call depths t at which this prompt branched
     expanded: bool = False  # staged rules: the initial samples' decision points were decided
     points: list[tuple[int, int, int, float]] = field(default_factory=list)  # staged: (sid, t, start, ΔH)
+    rounds: int = 0  # tree_grpo mode: expansion rounds so far
+    node_forks: dict[tuple[int, int], int] = field(default_factory=dict)  # tree_grpo: forks made from (sid, t)
 
 
 def _h_initial(sid: int, st: _Traj) -> float:
@@ -200,6 +222,7 @@ class ARPORollout:
         self.vocab = len(engine.tokenizer)
         # staged: it decides once the initial samples finished (rollout/staged_rules.py)
         self.rule, self.staged = load_branch_rule(self.cfg.branch_rule, self.cfg.mode, self.cfg.penalty)
+        self.nodes = self.cfg.mode == "tree_grpo"  # Tree-GRPO's random node expansion instead of entropy decisions
 
     def run(self, prompts: list[list[int]], prompt_ids: list[str] | None = None, seed: int | None = None,
             group_offset: int = 0) -> list[RolloutTree]:
@@ -286,6 +309,8 @@ class ARPORollout:
         for gi, g in enumerate(groups):
             if self.staged and not g.expanded and self._all_finished(g):
                 self._expand(g, states, groups)
+            if self.nodes and self._all_finished(g):
+                self._expand_nodes(g, states)
             if self._all_finished(g):
                 self._refill(gi, g, states)
 
@@ -334,6 +359,8 @@ class ARPORollout:
 
     def _decide(self, sid, st: _Traj, t: int, start: int, dh: float, states, g: _Group) -> None:
         c = self.cfg
+        if self.nodes:  # tree_grpo: no decision at a tool result; nodes are expanded once the group finished
+            return
         if self.staged:  # an initial sample's point waits for the stage; later ones are not decision points
             if not g.expanded:
                 g.points.append((sid, t, start, dh))
@@ -355,13 +382,15 @@ class ARPORollout:
             return
         self._fork(sid, st, t, start, min(c.branch_factor, room), states, g)
 
-    def _fork(self, sid, st: _Traj, t: int, start: int, n: int, states, g: _Group) -> None:
-        """n forks of trajectory `sid` right after its tool result t (response index `start`)."""
+    def _fork(self, sid, st: _Traj, t: int, start: int, n: int, states, g: _Group, first: int = 0) -> None:
+        """n forks of trajectory `sid` right after its tool result t (response index `start`), numbered
+        j = first, ..., first + n − 1 (a node expanded again continues the numbering: new keys)."""
         c = self.cfg
         g.branched_at.add(t)
         at = self.engine.seq(sid).prompt_len + start
-        seeds = [key_seed(rollout_key(g.seed, g.index, FORK, *st.lineage, t, j)) for j in range(n)]
-        for j, k in enumerate(self.engine.fork(sid, n, at=at, seeds=seeds)):
+        js = range(first, first + n)
+        seeds = [key_seed(rollout_key(g.seed, g.index, FORK, *st.lineage, t, j)) for j in js]
+        for j, k in zip(js, self.engine.fork(sid, n, at=at, seeds=seeds), strict=True):
             # the tools' sessions fork with the sequence (same event, any engine)
             self.loop.tools.fork_sessions(sid, k, st.calls[: _calls_through_result(st.calls, t)])
             # paper: a fork inherits H_initial; reference: the code keys H_initial by batch slot and a
@@ -416,6 +445,35 @@ class ARPORollout:
             states[sid].decisions.append({"tool_call_index": t, "probability": round(probs[i], 6),
                                           "delta_entropy": round(dh, 6), "branched": i in forked, "consecutive": 0,
                                           "open_share": round(points[i].open_share, 6)})
+
+    def _expand_nodes(self, g: _Group, states) -> None:
+        """tree_grpo mode, one round (module docstring): every trajectory of the group has finished;
+        each chain's tree forks `branch_factor` continuations from each of `nodes_per_round` of its
+        nodes (pick_nodes), chains in the order they started, while the group has room."""
+        c = self.cfg
+        room = c.group_size - len(g.sids)
+        if room <= 0:
+            return
+        trees: dict[int, list[tuple[int, int, int]]] = {}  # chain -> its nodes: (sid, result t, response index)
+        for sid in g.sids:
+            st = states[sid]
+            own = st.branch_token_index or 0  # results before a branch point are its parent's nodes
+            ends = [rec.result_span[1] for rec in st.calls if rec.result_span[1] > 0]
+            trees.setdefault(st.lineage[0], []).extend((sid, t, e) for t, e in enumerate(ends) if e > own)
+        for chain in sorted(trees):
+            nodes = trees[chain]
+            draws = [key_uniform(rollout_key(g.seed, g.index, NODE, g.rounds, *states[sid].lineage, t))
+                     for sid, t, _ in nodes]
+            for i in pick_nodes(draws, c.nodes_per_round):
+                if room <= 0:
+                    break
+                sid, t, start = nodes[i]
+                n = min(c.branch_factor, room)
+                first = g.node_forks.get((sid, t), 0)
+                self._fork(sid, states[sid], t, start, n, states, g, first=first)
+                g.node_forks[(sid, t)] = first + n
+                room -= n
+        g.rounds += 1
 
     def _refill(self, gi: int, g: _Group, states) -> None:
         """All paths of this prompt ended: fill the group up to M with fresh global samples (spec §2, step 4)."""

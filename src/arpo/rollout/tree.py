@@ -27,6 +27,9 @@ class TreeTrajectory:
     branch_decisions: list[dict] = field(default_factory=list)
     reward: float | None = None
     result: RewardResult | None = None  # the reward's full result (set with `reward` by rewards.score_trees)
+    # what its tokens weigh in the loss: 0 drops the trajectory from the loss (DAPO's overlong filter,
+    # reward.overlong_filter: set by rewards.score_trees); its reward still counts in its group's baseline
+    loss_weight: float = 1.0
     # what the policy update trained this trajectory with, per response token (views into the step's
     # batch; set by training/rollout_log.keep_trained_values, read when RUN_DIR/rollouts is written)
     advantages: object = None  # (T,) tensor: soft/hard attribution, AEPO's entropy scaling applied

@@ -77,6 +77,9 @@ class AgentConfig:
     tool_format: str = "tags"  # tags (<name>input</name>, the paper's) | json (native function calling, hermes)
     result_template: str | None = None  # tags: how a result is appended, "{output}" the result (None: spec §1's)
     repetition_penalty: float = 1.0  # > 1 discourages tokens already in the sequence (vLLM's rule); 1 = off
+    # a call beyond max_tool_calls is not run; the model is told so and gets one more turn to answer
+    # (Search-R1's final turn), instead of the trajectory ending at the cap (rollout/agent.py)
+    final_answer_turn: bool = False
 
     def validate(self) -> None:
         require(self.max_tool_calls >= 0, "agent.max_tool_calls", f"must be >= 0, got {self.max_tool_calls}")

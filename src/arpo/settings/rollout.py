@@ -110,7 +110,10 @@ class RolloutConfig:
     entropy_estimator: str = "full"  # full (exact, from logits) | topk (reference: top-10 log-probs)
     entropy_reduction: str = "mean"  # mean (default: per-token nats, β on that scale) | sum (reference)
     entropy_normalize: bool = False  # divide by ln|V| (reference: true)
-    mode: str = "paper"  # paper | reference (its code: lagged ΔH, P = clip(τ + β·ΔH), one fill-up global per round)
+    # paper | reference (its code: lagged ΔH, P = clip(τ + β·ΔH), one fill-up global per round) | tree_grpo
+    # (Tree-GRPO's node expansion: N chains, then rounds of random non-leaf tool steps expanded to M; rollout/arpo.py)
+    mode: str = "paper"
+    nodes_per_round: int = 1  # tree_grpo mode: nodes each chain's tree expands per round (Tree-GRPO's N)
     fill_up: bool = True  # add fresh global samples when all paths ended with < M trajectories
     # AEPO's two rollout options; null (the default): the algorithm preset's (aepo: true / 0.05, the others:
     # false / 0; `arpo rollout`: off); a set value, false and 0 included, wins over the preset
@@ -156,7 +159,12 @@ class RolloutConfig:
         need(self.entropy_tokens >= 1, "entropy_tokens", "must be >= 1")
         need(self.entropy_estimator in ("full", "topk"), "entropy_estimator", "must be full or topk")
         need(self.entropy_reduction in ("mean", "sum"), "entropy_reduction", "must be mean or sum")
-        need(self.mode in ("paper", "reference"), "mode", "must be paper or reference")
+        need(self.mode in ("paper", "reference", "tree_grpo"), "mode", "must be paper, reference or tree_grpo")
+        need(self.nodes_per_round >= 1, "nodes_per_round", f"must be >= 1, got {self.nodes_per_round}")
+        need(self.mode != "tree_grpo" or (self.branch_rule == "auto" and not self.dynamic_budget
+                                          and not self.penalty), "mode",
+             "tree_grpo picks its nodes at random: leave branch_rule auto, dynamic_budget off and "
+             "consecutive_branch_penalty 0")
         need(self.penalty >= 0, "consecutive_branch_penalty", "must be >= 0")
         need(isinstance(self.max_off_policy_steps, int) and self.max_off_policy_steps in (0, 1), "max_off_policy_steps",
              f"must be 0 (synchronous) or 1 (one step off-policy), got {self.max_off_policy_steps!r}")

@@ -118,3 +118,39 @@ class RunConfig:
 class RewardConfig:
     fn: str = "arpo"  # arpo (spec §5) | f1 | em | module.path:function (your own)
     math_scorer: str = "math_equal"  # math_equal (symbolic/numeric) | f1 (the reference's choice)
+    # the arpo reward of a response that fails the format check (spec §5.1), by how it ended
+    # (rewards/budget.py, docs/rewards.md): malformed text the model ended itself
+    format_penalty: float = -1.0
+    truncated_penalty: float | None = None  # no answer when the token budget cut it (null: format_penalty)
+    call_cap_penalty: float | None = None  # no answer when it ended at the call cap (null: format_penalty)
+    multi_tool_bonus: float = 0.1  # arpo: added to a positive score when both search and python were called
+    # DAPO's soft overlong punishment (arXiv 2503.14476): the last L_cache tokens of the budget
+    # (agent.max_response_tokens) cost up to overlong_penalty_factor, linearly; 0: off
+    overlong_buffer: int = 0
+    overlong_penalty_factor: float = 1.0
+    overlong_filter: bool = False  # DAPO's overlong filtering: a trajectory the token budget cut trains no token
+    # tool productivity: off | otc (OTC-GRPO, arXiv 2504.14870: a positive reward times r_tool(m, n*),
+    # m the response's calls, n* the fewest calls of a correct response in its group)
+    tool_efficiency: str = "off"
+    otc_c: float = 1.0  # otc: c of cos(m·π/(2m + c)) when the group's correct answers used no call
+
+    def validate(self) -> None:
+        require(self.overlong_buffer >= 0, "reward.overlong_buffer",
+                f"must be >= 0 (0: off), got {self.overlong_buffer}")
+        require(self.overlong_penalty_factor >= 0, "reward.overlong_penalty_factor",
+                f"must be >= 0, got {self.overlong_penalty_factor}")
+        require(self.tool_efficiency in ("off", "otc"), "reward.tool_efficiency",
+                f"{self.tool_efficiency!r}; choose off or otc")
+        require(self.otc_c > 0, "reward.otc_c", f"must be > 0, got {self.otc_c}")
+        if self.fn != "arpo":
+            for key, default in (("format_penalty", -1.0), ("truncated_penalty", None), ("call_cap_penalty", None),
+                                 ("multi_tool_bonus", 0.1)):
+                require(getattr(self, key) == default, f"reward.{key}",
+                        f"applies to the arpo reward only (reward.fn is {self.fn!r})")
+
+    def options(self) -> dict:
+        """The keyword options of the arpo reward (rewards.get_reward_fn binds them)."""
+        if self.fn != "arpo":
+            return {}
+        return {"format_penalty": self.format_penalty, "truncated_penalty": self.truncated_penalty,
+                "call_cap_penalty": self.call_cap_penalty, "multi_tool_bonus": self.multi_tool_bonus}

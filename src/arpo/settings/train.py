@@ -19,7 +19,7 @@ from arpo.settings.sections import DataConfig, LoraConfig, ModelConfig, OptimCon
 class AlgoConfig:
     """An algorithm preset (algos/presets.py) and optional overrides of its loss/advantage fields."""
 
-    preset: str = "arpo"  # arpo | grpo | dapo | reinforce_pp | dr_grpo | gspo | aepo
+    preset: str = "arpo"  # arpo | grpo | dapo | reinforce_pp | dr_grpo | gspo | aepo | tree_grpo
     # grpo | dr_grpo | reinforce_pp | reinforce_pp_baseline | tree_grpo | module.path:function (algos/advantages.py)
     advantage_estimator: str | None = None
     attribution: str | None = None  # soft | hard
@@ -177,7 +177,8 @@ class TrainConfig:
                 f"must be 1 for training, got {self.agent.repetition_penalty}: the policy's log-probs are those of "
                 "the model's own distribution (use it in arpo chat / eval)")
         require(self.micro_tokens >= 1, "micro_tokens", f"must be >= 1, got {self.micro_tokens}")
-        for sec in (self.model, self.data, self.agent, self.lora, self.run, self.validation, self.memory, self.monitor):
+        for sec in (self.model, self.data, self.agent, self.lora, self.run, self.validation, self.memory, self.monitor,
+                    self.reward):
             sec.validate()
         if self.old_logprobs not in ("auto", "rollout", "recompute"):
             raise ArpoError(f"old_logprobs: {self.old_logprobs!r}; choose auto, rollout or recompute")

@@ -61,7 +61,8 @@ def token_advantages(tree, adv: torch.Tensor, attribution: str) -> list[torch.Te
 def build_batch(trees, preset, advantages: list[torch.Tensor] | None = None):
     """The step's TreeBatch with per-token advantages; `advantages`: step_advantages(trees, ...)
     (computed here, for one process, when not given). Hard attribution also weights the loss mask:
-    1/d on a token shared by d trajectories (algos.advantages.hard_attribution_weights)."""
+    1/d on a token shared by d trajectories (algos.advantages.hard_attribution_weights); a trajectory's
+    loss_weight (0: the overlong filter dropped it) scales its row."""
     layouts = [tr.to_training() for tr in trees]
     batch = TreeBatch.from_trees([t for t, _ in layouts], [m for _, m in layouts])
     adv = torch.zeros(batch.mask.shape)
@@ -70,6 +71,10 @@ def build_batch(trees, preset, advantages: list[torch.Tensor] | None = None):
         for i, a in enumerate(token_advantages(tr, a_traj, preset.attribution)):
             adv[batch.rows[(ti, i)], : len(a)] = a
     batch.advantages = adv
+    for ti, tr in enumerate(trees):  # a trajectory the overlong filter dropped trains no token (loss_weight 0)
+        for i, t in enumerate(tr.trajectories):
+            if t.loss_weight != 1.0:
+                batch.mask[batch.rows[(ti, i)]] *= t.loss_weight
     if preset.attribution == "hard":  # each shared token counted once: its d copies weigh 1/d each
         for ti, tr in enumerate(trees):
             lengths = [len(t.traj.response_ids) for t in tr.trajectories]

@@ -31,9 +31,11 @@ from arpo.data.order import round_indices
 from arpo.data.prompts import prompts_for
 from arpo.engine import make_engine, sync_weights
 from arpo.engine.base import Engine
+from arpo.errors import ArpoError
 from arpo.eval.evaluate import evaluate
 from arpo.models import load_model
 from arpo.rewards import score_trees
+from arpo.rewards.budget import RewardShaping
 from arpo.rollout.arpo import ARPORollout
 from arpo.settings import RolloutConfig, TrainConfig
 from arpo.tools import tools_from_config
@@ -119,10 +121,19 @@ class Trainer:
 def rollout_config(rollout: RolloutConfig, preset) -> RolloutConfig:
     """The rollout settings of a run: the config's; N = M for a preset without branching (GRPO and the
     other trajectory-level baselines), and the preset's rollout-side features switched on (AEPO: dynamic
-    budget, consecutive-branch penalty) unless the config sets them."""
+    budget, consecutive-branch penalty; Tree-GRPO: node expansion) unless the config sets them."""
+    if rollout.mode == "tree_grpo" and not preset.branching:
+        raise ArpoError(f"rollout.mode: tree_grpo expands the nodes of N < M chains, but preset {preset.name!r} "
+                        "samples N = M chains (no branching): use algo.preset tree_grpo (or arpo)")
     return dataclasses.replace(
         rollout.with_defaults(preset.dynamic_budget, preset.consecutive_branch_penalty),
-        initial_rollouts=rollout.initial_rollouts if preset.branching else rollout.group_size)
+        initial_rollouts=rollout.initial_rollouts if preset.branching else rollout.group_size,
+        mode="tree_grpo" if preset.node_expansion else rollout.mode)
+
+
+def shaping_of(cfg: TrainConfig) -> RewardShaping:
+    """The run's reward shaping (rewards/budget.py): overlong penalty and filter, tool efficiency."""
+    return RewardShaping.of(cfg.reward, cfg.agent.max_response_tokens)
 
 
 def setup(cfg: TrainConfig, preset, examples: list, reward_fn, ckpt=None, multi: bool = False,
@@ -267,7 +278,7 @@ def produce_trees(tr: Trainer, step: int) -> list:
         tag_versions(got, engine)
     finally:
         engine.end()
-    score_trees(got, tr.reward_fn, tr.cfg.reward.math_scorer, tr.tools.names)
+    score_trees(got, tr.reward_fn, tr.cfg.reward.math_scorer, tr.tools.names, shaping_of(tr.cfg))
     return got
 
 
@@ -311,7 +322,7 @@ def sample_groups(tr: Trainer, step: int, lap) -> tuple[list, list, int, dict]:
         used.update(picked)
         lap("time_generation")
         n_rolled += comm.total(len(got))
-        score_trees(got, tr.reward_fn, cfg.reward.math_scorer, tr.tools.names)
+        score_trees(got, tr.reward_fn, cfg.reward.math_scorer, tr.tools.names, shaping_of(cfg))
         stats += traj_stats(got)
         lap("time_rewards")
         if not preset.dynamic_sampling:
