@@ -120,9 +120,13 @@ def test_quick_branch_rules_experiment_end_to_end(tmp_path, capsys):
     """Two arms (a staged rule and the paper's), one seed (the study: >= 5), one step: the hop2
     pipeline's statistics, branch placement per arm, the matched-calls section, a dev-only ledger."""
     out = tmp_path / "q"
-    res = X.run(X.BranchRulesConfig.quick(out=str(out), threads=1))
+    res = X.run(X.BranchRulesConfig.quick(out=str(out), threads=1, sampled=2))
     assert res["test"] is None and set(res["dev"]["selected_steps"]) == {"arpo@top_entropy", "arpo"}
     saved = json.loads((out / "results.json").read_text())
+    # sampled=2: the sampled policy's pass@1 (2 answers per question at the training temperature) beside greedy
+    start, point = saved["start_dev"], saved["runs"]["arpo"][0]["curve"][-1]
+    assert {"sampled_accuracy", "sampled_format_error_rate"} <= set(start) & set(point)
+    assert 0 <= start["sampled_accuracy"] <= 1 and start["sampled_format_error_rate"] == 1.0  # the random model
     mc = saved["matched_calls"]
     assert mc["base"] == "arpo" and [lv["fraction"] for lv in mc["levels"]] == [0.25, 0.5, 0.75, 1.0]
     assert len(mc["levels"][-1]["arms"]["arpo@top_entropy"]["accuracy_per_seed"]) == 1

@@ -128,10 +128,14 @@ class RLStudyConfig:
     eval_data: str = ""
     eval_every: int = 10
     eval_batch: int = 64
+    # also the sampled policy: this many answers per question at the training temperature, beside the
+    # greedy one (sampled_accuracy, sampled_format_error_rate in each point; 0: greedy only)
+    sampled: int = 0
 
     def validate(self) -> None:
         for key in ("seeds", "steps", "threads", "eval_every"):
             require(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
+        require(self.sampled >= 0, "sampled", f"must be >= 0 (0: greedy only), got {self.sampled}")
         check_methods(self.methods, arms=True)  # train_config runs an arm preset@rule
 
 
@@ -148,16 +152,23 @@ def train_config(cfg: RLStudyConfig, sft_model: str, method: str, seed: int, run
 
 
 def evaluate_model(model_dir: str, tc, cfg: RLStudyConfig, examples: list[dict]) -> tuple[dict, list]:
-    """Greedy held-out metrics and per-question records, with the RL config's agent and template."""
+    """Greedy held-out metrics and per-question records, with the RL config's agent and template; with
+    cfg.sampled = k also the sampled policy's (k answers per question at the training temperature, seed 0):
+    `sampled_pass@1` and `sampled_format_error_rate` beside the greedy metrics."""
     from arpo.engine.hf import HFEngine  # noqa: PLC0415 - loads torch; kept out of this light module's import
 
     model, tok = arpo.models.load_model(model_dir, device="cpu", dtype="float32")
     tools = tools_from_config(tc.tools)
     recs: list = []
     try:
-        m = evaluate(HFEngine(model, tok), tools, tok, examples, reward_fn=get_reward_fn(tc.reward.fn),
-                     agent=tc.agent, temperature=0.0, template=tc.data.template,
-                     batch_size=cfg.eval_batch, records_out=recs)
+        engine, reward_fn = HFEngine(model, tok), get_reward_fn(tc.reward.fn)
+        m = evaluate(engine, tools, tok, examples, reward_fn=reward_fn, agent=tc.agent, temperature=0.0,
+                     template=tc.data.template, batch_size=cfg.eval_batch, records_out=recs)
+        if cfg.sampled:
+            s = evaluate(engine, tools, tok, examples, reward_fn=reward_fn, agent=tc.agent, samples=cfg.sampled,
+                         temperature=tc.agent.temperature, template=tc.data.template, batch_size=cfg.eval_batch)
+            m.update({"sampled_pass@1": s["pass@1"], "sampled_format_error_rate": s["format_error_rate"],
+                      "sampled_k": cfg.sampled})
     finally:
         tools.close()
     return m, recs
@@ -229,7 +240,8 @@ def cached_eval(run_dir: Path, step: int, model_dir: str, tc, cfg: RLStudyConfig
     path = eval_file(run_dir, step)
     if path.is_file():
         d = json.loads(path.read_text())
-        if d.get("eval_data") == cfg.eval_data and same_model(d, model_dir, path):
+        fresh = not cfg.sampled or d.get("metrics", {}).get("sampled_k") == cfg.sampled  # the sampled part too
+        if d.get("eval_data") == cfg.eval_data and same_model(d, model_dir, path) and fresh:
             return d["metrics"], d["records"]
     m, recs = evaluate_model(model_dir, tc, cfg, examples)
     write_text_atomic(path, json.dumps({"eval_data": cfg.eval_data, "model": model_dir,
@@ -308,9 +320,13 @@ def point(metrics: dict, recs: list) -> dict:
     """A curve point from evaluate_model: accuracy with its interval over questions, format errors,
     tool calls per answer, response tokens."""
     ci = accuracy_interval(recs)
-    return {"accuracy": metrics["pass@1"], "ci_low": ci["ci_low"], "ci_high": ci["ci_high"],
-            "format_error_rate": metrics["format_error_rate"], "tool_calls_per_answer": metrics["tool_calls"],
-            "response_tokens": metrics["response_tokens"]}
+    out = {"accuracy": metrics["pass@1"], "ci_low": ci["ci_low"], "ci_high": ci["ci_high"],
+           "format_error_rate": metrics["format_error_rate"], "tool_calls_per_answer": metrics["tool_calls"],
+           "response_tokens": metrics["response_tokens"]}
+    if "sampled_pass@1" in metrics:  # RLStudyConfig.sampled: the sampled policy beside the greedy one
+        out.update(sampled_accuracy=metrics["sampled_pass@1"],
+                   sampled_format_error_rate=metrics["sampled_format_error_rate"])
+    return out
 
 
 # ---- the tool-call-ratio analysis --------------------------------------------------------------------

@@ -347,5 +347,5 @@ def branching_study(out: Path, cfg: Hop2ExperimentConfig) -> dict:
 
 def _frozen_settings(cfg: Hop2ExperimentConfig) -> dict:
     """The settings that define what was selected (not where it is written or how it is reported)."""
-    skip = {"out", "report_test", "threads", "eval_batch"}
+    skip = {"out", "report_test", "threads", "eval_batch", "sampled"}  # sampled: reported, never selected on
     return json.loads(json.dumps({k: v for k, v in dataclasses.asdict(cfg).items() if k not in skip}, default=str))
