@@ -174,3 +174,16 @@ def test_the_webhop_cause_is_stated_as_a_hypothesis():
         text = (ROOT / doc).read_text()
         assert "is the obvious next experiment" not in text and "the training signal leads" not in text, doc
     assert "why is not established" in _readme_line("- **webhop, branch rules**")
+
+
+@pytest.mark.parametrize("heading", ["## What is in it", "## Results"])
+def test_the_readme_lists_one_line_per_item_with_a_link(heading):
+    """Issue 64 item 11: one line per feature / result, each linking to the page with the detail."""
+    start = README.index(heading + "\n")
+    body = README[start + len(heading):README.index("\n## ", start + 1)]
+    items = [ln for ln in body.splitlines() if ln.startswith("- ")]
+    assert items and all(ln.startswith("- ") or not ln.startswith("  ") for ln in body.splitlines())  # no wrapped items
+    for ln in items:
+        links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", ln)
+        assert links, ln
+        assert all((ROOT / link).exists() for link in links), ln
