@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The SVAMP recipe with a held-out RL gain (issue 18): 20 ARPO steps (configs/svamp_rl.yaml) from the
+# The longer SVAMP RL recipe (issue 18): 20 ARPO steps (configs/svamp_rl.yaml) from the
 # quick start's SFT model, then the SFT and ARPO models evaluated greedily on svamp:test[0:200] with
 # the same 96-token budget, and the paired comparison. Run ./quickstart.sh first (it makes
-# runs/quickstart/sft). Measured 2026-12-04 on 2 cores: training 17.6 min, each eval ~1.5 min;
+# runs/quickstart/sft). An old record of an older code version (2026-12-04, before that day's changes
+# to seeded sampling and attribution; not re-measured): training 17.6 min, each eval ~1.5 min;
 # 0.190 -> 0.275, paired +22 / -5 (significant; seed 1: 0.235, +18 / -9, noise). Pass algo.preset=grpo to train the GRPO baseline.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

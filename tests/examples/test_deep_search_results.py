@@ -2,8 +2,8 @@
 examples/deep_search/README.md's "Measured" sections is the one `tables` renders from
 docs/results/deep_search_webhop/ (the run of today's example) and its before_copied_line/ (the run before
 the worked trajectories copied the relation's line, and its continuation to 14 steps): the two `arpo eval
---out` files and `arpo compare --out` of each; the main README and docs/deep_search.md quote the same
-pass@1 and paired counts."""
+--out` files and `arpo compare --out` of each; docs/deep_search.md quotes the same pass@1 and paired
+counts (the main README gives one line and links there: tests/experiments/test_results_claims.py)."""
 
 from __future__ import annotations
 
@@ -136,13 +136,13 @@ def test_the_example_readme_quotes_the_committed_run():
                                  f"docs/results/deep_search_webhop/; expected:\n{table}")
 
 
-def test_the_readme_and_the_deep_search_page_quote_the_same_numbers():
+def test_the_deep_search_page_quotes_the_same_numbers():
     acc, pairs = {}, []
     for where, name in ((RES, "compare.json"), (BEFORE, "compare.json"), (BEFORE, "continued/compare.json")):
         cmp = _load(name, where)
         acc |= {(iv["label"], iv["dataset"]): f"{iv['accuracy']:.3f}" for iv in cmp["intervals"]}
         pairs += [f"+{p['wins']} / −{p['losses']}" for p in cmp["paired"]]
-    for doc in ("README.md", "docs/deep_search.md"):
+    for doc in ("docs/deep_search.md",):
         text = (ROOT / doc).read_text()
         for key, val in acc.items():
             assert val in text, f"{doc}: {key} pass@1 {val} is not quoted"

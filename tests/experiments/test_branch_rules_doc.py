@@ -15,10 +15,12 @@ from pathlib import Path
 import pytest
 
 from arpo.data.datasets import load_examples
+from arpo.experiments import answer_signal as AS
 from arpo.experiments import budget_matched as B
 from arpo.experiments import hop2_behaviour as HB
 from arpo.experiments import hop2_report as R
 from arpo.experiments import hop2_stats as H
+from arpo.experiments import run_gains as G
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "branch_rules.md"
@@ -76,6 +78,10 @@ def _tables(results: dict, study: Path) -> dict[str, str]:
         t[f"comparison {split}"] = R.comparison_table(results, split)
         t[f"answers by calls {split}"] = HB.behaviour_table(beh, split, HB.most_calls(results))
     t["training samples"] = HB.training_table(HB.training(results, study), HB.most_calls(results))
+    t["gains over the SFT start"] = G.gains_table(G.study_gains(study))
+    if results["settings"].get("task") == "webhop":  # what the rollouts say about answering after page 1 / 2
+        for k in (2, 4):
+            t[f"answer after call {k}"] = AS.table(AS.study_signal(study, k), k)
     return t
 
 
@@ -114,13 +120,46 @@ def test_every_number_in_the_results_prose_is_from_the_file(task, doc):
     assert not missing, f"docs/branch_rules.md quotes numbers the {task} results file does not hold: {missing}"
 
 
+def _readme_line(readme: str, start: str) -> str:
+    i = readme.index(start)
+    return readme[i:readme.index("\n", i)]
+
+
 def test_the_readme_quotes_the_files():
-    """Every decimal in the README's bullet is printed by one of the committed studies' tables."""
+    """The README's branch-rules result lines: every decimal is printed by one of the committed
+    studies' tables (the gains table included), and the run counts are run_gains's."""
     readme = (ROOT / "README.md").read_text()
-    bullet = readme[readme.index("- **Branch rules that use the signal**"):readme.index("- **A seed means a run**")]
-    allowed = set().union(*(_allowed(t) for t in TASKS if (_study(t) / "results.json").exists()))
-    missing = sorted({n for n in NUMBER.findall(bullet) if _plain(n) not in allowed})
-    assert not missing, f"README.md's branch-rules bullet quotes numbers no committed results file holds: {missing}"
+    for task in TASKS:
+        if not (_study(task) / "results.json").exists():
+            continue
+        line = _readme_line(readme, f"- **{task}, branch rules**")
+        missing = sorted({n for n in NUMBER.findall(line) if _plain(n) not in _allowed(task)})
+        assert not missing, f"README.md's {task} branch-rules line quotes numbers its file does not hold: {missing}"
+        g = G.study_gains(_study(task))
+        assert f"{g['beats']} of {g['runs']} runs beat the SFT start" in line, line
+        assert f"{g['collapsed']} collapsed" in line, line
+        if task == "hop2":
+            assert f"GRPO {g['arms']['grpo']['beats']} of 5" in line, line
+            oo = g["seed_level"]["dev"]["arpo@outcome_open"]
+            assert f"p {oo['p']:.3f}, {oo['p_holm']:.2f} after Holm over the 5 arms" in line, line
+            assert f"test {g['sft_test']:.3f}" in line, line
+        else:
+            assert f"solves {round(g['sft_test'] * 60)} of 60 test questions" in line, line
+
+
+def test_the_doc_states_the_run_counts_and_the_holm_correction(doc):
+    """docs/branch_rules.md's status and results paragraphs quote run_gains's counts."""
+    status = doc[:doc.index("## Why")]
+    for task in TASKS:
+        g = G.study_gains(_study(task))
+        sec = _section(doc, task)
+        assert f"{g['collapsed']} collapsed" in status, task
+        n = {0: "none", 18: "18 of 30 runs"}.get(g["beats"], f"{g['beats']} of {g['runs']} runs")
+        assert n in status, (task, n)
+        ps = g["seed_level"]["dev"]
+        for arm, c in ps.items():
+            if c["p"] < 0.11:  # every seed-level p the prose calls small comes with its Holm value
+                assert f"{c['p_holm']:.2f}" in sec, (task, arm, c)
 
 
 def test_the_results_name_the_commit_they_ran_at(task, results, doc):

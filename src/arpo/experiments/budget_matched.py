@@ -101,7 +101,7 @@ def pair_matched_calls(runs: dict[str, list[dict]], opts: dict) -> dict:
 def pair_matched_calls_table(pm: dict) -> str:
     """Markdown: per arm, each seed pair's budget C_s and the two accuracies at it, the mean difference
     with its seed bootstrap and the sign-flip p over seed pairs."""
-    lines = [f"| arm vs {pm['base']} | per seed pair: C_s, arm vs base | Δ mean | 95 % over seed pairs | "
+    lines = [f"| arm vs {pm['base']} | per seed pair: C_s, arm vs base | Δ mean | bootstrap over seed pairs | "
              "wins / losses | sign-flip p (seeds) |", "|---|---|---|---|---|---|"]
     for m, a in pm["arms"].items():
         vs = a["vs_base"]

@@ -21,6 +21,11 @@ def _ci(c: dict | None, d: int = 3, sign: bool = False) -> str:
     return "–" if not c else f"[{_f(c['ci_low'], d, sign)}, {_f(c['ci_high'], d, sign)}]"
 
 
+def _range(xs: list[float] | None, d: int = 3, sign: bool = False) -> str:
+    """[min, max] of one value per seed: with 3–5 runs that, not a 95 % interval, is what is known."""
+    return "–" if not xs else f"[{_f(min(xs), d, sign)}, {_f(max(xs), d, sign)}]"
+
+
 def _p(p: float) -> str:
     """Two significant digits below 0.1 (0.043, 0.0015), else two decimals (0.60)."""
     return f"{p:.2g}" if p < 0.1 else f"{p:.2f}"
@@ -45,33 +50,35 @@ def runs_table(results: dict) -> str:
 
 
 def accuracy_table(results: dict, split: str) -> str:
-    """Per method at the selected step: per seed, mean ± sample sd, the interval over seeds (and over
-    seeds and clusters where computable), the question bootstrap as the protocol reported it."""
+    """Per method at the selected step: per seed, mean ± sample sd, the range over seeds (min, max: 3–5
+    runs are too few for a 95 % interval), the crossed bootstrap over seeds and clusters where
+    computable, the question bootstrap as the protocol reported it."""
     st, raw = results["statistics"][split], results[split]
-    lines = ["| method | per seed | mean ± sd | 95 % over seeds | 95 % over seeds and clusters | "
+    lines = ["| method | per seed | mean ± sd | range over seeds | bootstrap over seeds and clusters | "
              "95 % over questions (as reported) | tool calls / question |", "|---|---|---|---|---|---|---|"]
     for m in results["statistics"]["methods"]:
         a = st[m]
         lines.append(f"| {_up(m)} | {', '.join(_f(x) for x in a['accuracy_per_seed'])} | "
-                     f"{_f(a['accuracy_mean'])} ± {_f(raw[m]['accuracy_sd'])} | {_ci(a['seed_bootstrap'])} | "
+                     f"{_f(a['accuracy_mean'])} ± {_f(raw[m]['accuracy_sd'])} | {_range(a['accuracy_per_seed'])} | "
                      f"{_ci(a['crossed_bootstrap']) if a['crossed_bootstrap'] else 'n/a'} | "
                      f"{_ci(a['question_bootstrap_as_reported'])} | {_f(raw[m]['tool_calls_per_question'], 2)} |")
     return "\n".join(lines)
 
 
 def comparison_table(results: dict, split: str) -> str:
-    """Each method vs the base: the difference of means, per seed, the seed-level tests and interval,
-    the cluster-aware ones where computable, and the per-question sign test as reported."""
+    """Each method vs the base: the difference of means, per seed, the seed-level tests, the range of
+    the per-seed differences, the cluster-aware ones where computable, and the per-question sign test
+    as reported."""
     s = results["statistics"]
     lines = ["| vs " + _up(s["base"]) + " | Δ mean | Δ per seed | permutation p (seeds) | sign-flip p (seeds) | "
-             "95 % over seeds | 95 % over seeds and clusters | clusters: wins / losses / ties (p) | "
+             "range over seeds | bootstrap over seeds and clusters | clusters: wins / losses / ties (p) | "
              "questions as independent: wins / losses / ties (p) |", "|---|---|---|---|---|---|---|---|---|"]
     for m in s["methods"][:-1]:
         c = s[split][f"{m}_vs_{s['base']}"]
         sl, q, cl = c["seed_level"], c["question_paired_as_reported"], c["cluster_paired"]
         lines.append(f"| {_up(m)} | {_f(sl['diff'], sign=True)} | "
                      f"{', '.join(_f(x, sign=True) for x in sl['per_seed_diff'])} | {_p(sl['p_permutation'])} | "
-                     f"{_p(sl['p_sign_flip'])} | {_ci(c['seed_bootstrap_diff'], sign=True)} | "
+                     f"{_p(sl['p_sign_flip'])} | {_range(sl.get('per_seed_diff'), sign=True)} | "
                      f"{_ci(c['crossed_bootstrap_diff'], sign=True) if c['crossed_bootstrap_diff'] else 'n/a'} | "
                      + (f"{cl['wins']} / {cl['losses']} / {cl['ties']} ({_p(cl['p_sign_test'])})" if cl else "n/a")
                      + f" | {q['wins']} / {q['losses']} / {q['ties']} ({_p(q['p_sign_test'])}) |")
@@ -82,7 +89,7 @@ def tool_calls_table(results: dict) -> str:
     """Training tool calls issued over all steps and seeds, their ratio with both intervals, per seed."""
     s, runs = results["statistics"], results["runs"]
     total = {m: sum(p.get("tool_calls_issued", 0) for r in rs for p in r["per_step"]) for m, rs in runs.items()}
-    lines = ["| ratio | calls issued | 95 % over seed pairs, then steps | 95 % over steps (as reported) | "
+    lines = ["| ratio | calls issued | bootstrap over seed pairs, then steps | 95 % over steps (as reported) | "
              "per seed pair | sign-flip p (seeds) |", "|---|---|---|---|---|---|"]
     for k, v in s["tool_calls"].items():
         a, b = k.split("/")
