@@ -39,8 +39,8 @@ stage "worked trajectories"
 $A web sft-data --data 'webhop:train[0:120]' "${WEB[@]}" --out "$Q/sft.jsonl" --quiet
 stage "SFT"
 $A sft --config examples/deep_search/sft.yaml --overwrite --quiet
-EVAL=(--data webhop:dev webhop:test --template webhop --tools web_search,browse "${WEB[@]}" --max-tool-calls 5
-      --max-response-tokens 576 --batch-size 30 --quiet)
+EVAL=(--data webhop:dev webhop:test --template webhop --tools web_search,browse "${WEB[@]}" --max-tool-calls 6
+      --max-response-tokens 832 --batch-size 30 --quiet)
 stage "eval SFT"
 $A eval --model "$Q/sft" "${EVAL[@]}" --out "$Q/eval_sft.json"
 stage "ARPO"

@@ -10,7 +10,7 @@ from arpo.algos.losses import policy_loss
 from arpo.algos.presets import PRESETS, AlgoPreset, get_preset
 from arpo.errors import ArpoError
 
-NAMES = ["arpo", "grpo", "dapo", "reinforce_pp", "dr_grpo", "gspo", "aepo"]
+NAMES = ["arpo", "grpo", "dapo", "reinforce_pp", "dr_grpo", "gspo", "aepo", "tree_grpo"]
 
 
 def test_all_presets_present_and_named_after_their_key():
@@ -55,6 +55,11 @@ def test_a_preset_without_branching_samples_every_trajectory_globally():
     assert rollout_config(ro, get_preset("aepo")).initial_rollouts == 4
     for name in ["grpo", "dapo", "reinforce_pp", "dr_grpo", "gspo"]:
         assert rollout_config(ro, get_preset(name)).initial_rollouts == 8, name
+    # Tree-GRPO: N chains, then node expansion; a preset without branching has no chain to expand
+    tree = rollout_config(ro, get_preset("tree_grpo"))
+    assert (tree.initial_rollouts, tree.mode) == (4, "tree_grpo")
+    with pytest.raises(ArpoError, match="rollout.mode: tree_grpo"):
+        rollout_config(dataclasses.replace(ro, mode="tree_grpo"), get_preset("grpo"))
 
 
 def test_baselines_switch_what_their_papers_change():
@@ -72,6 +77,9 @@ def test_baselines_switch_what_their_papers_change():
     assert aepo.dynamic_budget and aepo.consecutive_branch_penalty == 0.05
     assert aepo.entropy_balanced_clipping and aepo.entropy_aware_advantage and aepo.entropy_aware_alpha == 0.2
     assert not get_preset("arpo").entropy_balanced_clipping
+    tree = get_preset("tree_grpo")  # Tree-GRPO: node expansion and its intra- plus inter-tree advantage
+    assert tree.branching and tree.node_expansion and tree.advantage_estimator == "tree_grpo"
+    assert not any(get_preset(n).node_expansion for n in NAMES if n != "tree_grpo")
     for name in ["grpo", "dapo", "reinforce_pp", "dr_grpo", "gspo"]:  # trajectory-level baselines
         p = get_preset(name)
         assert not p.branching, name

@@ -35,6 +35,7 @@ FLAGS: dict[str, tuple[str, str, object]] = {
     "search_max_chars": ("tools", "search_max_chars", POS_INT),
     "tool_format": ("agent", "tool_format", ["tags", "json"]),
     "max_tool_calls": ("agent", "max_tool_calls", NONNEG_INT),
+    "final_answer_turn": ("agent", "final_answer_turn", bool),
     "max_response_tokens": ("agent", "max_response_tokens", POS_INT),
     "temperature": ("agent", "temperature", NONNEG),
     "top_p": ("agent", "top_p", PROB),
@@ -44,10 +45,11 @@ FLAGS: dict[str, tuple[str, str, object]] = {
 }
 SECTIONS = {"tools": ToolsConfig, "agent": AgentConfig, "run": RunConfig}
 SAMPLING = ("temperature", "top_p", "top_k", "repetition_penalty")  # never taken from a run dir
-RUN_AGENT_KEYS = ("tool_format", "max_tool_calls", "max_response_tokens", "result_template")
+RUN_AGENT_KEYS = ("tool_format", "max_tool_calls", "final_answer_turn", "max_response_tokens", "result_template")
 RUN_TOOLS_SKIP = ("cache", "cache_path")  # training's tool cache; an interactive command runs every call
 
-_AGENT = ["tools", "session", "tool_format", "template", "max_tool_calls", "max_response_tokens", "temperature",
+_AGENT = ["tools", "session", "tool_format", "template", "max_tool_calls", "final_answer_turn", "max_response_tokens",
+          "temperature",
           "top_p", "top_k", "repetition_penalty", "search_index", "search_url", "search_top_k",
           "search_max_chars", "tools_config", "trust_run_config"]
 # the flags of each command; the commands marked in RESOLVING take the run dir's and the template's

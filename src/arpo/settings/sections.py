@@ -125,9 +125,9 @@ class RewardConfig:
     call_cap_penalty: float | None = None  # no answer when it ended at the call cap (null: format_penalty)
     multi_tool_bonus: float = 0.1  # arpo: added to a positive score when both search and python were called
     # DAPO's soft overlong punishment (arXiv 2503.14476): the last L_cache tokens of the budget
-    # (agent.max_response_tokens) cost up to overlong_penalty_factor, linearly; 0: off
-    overlong_buffer: int = 0
-    overlong_penalty_factor: float = 1.0
+    # (agent.max_response_tokens) cost up to overlong_penalty_factor, linearly
+    overlong_buffer: int = 0  # L_cache; 0: off
+    overlong_penalty_factor: float = 1.0  # the penalty at the budget (and for a response the budget cut)
     overlong_filter: bool = False  # DAPO's overlong filtering: a trajectory the token budget cut trains no token
     # tool productivity: off | otc (OTC-GRPO, arXiv 2504.14870: a positive reward times r_tool(m, n*),
     # m the response's calls, n* the fewest calls of a correct response in its group)
