@@ -232,6 +232,11 @@ def test_parse_question_and_row_kind():
     q3 = {"question": "What is the elevation of the sister town of the twin town of Belmor?"}
     assert webhop3.is_webhop3(q3) and not webhop.is_webhop(q3)
     assert not webhop3.is_webhop3({"question": "What is the elevation of the twin town of Belmor?"})
+    from arpo.data.prompts import template_spec
+    from arpo.data.sources import builtin_agent
+
+    assert builtin_agent("webhop3:dev[0:3]") == (webhop3.TOOLS, webhop3.TEMPLATE)  # asked as the task is posed
+    assert "{tools}" in template_spec(webhop3.TEMPLATE).system
 
 
 def test_eval_json_has_the_deep_search_metrics(web, tools, tmp_path, capsys, monkeypatch):
