@@ -32,6 +32,10 @@ d. peak GPU memory (torch.cuda.max_memory_allocated, reset per phase); on CPU th
    RSS so far.
 e. vLLM (src/arpo/engine/vllm.py, if present and `import vllm` works): the same decode and one
    rollout through VLLMEngine, in a child process per model; else "vLLM: skipped (reason)".
+f-h. (benchmarks/gpu_check_training.py, issue 60) the bf16-vs-float32-master AdamW update at lr 1e-6;
+   the peak of a training micro-batch (float32 masters, bf16 autocast) with and without activation
+   checkpointing against training/memory.py's estimate; with vLLM, an IPC and a disk weight push into
+   a `vllm serve` server on this GPU, checked against the trainer's log-probs (first model only).
 
 Prints markdown tables (paste them into BENCHMARKS.md) and the JSON of every number. A phase that
 fails is reported with its error and the others still run. Sized for <= 8 minutes on one H200 (not yet
@@ -64,6 +68,9 @@ from arpo.settings import TrainConfig
 ROOT = Path(__file__).resolve().parents[1]
 if (ROOT / "src" / "arpo").is_dir() and str(ROOT / "src") not in sys.path:
     sys.path.insert(0, str(ROOT / "src"))
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_check_training as training_checks  # noqa: E402 - found through the path line above
 
 # ---- architectures (the models' published config.json values) -----------------------------------
 ARCHS = {
@@ -808,8 +815,11 @@ def run_check(device: str = "cuda", smoke: bool = False, models: list[str] | Non
             phase(m, "packing", lambda model=model, trees=trees, preset=preset, lp_kw=lp_kw:
                   bench_packing(model, trees, preset, lp_kw, sz, dev))
         holder.clear()
+        phase(m, "master", lambda model=model: training_checks.bench_master(model, dev))
         model = None
         dev.free()
+        phase(m, "memory", lambda name=name: training_checks.bench_memory(
+            lambda: build_model(name, smoke, device, torch.float32, tok)[0], sz.micro_tokens, dev))
     reason = vllm_skip_reason() if vllm else "disabled (--skip-vllm)"
     for name in models:
         left = budget_s - (time.perf_counter() - t_start)
@@ -820,8 +830,25 @@ def run_check(device: str = "cuda", smoke: bool = False, models: list[str] | Non
         else:
             phase(res["vllm"], name, lambda name=name, left=left: run_vllm(
                 name, cli_args or _default_args(device, smoke, dtype, tokenizer), left - 10))
+    left = budget_s - (time.perf_counter() - t_start)
+    skip = push_skip_reason(reason, models, left, budget_s)
+    if skip is not None:
+        res["push"] = {"skipped": skip}
+    else:  # smollm2-135m: its tokenizer covers its vocabulary (the server detokenizes)
+        phase(res, "push", lambda: training_checks.bench_push(
+            build_model("smollm2-135m", smoke, device, torch.float32, tok)[0], tok, dev, left - 20))
     res["elapsed_s"] = time.perf_counter() - t_start
     return res
+
+
+def push_skip_reason(vllm_reason: str | None, models: list[str], left: float, budget_s: float) -> str | None:
+    if vllm_reason is not None:
+        return vllm_reason
+    if "smollm2-135m" not in models:
+        return "needs the smollm2-135m model (a tokenizer that covers its vocabulary)"
+    if left < 120:
+        return f"time budget ({left:.0f} s left of --budget-s {budget_s:.0f})"
+    return None
 
 
 def _default_args(device, smoke, dtype, tokenizer):
@@ -939,15 +966,38 @@ def report(res: dict) -> str:
                 f"startup {v['startup_s']:.0f} s")
 
     row("vLLM (VLLMEngine)", vl)
+    row("AdamW at lr 1e-6, 3 steps, same gradients: weights moved, bf16 / float32 master", lambda n:
+        err(n, "master") or f"{g(n, 'master', 'bf16_moved_frac'):.2%} / {g(n, 'master', 'master_moved_frac'):.2%} "
+        f"of {g(n, 'master', 'elements')}")
+    row("training micro-batch peak GiB, measured vs estimate (fp32 master, bf16 autocast): no checkpointing",
+        lambda n: err(n, "memory") or _mem_cell(g(n, "memory", "no_checkpointing")))
+    row("  with activation checkpointing", lambda n: err(n, "memory") or _mem_cell(g(n, "memory", "checkpointing")))
     head = ["metric"] + names
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "---|" * len(head))
     for label, vals in rows:
         lines.append("| " + " | ".join([label] + [str(v).replace("|", "/") for v in vals]) + " |")
-    lines += ["", variants_table(res, names)]
+    lines += ["", variants_table(res, names), "", push_line(res.get("push") or {})]
     lines += ["", f"total {res.get('elapsed_s', 0):.0f} s" + (f"; INTERRUPTED: {res['interrupted']}"
                                                                if res.get("interrupted") else "")]
     return "\n".join(lines)
+
+
+def _mem_cell(r: dict | None) -> str:
+    r = r or {}
+    meas = r.get("measured_gib")
+    return f"{_f(meas)} vs {r['estimate_gib']:.2f}"
+
+
+def push_line(p: dict) -> str:
+    """The weight push check (gpu_check_training.bench_push) in one line."""
+    if "skipped" in p:
+        return f"weight push into vllm serve: skipped ({p['skipped']})"
+    if "error" in p:
+        return f"weight push into vllm serve: FAILED ({p['error'][-200:]})"
+    parts = [f"{t}: push {p[t]['push_s']:.2f} s, |Δ log-prob| vs trainer max {p[t]['max_abs_logp_diff']:.3f} "
+             f"mean {p[t]['mean_abs_logp_diff']:.4f} over {p[t]['tokens']} tokens" for t in ("ipc", "disk") if t in p]
+    return f"weight push into vllm serve (server start {p.get('server_start_s', 0):.0f} s): " + "; ".join(parts)
 
 
 def variants_table(res: dict, names: list[str]) -> str:

@@ -1,7 +1,8 @@
 """benchmarks/gpu_check.py stays runnable: its core (run_check) on CPU with the smallest sizes —
 both architectures (SmolLM2's Llama, Qwen2.5's Qwen2 with its 151,936-row vocabulary masked down to
 the tokenizer), decode vs generate, the engine variants' decode table, the train-inference mismatch,
-one ARPO RL step with the real python tool, packed vs flat."""
+one ARPO RL step with the real python tool, packed vs flat, the bf16-vs-master AdamW update and the
+training micro-batch's memory estimate with and without checkpointing (issue 60)."""
 
 import importlib.util
 import sys
@@ -63,7 +64,14 @@ def test_smoke_run_on_cpu(gpu_check):
         pk = m["packing"]
         assert pk["packed_s"] > 0 and pk["flat_s"] > 0 and pk["max_abs_logp_diff"] < 0.05
         assert res["vllm"][name]["skipped"]
+        ms = m["master"]  # issue 60: bf16 weights keep almost none of lr-1e-6 updates, float32 masters all
+        assert ms["elements"] > 0 and ms["bf16_moved_frac"] < 0.2 and ms["master_moved_frac"] > 0.95, ms
+        mem = m["memory"]  # the estimate's terms for both variants (measured only on CUDA)
+        assert mem["checkpointing"]["estimate_gib"] < mem["no_checkpointing"]["estimate_gib"], mem
+        assert mem["checkpointing"]["measured_gib"] is None and mem["checkpointing"]["step_s"] > 0
+    assert res["push"]["skipped"]  # vllm=False here (with vLLM: an IPC and a disk push on CUDA)
     assert res["models"]["qwen2.5-1.5b"]["model"]["vocab"] == 151936
     table = gpu_check.report(res)
     assert "| metric | smollm2-135m | qwen2.5-1.5b |" in table and "FAILED" not in table
     assert "| graph | 4 |" in table
+    assert "bf16 / float32 master" in table and "weight push into vllm serve: skipped" in table

@@ -270,7 +270,8 @@ def test_lag_zero_equals_the_synchronous_run(tiny_dir, tmp_path):
     assert clean(ta) == clean(tb) and {r["policy_version"] for r in tb} == {0}
     (ra,), (rb,) = _rows(tmp_path / "sync"), _rows(tmp_path / "off")
     assert abs(rb.pop("is_weight_mean") - 1.0) < 1e-5 and rb.pop("is_weight_capped_frac") == 0.0
-    assert {rb.pop(k) for k in ("policy_lag_mean", "policy_lag_max", "stale_trees_rejected")} == {0}
+    assert {rb.pop(k) for k in ("policy_lag_mean", "policy_lag_max", "stale_trees_rejected",
+                                "behaviour_nonfinite_tokens")} == {0}
     assert ra.keys() == rb.keys()
     for k in ra:
         assert ra[k] == pytest.approx(rb[k], rel=1e-4, abs=1e-6), k

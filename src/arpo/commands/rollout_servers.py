@@ -8,6 +8,7 @@ from arpo.commands import HELP, POS_INT
 EXAMPLES = """examples:
   arpo rollout-servers --model Qwen/Qwen2.5-7B-Instruct-dir --count 4 --gpus 0,1,2,3 --port 8000
   arpo rollout-servers --model runs/sft/final --python .venv-vllm/bin/python --max-model-len 4096 --dry-run
+  arpo rollout-servers --model DIR --count 8 --gpus 0,1,2,3,4,5,6,7 --transfer ipc --gpu-memory-utilization 0.35
 
 Each server is `python -m vllm.entrypoints.openai.api_server --model DIR ...` with VLLM_SERVER_DEV_MODE=1
 (the weight-sync routes); then train with engine=vllm_server 'rollout.servers=[...]' as printed."""
@@ -31,6 +32,11 @@ def register(sub) -> None:
     p.add_argument("--max-model-len", type=POS_INT, default=None, help="context length of the servers")
     p.add_argument("--enforce-eager", action="store_true", help="no compilation / CUDA graphs (faster start; CPU)")
     p.add_argument("--kv-cache-gib", type=float, default=None, help="CPU only: KV cache GiB per server")
+    p.add_argument("--transfer", choices=("disk", "nccl", "ipc"), default="disk",
+                   help="the weight push the trainer uses (engine_options.transfer): nccl / ipc add "
+                   "--weight-transfer-config, ipc also VLLM_ALLOW_INSECURE_SERIALIZATION=1")
+    p.add_argument("--gpu-memory-utilization", type=float, default=None,
+                   help="vLLM's share of each GPU (leave the trainer its part when they share GPUs, as IPC does)")
     p.add_argument("--dry-run", action="store_true", help="print the command lines, start nothing")
     p.set_defaults(func=run)
 
@@ -45,13 +51,14 @@ def plan(args) -> list[tuple[dict, list[str]]]:
         raise ArpoError(f"--gpus: {len(gpus)} groups for --count {args.count} servers")
     out = []
     for i in range(args.count):
-        env = server_env(args.kv_cache_gib)
+        env = server_env(args.kv_cache_gib, transfer=args.transfer)
         if gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = gpus[i].replace("+", ",")
         out.append((env, server_command(args.model, args.port + i, host=args.host, python=args.python,
                                         max_model_len=args.max_model_len, dtype=args.dtype,
                                         tensor_parallel_size=args.tensor_parallel_size,
-                                        enforce_eager=args.enforce_eager)))
+                                        enforce_eager=args.enforce_eager, transfer=args.transfer,
+                                        gpu_memory_utilization=args.gpu_memory_utilization)))
     return out
 
 

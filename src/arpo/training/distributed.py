@@ -270,14 +270,17 @@ class ParallelModel:
         self._synced = True
 
     def old_logprobs(self, batch, fn, packed: bool = True, max_tokens: int = 4096, **_):
-        """fn(model) with the generation weights (the behaviour policy's log-probs): the replica, or, for
-        FSDP without one, the sharded train view through `run` (then every rank calls this, batch None
-        on a rank without data). Returns fn's result, or None where batch is None."""
-        if self.replica:
-            if batch is None:
+        """fn(model) with the weights the update starts from (π_old): one process / ddp, the policy itself
+        (under autocast over float32 masters); FSDP, the replica, or without one the sharded train view
+        through `run` (then every rank calls this, batch None on a rank without data). Returns fn's result,
+        or None where batch is None."""
+        if self.mode not in SHARDED:  # the policy itself, as the training passes compute (a bf16 generation
+            if batch is None:  # copy would differ from autocast over float32 masters by bf16 rounding)
                 return None
-            with self.autocast() if self.rollout is self.model else contextlib.nullcontext():
-                return fn(self.rollout)
+            with self.autocast():
+                return fn(self.model)
+        if self.replica:
+            return fn(self.rollout) if batch is not None else None
         return self.run(batch, lambda: fn(self.train), grad=False, packed=packed, max_tokens=max_tokens)
 
     def run(self, batch, fn, grad: bool, packed: bool = True, max_tokens: int = 4096, **_):
