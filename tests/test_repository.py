@@ -272,7 +272,8 @@ HEAVY_MODULES = {
     "arpo.rollout.tree", "arpo.serve.app", "arpo.serve.openai_format", "arpo.serve.scheduler",
     "arpo.tools.web.webnet", "arpo.training.batch", "arpo.training.checkpoint", "arpo.training.distributed",
     "arpo.training.mismatch", "arpo.training.optim", "arpo.training.packing", "arpo.training.pipeline",
-    "arpo.training.sharded", "arpo.training.step_batch", "arpo.training.trainer", "arpo.training.tree_attention",
+    "arpo.training.safe_state", "arpo.training.sharded", "arpo.training.step_batch", "arpo.training.trainer",
+    "arpo.training.tree_attention",
 }
 
 

@@ -29,9 +29,9 @@ from pathlib import Path
 
 import yaml
 
-from arpo.commands.from_run import TRUST_FLAG, run_dir_of
 from arpo.errors import ArpoError
 from arpo.models import BUILTIN_MODELS, TINY_MODEL, cache_dir
+from arpo.runs import TRUST_FLAG, run_dir_of
 
 CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
           "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")

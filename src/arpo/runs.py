@@ -5,12 +5,26 @@
 
 Below every package that reads runs (models resolves `--model RUN_DIR`, training resumes, view and
 serve read them), so none of them has to import the training package to find a checkpoint; and the
-atomic write every file of a run directory goes through (write_text_atomic)."""
+atomic write every file of a run directory goes through (write_text_atomic). Also which directory is a
+run's (`run_dir_of`) and the one flag that trusts a run's settings (TRUST_FLAG; commands/from_run.py
+and chat_templates.py say what it admits)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+TRUST_FLAG = "--trust-run-config"
+
+
+def run_dir_of(model: str) -> Path | None:
+    """The run directory of a model spec: RUN_DIR itself, or RUN_DIR/checkpoints/step_N[/model]."""
+    p = Path(model).expanduser()
+    if not p.is_dir():
+        return None
+    parts = p.resolve().parts
+    d = Path(*parts[: len(parts) - 1 - parts[::-1].index("checkpoints")]) if "checkpoints" in parts else p
+    return d if (d / "config.yaml").is_file() or (d / "agent.yaml").is_file() else None
 
 
 def list_checkpoints(run_dir: str | Path) -> list[Path]:

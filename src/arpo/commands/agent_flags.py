@@ -252,12 +252,33 @@ def resolve(args, command: str, run: dict | None = None) -> Resolved:
     if "enabled" not in tools and "tools" in tmpl:
         tools["enabled"] = list(tmpl["tools"])
     chosen = "enabled" in tools
+    own_web = {**(file.get("web") or {}), **flags["tools"].get("web", {})}
+    keep_browse_off_the_local_web(tools, model, bool(getattr(args, "trust_run_config", False)), own_web, command)
     run_agent = {k: v for k, v in (run.get("agent") or {}).items() if k in RUN_AGENT_KEYS}
     from_tmpl = {k: v for k, v in tmpl.items() if k != "tools"}  # its budgets, sampling and result format
     agent = {**command_defaults(command, "agent"), **from_tmpl, **run_agent, **flags["agent"]}
     return Resolved(agent=from_dict(AgentConfig, agent, prefix="agent."),
                     tools=from_dict(ToolsConfig, tools, prefix="tools."), template=template, source=source,
                     tools_chosen=chosen)
+
+
+def keep_browse_off_the_local_web(tools: dict, model: str | None, trusted: bool, own_web: dict, command: str) -> None:
+    """A run dir's settings without --trust-run-config (issue 61): browse does not fetch the local web
+    (provider local, the default: whatever listens at 127.0.0.1:8090) unless your own --web-provider /
+    --web-url or --tools-config names the provider or its URL. `tools` is changed in place; one line on
+    stderr says so when browse is enabled."""
+    from arpo.commands.from_run import TRUST_FLAG, run_dir_of
+    from arpo.settings.web import LOCAL_WEB_URL, WebConfig
+
+    if trusted or not model or run_dir_of(model) is None or "provider" in own_web or "url" in own_web:
+        return
+    web = dict(tools.get("web") or {})
+    if web.get("provider", WebConfig.provider) != "local" or "browse" not in (tools.get("enabled") or []):
+        return
+    tools["web"] = {**web, "browse_local_web": False}
+    print(f"arpo {command}: browse does not fetch the local web at {web.get('url') or LOCAL_WEB_URL} for this run "
+          f"(its provider local is the run's setting, not yours): pass --web-provider local, or {TRUST_FLAG}",
+          file=sys.stderr)
 
 
 def settings_of(r: Resolved) -> dict:

@@ -18,21 +18,10 @@ run's web key variables are still limited to their provider's own (settings/web.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from arpo.errors import ArpoError
-
-TRUST_FLAG = "--trust-run-config"
-
-
-def run_dir_of(model: str) -> Path | None:
-    """The run directory of a model spec: RUN_DIR itself, or RUN_DIR/checkpoints/step_N[/model]."""
-    p = Path(model).expanduser()
-    if not p.is_dir():
-        return None
-    parts = p.resolve().parts
-    d = Path(*parts[: len(parts) - 1 - parts[::-1].index("checkpoints")]) if "checkpoints" in parts else p
-    return d if (d / "config.yaml").is_file() or (d / "agent.yaml").is_file() else None
+from arpo.runs import TRUST_FLAG as TRUST_FLAG  # re-exported: the commands' one definition lives with the runs
+from arpo.runs import run_dir_of as run_dir_of  # re-exported
 
 
 def run_settings(model: str) -> dict:

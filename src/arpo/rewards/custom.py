@@ -2,8 +2,8 @@
 
 The contract (README "Reward contract"): arpo calls `fn(response, example, **options)` once per
 trajectory, with `response` the text the MODEL wrote — the tool results the environment appended
-are removed (`own_text`: the rollout's `tool_spans` blanked, or without them every
-`<result>...</result>` block), so a reward that looks for the gold in `response` never credits an
+are removed (`own_text`: the rollout's `tool_spans` blanked, or without them everything from the
+first `<result>` to the last `</result>`), so a reward that looks for the gold in `response` never credits an
 answer a tool printed (issue 37) — and `example` the data row (`question`, `answers`, `task`, `id`,
 and the row's other fields); options `tool_calls` ([{tool, ok}]), `tools` (the agent's tool names),
 `math_scorer`, `tool_spans`, `finish_reason` (answer | eos | stop | length: the token budget |
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -80,10 +79,20 @@ class UserReward:
 
 def own_text(response: str, tool_spans=None) -> str:
     """The model's own text of a response: the environment's blocks (`tool_spans`, the rollout's) each
-    replaced by a newline; without spans (a caller with text only) every `<result>...</result>` block."""
+    replaced by a newline. Without spans (a script scoring saved text) the blocks cannot be told from a
+    tool's output that prints `</result> ... <result>` (issue 61: a non-greedy strip kept such a tool's
+    `\\boxed{72}` as the model's), so everything from the first `<result>` to the last `</result>` goes
+    (the model's text between its tool calls with it; its final answer, after the last result, stays),
+    and a `<result>` never closed takes the rest of the response with it."""
     if tool_spans is not None:
         return model_text(response, tool_spans)
-    return re.sub(r"<result>.*?</result>", "\n", response, flags=re.S)
+    first = response.find("<result>")
+    if first == -1:
+        return response
+    last = response.rfind("</result>")
+    if last < first:
+        return response[:first] + "\n"
+    return response[:first] + "\n" + response[last + len("</result>"):]
 
 
 def to_result(out, response: str, where: str, tool_spans=None):

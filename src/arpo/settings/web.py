@@ -104,6 +104,9 @@ class WebConfig:
     browse_timeout_s: float = 15.0  # the whole fetch, redirects and body included
     allow_private: bool = False  # fetch private / loopback / link-local addresses (the local web is always allowed)
     allow_hosts: list[str] = field(default_factory=list)  # host or host:port allowed even when private
+    # provider local: browse may fetch the local web's own host:port (false for a run dir's settings
+    # loaded without --trust-run-config, commands/from_run.py: whatever listens there is not the run's to read)
+    browse_local_web: bool = True
     # the paper's browser: summarize long pages with a model behind an OpenAI-compatible endpoint
     summarizer_url: str | None = None  # base URL with /v1, e.g. http://127.0.0.1:8000/v1 (arpo serve agent)
     summarizer_model: str | None = None  # model name sent to the endpoint

@@ -95,9 +95,12 @@ _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32") 
 _ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/nsswitch.conf", "/etc/mime.types")
 _DEVICES = ("null", "zero", "full", "random", "urandom")
 # /proc files that show the host, not the call, to any uid: the kernel's command line, the keyring
-# users of every host uid (key-users) and their keys, the loaded modules and kernel symbols. Each is
-# covered by /dev/null (reads are empty), as container runtimes do.
-_PROC_MASKED = ("cmdline", "key-users", "keys", "modules", "kallsyms")
+# users of every host uid (key-users) and their keys, the loaded modules and kernel symbols, the
+# kernel's build configuration, the host's interrupt counts per device and CPU, and its memory zones
+# (issue 61). Each is covered by /dev/null (reads are empty), as container runtimes do.
+_PROC_MASKED = ("cmdline", "key-users", "keys", "modules", "kallsyms", "config.gz", "interrupts", "zoneinfo")
+# /proc directories of the host's devices (PCI, input): covered by an empty read-only directory
+_PROC_MASKED_DIRS = ("bus",)
 _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217}
 
 
@@ -172,7 +175,7 @@ def _minimal_root(lib, cfg: dict) -> None:
                        ("stderr", "/proc/self/fd/2")):
         os.symlink(dest, f"{stage}/dev/{name}")
     mount_fs(lib, "proc", f"{stage}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    _mask_proc(lib, f"{stage}/proc", devs.get("null"))
+    _mask_proc(lib, f"{stage}/proc", devs.get("null"), f"{stage}/.empty")
     for fd in [*fds.values(), *devs.values()]:
         os.close(fd)
     nr = _PIVOT_ROOT.get(platform.machine())
@@ -189,14 +192,19 @@ def _minimal_root(lib, cfg: dict) -> None:
         log.debug("sandbox: root stays writable for root only: %s", e)
 
 
-def _mask_proc(lib, proc: str, null_fd: int | None) -> None:
+def _mask_proc(lib, proc: str, null_fd: int | None, empty_dir: str | None = None) -> None:
     """Cover the host-wide files of `_PROC_MASKED` under the mounted proc `proc` with /dev/null (an
-    O_PATH descriptor of it, or None: opened here)."""
+    O_PATH descriptor of it, or None: opened here), and the directories of `_PROC_MASKED_DIRS` with
+    `empty_dir` (read-only) when one is given."""
     fd = os.open("/dev/null", os.O_PATH) if null_fd is None else null_fd
     try:
         for name in _PROC_MASKED:
             if os.path.exists(f"{proc}/{name}"):
                 mount_fs(lib, f"/proc/self/fd/{fd}", f"{proc}/{name}", None, MS_BIND)
+        for name in _PROC_MASKED_DIRS if empty_dir else ():
+            if os.path.isdir(f"{proc}/{name}"):
+                mount_fs(lib, empty_dir, f"{proc}/{name}", None, MS_BIND)
+                mount_fs(lib, None, f"{proc}/{name}", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
     finally:
         if null_fd is None:
             os.close(fd)

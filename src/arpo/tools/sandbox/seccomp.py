@@ -49,6 +49,16 @@ SOCKET_FAMILIES = (socket.AF_UNIX, socket.AF_INET, socket.AF_INET6)
 # Type bits (type & 0xF): SOCK_STREAM 1, SOCK_RAW 3 (needs CAP_NET_RAW anyway), SOCK_SEQPACKET 5 match
 # the mask 1; SOCK_DCCP is 6; SOCK_DGRAM (2) stays.
 IP_STREAM_TYPES = ((1, 1), (0xF, 6))  # (mask, value) pairs of socket()'s type argument
+# setsockopt(IPPROTO_IPV6, ...) options that take from pools outside the call's cgroup (issue 61): IPv6
+# multicast and anycast joins (17.9 k groups from one call: +10 MB of host slab, uncharged; IPv6 has no
+# per-socket cap like IPv4's igmp_max_memberships) and flow-label leases (IPV6_FLOWLABEL_MGR: one
+# machine-wide pool, which a call exhausted for every other process). They fail with EPERM; leaving
+# a group, and IPv4's capped joins, stay.
+IPV6_DENIED_OPTIONS = {
+    20: "IPV6_ADD_MEMBERSHIP", 27: "IPV6_JOIN_ANYCAST", 32: "IPV6_FLOWLABEL_MGR", 33: "IPV6_FLOWINFO_SEND",
+    42: "MCAST_JOIN_GROUP", 43: "MCAST_BLOCK_SOURCE", 46: "MCAST_JOIN_SOURCE_GROUP", 48: "MCAST_MSFILTER",
+}
+MFD_HUGETLB = 0x0004  # memfd_create flag: huge pages come from the host's hugetlb pool, not the memory cgroup
 
 
 class _ScmpArgCmp(ctypes.Structure):
@@ -73,7 +83,8 @@ def load_seccomp(deny: tuple[str, ...], deny_ip_streams: bool = False) -> bool:
     """Install a filter: `deny` fail with EPERM, clone3 with ENOSYS (libc falls back to clone,
     whose flags a filter can see), clone with namespace flags with EPERM, socket families outside
     SOCKET_FAMILIES with EAFNOSUPPORT, and (`deny_ip_streams`) IP stream sockets (IP_STREAM_TYPES)
-    with EACCES. Needs no_new_privs.
+    with EACCES, the IPv6 socket options of IPV6_DENIED_OPTIONS and memfd_create(MFD_HUGETLB) with
+    EPERM. Needs no_new_privs.
     False where libseccomp is missing (then nothing is filtered)."""
     sc = _seccomp_lib()
     if sc is None:
@@ -107,6 +118,10 @@ def load_seccomp(deny: tuple[str, ...], deny_ip_streams: bool = False) -> bool:
             rules.append((name, err(errno.EAFNOSUPPORT), [_ScmpArgCmp(0, 6, top, 0)]))  # SCMP_CMP_GT
             rules += [(name, err(errno.EAFNOSUPPORT), [_ScmpArgCmp(0, 4, f, 0)])  # SCMP_CMP_EQ
                       for f in range(top) if f not in SOCKET_FAMILIES]
+        rules += [("setsockopt", err(errno.EPERM), [_ScmpArgCmp(1, 4, socket.IPPROTO_IPV6, 0),
+                                                     _ScmpArgCmp(2, 4, opt, 0)]) for opt in IPV6_DENIED_OPTIONS]
+        if "memfd_create" not in deny:  # (flags & MFD_HUGETLB) == MFD_HUGETLB
+            rules.append(("memfd_create", err(errno.EPERM), [_ScmpArgCmp(1, 7, MFD_HUGETLB, MFD_HUGETLB)]))
         if deny_ip_streams:  # family == AF_INET(6) and (type & mask) == value: both must hold
             rules += [("socket", err(errno.EACCES), [_ScmpArgCmp(0, 4, fam, 0), _ScmpArgCmp(1, 7, mask, value)])
                       for fam in (socket.AF_INET, socket.AF_INET6) for mask, value in IP_STREAM_TYPES]

@@ -19,6 +19,7 @@ import time
 from .cgroups import SOCKET_MEM_MB, CallCgroups, join_cgroups, oom_killed
 from .fsview import setup_namespaces_fs
 from .linux import (
+    CLONE_NEWCGROUP,
     CLONE_NEWIPC,
     CLONE_NEWNET,
     CLONE_NEWNS,
@@ -182,6 +183,8 @@ def _spawn_worker(lib, cfg: dict, mode: str, uid: int | None, ctl: socket.socket
     flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
     if not cfg["network"]:
         flags |= CLONE_NEWNET
+    if os.path.exists("/proc/self/ns/cgroup"):  # after joining them: /proc/self/cgroup shows "/", not the host's path
+        flags |= CLONE_NEWCGROUP
     try:
         oom_fd = join_cgroups(list(cgroups)) if cgroups else None
         _unshare(lib, flags, mode)

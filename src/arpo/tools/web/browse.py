@@ -145,7 +145,7 @@ class BrowseTool:
     def __init__(self, config: WebConfig | dict | None = None):
         self.cfg = web_config(config)
         self.allow_hosts = list(self.cfg.allow_hosts)
-        if self.cfg.provider == "local":  # the local web is part of the configured world
+        if self.cfg.provider == "local" and self.cfg.browse_local_web:  # the local web is part of the configured world
             h, p = host_port(self.cfg.base_url)
             self.allow_hosts.append(f"{h}:{p}")
         self.calls = self.failures = self.summarized = 0
