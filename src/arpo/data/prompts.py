@@ -134,7 +134,7 @@ def describe_tool(name: str, tool=None, data: dict | None = None) -> str:
     fn = tool_schema(tool)["function"]
     desc = " ".join((fn.get("description") or "").strip().split("\n\n")[0].split())
     props = fn.get("parameters", {}).get("properties", {})
-    single = getattr(tool, "single_string_arg", None)
+    single = tool.single_string_arg
     if single or (len(props) == 1 and next(iter(props.values())).get("type") == "string"):
         return f"<{name}> {single or next(iter(props))} </{name}>: {desc}"
     args = ", ".join(f'"{k}": {v.get("type", "value")}' for k, v in props.items())
@@ -243,10 +243,9 @@ HERMES_TOOLS = (
 
 def tool_schema(tool) -> dict:
     """A tool's function schema; a tag-only tool (no `schema`) takes one string, `input`."""
-    s = getattr(tool, "schema", None)
-    if isinstance(s, dict):
-        return s
-    return {"type": "function", "function": {"name": tool.name, "description": getattr(tool, "description", "") or "",
+    if tool.schema is not None:
+        return tool.schema
+    return {"type": "function", "function": {"name": tool.name, "description": tool.description,
                                              "parameters": {"type": "object", "required": ["input"],
                                                             "properties": {"input": {"type": "string"}}}}}
 

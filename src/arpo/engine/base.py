@@ -110,6 +110,8 @@ class Tokenizer(Protocol):
 
 class Engine(Protocol):
     tokenizer: Tokenizer
+    context_len: int | None  # tokens the model's context holds (add() refuses longer prompts); None: unknown
+    topk_entropy: int  # each sampled token also records the entropy over the top-k tokens (0: none)
 
     def add(self, prompt_ids: list[int], params: SamplingParams) -> int: ...
 
@@ -206,6 +208,8 @@ class SequenceTable:
     at the end of a `with` block. The engine brings add / step / append / close."""
 
     seqs: dict[int, Sequence]
+    context_len: int | None = None  # an engine that knows its model's context sets it
+    topk_entropy: int = 0  # an engine that records top-k entropies sets its k
 
     def add(self, prompt_ids: list[int], params: SamplingParams | None = None) -> int:
         raise NotImplementedError

@@ -81,7 +81,7 @@ def evaluate(engine, tools, tok, examples: list[dict], *, reward_fn, agent: Agen
 
     rendered = prompts_for(examples, tok, names, template, cfg.tool_format)  # once per question
     for ex, p in zip(examples, rendered, strict=True):  # all of them before the first generation
-        check_prompt_fits(len(p), getattr(engine, "context_len", None), f"the prompt of {ex['id']}")
+        check_prompt_fits(len(p), engine.context_len, f"the prompt of {ex['id']}")
     jobs = [(i, s) for i in range(len(examples)) for s in range(samples)]
     web = any(n in tools.names for n in WEB_TOOLS)  # deep search: per-record search and reading metrics
     records = []

@@ -212,7 +212,7 @@ class ARPORollout:
                  cfg: RolloutConfig | None = None):
         self.cfg = (cfg or RolloutConfig()).with_defaults()  # AEPO's options unset: off (arpo train sets the preset's)
         self.cfg.validate()
-        if self.cfg.entropy_estimator == "topk" and getattr(engine, "topk_entropy", None) == 0:
+        if self.cfg.entropy_estimator == "topk" and engine.topk_entropy == 0:
             # the engine records no top-k entropies: every H would be measured on an empty segment
             raise ArpoError("rollout.entropy_estimator: topk, but the engine records no top-k entropies "
                             "(engine option topk_entropy: 0); set topk_entropy >= 1 (e.g. 10) or use "

@@ -159,7 +159,7 @@ class AgentScheduler:
 
     def stats(self) -> dict:
         return dataclasses.asdict(self._stats) | {
-            "live": len(self._live), "waiting": self._queued, "engine": dict(getattr(self.engine, "stats", {}))}
+            "live": len(self._live), "waiting": self._queued, "engine": dict(self.engine.stats)}
 
     def close(self, timeout: float = 10.0) -> None:
         """Cancel everything in flight and stop the engine thread."""

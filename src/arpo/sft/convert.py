@@ -355,7 +355,7 @@ def tools_to_sft(row: dict, tools, tokenizer, tool_format: str, system: str, sch
         if name not in tools:
             return None, f"unknown tool {name!r}"
         tool = tools[name]
-        single = getattr(tool, "single_string_arg", None)
+        single = tool.single_string_arg
         if tool_format == "tags":
             body = args[single] if single and isinstance(args, dict) and set(args) == {single} else (
                 args if isinstance(args, str) else json.dumps(args, ensure_ascii=False))

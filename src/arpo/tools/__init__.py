@@ -131,14 +131,12 @@ class _Registry(ToolRegistry):
     def register(self, tool, source: str | None = None) -> None:
         tool = as_tool(tool)
         source = source or source_of(tool)
-        if self.cache is not None and getattr(tool, "cacheable", True):  # your tools: only when options say so
+        if self.cache is not None and tool.cacheable:  # your tools: only when options say so
             tool = CachedTool(tool, self.cache)
         try:
             super().register(tool, source)
         except Exception:
-            close = getattr(tool, "close", None)  # a tool refused (its name is taken) keeps no workers
-            if close is not None:
-                close()
+            tool.close()  # a tool refused (its name is taken) keeps no workers
             raise
 
     def close(self) -> None:

@@ -25,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from arpo.errors import ArpoError
-from arpo.tools.base import ToolResult
+from arpo.tools.base import Tool, ToolResult, as_protocol_tool
 
 
 def normalize(tool: str, text: str) -> str:
@@ -108,11 +108,13 @@ def _read_rows(path: Path) -> list[dict]:
                         "tools.cache_path") from e
 
 
-class CachedTool:
-    """Wraps a tool with a ToolCache; same `name`, `__call__`, `close`."""
+class CachedTool(Tool):
+    """Wraps a tool with a ToolCache; the tool's `name`, description and schema, `__call__`, `call`, `close`."""
 
     def __init__(self, tool, cache: ToolCache):
-        self.tool, self.cache, self.name = tool, cache, tool.name
+        self.tool, self.cache = as_protocol_tool(tool), cache
+        self.name, self.description, self.schema = tool.name, self.tool.description, self.tool.schema
+        self.cacheable, self.sessions = self.tool.cacheable, self.tool.sessions
         self._inflight: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
 
@@ -147,14 +149,16 @@ class CachedTool:
         hit = self.cache.get(self.name, key)
         if hit is not None:
             return hit
-        r = self.tool.call(args) if hasattr(self.tool, "call") else self.tool(next(iter(args.values()), ""))
+        r = self.tool.call(args)
         self.cache.put(self.name, key, r)
         return replace(r, cached=False)
 
+    @property
+    def single_string_arg(self) -> str | None:
+        return self.tool.single_string_arg
+
     def close(self) -> None:
-        close = getattr(self.tool, "close", None)
-        if close is not None:
-            close()
+        self.tool.close()
 
     def __getattr__(self, name):  # expose the wrapped tool's attributes (isolation, counters, ...)
         return getattr(self.tool, name)

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
 from typing import Any
 
-from arpo.tools.base import ToolResult
+from arpo.tools.base import Tool, ToolResult
 from arpo.tools.sandbox.capture import UNWATCH, run_with_limits
 from arpo.tools.sandbox.limits import SandboxLimits
 from arpo.tools.sandbox.linux import write_all
@@ -45,7 +45,7 @@ from arpo.tools.sandbox.zygote import SANDBOX_UID_SPAN
 log = logging.getLogger(__name__)
 
 
-class PythonTool:
+class PythonTool(Tool):
     """`<python>` tool: run code in a pre-forked, namespace-isolated, one-shot interpreter.
 
     Thread-safe: `__call__` may run from many threads at once; each call takes its own worker.

@@ -38,7 +38,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from arpo.tools.base import ToolResult
+from arpo.tools.base import Tool, ToolResult
 from arpo.tools.python import PythonTool
 from arpo.tools.sandbox.capture import run_with_limits
 from arpo.tools.sandbox.cgroups import process_slots
@@ -85,7 +85,7 @@ class _Session:
     note: str = ""  # told to the model with the next result (e.g. "a fresh session started")
 
 
-class PythonSessionTool:
+class PythonSessionTool(Tool):
     """The `python` tool with sessions: `run_session(key, code)`, `fork(parent, child, n)`, `end(key)`.
     Keys are the rollout's sequence ids (rollout/agent.py passes them)."""
 

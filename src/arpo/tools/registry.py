@@ -110,9 +110,7 @@ class ToolRegistry:
     def close(self) -> None:
         """Release tool resources (worker pools, connections) of tools that hold any."""
         for t in self._tools.values():
-            close = getattr(t, "close", None)
-            if close is not None:
-                close()
+            t.close()
 
     def run(self, call: ToolCall) -> ToolResult:
         """Run a parsed call; errors (malformed call or a tool that raised) become error results."""
@@ -123,13 +121,8 @@ class ToolRegistry:
             if has_sessions(tool) and call.session is not None:  # state per trajectory
                 text = call.input if call.arguments is None else str(next(iter(call.arguments.values()), ""))
                 return tool.run_session(call.session, text)
-            if call.arguments is not None:  # json format
-                if hasattr(tool, "call"):
-                    return tool.call(call.arguments)
-                (value,) = call.arguments.values() if len(call.arguments) == 1 else (None,)
-                if not isinstance(value, str):
-                    return ToolResult(f"Error: tool {call.tag} takes one string argument", ok=False)
-                return tool(value)
+            if call.arguments is not None:  # json format (a tool without its own `call`: one string argument)
+                return tool.call(call.arguments)
             return tool(call.input)
         except Exception as e:  # noqa: BLE001 - a tool must never crash the rollout
             return ToolResult(f"Error: tool <{call.tag}> failed: {type(e).__name__}: {e}", ok=False)

@@ -20,7 +20,7 @@ import time
 from typing import TYPE_CHECKING
 
 from arpo.retrieval.server import KEY_ENV  # the key of `arpo serve retriever`, sent when set
-from arpo.tools.base import ToolResult
+from arpo.tools.base import Tool, ToolResult
 
 if TYPE_CHECKING:
     import httpx
@@ -55,7 +55,7 @@ def _format(hits, max_chars: int) -> tuple[str, bool]:
     return "\n\n".join(blocks), any_cut
 
 
-class SearchTool:
+class SearchTool(Tool):
     """`<search>query</search>` over `index` (an arpo.retrieval.index.Index) or a retrieval server at
     `url` (`arpo serve retriever`). Thread-safe; `calls` / `failures` count queries."""
 

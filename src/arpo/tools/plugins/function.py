@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from arpo.errors import ArpoError, require
-from arpo.tools.base import ToolResult
+from arpo.tools.base import Tool, ToolResult, as_protocol_tool
 
 
 @dataclass
@@ -81,7 +81,7 @@ def json_schema(fn: Callable, name: str | None = None, description: str | None =
     return schema
 
 
-class SchemaArgs:
+class SchemaArgs(Tool):
     """The arguments of a function-calling tool against its JSON schema: validation, and the tag
     format's text as arguments. Shared by FunctionTool and MCP tools; a subclass has `name`,
     `schema` ({type: function, function: {name, description, parameters}}) and `call(dict)`."""
@@ -252,7 +252,7 @@ def as_tool(obj: Any, options: ToolOptions | None = None, name: str | None = Non
     """A Tool from a function, a class (instantiated), an instance with __call__/run, or a Tool."""
     if isinstance(getattr(obj, "name", None), str) and callable(obj) and not inspect.isroutine(obj) \
             and not inspect.isclass(obj) and (hasattr(obj, "schema") or _one_argument(obj)):
-        return obj  # already a tool: the Tool protocol (name + __call__(input)), PythonTool, an MCP tool...
+        return as_protocol_tool(obj)  # already a tool (name + __call__(input)): PythonTool, an MCP tool...
     if isinstance(obj, type):  # a class (inspect.isclass)
         try:
             inst = obj()

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urljoin
 
 from arpo.settings.web import WebConfig, web_config
-from arpo.tools.base import ToolResult
+from arpo.tools.base import Tool, ToolResult
 from arpo.tools.web.extract_worker import ExtractTimeout, pool
 from arpo.tools.web.webdecode import ACCEPT_ENCODING, read_decoded
 from arpo.tools.web.webhttp import RETRY_STATUS, WebError, check_url, host_port, retry_delay
@@ -128,7 +128,7 @@ def excerpt(text: str, query: str, max_chars: int) -> str:
 
 
 # ---- the tool --------------------------------------------------------------------------------------
-class BrowseTool:
+class BrowseTool(Tool):
     """`<browse>URL [page=N] [| query]</browse>`; see the module docstring. Thread-safe."""
 
     name = "browse"

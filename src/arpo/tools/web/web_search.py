@@ -33,7 +33,7 @@ from urllib.parse import urljoin, urlsplit
 
 from arpo.errors import ArpoError
 from arpo.settings.web import KEY_REQUIRED, WebConfig, web_config
-from arpo.tools.base import ToolResult
+from arpo.tools.base import Tool, ToolResult
 from arpo.tools.web.webhttp import WebError, limiter_for, request, retry_delay
 
 if TYPE_CHECKING:
@@ -122,7 +122,7 @@ HTTP_PROVIDERS = {"serper": _serper, "tavily": _tavily, "brave": _brave, "exa": 
                   "local": _searxng}
 
 
-class WebSearchTool:
+class WebSearchTool(Tool):
     """`<web_search>query</web_search>`: the top results of the configured provider. Thread-safe;
     `calls` / `failures` count queries."""
 
