@@ -65,7 +65,7 @@ def run(args) -> int:
     from arpo.engine.hf import HFEngine
     from arpo.models import load_model
     from arpo.rollout.agent import AgentLoop
-    from arpo.tools import tools_from_config
+    from arpo.tools import check_web, tools_from_config
 
     if args.quiet:
         import warnings
@@ -75,6 +75,7 @@ def run(args) -> int:
     args.question = read_question(args.question)  # before anything loads
     r = resolve(args, "chat")  # flags, --tools-config, the run dir, the template, the defaults
     t0 = time.perf_counter()
+    check_web(r.tools)  # the local web down: every search an error result
     tools = tools_from_config(r.tools)
     names = list(tools.names)
     template = r.template or default_template(tools)

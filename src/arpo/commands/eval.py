@@ -103,7 +103,7 @@ def run(args) -> int:  # noqa: C901 - the command's steps in order (data, reward
     from arpo.eval.evaluate import evaluate
     from arpo.models import load_model
     from arpo.rewards import get_reward_fn
-    from arpo.tools import tools_from_config
+    from arpo.tools import check_web, tools_from_config
     from arpo.training.progress import Bar
 
     r = resolve(args, "eval")  # flags, --tools-config, the run dir, the template, the defaults
@@ -123,8 +123,10 @@ def run(args) -> int:  # noqa: C901 - the command's steps in order (data, reward
 
     for examples in datasets.values():  # a broken reward fails now, not after the model has loaded
         check_reward(reward_fn, examples, args.math_scorer, args.reward)
-    for path, examples in datasets.items():  # a web provider's key, before the model loads
-        _tools_for(r, path, examples)[0].check_keys()
+    for path, examples in datasets.items():  # a web provider's key and the local web, before the model loads
+        tcfg0 = _tools_for(r, path, examples)[0]
+        tcfg0.check_keys()
+        check_web(tcfg0)
     if args.out:
         from arpo.data.sources import input_paths
         from arpo.jsonl import prepare_output

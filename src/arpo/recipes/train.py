@@ -28,6 +28,7 @@ from arpo.models import check_model
 from arpo.rewards import get_reward_fn
 from arpo.rewards.custom import check_reward
 from arpo.settings import AlgoConfig, TrainConfig, TrainRunConfig, ValidationConfig
+from arpo.tools import check_web
 from arpo.training import distributed
 from arpo.training.checkpoint import (
     is_distributed_checkpoint,
@@ -72,6 +73,7 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
     examples = load_examples(cfg.data.path, cfg.data.limit, cfg.data.task)
     check_reward(reward_fn, examples, cfg.reward.math_scorer, cfg.reward.fn)  # one call, before the model loads
     cfg.tools.check_keys()  # serper with no key trained on, every search an error
+    check_web(cfg.tools)  # the local web down: every search an error result, rc 0
     val_examples = (load_examples(cfg.validation.path, cfg.validation.limit, cfg.data.task)
                     if cfg.validation.path else [])
     check_model(cfg.model.name, cfg.model.device)
