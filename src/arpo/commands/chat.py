@@ -60,7 +60,7 @@ def read_question(arg: str) -> str:
 
 def run(args) -> int:
     from arpo.commands.agent_flags import resolve
-    from arpo.commands.from_run import template_line
+    from arpo.commands.from_run import template_line, tools_words
     from arpo.data.prompts import default_template, render_prompt, system_prompt
     from arpo.engine.hf import HFEngine
     from arpo.models import load_model
@@ -89,7 +89,8 @@ def run(args) -> int:
     if not (args.json or args.quiet):
         import sys
 
-        print(template_line("chat", args.model, template, r.source, ",".join(names) or "none"), file=sys.stderr)
+        print(template_line("chat", args.model, template, r.source, tools_words(r.tools, names) or "none"),
+              file=sys.stderr)
     prompt = render_prompt(tok, args.question, system, tools=tools, tool_format=r.agent.tool_format)
     loop = AgentLoop(HFEngine(model, tok), tools, r.agent)
     shown = None if args.json else Transcript(tok)  # the answer as it is generated (it came all at once at the end)

@@ -97,8 +97,9 @@ def register(sub) -> None:
 
 def run(args) -> int:  # noqa: C901 - the command's steps in order (data, reward check, judge, engine, each dataset's tools, Ctrl-C), each a guard with its own message
     from arpo.commands.agent_flags import resolve
-    from arpo.commands.from_run import template_line
+    from arpo.commands.from_run import template_line, tools_words
     from arpo.data.datasets import load_examples
+    from arpo.data.prompts import templates_for
     from arpo.engine import make_engine
     from arpo.eval.evaluate import evaluate
     from arpo.models import load_model
@@ -150,8 +151,9 @@ def run(args) -> int:  # noqa: C901 - the command's steps in order (data, reward
             for path, examples in datasets.items():
                 tcfg, template = _tools_for(r, path, examples)
                 tools = tools_from_config(tcfg)
-                if not args.quiet:
-                    print(template_line("eval", args.model, template, r.source, ",".join(tools.names)),
+                if not args.quiet:  # the templates and tools in use, not "default"
+                    used = ", ".join(templates_for(examples, tools, template))
+                    print(template_line("eval", args.model, used, r.source, tools_words(tcfg, tools.names)),
                           file=sys.stderr)
                 task = bar.add_task(_label(path), total=len(examples) * args.samples)
                 recs: list = []
