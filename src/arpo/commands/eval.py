@@ -105,7 +105,7 @@ def run(args) -> int:  # noqa: C901 - the command's steps in order (data, reward
     from arpo.models import load_model
     from arpo.rewards import get_reward_fn
     from arpo.tools import check_web, tools_from_config
-    from arpo.training.progress import Bar
+    from arpo.training.progress import Bar, Heartbeat
 
     r = resolve(args, "eval")  # flags, --tools-config, the run dir, the template, the defaults
     agent = r.agent
@@ -164,6 +164,7 @@ def run(args) -> int:  # noqa: C901 - the command's steps in order (data, reward
                         temperature=agent.temperature, template=template, seed=args.seed,
                         math_scorer=args.math_scorer, batch_size=args.batch_size,
                         progress=lambda n, t=task: bar.advance(t, n), records_out=recs,
+                        heartbeat=Heartbeat(f"arpo eval {_label(path)}", enabled=not (args.quiet or args.json)),
                     )
                 finally:
                     tools.close()

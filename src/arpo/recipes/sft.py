@@ -32,7 +32,7 @@ from arpo.training.batch import TreeBatch, loss_and_backward
 from arpo.training.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint, write_text_atomic
 from arpo.training.logger import MetricsLogger
 from arpo.training.optim import build_optimizer, build_scheduler, clip_gradients, load_policy
-from arpo.training.progress import Phases, StepProgress
+from arpo.training.progress import Heartbeat, Phases, StepProgress
 from arpo.training.rundir import RunDir
 from arpo.training.signals import GracefulStop
 
@@ -109,14 +109,17 @@ def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False, overwrite: bo
         last = {}
         if start < total:
             phase(f"step {start + 1}/{total} running")
+        beat = Heartbeat("sft", enabled=not quiet)  # within a step: its micro-batches
         with GracefulStop() as stop, StepProgress("sft", total, start, enabled=not quiet) as bar:
             for step in range(start, total):
                 t0 = time.perf_counter()
                 items = [data[i] for i in batch_indices(len(data), cfg.prompts_per_step, cfg.run.seed, step)]
                 trees = [{"prompt": p, "responses": [ids], "parent": [-1], "branch_at": [0]} for p, ids, _ in items]
                 batch = TreeBatch.from_trees(trees, [[m] for _, _, m in items])
-                loss, _ = loss_and_backward(model, batch, nll_loss(batch.mask), packed=False,
-                                            max_tokens=cfg.micro_tokens, pad_id=pad, linear=True)
+                loss, _ = loss_and_backward(
+                    model, batch, nll_loss(batch.mask), packed=False, max_tokens=cfg.micro_tokens, pad_id=pad,
+                    linear=True, on_micro=lambda i, n, k=step + 1: beat.beat(
+                        f"step {k}/{total}: forward + backward of micro-batch {i}/{n} done"))
                 gnorm = clip_gradients(model, cfg.optim.grad_clip)
                 opt.step()
                 sched.step()

@@ -41,7 +41,7 @@ from arpo.training.checkpoint import (
 from arpo.training.logger import MetricsLogger
 from arpo.training.memory import check_fits
 from arpo.training.pipeline import check_off_policy, in_flight_checkpoint, restore_in_flight
-from arpo.training.progress import StepProgress
+from arpo.training.progress import Heartbeat, Phases, StepProgress, step_phases
 from arpo.training.rollout_log import RolloutLog
 from arpo.training.rundir import RunDir
 from arpo.training.sharded import LOSS_DENOMINATORS
@@ -88,6 +88,8 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
         def log_error(msg: str) -> None:  # distributed: gathered to rank 0 after each step
             pending.append(msg)
 
+        phase = Phases("train", enabled=main and not quiet)  # it printed nothing for 23 min before step 1
+        phase(f"loading the model {ckpt or cfg.model.name}, the reference model and the rollout engine")
         tr = setup(cfg, preset, examples, reward_fn, ckpt, multi, log_error)
         state: dict = {}
         if ckpt is not None and (multi or is_distributed_checkpoint(ckpt)):  # DCP: reshards to this rank count
@@ -104,8 +106,14 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
                               start if ckpt is not None else None, enabled=main,
                               meta={"preset": preset.name, "attribution": preset.attribution})
         last: dict = {}
+        now = {"step": start}
+        tr.on_lap = step_phases(tr.on_lap, Heartbeat("train", enabled=main and not quiet), now, start, cfg.steps)
+        if start < cfg.steps:
+            phase(f"step {start + 1}/{cfg.steps}: generating the rollouts of {cfg.prompts_per_step} prompts × "
+                  f"{cfg.rollout.group_size}")
         with GracefulStop() as stop, StepProgress("train", cfg.steps, start, enabled=main and not quiet) as bar:
             for step in range(start, cfg.steps):
+                now["step"] = step
                 metrics, trees = train_step(tr, step)
                 rollouts.write(step + 1, trees)
                 mine = [pending.pop(0) for _ in range(len(pending))]  # off-policy: the rollout thread may append
