@@ -31,7 +31,7 @@ from arpo.sft.rows import read_sft_rows, tokenize_row
 from arpo.training.batch import TreeBatch, loss_and_backward
 from arpo.training.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint, write_text_atomic
 from arpo.training.logger import MetricsLogger
-from arpo.training.optim import build_optimizer, build_scheduler, clip_gradients, load_policy
+from arpo.training.optim import build_optimizer, build_scheduler, checkpoint_activations, clip_gradients, load_policy
 from arpo.training.progress import Heartbeat, Phases, StepProgress
 from arpo.training.rundir import RunDir
 from arpo.training.signals import GracefulStop
@@ -80,6 +80,8 @@ def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False, overwrite: bo
         torch.manual_seed(cfg.run.seed)
         phase(f"loading the model {ckpt or cfg.model.name}")
         model, tok = load_policy(cfg.model, cfg.lora, ckpt)
+        if cfg.memory.activation_checkpointing:
+            checkpoint_activations(model)
         phase(f"tokenizing {len(rows)} rows")
         model.train()
         data, skipped = [], 0
@@ -107,6 +109,7 @@ def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False, overwrite: bo
                             wandb_project=cfg.run.wandb, config=dataclasses.asdict(cfg))
         pad = tok.pad_token_id if tok.pad_token_id is not None else 0
         last = {}
+        finished = start  # the steps done when it returns (a stopped run did not do `total`)
         if start < total:
             phase(f"step {start + 1}/{total} running")
         beat = Heartbeat("sft", enabled=not quiet)  # within a step: its micro-batches
@@ -129,7 +132,7 @@ def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False, overwrite: bo
                 last = {"loss": float(loss), "grad_norm": gnorm, "lr": sched.get_last_lr()[0],
                         "tokens": n_tok, "tokens_per_s": n_tok / dt, "step_seconds": dt,
                         "epoch": step // per_epoch}
-                done = step + 1
+                done = finished = step + 1
                 stopping = stop.requested()
                 if done % cfg.run.log_every == 0 or done == total or stopping:
                     log.log(done, last)
@@ -146,6 +149,7 @@ def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False, overwrite: bo
             log.close()
         rd.close()
     final = latest_checkpoint(run_dir)
-    return {"steps": total, "rows": len(data), "skipped_too_long": skipped, "final_loss": last.get("loss"),
+    return {"steps": finished, "of_steps": total, "rows": len(data), "skipped_too_long": skipped,
+            "final_loss": last.get("loss"),
             "checkpoint": str(final) if final else None, "model": str(final / "model") if final else None,
             "stopped_by": stop.signal}
