@@ -18,6 +18,7 @@ ranks; rank 0 logs and writes; checkpoints are DCP (resumable on any rank count)
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 
 import torch
@@ -39,6 +40,7 @@ from arpo.training.checkpoint import (
     save_distributed_checkpoint,
 )
 from arpo.training.logger import MetricsLogger
+from arpo.training.malformed import all_malformed_warning
 from arpo.training.memory import check_fits
 from arpo.training.pipeline import check_off_policy, in_flight_checkpoint, restore_in_flight
 from arpo.training.progress import Heartbeat, Phases, StepProgress, step_phases
@@ -116,6 +118,9 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
                 now["step"] = step
                 metrics, trees = train_step(tr, step)
                 rollouts.write(step + 1, trees)
+                warn = all_malformed_warning(metrics, step + 1, cfg.steps) if main else None
+                if warn:  # every reward the format penalty: no signal, said (training/malformed.py)
+                    print(warn, file=sys.stderr, flush=True)
                 mine = [pending.pop(0) for _ in range(len(pending))]  # off-policy: the rollout thread may append
                 msgs = [m for part in distributed.gather(mine) for m in part] if multi else mine
                 if main and msgs:
