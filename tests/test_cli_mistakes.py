@@ -190,7 +190,7 @@ def test_own_data_says_what_task_it_inferred_and_task_sets_it(tmp_path, capsys):
     data.write_text(json.dumps({"question": "What is 2+2?", "answer": "4"}) + "\n")
     assert load_examples(str(data))[0]["task"] == "qa"
     err = capsys.readouterr().err
-    assert "1 of 1 rows have no 'task' field: 1 taken as qa (search tool" in err and "--task" in err
+    assert "1 of 1 rows have no 'task' field: 1 taken as qa (token-F1 scoring)" in err and "--task" in err
     assert load_examples(str(data), task="math")[0]["task"] == "math" and capsys.readouterr().err == ""
     load_examples("svamp:test[0:2]")
     assert capsys.readouterr().err == ""  # built-in data: nothing to say

@@ -61,12 +61,12 @@ def read_question(arg: str) -> str:
 def run(args) -> int:
     from arpo.chat_templates import guard_tokenizer
     from arpo.commands.agent_flags import resolve
-    from arpo.commands.from_run import template_line
+    from arpo.commands.from_run import template_line, tools_words
     from arpo.data.prompts import default_template, render_prompt, system_prompt
     from arpo.engine.hf import HFEngine
     from arpo.models import load_model
     from arpo.rollout.agent import AgentLoop
-    from arpo.tools import tools_from_config
+    from arpo.tools import check_web, tools_from_config
 
     if args.quiet:
         import warnings
@@ -76,6 +76,7 @@ def run(args) -> int:
     args.question = read_question(args.question)  # before anything loads
     r = resolve(args, "chat")  # flags, --tools-config, the run dir, the template, the defaults
     t0 = time.perf_counter()
+    check_web(r.tools)  # the local web down: every search an error result
     tools = tools_from_config(r.tools)
     names = list(tools.names)
     template = r.template or default_template(tools)
@@ -90,7 +91,8 @@ def run(args) -> int:
     if not (args.json or args.quiet):
         import sys
 
-        print(template_line("chat", args.model, template, r.source, ",".join(names) or "none"), file=sys.stderr)
+        print(template_line("chat", args.model, template, r.source, tools_words(r.tools, names) or "none"),
+              file=sys.stderr)
     prompt = render_prompt(tok, args.question, system, tools=tools, tool_format=r.agent.tool_format)
     loop = AgentLoop(HFEngine(model, tok), tools, r.agent)
     shown = None if args.json else Transcript(tok)  # the answer as it is generated (it came all at once at the end)

@@ -98,14 +98,15 @@ def register(sub) -> None:
 def run(args) -> int:  # noqa: C901 - the command's steps in order (data, reward check, judge, engine, each dataset's tools, Ctrl-C), each a guard with its own message
     from arpo.chat_templates import guard_tokenizer
     from arpo.commands.agent_flags import resolve
-    from arpo.commands.from_run import template_line
+    from arpo.commands.from_run import template_line, tools_words
     from arpo.data.datasets import load_examples
+    from arpo.data.prompts import templates_for
     from arpo.engine import make_engine
     from arpo.eval.evaluate import evaluate
     from arpo.models import load_model
     from arpo.rewards import get_reward_fn
-    from arpo.tools import tools_from_config
-    from arpo.training.progress import Bar
+    from arpo.tools import check_web, tools_from_config
+    from arpo.training.progress import Bar, Heartbeat
 
     r = resolve(args, "eval")  # flags, --tools-config, the run dir, the template, the defaults
     agent = r.agent
@@ -124,8 +125,10 @@ def run(args) -> int:  # noqa: C901 - the command's steps in order (data, reward
 
     for examples in datasets.values():  # a broken reward fails now, not after the model has loaded
         check_reward(reward_fn, examples, args.math_scorer, args.reward)
-    for path, examples in datasets.items():  # a web provider's key, before the model loads
-        _tools_for(r, path, examples)[0].check_keys()
+    for path, examples in datasets.items():  # a web provider's key and the local web, before the model loads
+        tcfg0 = _tools_for(r, path, examples)[0]
+        tcfg0.check_keys()
+        check_web(tcfg0)
     if args.out:
         from arpo.data.sources import input_paths
         from arpo.jsonl import prepare_output
@@ -150,8 +153,9 @@ def run(args) -> int:  # noqa: C901 - the command's steps in order (data, reward
             for path, examples in datasets.items():
                 tcfg, template = _tools_for(r, path, examples)
                 tools = tools_from_config(tcfg)
-                if not args.quiet:
-                    print(template_line("eval", args.model, template, r.source, ",".join(tools.names)),
+                if not args.quiet:  # the templates and tools in use, not "default"
+                    used = ", ".join(templates_for(examples, tools, template))
+                    print(template_line("eval", args.model, used, r.source, tools_words(tcfg, tools.names)),
                           file=sys.stderr)
                 task = bar.add_task(_label(path), total=len(examples) * args.samples)
                 recs: list = []
@@ -162,6 +166,7 @@ def run(args) -> int:  # noqa: C901 - the command's steps in order (data, reward
                         temperature=agent.temperature, template=template, seed=args.seed,
                         math_scorer=args.math_scorer, batch_size=args.batch_size,
                         progress=lambda n, t=task: bar.advance(t, n), records_out=recs,
+                        heartbeat=Heartbeat(f"arpo eval {_label(path)}", enabled=not (args.quiet or args.json)),
                     )
                 finally:
                     tools.close()

@@ -61,6 +61,21 @@ def template_line(command: str, model: str, template: str | None, source: str, t
             f"{tools or 'none'}, model {model}")
 
 
+def tools_words(tcfg, names) -> str:
+    """The tools as a command reports them: `search` says which index it searches (rows without
+    --tools were searched in the built-in HotpotQA index, and nothing said so)."""
+    out = []
+    for n in names:
+        if n == "search" and tcfg.search_url:
+            out.append(f"search (the retriever at {tcfg.search_url})")
+        elif n == "search":
+            out.append(f"search (the index {tcfg.search_index})" if tcfg.search_index else
+                       "search (the built-in HotpotQA index; --search-index DIR for yours)")
+        else:
+            out.append(n)
+    return ",".join(out)
+
+
 def add_trust_flag(p) -> None:
     """The one definition of TRUST_FLAG, for every command that loads a run's settings."""
     p.add_argument(TRUST_FLAG, dest="trust_run_config", action="store_true",

@@ -136,8 +136,9 @@ def load_examples(spec: str | Path, limit: int | None = None, task: str | None =
     return out
 
 
-TASK_MEANS = {"math": "python tool, math prompt, math-equivalence scoring",
-              "qa": "search tool, search prompt, F1 scoring"}
+# what the task decides: the scoring (the tools and the prompt are the command's, and eval / chat
+# print theirs; the note said "search tool, search prompt" while the web tools and deep_search ran)
+TASK_MEANS = {"math": "math-equivalence scoring", "qa": "token-F1 scoring"}
 
 
 def task_note(inferred: dict[str, int], n: int) -> str:

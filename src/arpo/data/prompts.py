@@ -208,17 +208,27 @@ def prompts_for(examples, tokenizer, tools, template: str | None, tool_format: s
     out = []
     all_names = _names(tools)
     for ex in examples:
-        tmpl, names = template, all_names
-        if tmpl is None:
-            tmpl = {"math": "math", "qa": "search"}.get(ex.get("task"), "")
-            if tmpl and set(TASK_TOOLS[tmpl]) <= set(all_names) and len(all_names) > 1:
-                names = list(TASK_TOOLS[tmpl]) + [n for n in all_names if n not in BUILTIN_TOOLS]
-            else:
-                tmpl = default_template(all_names)
+        tmpl, names = _template_of(ex, all_names, template)
         sub = _Subset(tools, names) if hasattr(tools, "names") else names
         out.append(render_prompt(tokenizer, ex["question"], system_prompt(tmpl, sub, tool_format=tool_format),
                                  tools=sub, tool_format=tool_format))
     return out
+
+
+def _template_of(ex: dict, all_names: list[str], template: str | None) -> tuple[str, list[str]]:
+    """(template, the tools its prompt describes) of one example (prompts_for's rule)."""
+    if template is not None:
+        return template, all_names
+    tmpl = {"math": "math", "qa": "search"}.get(ex.get("task", ""), "")
+    if tmpl and set(TASK_TOOLS[tmpl]) <= set(all_names) and len(all_names) > 1:
+        return tmpl, list(TASK_TOOLS[tmpl]) + [n for n in all_names if n not in BUILTIN_TOOLS]
+    return default_template(all_names), all_names
+
+
+def templates_for(examples, tools, template: str | None) -> list[str]:
+    """The templates `prompts_for` gives these examples (what a command reports it uses)."""
+    names = _names(tools)
+    return list(dict.fromkeys(_template_of(ex, names, template)[0] for ex in examples))
 
 
 class _Subset:

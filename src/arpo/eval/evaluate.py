@@ -67,11 +67,27 @@ def prompt_tools(tools, tool_names: list[str] | None):
     return list(tool_names)
 
 
+def _batch_beat(heartbeat, k: int, n: int):
+    """The agent loop's `on_step` that tells `heartbeat` how batch k of n goes (None without one)."""
+    if heartbeat is None:
+        return None
+
+    def on_step(outs, states) -> None:
+        def line() -> str:
+            done = sum(st.finish_reason is not None for st in states.values())
+            calls = sum(len(st.calls) for st in states.values())
+            return f"batch {k}/{n}: generating, {done}/{len(states)} answers finished, {calls} tool calls"
+        heartbeat.beat(line)
+    return on_step
+
+
 def evaluate(engine, tools, tok, examples: list[dict], *, reward_fn, agent: AgentConfig | None = None,
              samples: int = 1, temperature: float = 0.0, template: str | None = None,
              tool_names: list[str] | None = None, seed: int = 0, math_scorer: str = "math_equal",
-             batch_size: int = 16, progress=None, records_out: list | None = None) -> dict:
-    """Metrics of one dataset. Greedy (temperature 0) with samples=1 gives deterministic numbers."""
+             batch_size: int = 16, progress=None, records_out: list | None = None, heartbeat=None) -> dict:
+    """Metrics of one dataset. Greedy (temperature 0) with samples=1 gives deterministic numbers.
+    `progress(n)`: n answers finished (per batch); `heartbeat`: a training.progress.Heartbeat told
+    how a batch's generation goes while it runs."""
     from arpo.rollout.agent import AgentLoop  # noqa: PLC0415 - loads torch; kept out of this light module's import
 
     cfg = dataclasses.replace(agent or AgentConfig(), temperature=temperature)
@@ -89,7 +105,8 @@ def evaluate(engine, tools, tok, examples: list[dict], *, reward_fn, agent: Agen
         for b in range(0, len(jobs), batch_size):
             chunk = [(examples[i], s, rendered[i]) for i, s in jobs[b : b + batch_size]]
             prompts = [p for _, _, p in chunk]
-            trajs = loop.run(prompts, seeds=[seed * 1_000_003 + b + i for i in range(len(chunk))])
+            on_step = _batch_beat(heartbeat, b // batch_size + 1, -(-len(jobs) // batch_size))
+            trajs = loop.run(prompts, seeds=[seed * 1_000_003 + b + i for i in range(len(chunk))], on_step=on_step)
             for (ex, s, _), tr in zip(chunk, trajs, strict=True):
                 calls = [{"tool": c.tool, "ok": c.ok} for c in tr.tool_calls]
                 res = reward_fn(tr.text, ex, tool_calls=calls, math_scorer=math_scorer, tools=tools.names,

@@ -31,8 +31,16 @@ from arpo.sft.rows import read_sft_rows, tokenize_row
 from arpo.training.batch import TreeBatch, loss_and_backward
 from arpo.training.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint, write_text_atomic
 from arpo.training.logger import MetricsLogger
-from arpo.training.optim import autocast, build_optimizer, build_scheduler, clip_gradients, load_policy, master_compute
-from arpo.training.progress import Phases, StepProgress
+from arpo.training.optim import (
+    autocast,
+    build_optimizer,
+    build_scheduler,
+    checkpoint_activations,
+    clip_gradients,
+    load_policy,
+    master_compute,
+)
+from arpo.training.progress import Heartbeat, Phases, StepProgress
 from arpo.training.rundir import RunDir
 from arpo.training.signals import GracefulStop
 
@@ -82,6 +90,8 @@ def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False, overwrite: bo
         phase(f"loading the model {ckpt or cfg.model.name}")
         model, tok = load_policy(cfg.model, cfg.lora, ckpt)
         compute = master_compute(cfg.model, cfg.lora)
+        if cfg.memory.activation_checkpointing:
+            checkpoint_activations(model)
         phase(f"tokenizing {len(rows)} rows")
         model.train()
         data, skipped = [], 0
@@ -109,8 +119,10 @@ def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False, overwrite: bo
                             wandb_project=cfg.run.wandb, config=dataclasses.asdict(cfg))
         pad = tok.pad_token_id if tok.pad_token_id is not None else 0
         last = {}
+        finished = start  # the steps done when it returns (a stopped run did not do `total`)
         if start < total:
             phase(f"step {start + 1}/{total} running")
+        beat = Heartbeat("sft", enabled=not quiet)  # within a step: its micro-batches
         with GracefulStop() as stop, StepProgress("sft", total, start, enabled=not quiet) as bar:
             for step in range(start, total):
                 t0 = time.perf_counter()
@@ -118,8 +130,10 @@ def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False, overwrite: bo
                 trees = [{"prompt": p, "responses": [ids], "parent": [-1], "branch_at": [0]} for p, ids, _ in items]
                 batch = TreeBatch.from_trees(trees, [[m] for _, _, m in items])
                 with autocast(model, compute):  # 16-bit compute over float32 master weights
-                    loss, _ = loss_and_backward(model, batch, nll_loss(batch.mask), packed=False,
-                                                max_tokens=cfg.micro_tokens, pad_id=pad, linear=True)
+                    loss, _ = loss_and_backward(
+                        model, batch, nll_loss(batch.mask), packed=False, max_tokens=cfg.micro_tokens, pad_id=pad,
+                        linear=True, on_micro=lambda i, n, k=step + 1: beat.beat(
+                            f"step {k}/{total}: forward + backward of micro-batch {i}/{n} done"))
                 gnorm = clip_gradients(model, cfg.optim.grad_clip)
                 opt.step()
                 sched.step()
@@ -129,7 +143,7 @@ def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False, overwrite: bo
                 last = {"loss": float(loss), "grad_norm": gnorm, "lr": sched.get_last_lr()[0],
                         "tokens": n_tok, "tokens_per_s": n_tok / dt, "step_seconds": dt,
                         "epoch": step // per_epoch}
-                done = step + 1
+                done = finished = step + 1
                 stopping = stop.requested()
                 if done % cfg.run.log_every == 0 or done == total or stopping:
                     log.log(done, last)
@@ -146,6 +160,7 @@ def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False, overwrite: bo
             log.close()
         rd.close()
     final = latest_checkpoint(run_dir)
-    return {"steps": total, "rows": len(data), "skipped_too_long": skipped, "final_loss": last.get("loss"),
+    return {"steps": finished, "of_steps": total, "rows": len(data), "skipped_too_long": skipped,
+            "final_loss": last.get("loss"),
             "checkpoint": str(final) if final else None, "model": str(final / "model") if final else None,
             "stopped_by": stop.signal}

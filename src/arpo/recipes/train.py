@@ -29,6 +29,7 @@ from arpo.models import check_model
 from arpo.rewards import get_reward_fn
 from arpo.rewards.custom import check_reward
 from arpo.settings import AlgoConfig, TrainConfig, TrainRunConfig, ValidationConfig
+from arpo.tools import check_web
 from arpo.training import distributed
 from arpo.training.checkpoint import (
     is_distributed_checkpoint,
@@ -42,7 +43,7 @@ from arpo.training.health import HealthMonitor
 from arpo.training.logger import MetricsLogger, read_metrics
 from arpo.training.memory import check_fits
 from arpo.training.pipeline import check_off_policy, in_flight_checkpoint, restore_in_flight
-from arpo.training.progress import StepProgress
+from arpo.training.progress import Heartbeat, Phases, StepProgress, step_phases
 from arpo.training.rollout_log import RolloutLog
 from arpo.training.rundir import RunDir
 from arpo.training.sharded import LOSS_DENOMINATORS
@@ -75,6 +76,7 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
     examples = load_examples(cfg.data.path, cfg.data.limit, cfg.data.task)
     check_reward(reward_fn, examples, cfg.reward.math_scorer, cfg.reward.fn)  # one call, before the model loads
     cfg.tools.check_keys()  # serper with no key trained on, every search an error
+    check_web(cfg.tools)  # the local web down: every search an error result, rc 0
     val_examples = (load_examples(cfg.validation.path, cfg.validation.limit, cfg.data.task)
                     if cfg.validation.path else [])
     check_model(cfg.model.name, cfg.model.device)
@@ -89,6 +91,8 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
         def log_error(msg: str) -> None:  # distributed: gathered to rank 0 after each step
             pending.append(msg)
 
+        phase = Phases("train", enabled=main and not quiet)  # it printed nothing for 23 min before step 1
+        phase(f"loading the model {ckpt or cfg.model.name}, the reference model and the rollout engine")
         tr = setup(cfg, preset, examples, reward_fn, ckpt, multi, log_error)
         state: dict = {}
         if ckpt is not None and (multi or is_distributed_checkpoint(ckpt)):  # DCP: reshards to this rank count
@@ -109,8 +113,14 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
             health.observe(dict(row))
         last: dict = {}
         guard_stop = None
+        now = {"step": start}
+        tr.on_lap = step_phases(tr.on_lap, Heartbeat("train", enabled=main and not quiet), now, start, cfg.steps)
+        if start < cfg.steps:
+            phase(f"step {start + 1}/{cfg.steps}: generating the rollouts of {cfg.prompts_per_step} prompts × "
+                  f"{cfg.rollout.group_size}")
         with GracefulStop() as stop, StepProgress("train", cfg.steps, start, enabled=main and not quiet) as bar:
             for step in range(start, cfg.steps):
+                now["step"] = step
                 metrics, trees = train_step(tr, step)
                 rollouts.write(step + 1, trees)
                 mine = [pending.pop(0) for _ in range(len(pending))]  # off-policy: the rollout thread may append

@@ -39,7 +39,7 @@ from arpo.rollout.agent import Trajectory
 from arpo.serve import openai_format as fmt
 from arpo.serve.scheduler import AgentScheduler, Busy, Done, Failed, Request, Step, Tokens
 from arpo.settings import MAX_REQUEST_BYTES, ServeConfig
-from arpo.tools import tools_from_config
+from arpo.tools import check_web, tools_from_config
 
 DISCONNECT_POLL_S = 0.25  # how often a non-streaming request checks that its client is still there
 
@@ -294,6 +294,7 @@ def agent_server(cfg: ServeConfig):
     agent.validate()
     cfg.tools.validate()
     require_port_free(cfg.host, cfg.port)  # before loading anything (uvicorn would only log and exit)
+    check_web(cfg.tools)  # the local web down: every search an error result
     tools = tools_from_config(cfg.tools)  # MCP servers and your own tools too
     engine = sched = None
     try:

@@ -18,6 +18,15 @@ class SFTDataConfig:
 
 
 @dataclass
+class SFTMemoryConfig:
+    """What bounds an SFT step's activation memory (besides micro_tokens)."""
+
+    # recompute each decoder layer's activations in the backward instead of keeping them (as `arpo
+    # train`'s memory.activation_checkpointing): about one more forward of compute, a fraction of the memory
+    activation_checkpointing: bool = False
+
+
+@dataclass
 class SFTConfig:
     model: ModelConfig = field(default_factory=ModelConfig)  # the model to fine-tune
     data: SFTDataConfig = field(default_factory=SFTDataConfig)  # worked examples (rows: `arpo sft-data`)
@@ -29,6 +38,7 @@ class SFTConfig:
     epochs: int = 1  # passes over the data (unless steps stops earlier)
     steps: int | None = None  # stop after this many steps (default: epochs over the data) (was: max_steps)
     micro_tokens: int = 2048  # tokens per forward/backward micro-batch (bounds activation memory)
+    memory: SFTMemoryConfig = field(default_factory=SFTMemoryConfig)  # activation checkpointing
     # the old spellings, still read with a warning: `arpo train`'s names are the ones (issue 29)
     RENAMED: ClassVar[dict[str, str]] = {"max_steps": "steps", "batch_size": "prompts_per_step"}
 

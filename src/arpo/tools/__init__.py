@@ -39,6 +39,17 @@ from arpo.tools.web.browse import BrowseTool
 from arpo.tools.web.web_search import WebSearchTool
 
 
+def check_web(cfg: ToolsConfig) -> None:
+    """With web_search on the local web (provider local, the default): the local web must answer, or
+    one ArpoError line says where and how to start it. Without this check `arpo eval / train / chat /
+    serve agent` ran to the end with rc 0, every search an error result. Those commands call it
+    before their model loads (a library caller's registry is not checked: one more request)."""
+    from arpo.tools.web.web_search import require_local_web  # noqa: PLC0415 - loads httpx; only with web_search
+
+    if "web_search" in cfg.enabled:
+        require_local_web(cfg.web)
+
+
 def tools_from_config(cfg: ToolsConfig) -> ToolRegistry:
     """The registry a `tools:` section asks for (settings.ToolsConfig): its web key checked first, its
     cache shared by the cacheable tools."""

@@ -165,7 +165,8 @@ def rollout_logprobs(batch: TreeBatch, values: dict[tuple[int, int], tuple[list[
 def loss_and_backward(model, batch: TreeBatch, loss_fn, *, packed: bool = True, max_tokens: int = 4096,
                       need_entropy: bool = False, temperature: float = 1.0, chunk_size: int = 1024,
                       pad_id: int = 0, current: tuple[torch.Tensor, torch.Tensor | None] | None = None,
-                      scale: float = 1.0, record: torch.Tensor | None = None, linear: bool = False):
+                      scale: float = 1.0, record: torch.Tensor | None = None, linear: bool = False,
+                      on_micro=None):
     """loss_fn(logp (B,T), entropy (B,T)|None) -> (loss, diagnostics). Accumulates
     scale · dloss/dθ into the parameters' .grad and returns (loss, diagnostics).
 
@@ -175,14 +176,15 @@ def loss_and_backward(model, batch: TreeBatch, loss_fn, *, packed: bool = True, 
     e.g. to compare with what the rollout engine recorded (train–inference mismatch).
     `linear`: loss_fn is linear in logp and ignores the entropy (SFT's NLL), so dL/dlogp is the same at
     any logp: it is taken at logp = 0, the no-grad forward is skipped (a quarter of an SFT step) and the
-    loss is evaluated on the log-probs of the training forward itself."""
+    loss is evaluated on the log-probs of the training forward itself.
+    `on_micro(done, total)`: called after each micro-batch's backward (progress within a step)."""
     if linear:
         if need_entropy or current is not None:
             raise ValueError("linear=True takes no `current` and no entropy")
         own = torch.zeros(batch.mask.shape, dtype=torch.float64, device=batch.mask.device)
         loss_and_backward(model, batch, loss_fn, packed=packed, max_tokens=max_tokens, temperature=temperature,
                           chunk_size=chunk_size, pad_id=pad_id, current=(torch.zeros_like(own), None), scale=scale,
-                          record=own)
+                          record=own, on_micro=on_micro)
         if record is not None:
             record.copy_(own)
         loss, diag = loss_fn(own, None)
@@ -196,9 +198,12 @@ def loss_and_backward(model, batch: TreeBatch, loss_fn, *, packed: bool = True, 
     grads = torch.autograd.grad(loss * scale, [lp] + ([en] if en is not None else []), allow_unused=True)
     g_lp = grads[0] if grads[0] is not None else torch.zeros_like(lp)
     g_en = grads[1] if en is not None else None
-    for group in _micro_packs(batch, packed, max_tokens):
+    groups = list(_micro_packs(batch, packed, max_tokens))
+    for i, group in enumerate(groups, 1):
         with use_tree_attention(model):  # also for layers recomputed in the backward (activation checkpointing)
             _backward_group(model, batch, group, g_lp, g_en, chunk_size, temperature, pad_id, record)
+        if on_micro is not None:
+            on_micro(i, len(groups))
     return loss.detach(), diag
 
 

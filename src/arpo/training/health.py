@@ -47,9 +47,14 @@ def no_signal(m: dict, hist: History) -> str | None:
 
 
 def all_malformed(m: dict, hist: History) -> str | None:
-    """format_error_rate = 1: every rollout is malformed, every reward the penalty, every advantage 0."""
-    f = m.get("format_error_rate")
-    return None if f is None or f < 1.0 else "every rollout is malformed: the step learns nothing"
+    """format_error_rate = 1: every rollout is malformed, every reward the penalty, every advantage 0
+    (it used to end as "done" without a word: 4 of 4 rollouts at −1 on the own-corpus recipe)."""
+    f, n = m.get("format_error_rate"), int(m.get("trajectories", 0) or 0)
+    if f is None or f < 1.0:
+        return None
+    return (f"all {n} rollouts are malformed (reward {m.get('reward_mean', 0):.2f} each), so every advantage is 0 "
+            "and the step learned nothing; start from a model that writes the protocol (cold-start SFT: "
+            "`arpo sft`), or raise agent.max_response_tokens if the answers are cut off")
 
 
 def format_rising(m: dict, hist: History) -> str | None:

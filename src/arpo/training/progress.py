@@ -4,8 +4,10 @@ would only appear at the end."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
@@ -32,6 +34,48 @@ class Phases:
     def __call__(self, what: str) -> None:
         if self.enabled:
             print(f"{self.name}: {what} ({time.perf_counter() - self._t0:.0f} s)", file=self.stream, flush=True)
+
+
+EVERY_S_ENV = "ARPO_PROGRESS_EVERY_S"  # seconds between heartbeat lines (default 30; 0: at every beat)
+
+
+class Heartbeat:
+    """A line on stderr at most every `every_s` seconds while one long part runs (an eval batch's
+    generation, an SFT step's micro-batches, a training step's phases): "arpo eval hotpotqa:dev: batch
+    1/2: 5/16 answers finished, 7 tool calls (elapsed 60 s)". An eval of 20 questions printed nothing
+    for 54 min (progress came per finished batch), an SFT step 21.5 min under one line. `beat` takes
+    the text or a function that makes it (called only when a line is due). Silent when not `enabled`."""
+
+    def __init__(self, name: str, enabled: bool = True, every_s: float | None = None, stream=None):
+        self.name, self.enabled, self._stream = name, enabled, stream
+        self.every_s = float(os.environ.get(EVERY_S_ENV, 30)) if every_s is None else every_s
+        self._t0 = self._last = time.perf_counter()
+
+    def beat(self, what: str | Callable[[], str], force: bool = False) -> None:
+        now = time.perf_counter()
+        if not self.enabled or (not force and now - self._last < self.every_s):
+            return
+        self._last = now
+        text = what() if callable(what) else what
+        print(f"{self.name}: {text} (elapsed {now - self._t0:.0f} s)", file=self._stream or sys.stderr, flush=True)
+
+
+# what a training step does after each of its laps (training/trainer.py train_step)
+NEXT_PHASE = {"time_generation": "rollouts generated; scoring them", "time_rewards": "rewards computed",
+              "time_batch": "batch built; computing the old log-probs",
+              "time_old_logprobs": "old log-probs computed; forward + backward",
+              "time_backward": "backward done; optimizer step", "time_optimizer": "optimizer step done"}
+
+
+def step_phases(inner, beat: Heartbeat, now: dict, start: int, total: int):
+    """An `on_lap(name)` for Trainer that names each phase of a step as it ends (every phase of the
+    first step, later at most every `beat.every_s`), then calls `inner` (benchmarks' own)."""
+    def on_lap(name: str) -> None:
+        k = now["step"]
+        beat.beat(lambda: f"step {k + 1}/{total}: {NEXT_PHASE.get(name, name)}", force=k == start)
+        if inner is not None:
+            inner(name)
+    return on_lap
 
 
 class StepProgress:
