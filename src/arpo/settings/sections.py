@@ -116,5 +116,5 @@ class RunConfig:
 
 @dataclass
 class RewardConfig:
-    fn: str = "arpo"  # arpo (spec §5) | f1 | em | module.path:function (your own)
+    fn: str = "arpo"  # arpo (spec §5) | f1 | em | env | rg | module.path:function | weighted:... | judge:...
     math_scorer: str = "math_equal"  # math_equal (symbolic/numeric) | f1 (the reference's choice)
