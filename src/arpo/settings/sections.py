@@ -104,6 +104,7 @@ class RunConfig:
     log_every: int = 1  # metrics.jsonl / tensorboard row every n steps (and the last)
     tensorboard: bool = True  # also write RUN_DIR/tensorboard/ (metrics.jsonl is always written)
     wandb: str | None = None  # a W&B project name to also log there (needs `pip install wandb`)
+    trackio: str | None = None  # a trackio project name to also log there (local-first; pip install 'arpo[envs]')
     threads: int = 0  # torch CPU threads (0: leave torch's default)
 
     def validate(self) -> None:
