@@ -99,3 +99,17 @@ def test_arpo_branches_on_a_replayed_environment(tiny_lm, tiny_tok):
     score_trees([tree], get_reward_fn("env"), "math_equal", ["env"])
     done = [tr for tr in tree.trajectories if len(tr.traj.tool_calls) == 3]
     assert done and all(tr.result.reward == 0.0 and tr.traj.tool_calls[-1].meta["env_done"] for tr in done)
+
+
+def test_a_runs_environment_is_code_or_network_from_the_run():
+    """`arpo eval --model RUN` lists (and without --trust-run-config drops) a run's environment tools as
+    it does plug-in tools: the module it imports, or the server it sends actions to; arpo's own toy
+    environment is not code from the run."""
+    from arpo.commands.from_run import code_settings
+
+    said = [v for _, v in code_settings({"enabled": ["env:arpo.envs.toy:Counter", "env:my_env:Game?n=3",
+                                                     "openenv:my_srv:app", "openenv:http://10.0.0.2:8000?n=4"]})]
+    assert said[0].startswith("imports the module my_env (the environment env:my_env:Game?n=3)")
+    assert said[1].startswith("imports the module my_srv (the environment openenv:my_srv:app)")
+    assert said[2].startswith("sends the model's actions to the OpenEnv server http://10.0.0.2:8000")
+    assert len(said) == 3
