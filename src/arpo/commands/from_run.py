@@ -118,9 +118,9 @@ def code_settings(tools: dict) -> list[tuple[str, str]]:
         if n.startswith("openenv:http"):  # an environment (envs/spec.py): a server it sends the actions to
             out.append(("tools.enabled", f"sends the model's actions to the OpenEnv server {target} (the tool {n})"))
             continue
-        mod, what = (target.partition(":")[0], f"the environment {n}") if n.startswith(("env:", "openenv:")) \
+        mod, kind = (target.partition(":")[0], f"the environment {n}") if n.startswith(("env:", "openenv:")) \
             else (n.partition(":")[0], f"the tool {n}")
-        out.append(("tools.enabled", f"imports the module {mod} ({what}) from the current directory {os.getcwd()} "
+        out.append(("tools.enabled", f"imports the module {mod} ({kind}) from the current directory {os.getcwd()} "
                     "or the Python path"))
     if tools.get("options"):
         out.append(("tools.options", f"options of the run's own tools: {', '.join(map(str, tools['options']))}"))
