@@ -50,6 +50,23 @@ def test_a_fork_continues_the_same_episode_state(cls):
         assert t.stats["replays"] == 2 and t.stats["replayed_actions"] == 3 and t.stats["restores"] == 0
 
 
+def test_a_fork_counts_the_calls_the_registry_refused():
+    """ARPO forks after the trajectory's n-th <env> call; a malformed one (empty) never reached the
+    episode, so the fork inherits the actions of the calls before it, not n actions."""
+    from arpo.tools.base import ToolCall
+
+    t = tool(Counter)
+    reg = ToolRegistry([t])
+    t.bind("a", example(3))
+    assert reg.run(ToolCall("env", "2", session="a")).output == "total 2"
+    assert not reg.run(ToolCall("env", "", error="Error: empty <env> call", session="a")).ok
+    assert reg.run(ToolCall("env", "3", session="a")).output == "total 5"
+    reg.fork_sessions("a", "b", [type("R", (), {"tool": "env"})()] * 2)  # after call 2 (the refused one)
+    assert reg.run(ToolCall("env", "1", session="b")).output == "total 3"  # 2 + 1: one action inherited
+    reg.fork_sessions("b", "c", [type("R", (), {"tool": "env"})()] * 3)  # a fork of the fork, after b's call 3
+    assert reg.run(ToolCall("env", "1", session="c")).output == "total 4"
+
+
 def test_a_non_deterministic_env_is_named_or_its_branch_skipped():
     t = tool(NoisyCounter)
     t.bind("a", example())

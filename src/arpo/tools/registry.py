@@ -126,6 +126,9 @@ class ToolRegistry:
     def run(self, call: ToolCall) -> ToolResult:
         """Run a parsed call; errors (malformed call or a tool that raised) become error results."""
         if call.error is not None:
+            tool = self._tools.get(call.tag)
+            if tool is not None and call.session is not None and hasattr(tool, "refused"):
+                tool.refused(call.session)  # an environment counts its trajectory's calls (plugins/env.py)
             return ToolResult(call.error, ok=False)
         try:
             tool = self._tools[call.tag]

@@ -46,6 +46,11 @@ class _Session:
     restore_from: Any = None  # a fork's snapshot (an environment with restore)
     done: bool = False
     skipped: bool = False
+    calls: list[int] = field(default_factory=list)  # actions run after each of the trajectory's <tag> calls
+
+    def actions(self) -> list[tuple[str, Step]]:
+        """The episode's actions so far (a fork not yet started: the ones it will replay)."""
+        return self.history if self.replay is None else self.replay
 
 
 class EnvTool:
@@ -90,8 +95,11 @@ class EnvTool:
             p = self._sessions.get(str(parent))
             if p is None:
                 return
-            hist = list(p.history[:n_calls])
-            c = _Session(p.task, p.prompt, history=[], done=bool(hist and hist[-1][1].done))
+            # the trajectory's n-th call may have been refused before it reached the episode (an empty
+            # <tag></tag>): count actions, not calls
+            n = p.calls[n_calls - 1] if 0 < n_calls <= len(p.calls) else min(n_calls, len(p.actions()))
+            hist = list(p.actions()[:n])
+            c = _Session(p.task, p.prompt, history=[], done=bool(hist and hist[-1][1].done), calls=p.calls[:n_calls])
             if len(hist) in p.snapshots and hasattr(self.env, "restore"):
                 c.restore_from, c.history = p.snapshots[len(hist)], hist
             else:
@@ -111,6 +119,15 @@ class EnvTool:
             self.end(k)
 
     # ---- one action ---------------------------------------------------------------------------------
+    def refused(self, key: str) -> None:
+        """The registry refused one of the trajectory's calls (malformed): it counts, no action ran."""
+        self._count_call(str(key))
+
+    def _count_call(self, key: str) -> None:
+        s = self._sessions.get(key)
+        if s is not None:
+            s.calls.append(len(s.actions()))
+
     def run_session(self, key: str, action: str) -> ToolResult:
         try:
             return self._act(str(key), action)
@@ -119,6 +136,8 @@ class EnvTool:
         except Exception as e:  # noqa: BLE001 - the environment's own code: one line, and the step fails
             msg = f"environment {self.env.name} raised {type(e).__name__}: {e}"
             return ToolResult(f"Error: {msg}", ok=False, meta={"env_error": msg})
+        finally:
+            self._count_call(str(key))
 
     def _act(self, key: str, action: str) -> ToolResult:
         s = self._sessions.get(key)
