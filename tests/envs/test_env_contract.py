@@ -94,6 +94,8 @@ def test_contract_breaks_are_one_line_errors():
     assert "has no task" in t.run_session("unbound", "1").output
     with pytest.raises(ArpoError, match="unknown option"):
         iter_rows("env:arpo.envs.toy:Counter?bogus=1").__next__()
+    with pytest.raises(ArpoError, match=r"option timeout_s='9\?n=1' is not a float"):  # a second '?'
+        load_env("env:arpo.envs.toy:Counter?timeout_s=9?n=1")
 
 
 def test_arpo_branches_on_a_replayed_environment(tiny_lm, tiny_tok):

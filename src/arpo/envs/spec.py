@@ -43,6 +43,13 @@ def parse(spec: str) -> tuple[str, str, dict[str, str]]:
         raise ArpoError(f"{spec}: unknown option(s) {', '.join(sorted(bad))}; use {', '.join(sorted(OPTIONS))}")
     if not target:
         raise ArpoError(f"{spec}: name the environment ({kind}:module.path:Name or {kind}:URL)")
+    for key, kind_of in (("n", int), ("seed", int), ("timeout_s", float)):
+        try:
+            if key in opts:
+                kind_of(opts[key])
+        except ValueError as e:
+            raise ArpoError(f"{spec}: option {key}={opts[key]!r} is not a {kind_of.__name__} (one '?', then "
+                            "options joined by '&')") from e
     return kind, target, opts
 
 
