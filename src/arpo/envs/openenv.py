@@ -36,7 +36,7 @@ def _get(url: str, timeout: float = 5.0) -> Any:
         return json.loads(r.read())
 
 
-def start_server(app: str, timeout_s: float = 60.0) -> tuple[str, subprocess.Popen]:
+def start_server(app: str, timeout_s: float = 120.0) -> tuple[str, subprocess.Popen]:
     """Start `module:app` with uvicorn on a free local port; (its URL, the process) once /health answers."""
     port = free_port()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]))
@@ -74,7 +74,7 @@ class OpenEnvEnvironment:
 
     deterministic = True  # assumed; a replay checks every observation (tools/plugins/env.py)
 
-    def __init__(self, target: str, field: str | None = None, timeout_s: float = 60.0):
+    def __init__(self, target: str, field: str | None = None, timeout_s: float = 120.0):
         self.proc: subprocess.Popen | None = None
         if target.startswith(("http://", "https://")):
             self.url = target.rstrip("/")
