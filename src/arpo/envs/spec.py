@@ -7,7 +7,8 @@
 
 Options follow a `?`: `n` (rows, default 64) and `seed` (the first task's seed, default 0) for the
 data; `tag` (the tool's name, default env), `on_mismatch` (error | skip) for the tool; `field` (the
-action's text field) and `timeout_s` (starting the server, and each message; default 120) for OpenEnv. A task is `{"seed": seed + i}` unless the environment defines
+action's text field) and `timeout_s` (starting the server, and each message; default 120) for
+OpenEnv. A task is `{"seed": seed + i}` unless the environment defines
 `tasks(n, seed) -> [reset kwargs, ...]`. A data row is the reset's first observation as the question,
 with `env: {"spec", "reset"}`, which tells the tool which task a trajectory plays.
 """
