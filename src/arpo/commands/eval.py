@@ -103,8 +103,8 @@ def run(args) -> int:  # noqa: C901 - the command's steps in order (data, reward
     from arpo.data.prompts import templates_for
     from arpo.engine import make_engine
     from arpo.eval.evaluate import evaluate
+    from arpo.eval.judge_reward import reward_from_spec
     from arpo.models import load_model
-    from arpo.rewards import get_reward_fn
     from arpo.tools import check_web, tools_from_config
     from arpo.training.progress import Bar, Heartbeat
 
@@ -117,7 +117,7 @@ def run(args) -> int:  # noqa: C901 - the command's steps in order (data, reward
 
         if not vllm_available():
             raise ArpoError(f"--engine vllm: {INSTALL_HINT}")
-    reward_fn = get_reward_fn(args.reward)
+    reward_fn = reward_from_spec(args.reward)
     judge = _make_judge(args)  # a bad judge flag fails before the model loads
 
     datasets = {d: load_examples(d, args.limit, args.task) for d in args.data}

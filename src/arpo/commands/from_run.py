@@ -90,8 +90,12 @@ def _run_plugin(name) -> bool:
     """A plug-in tool spec (module:attr) whose module is not arpo's own. arpo's own (e.g. the hop2 quick
     start's `arpo.data.hop2:lookup`) runs no code from the run: the package is imported already, so its
     submodules come from the installed arpo whatever the current directory holds."""
-    module = str(name).partition(":")[0]
-    return ":" in str(name) and module.split(".")[0] != "arpo"
+    name = str(name)
+    if name.startswith(("env:", "openenv:")):  # an environment (envs/spec.py): its module, or a server
+        target = name.partition(":")[2].split("?")[0]
+        return name.startswith("openenv:http") or target.partition(":")[0].split(".")[0] != "arpo"
+    module = name.partition(":")[0]
+    return ":" in name and module.split(".")[0] != "arpo"
 
 
 def code_settings(tools: dict) -> list[tuple[str, str]]:
@@ -114,8 +118,14 @@ def code_settings(tools: dict) -> list[tuple[str, str]]:
             out.append((f"tools.mcp[{i}]", f"connects to the MCP server {m.get('url')} (its tools join the agent's)"))
     plugins = [str(n) for n in tools.get("enabled") or [] if _run_plugin(n)]
     for n in plugins:
-        out.append(("tools.enabled", f"imports the module {n.partition(':')[0]} (the tool {n}) from the current "
-                    f"directory {os.getcwd()} or the Python path"))
+        target = n.partition(":")[2].split("?")[0]
+        if n.startswith("openenv:http"):  # an environment (envs/spec.py): a server it sends the actions to
+            out.append(("tools.enabled", f"sends the model's actions to the OpenEnv server {target} (the tool {n})"))
+            continue
+        mod, kind = (target.partition(":")[0], f"the environment {n}") if n.startswith(("env:", "openenv:")) \
+            else (n.partition(":")[0], f"the tool {n}")
+        out.append(("tools.enabled", f"imports the module {mod} ({kind}) from the current directory {os.getcwd()} "
+                    "or the Python path"))
     if tools.get("options"):
         out.append(("tools.options", f"options of the run's own tools: {', '.join(map(str, tools['options']))}"))
     if tools.get("search_url"):

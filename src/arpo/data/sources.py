@@ -11,6 +11,9 @@
                                      that hold the question and the answer(s) renamed
     data/train.jsonl  data/*.jsonl   files (JSONL, JSONL.gz, parquet) and globs
     svamp:train[2000:2400]           any of these, rows 2000..2399 only (Python slice, 0-based)
+    rg:countdown?size=200&seed=0     a reasoning-gym generator's tasks (envs/reasoning_gym.py)
+    env:mypkg.envs:Counter?n=64      an environment's tasks: its resets' first observations
+    openenv:http://127.0.0.1:8000    ... an OpenEnv server's (envs/spec.py, docs/environments.md)
 
 `iter_rows(spec)` yields `(where, row)` with `where` naming the file and line (or dataset and row)
 for error messages; `data_files(spec)` resolves a spec to local files (not for `hf:`).
@@ -134,7 +137,7 @@ def data_files(spec: str | Path) -> list[Path]:
 def describe(spec: str | Path) -> str:
     """A short label for tables: the built-in name, or the file name."""
     s = str(spec)
-    return s if is_builtin(s) or s.startswith(("hf:", "bench:")) else Path(s).name
+    return s if is_builtin(s) or s.startswith(("hf:", "bench:", *GENERATED)) else Path(s).name
 
 
 def _file_rows(path: Path) -> Iterator[tuple[str, dict]]:
@@ -170,6 +173,8 @@ def iter_rows(spec: str | Path) -> Iterator[tuple[str, dict]]:
         rows = _hf_rows(base)
     elif isinstance(base, str) and base.startswith("bench:"):
         rows = bench_rows(base)
+    elif isinstance(base, str) and base.startswith(GENERATED):
+        rows = _generated_rows(base)
     else:
         rows = (r for f in data_files(base) for r in _file_rows(f))
     yield from itertools.islice(rows, start, stop)
@@ -186,6 +191,20 @@ def example_id_prefix(spec: str | Path, path_where: str) -> str:
         return str(spec).split("@", 1)[0]
     return Path(path_where.rsplit(":", 1)[0]).name.removesuffix(".gz").removesuffix(".jsonl").removesuffix(
         ".parquet")
+
+
+# ---- tasks made by a generator or an environment (envs/) ----------------------------------------------
+GENERATED = ("rg:", "env:", "openenv:")
+
+
+def _generated_rows(spec: str) -> Iterator[tuple[str, dict]]:
+    if spec.startswith("rg:"):
+        from arpo.envs.reasoning_gym import iter_rows as rg_rows  # noqa: PLC0415 - optional extra (reasoning-gym)
+
+        return rg_rows(spec)
+    from arpo.envs.spec import iter_rows as env_rows  # noqa: PLC0415 - optional extra (openenv-core)
+
+    return env_rows(spec)
 
 
 # ---- Hugging Face datasets ------------------------------------------------------------------------

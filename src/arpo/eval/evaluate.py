@@ -106,9 +106,10 @@ def evaluate(engine, tools, tok, examples: list[dict], *, reward_fn, agent: Agen
             chunk = [(examples[i], s, rendered[i]) for i, s in jobs[b : b + batch_size]]
             prompts = [p for _, _, p in chunk]
             on_step = _batch_beat(heartbeat, b // batch_size + 1, -(-len(jobs) // batch_size))
-            trajs = loop.run(prompts, seeds=[seed * 1_000_003 + b + i for i in range(len(chunk))], on_step=on_step)
+            trajs = loop.run(prompts, seeds=[seed * 1_000_003 + b + i for i in range(len(chunk))], on_step=on_step,
+                             examples=[ex for ex, _, _ in chunk])
             for (ex, s, _), tr in zip(chunk, trajs, strict=True):
-                calls = [{"tool": c.tool, "ok": c.ok} for c in tr.tool_calls]
+                calls = [{"tool": c.tool, "ok": c.ok, "meta": c.meta} for c in tr.tool_calls]
                 res = reward_fn(tr.text, ex, tool_calls=calls, math_scorer=math_scorer, tools=tools.names,
                                 tool_spans=tr.tool_spans, finish_reason=tr.finish_reason)
                 counts: dict[str, int] = {}

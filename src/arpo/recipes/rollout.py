@@ -15,7 +15,8 @@ import time
 import arpo.models
 from arpo.data.datasets import load_examples
 from arpo.data.prompts import prompts_for
-from arpo.rewards import get_reward_fn, score_trees
+from arpo.eval.judge_reward import reward_from_spec
+from arpo.rewards import score_trees
 from arpo.rewards.budget import RewardShaping
 from arpo.rewards.custom import check_reward
 from arpo.settings import RolloutJobConfig
@@ -28,7 +29,7 @@ def run(cfg: RolloutJobConfig, out_path: str, quiet: bool = False) -> dict:
     from arpo.engine.hf import HFEngine  # noqa: PLC0415 - loads torch; kept out of this light module's import
     from arpo.rollout.arpo import ARPORollout  # noqa: PLC0415 - loads torch; kept out of this light module's import
 
-    reward_fn = get_reward_fn(cfg.reward.fn, **cfg.reward.options())
+    reward_fn = reward_from_spec(cfg.reward.fn, **cfg.reward.options())
     examples = load_examples(cfg.data.path, cfg.data.limit, cfg.data.task)
 
     check_reward(reward_fn, examples, cfg.reward.math_scorer, cfg.reward.fn)  # before the model loads
@@ -42,7 +43,7 @@ def run(cfg: RolloutJobConfig, out_path: str, quiet: bool = False) -> dict:
         for b in range(0, len(examples), cfg.prompts_per_batch):
             batch = examples[b : b + cfg.prompts_per_batch]
             prompts = prompts_for(batch, tok, tools, cfg.data.template, cfg.agent.tool_format)
-            trees = ro.run(prompts, prompt_ids=[ex["id"] for ex in batch], seed=cfg.rollout.seed + b)
+            trees = ro.run(prompts, prompt_ids=[ex["id"] for ex in batch], seed=cfg.rollout.seed + b, examples=batch)
             for tree, ex in zip(trees, batch, strict=True):
                 tree.example = ex
             score_trees(trees, reward_fn, cfg.reward.math_scorer, tools.names,

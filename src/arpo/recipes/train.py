@@ -25,8 +25,8 @@ import torch
 
 from arpo.data.datasets import load_examples
 from arpo.errors import ArpoError
+from arpo.eval.judge_reward import reward_from_spec
 from arpo.models import check_model
-from arpo.rewards import get_reward_fn
 from arpo.rewards.custom import check_reward
 from arpo.settings import AlgoConfig, TrainConfig, TrainRunConfig, ValidationConfig
 from arpo.tools import check_web
@@ -72,9 +72,10 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
     check_off_policy(cfg, preset, multi)  # rollout.max_off_policy_steps: what the pipeline supports
     main = distributed.is_main()
     # everything that can be wrong with the config fails here, before the run dir is touched
-    reward_fn = get_reward_fn(cfg.reward.fn, **cfg.reward.options())
+    reward_fn = reward_from_spec(cfg.reward.fn, **cfg.reward.options())  # a built-in, yours, a rubric or a judge
     examples = load_examples(cfg.data.path, cfg.data.limit, cfg.data.task)
     check_reward(reward_fn, examples, cfg.reward.math_scorer, cfg.reward.fn)  # one call, before the model loads
+    getattr(reward_fn, "pop_metrics", dict)()  # a judge's check call counts in no step's metrics
     cfg.tools.check_keys()  # serper with no key trained on, every search an error
     check_web(cfg.tools)  # the local web down: every search an error result, rc 0
     val_examples = (load_examples(cfg.validation.path, cfg.validation.limit, cfg.data.task)

@@ -39,6 +39,7 @@ from arpo.errors import ArpoError
 from arpo.rewards.answer import exact_match, extract_boxed, f1_score, math_equal, max_over_golds
 from arpo.rewards.budget import RewardShaping, failed_format_reward, shape_group
 from arpo.rewards.custom import UserReward
+from arpo.rewards.env import env_reward, rg_reward
 from arpo.rewards.format import TOOL_TAGS, check_format, model_text, tool_calls_in
 from arpo.rewards.result import RewardResult, response_answer
 
@@ -129,7 +130,8 @@ def em_reward(response: str, example: dict, *, tools: Iterable[str] | None = Non
     return RewardResult(s, s, err is None, err, ans, s == 1.0)
 
 
-REWARDS: dict[str, RewardFn] = {"arpo": arpo_reward, "f1": f1_reward, "em": em_reward}
+REWARDS: dict[str, RewardFn] = {"arpo": arpo_reward, "f1": f1_reward, "em": em_reward,
+                                "env": env_reward, "rg": rg_reward}  # rewards/env.py: environment-owned
 
 
 def get_reward_fn(name: str, **options: Any) -> RewardFn:
@@ -162,9 +164,12 @@ def score_trees(trees, reward_fn, math_scorer: str, tools: Iterable[str] | None 
     when the cut came at a tool result that did not fit), and DAPO's overlong filter (a trajectory
     the token budget cut gets loss_weight 0: it trains no token)."""
     tags = None if tools is None else tuple(tools)
+    own = getattr(reward_fn, "score_trees", None)
+    if own is not None:  # a reward that scores whole groups at once, or in parallel (a judge, a rubric)
+        return own(trees, math_scorer, tags)
     for tree in trees:
         for t in tree.trajectories:
-            calls = [{"tool": c.tool, "ok": c.ok} for c in t.traj.tool_calls]
+            calls = [{"tool": c.tool, "ok": c.ok, "meta": c.meta} for c in t.traj.tool_calls]
             res = reward_fn(t.traj.text, tree.example, tool_calls=calls, math_scorer=math_scorer, tools=tags,
                             tool_spans=t.traj.tool_spans, finish_reason=t.traj.finish_reason)
             t.reward = float(res.reward)

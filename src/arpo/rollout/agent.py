@@ -71,6 +71,7 @@ class ToolCallRecord:
     result_span: tuple[int, int] = (0, 0)  # [start, end) of the result tokens in the response
     # (json format, several calls in a turn: the turn's last call holds the span of all the results)
     arguments: dict | None = None  # json format: the parsed arguments
+    meta: dict = field(default_factory=dict)  # the tool's ToolResult.meta (an environment's reward and done)
 
 
 @dataclass
@@ -157,14 +158,18 @@ class AgentLoop:
             logits_hook=None if c.repetition_penalty == 1.0 else RepetitionPenalty(c.repetition_penalty),
         )
 
-    def run(self, prompts: list[list[int]], seeds: list[int] | None = None, on_step=None) -> list[Trajectory]:
-        """Run every prompt to the end; returns one Trajectory per prompt (in order)."""
+    def run(self, prompts: list[list[int]], seeds: list[int] | None = None, on_step=None,
+            examples: list[dict] | None = None) -> list[Trajectory]:
+        """Run every prompt to the end; returns one Trajectory per prompt (in order). `examples`: the
+        prompts' examples, for tools that play a task per trajectory (ToolRegistry.bind_sessions)."""
         states: dict[int, TrajState] = {}
         sids = []
         for i, p in enumerate(prompts):
             sid = self.engine.add(p, self.params(len(p), None if seeds is None else seeds[i]))
             states[sid] = TrajState(seg_start=len(p))
             sids.append(sid)
+        if examples is not None:
+            self.tools.bind_sessions(dict(zip(sids, examples, strict=True)))
         try:
             self.drive(states, on_step=on_step)
         finally:
@@ -252,7 +257,7 @@ class AgentLoop:
         s = self.engine.seq(sid)
         recs = st.calls[len(st.calls) - len(results):]
         for rec, r in zip(recs, results, strict=True):
-            rec.output, rec.ok, rec.elapsed_s = r.output, r.ok, r.elapsed_s
+            rec.output, rec.ok, rec.elapsed_s, rec.meta = r.output, r.ok, r.elapsed_s, dict(r.meta)
         ids = encode_pieces(self.tok, pieces)
         if len(s.tokens) + len(ids) >= s.params.max_len:
             return self._end(sid, st, "length")

@@ -187,6 +187,7 @@ class _Group:
     points: list[tuple[int, int, int, float]] = field(default_factory=list)  # staged: (sid, t, start, ΔH)
     rounds: int = 0  # tree_grpo mode: expansion rounds so far
     node_forks: dict[tuple[int, int], int] = field(default_factory=dict)  # tree_grpo: forks made from (sid, t)
+    example: dict | None = None  # the prompt's example, for tools that play its task (an environment)
 
 
 def _h_initial(sid: int, st: _Traj) -> float:
@@ -225,13 +226,15 @@ class ARPORollout:
         self.nodes = self.cfg.mode == "tree_grpo"  # Tree-GRPO's random node expansion instead of entropy decisions
 
     def run(self, prompts: list[list[int]], prompt_ids: list[str] | None = None, seed: int | None = None,
-            group_offset: int = 0) -> list[RolloutTree]:
+            group_offset: int = 0, examples: list[dict] | None = None) -> list[RolloutTree]:
         """One tree per prompt. Group i keys its randomness with (seed, group_offset + i) (rollout_key),
         so a rank that rolls out prompts[k:] of a step's list with group_offset=k gets the trees the
         whole list gives for them (a distributed step does not depend on the number of ranks)."""
         c = self.cfg
         base = c.seed if seed is None else seed
         groups = [_Group(p, int(base), group_offset + i) for i, p in enumerate(prompts)]
+        for g, ex in zip(groups, examples or [], strict=False):  # envs: each trajectory plays its example
+            g.example = ex
         budgets: list[dict | None] = list(self._probe(groups)) if c.dynamic_budget else [None] * len(groups)
         states: dict[int, _Traj] = {}
         for gi, g in enumerate(groups):
@@ -293,6 +296,8 @@ class ARPORollout:
     def _start(self, gi: int, g: _Group, states, key: int, lineage: tuple[int, ...]) -> int:
         sid = self.engine.add(g.prompt, self.loop.params(len(g.prompt), key_seed(key)))
         states[sid] = _Traj(seg_start=len(g.prompt), group=gi, lineage=lineage)
+        if g.example is not None:
+            self.loop.tools.bind_sessions({sid: g.example})
         return sid
 
     def _entropies(self, sid: int) -> list[float]:

@@ -104,6 +104,7 @@ class RunConfig:
     log_every: int = 1  # metrics.jsonl / tensorboard row every n steps (and the last)
     tensorboard: bool = True  # also write RUN_DIR/tensorboard/ (metrics.jsonl is always written)
     wandb: str | None = None  # a W&B project name to also log there (needs `pip install wandb`)
+    trackio: str | None = None  # a trackio project name to also log there (local-first; pip install 'arpo[envs]')
     threads: int = 0  # torch CPU threads (0: leave torch's default)
 
     def validate(self) -> None:
@@ -116,7 +117,7 @@ class RunConfig:
 
 @dataclass
 class RewardConfig:
-    fn: str = "arpo"  # arpo (spec §5) | f1 | em | module.path:function (your own)
+    fn: str = "arpo"  # arpo (spec §5) | f1 | em | env | rg | module.path:function | weighted:... | judge:...
     math_scorer: str = "math_equal"  # math_equal (symbolic/numeric) | f1 (the reference's choice)
     # the arpo reward of a response that fails the format check (spec §5.1), by how it ended
     # (rewards/budget.py, docs/rewards.md): malformed text the model ended itself

@@ -7,8 +7,8 @@ a config's `tools:` section (settings.ToolsConfig, whose defaults and names this
     sandbox/         where model-written code runs (docs/sandbox.md)
     search.py        the `search` tool over a local index or a retriever (arpo/retrieval/)
     web/             `web_search` and `browse`, their settings in settings/web.py, and HTTP plumbing
-    plugins/         your own functions and classes (`module.path:name`, plugins/function.py) and
-                     MCP servers' tools (plugins/mcp.py)
+    plugins/         your own functions and classes (`module.path:name`, plugins/function.py),
+                     MCP servers' tools (plugins/mcp.py) and environments (`env:`/`openenv:`, plugins/env.py)
     cache.py         one result for identical calls
 
 How a call is written and its result appended (tags or json) is rollout/tool_formats.py, beside the
@@ -29,6 +29,7 @@ from arpo.settings.agent import (
 )
 from arpo.tools.base import Tool, ToolResult  # noqa: F401
 from arpo.tools.cache import CachedTool, ToolCache
+from arpo.tools.plugins.env import env_tool
 from arpo.tools.plugins.function import ToolOptions, as_tool, load_tool, snake_case
 from arpo.tools.plugins.mcp import MCPServerTools
 from arpo.tools.python import PythonTool
@@ -99,10 +100,10 @@ def build_tools(names: list[str], *, python_timeout_s: float = PYTHON_TIMEOUT_S,
                 else:
                     index = load_index(search_index)
                     reg.register(SearchTool(index=index, top_k=search_top_k, max_chars=search_max_chars), builtin)
-            elif n == "web_search":
-                reg.register(WebSearchTool(web), builtin)
-            elif n == "browse":
-                reg.register(BrowseTool(web), builtin)
+            elif n in ("web_search", "browse"):
+                reg.register((WebSearchTool if n == "web_search" else BrowseTool)(web), builtin)
+            elif n.startswith(("env:", "openenv:")):  # an environment as a tool (tools/plugins/env.py)
+                reg.register(env_tool(n), f"the environment {n!r} (tools.enabled)")
             elif ":" in n:
                 # `Sql` or `sql`: it used to miss the second
                 name = next((k for k in keys(n) if k in options), keys(n)[0])

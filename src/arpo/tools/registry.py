@@ -101,6 +101,15 @@ class ToolRegistry:
             if has_sessions(tool):
                 tool.fork(str(parent), str(child), sum(1 for c in calls if c.tool == name))
 
+    def bind_sessions(self, examples) -> None:
+        """Trajectories start: `examples` maps each one's key (its sequence id) to its example; session
+        tools that play a task per trajectory (an environment, tools/plugins/env.py) learn theirs."""
+        for tool in self._tools.values():
+            bind = getattr(tool, "bind", None)
+            if bind is not None and has_sessions(tool):
+                for k, ex in examples.items():
+                    bind(str(k), ex)
+
     def end_sessions(self, keys) -> None:
         for tool in self._tools.values():
             if has_sessions(tool):
@@ -115,6 +124,9 @@ class ToolRegistry:
     def run(self, call: ToolCall) -> ToolResult:
         """Run a parsed call; errors (malformed call or a tool that raised) become error results."""
         if call.error is not None:
+            tool = self._tools.get(call.tag)
+            if tool is not None and call.session is not None and hasattr(tool, "refused"):
+                tool.refused(call.session)  # an environment counts its trajectory's calls (plugins/env.py)
             return ToolResult(call.error, ok=False)
         try:
             tool = self._tools[call.tag]

@@ -1,7 +1,9 @@
 """Metrics: one JSON line per step in RUN_DIR/metrics.jsonl, mirrored to tensorboard and, when
 asked (`run.wandb: PROJECT`), to Weights & Biases (optional: `pip install wandb`; offline with
 WANDB_MODE=offline). The wandb run id is kept in RUN_DIR/wandb_id, so a resumed run continues the
-same wandb run.
+same wandb run. `run.trackio: PROJECT` mirrors them to trackio (`pip install 'arpo[envs]'`; local-first:
+its own store under $TRACKIO_DIR, `trackio show` to browse); the trackio run is named after the run dir
+and a resumed run continues it.
 
 Every line is flushed when written. On resume from step k the file is first cut back to the lines
 with step <= k (atomically), so a resumed run's log reads exactly like an uninterrupted one.
@@ -43,6 +45,7 @@ class MetricsLogger:
         self.enabled = enabled
         self._tb = None
         self._wandb = None
+        self._trackio = None
         if not enabled:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -62,6 +65,9 @@ class MetricsLogger:
                 self._tb = None
         if wandb_project:
             self._wandb = _start_wandb(self.run_dir, wandb_project, config, resume_step is not None)
+        trackio_project = ((config or {}).get("run") or {}).get("trackio")  # run.trackio of the saved config
+        if trackio_project:
+            self._trackio = _start_trackio(self.run_dir, trackio_project, config, resume_step is not None)
 
     def log(self, step: int, metrics: dict, prefix: str = "") -> None:
         if not self.enabled:
@@ -76,6 +82,9 @@ class MetricsLogger:
             self._tb.flush()
         if self._wandb is not None:
             self._wandb.log({k: v for k, v in row.items() if k != "step" and isinstance(v, (int, float))}, step=step)
+        if self._trackio is not None:
+            self._trackio.log({k: v for k, v in row.items() if k != "step" and isinstance(v, (int, float))
+                               and not isinstance(v, bool) and math.isfinite(v)}, step=step)
 
     def close(self) -> None:
         if not self.enabled:
@@ -85,6 +94,8 @@ class MetricsLogger:
             self._tb.close()
         if self._wandb is not None:
             self._wandb.finish()
+        if self._trackio is not None:
+            self._trackio.finish()
 
 
 def _start_wandb(run_dir: Path, project: str, config: dict | None, resuming: bool):
@@ -99,3 +110,13 @@ def _start_wandb(run_dir: Path, project: str, config: dict | None, resuming: boo
     write_text_atomic(id_file, run_id + "\n")
     return wandb.init(project=project, id=run_id, resume="allow", dir=str(run_dir), name=run_dir.name,
                       config=config or {})
+
+
+def _start_trackio(run_dir: Path, project: str, config: dict | None, resuming: bool):
+    try:
+        import trackio  # noqa: PLC0415 - optional extra, loaded only when asked for
+    except ImportError as e:
+        raise ArpoError("run.trackio is set but trackio is not installed: `pip install 'arpo[envs]'` "
+                        "(or set run.trackio: null)") from e
+    return trackio.init(project=project, name=run_dir.name, config=config or {},
+                        resume="allow" if resuming else "never", embed=False)

@@ -183,12 +183,12 @@ def rollout_step(ro, prompts, examples, seed: int, log_error, offset: int = 0) -
     of prompts[0] in the step's prompt list (a rank's slice)."""
     ids = [ex["id"] for ex in examples]
     try:
-        trees = ro.run(prompts, prompt_ids=ids, seed=seed, group_offset=offset)
+        trees = ro.run(prompts, prompt_ids=ids, seed=seed, group_offset=offset, examples=examples)
     except Exception:  # noqa: BLE001 - one bad rollout must not kill the run: retry one prompt at a time
         trees = []
         for k, (p, ex) in enumerate(zip(prompts, examples, strict=True)):
             try:
-                trees += ro.run([p], prompt_ids=[ex["id"]], seed=seed + 7919 * (offset + k + 1))
+                trees += ro.run([p], prompt_ids=[ex["id"]], seed=seed + 7919 * (offset + k + 1), examples=[ex])
             except Exception as e:  # noqa: BLE001 - contained: logged with its traceback, group dropped
                 log_error(f"rollout of prompt {ex['id']} failed, group dropped: {type(e).__name__}: {e}\n"
                           + traceback.format_exc())
@@ -235,6 +235,7 @@ def train_step(tr: Trainer, step: int) -> tuple[dict, list]:
         return {"skipped": 1, "reason": "every rollout failed"}, trees
     metrics = metrics_of(comm.all_stats(stats))
     metrics.update(lagged)
+    metrics.update(getattr(tr.reward_fn, "pop_metrics", dict)())  # a judge's calls and tokens (eval/judge_reward.py)
     n_trees, off = comm.kept(len(trees))
     if preset.dynamic_sampling:
         metrics.update({"groups_dropped": sampling["uniform"], "groups_trained": n_trees,
