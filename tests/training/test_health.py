@@ -57,16 +57,18 @@ def test_only_collapses_count_for_the_guard():
     assert mon.should_stop() is None
 
 
-def _stat(reward, calls, size, const):
+def _stat(reward, calls, size, const, ended="answer"):
     return {"reward": reward, "correct": float(reward > 0), "format_error": 0.0, "calls": [("t", True, 0.0)] * calls,
             "post": [], "init": None, "branch": False, "length": 1, "decisions": [], "issued": calls, "probe": 0,
-            "group_size": size, "group_constant": const}
+            "group_size": size, "group_constant": const, "ended": ended}
 
 
 def test_constant_groups_and_calls_distribution_from_trajectory_stats():
     # group A: 2 trajectories, rewards 1 and 0 (not constant); group B: 4 trajectories all 0 (constant)
-    stats = [_stat(1.0, 2, 2, False), _stat(0.0, 1, 2, False)] + [_stat(0.0, 0, 4, True)] * 3 + [_stat(0.0, 2, 4, True)]
+    stats = ([_stat(1.0, 2, 2, False), _stat(0.0, 1, 2, False, "tool_cap")] + [_stat(0.0, 0, 4, True, "length")] * 3
+             + [_stat(0.0, 2, 4, True)])
     m = metrics_of(stats)
+    assert (m["ended/answer"], m["ended/length"], m["ended/tool_cap"]) == (2 / 6, 3 / 6, 1 / 6)
     assert m["constant_groups"] == pytest.approx(0.5)  # 1 of 2 groups
     assert (m["calls_frac/0"], m["calls_frac/1"], m["calls_frac/2"]) == (3 / 6, 1 / 6, 2 / 6)
     assert "calls_frac/3" not in m

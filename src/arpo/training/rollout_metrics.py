@@ -31,7 +31,8 @@ def traj_stats(trees) -> list[dict]:
              "init": t.initial_entropy, "branch": t.parent_id is not None, "length": t.traj.n_generated_tokens,
              "decisions": [(d["delta_entropy"], d["branched"]) for d in t.branch_decisions],
              "issued": issued_calls(t), "probe": probe_calls(tree) if i == 0 else 0,
-             "group_size": len(tree.trajectories), "group_constant": constant_rewards(tree)}
+             "group_size": len(tree.trajectories), "group_constant": constant_rewards(tree),
+             "ended": t.traj.finish_reason}
             for tree in trees for i, t in enumerate(tree.trajectories)]
 
 
@@ -74,6 +75,9 @@ def metrics_of(stats: list[dict]) -> dict:
     if all("group_size" in s for s in stats):  # each trajectory carries 1/|group| of its group: exact under gathers
         groups = sum(1 / s["group_size"] for s in stats)
         m["constant_groups"] = sum(s["group_constant"] / s["group_size"] for s in stats) / groups
+    ended = [s["ended"] for s in stats if s.get("ended")]  # how trajectories ended: answer, eos, length, tool_cap
+    for reason in sorted(set(ended)):
+        m[f"ended/{reason}"] = ended.count(reason) / len(stats)
     n_calls = [len(s["calls"]) for s in stats]  # the distribution of tool calls per trajectory
     for k in range(max(n_calls) + 1):
         m[f"calls_frac/{k}"] = n_calls.count(k) / len(stats)
