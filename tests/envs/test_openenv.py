@@ -3,6 +3,7 @@ as a source of tasks, actions and rewards; arpo starts it, or plays it at a URL;
 `arpo eval` run on it; its contract breaks are one-line errors."""
 
 import json
+import socket
 import subprocess
 import sys
 import textwrap
@@ -105,7 +106,14 @@ def test_unreachable_and_malformed_servers_are_one_line(tmp_path):
            "        await asyncio.Future()\nasyncio.run(main())\n")
     proc = subprocess.Popen([sys.executable, "-c", src])
     try:
-        time.sleep(1.5)
+        deadline = time.monotonic() + 120
+        while True:  # the server listens (a loaded machine starts python slowly)
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, "the websocket server did not start"
+                time.sleep(0.2)
         with pytest.raises(EnvError, match="answered with malformed JSON"):
             next(iter_rows(f"openenv:http://127.0.0.1:{port}?n=1&field=number"))
     finally:
