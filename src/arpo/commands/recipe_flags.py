@@ -46,7 +46,7 @@ def print_config(cfg, as_json: bool = False) -> int:
         cfg, preset_name = dataclasses.replace(cfg, algo=dataclasses.replace(algo, **unset)), algo.preset
     if as_json:
         out = dataclasses.asdict(cfg)
-        if hasattr(cfg, "memory"):  # train: the memory per GPU this config needs (training/memory.py)
+        if train_memory(cfg):  # train: the memory per GPU this config needs (training/memory.py)
             from arpo.training.memory import config_estimate
 
             est, gpu, what = config_estimate(cfg)
@@ -63,7 +63,7 @@ def print_config(cfg, as_json: bool = False) -> int:
     if hasattr(cfg, "rollout"):
         lines = [f"#   {x}" for x in rule_lines()]
         print("\n".join(["# branch rules (rollout.branch_rule; docs/branch_rules.md):", *lines]))
-    if hasattr(cfg, "memory"):  # train: the memory per GPU this config needs (training/memory.py)
+    if train_memory(cfg):  # train: the memory per GPU this config needs (training/memory.py)
         from arpo.training.memory import report
 
         print(report(cfg))
@@ -87,3 +87,11 @@ def finish(what: str, out: dict, as_json: bool) -> int:
         print("\n".join(lines))
     sig = out.get("stopped_by")
     return 128 + int(getattr(signal, sig)) if sig else 0
+
+
+def train_memory(cfg) -> bool:
+    """Whether cfg has `arpo train`'s memory section, which the estimate reads (SFT's has only
+    activation checkpointing)."""
+    from arpo.settings import MemoryConfig
+
+    return isinstance(getattr(cfg, "memory", None), MemoryConfig)

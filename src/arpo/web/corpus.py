@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from arpo.data.sources import iter_rows
 from arpo.errors import ArpoError
-from arpo.retrieval.index import Doc, docs_of_row
+from arpo.retrieval.corpus import Doc, docs_of_row
 
 
 @dataclass
