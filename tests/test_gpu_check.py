@@ -42,7 +42,9 @@ def test_smoke_run_on_cpu(gpu_check):
                             pack_repeats=1)
     sizes.variant_batches, sizes.variant_new, sizes.profile_steps = (2, 4), 6, 2
     sizes.memory_tokens, sizes.master_elems = 256, 500_000
-    res = gpu_check.run_check(device="cpu", smoke=True, sizes=sizes, vllm=False, variants=("eager", "graph"))
+    # budget_s: the GPU run's time cap; on a loaded CPU the default would skip the second model's variants
+    res = gpu_check.run_check(device="cpu", smoke=True, sizes=sizes, vllm=False, variants=("eager", "graph"),
+                              budget_s=3600.0)
     assert set(res["models"]) == set(gpu_check.ARCHS)
     for name, m in res["models"].items():
         for phase in ("decode", "variants", "mismatch", "rl", "packing"):
