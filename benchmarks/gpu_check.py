@@ -120,12 +120,14 @@ class Sizes:
     variant_batches: tuple = (16, 64, 256)  # (a2) decode step of each engine variant at these batches
     variant_new: int = 64  # (a2) new tokens per timed run
     profile_steps: int = 10  # (a2) decode steps profiled for kernel launches (CUDA)
+    memory_tokens: int = 4096  # (g) tokens of the micro-batch whose peak is checked against the estimate
+    master_elems: int = 64_000_000  # (f) weight elements of the bf16-vs-master update check
 
 
 FULL = Sizes()
 SMOKE = Sizes(batch=4, prompt=32, new=16, repeats=1, steps=2, prompts_per_step=2, group_size=4, initial_rollouts=2,
               free_tokens=8, max_response_tokens=256, micro_tokens=2048, pack_repeats=1, variant_batches=(2, 4),
-              variant_new=8, profile_steps=3)
+              variant_new=8, profile_steps=3, memory_tokens=512, master_elems=1_000_000)
 VARIANTS = {"eager": {}, "compiled": {"compile": True}, "graph": {"graph": True}}  # HFEngine options
 
 
@@ -815,11 +817,11 @@ def run_check(device: str = "cuda", smoke: bool = False, models: list[str] | Non
             phase(m, "packing", lambda model=model, trees=trees, preset=preset, lp_kw=lp_kw:
                   bench_packing(model, trees, preset, lp_kw, sz, dev))
         holder.clear()
-        phase(m, "master", lambda model=model: training_checks.bench_master(model, dev))
+        phase(m, "master", lambda model=model: training_checks.bench_master(model, dev, max_elems=sz.master_elems))
         model = None
         dev.free()
         phase(m, "memory", lambda name=name: training_checks.bench_memory(
-            lambda: build_model(name, smoke, device, torch.float32, tok)[0], sz.micro_tokens, dev))
+            lambda: build_model(name, smoke, device, torch.float32, tok)[0], sz.memory_tokens, dev))
     reason = vllm_skip_reason() if vllm else "disabled (--skip-vllm)"
     for name in models:
         left = budget_s - (time.perf_counter() - t_start)

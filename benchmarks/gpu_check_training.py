@@ -36,8 +36,8 @@ def bench_master(model, dev, steps: int = 3, lr: float = 1e-6, max_elems: int = 
     moved = {torch.bfloat16: 0, torch.float32: 0}
     n = 0
     for _name, p in model.named_parameters():
-        if n >= max_elems:
-            break
+        if n + p.numel() > max_elems:  # (the big embedding of a smoke model would dwarf its layers)
+            continue
         start = p.detach().to(torch.bfloat16)
         grads = [torch.randn(p.shape, generator=g, device=p.device) * 1e-3 for _ in range(steps)]
         for dt in moved:
@@ -66,8 +66,9 @@ def _trees(tokens: int, group: int, vocab: int, seed: int = 0) -> list[dict]:
 
 
 def bench_memory(build, tokens: int, dev, group: int = 4) -> dict:
-    """build() -> a fresh float32 model on the device. For checkpointing off and on: the peak of one
-    micro-batch of `tokens` tokens (bf16 autocast forward + backward, AdamW step) vs the estimate."""
+    """build() -> a fresh float32 model on the device. Without, then with checkpointing: the peak of one
+    micro-batch of `tokens` tokens (bf16 autocast forward + backward, a fresh AdamW's step: its moments
+    are allocated in it) above what was allocated before the model, vs the estimate."""
     import torch
 
     from arpo.training import memory as M
@@ -75,13 +76,14 @@ def bench_memory(build, tokens: int, dev, group: int = 4) -> dict:
     from arpo.training.optim import autocast, checkpoint_activations
 
     out: dict = {"tokens": tokens, "unit": "GiB"}
+    base = torch.cuda.memory_allocated() / M.GIB if dev.cuda else 0.0  # what else lives on the GPU
+    model = build()
+    a = M.arch_from_config(model.config)
     for ckpt in (False, True):
-        base = torch.cuda.memory_allocated() / M.GIB if dev.cuda else 0.0  # what else lives on the GPU
-        model = build()
-        a = M.arch_from_config(model.config)
         if ckpt:
             checkpoint_activations(model)
         model.train()
+        model.zero_grad(set_to_none=True)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-6, foreach=False)
         trees = _trees(tokens, group, min(model.config.vocab_size, 49152))
         batch = TreeBatch.from_trees(trees, TreeBatch.all_generated(trees)).to(next(model.parameters()).device)
@@ -106,8 +108,10 @@ def bench_memory(build, tokens: int, dev, group: int = 4) -> dict:
         out[key] = {"step_s": time.perf_counter() - t0, "measured_gib": measured, "estimate_gib": est,
                     "estimate_over_measured": est / measured if measured else None,
                     "terms_gib": {k: v / M.GIB for k, v in terms.items()}}
-        del model, opt, batch
+        del opt, batch
         dev.free()
+    del model
+    dev.free()
     return out
 
 

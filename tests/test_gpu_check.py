@@ -35,12 +35,16 @@ def test_architectures_match_the_published_configs(gpu_check):
     assert smol["tie_word_embeddings"] and qwen["tie_word_embeddings"]
 
 
+@pytest.mark.timeout(900)  # ~9 min on the shared 2-core machine under load (the issue-60 phases: ~25 s of it)
 def test_smoke_run_on_cpu(gpu_check):
     sizes = gpu_check.Sizes(batch=2, prompt=16, new=6, repeats=1, steps=1, prompts_per_step=1, group_size=2,
                             initial_rollouts=1, free_tokens=4, max_response_tokens=160, micro_tokens=1024,
                             pack_repeats=1)
     sizes.variant_batches, sizes.variant_new, sizes.profile_steps = (2, 4), 6, 2
-    res = gpu_check.run_check(device="cpu", smoke=True, sizes=sizes, vllm=False, variants=("eager", "graph"))
+    sizes.memory_tokens, sizes.master_elems = 256, 500_000
+    # budget_s: the GPU run's time cap; on a loaded CPU the default would skip the second model's variants
+    res = gpu_check.run_check(device="cpu", smoke=True, sizes=sizes, vllm=False, variants=("eager", "graph"),
+                              budget_s=3600.0)
     assert set(res["models"]) == set(gpu_check.ARCHS)
     for name, m in res["models"].items():
         for phase in ("decode", "variants", "mismatch", "rl", "packing"):

@@ -3,6 +3,7 @@ AdamW's moments stay float32 and the bf16 copy is only what the forward computes
 where bf16's spacing near a weight of 0.02 (1.2e-4) swallows every update, a few steps still move
 nearly every master weight."""
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -45,9 +46,11 @@ def test_bf16_compute_at_lr_1e6_moves_the_fp32_master_weights(tiny_dir, tmp_path
     assert moments and {t.dtype for t in moments} == {torch.float32}
 
 
-def test_fsdp_bf16_compute_keeps_fp32_shards_and_moves_them(tiny_dir, tmp_path):
+@pytest.mark.parametrize("offload", [False, True])
+def test_fsdp_bf16_compute_keeps_fp32_shards_and_moves_them(tiny_dir, tmp_path, offload):
     """torchrun, 2 CPU ranks: FSDP2 shards float32 weights and computes in bf16 (MixedPrecisionPolicy);
-    the checkpoint's gathered weights are the float32 masters, moved by lr 1e-6."""
+    the checkpoint's gathered weights are the float32 masters, moved by lr 1e-6. memory.cpu_offload:
+    the same with FSDP2's CPUOffloadPolicy (the shards, gradients and AdamW on the host)."""
     import os
     import subprocess
     import sys
@@ -55,7 +58,8 @@ def test_fsdp_bf16_compute_keeps_fp32_shards_and_moves_them(tiny_dir, tmp_path):
     run_dir = tmp_path / "fsdp"
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONHASHSEED="0")
     p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                        "-m", "arpo", "train", *_overrides(tiny_dir, run_dir, steps=2, **{"run.save_every": 2}),
+                        "-m", "arpo", "train", *_overrides(tiny_dir, run_dir, steps=2, **{
+                            "run.save_every": 2, "memory.cpu_offload": str(offload).lower()}),
                         "run.threads=1", "--quiet"], env=env, capture_output=True, text=True, timeout=400)
     assert p.returncode == 0, p.stderr[-4000:]
     after = load_file(str(run_dir / "checkpoints" / "step_000002" / "model" / "model.safetensors"))

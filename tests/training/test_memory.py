@@ -257,3 +257,14 @@ def test_the_architecture_of_a_local_model_and_of_a_run_dir(tmp_path):
     assert M.find_arch(str(tmp_path / "run")) == a  # a run dir: its latest checkpoint's model
     assert M.find_arch("/models/Qwen3-14B-deep-search-sft") == M.KNOWN_ARCHS["qwen3-14b"]
     assert M.find_arch("/nowhere/unknown-model") is None
+
+
+def test_a_run_saved_before_the_new_memory_keys_resumes():
+    """A run's saved config without memory.gpu_memory_gib / cpu_offload (issue 60 added them), or with
+    another memory setting, is not a change of what the run trains."""
+    from arpo.training.rundir import unsafe_changes
+
+    old = {"memory": {"activation_checkpointing": False, "gpu_memory_gb": 0.0, "gpus": 0}}
+    new = {"memory": {"activation_checkpointing": True, "gpu_memory_gb": 0.0, "gpus": 0, "gpu_memory_gib": 79.6,
+                      "cpu_offload": True}}
+    assert unsafe_changes(old, new) == []

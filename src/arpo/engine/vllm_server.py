@@ -23,12 +23,14 @@ marks its server dead and moves only that server's prompts to the least busy liv
 sequences continue from the tokens they already have (a new request; the segment's seed is derived
 from the new length, so a retried segment samples a different continuation than it would have).
 
-Weights: `load_weights(model)` writes the full weights as one safetensors file into `weights_dir`
-(which every server must be able to read), then calls the dev-mode endpoints `/collective_rpc`
-(`reload_weights`, vLLM's in-place reload) and `/reset_prefix_cache` on every live server. Under
-torchrun every rank calls it (FSDP's full_tensor gathers are collectives); rank 0 writes and posts, and
-all ranks leave together. `transfer="nccl"` / `"ipc"` use vLLM's own weight-transfer API instead
-(`WeightTransferTrainerFactory`, `ModuleSource`, `HTTPVLLMWeightSyncClient`): GPU only, untested here.
+Weights: `load_weights(model)` runs one protocol (`push`): the ranks agree on the live servers, rank 0
+pauses them (`/pause`), the weights go out — `transfer="disk"`: one safetensors file in `weights_dir`
+(which every server must be able to read), `/collective_rpc reload_weights`, `/reset_prefix_cache`,
+`/update_weight_version`; `"nccl"` / `"ipc"`: vLLM's weight-transfer API, one trainer engine for all
+servers through `_PoolClient` (GPU only: tested here against fakes of vLLM's classes) — every server
+must then answer `/weight_info` with the push's version, and is resumed (`/resume`), also after an
+error. Under torchrun every rank calls it (FSDP's full_tensor gathers are collectives); an error or a
+stall past `push_timeout_s` on any rank is raised on every rank.
 
 The servers must run with `VLLM_SERVER_DEV_MODE=1` and the flags of `server_command` (processed
 log-probs, enough `--max-logprobs`, prefix caching, prompt-token details for the cache statistics).

@@ -50,7 +50,8 @@ SAFE_ON_RESUME = ("steps", "max_steps", "epochs", "run.dir", "run.save_every", "
                   "validation.*", "micro_tokens", "engine", "engine_options", "engine_options.*", "model.device",
                   "rollout.servers", "tools.cache", "tools.cache_path", "tools.search_url", "tools.web.url",
                   "tools.web.timeout_s", "tools.web.retries", "tools.web.backoff_s", "tools.web.rate_limit",
-                  "tools.web.browse_timeout_s", "tools.web.summarizer_url")
+                  "tools.web.browse_timeout_s", "tools.web.summarizer_url",
+                  "memory.*")  # how a step fits in memory (checkpointing, offload, the GPU's size): the same math
 
 
 # top-level keys renamed since a run may have been saved ({old: new}; settings/sft.py SFTConfig.RENAMED)
