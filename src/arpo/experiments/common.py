@@ -81,6 +81,15 @@ checkpoints/
 """
 
 
+def recorded_settings(cfg: Any) -> dict:
+    """A study's config as its results.json records it: `out` relative to the working directory (as
+    one types it from the checkout; an absolute path named the folders of the machine that ran it)."""
+    settings = dataclasses.asdict(cfg)
+    if isinstance(settings.get("out"), str) and Path(settings["out"]).is_absolute():
+        settings["out"] = os.path.relpath(settings["out"])
+    return settings
+
+
 def run_record(t0: float) -> dict:
     """The tail of a study's results.json: wall seconds since t0 (time.perf_counter), the load average
     at the end (how shared the machine was) and provenance (code version, packages)."""
