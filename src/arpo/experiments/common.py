@@ -1,5 +1,5 @@
 """What the studies share: the run preamble and record, the RL-run machinery of the studies that train
-with `configs/*_rl.yaml` (svamp.py, hop2.py, branch_rules.py), and the tool-call-ratio analysis.
+with `configs/*_rl.yaml` (svamp.py, hop2.py, branch_rules_study.py), and the tool-call-ratio analysis.
 
     start_run        TOKENIZERS_PARALLELISM, torch threads, the output dir
     run_record       wall seconds, load average and provenance, the tail of every results.json
