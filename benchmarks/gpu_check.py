@@ -19,9 +19,9 @@ a. decode tokens/s of arpo's HFEngine vs `model.generate`: same batch, prompt an
    torch.cuda.memory_stats).
    a3. train-inference mismatch: engine-sampled sequences, then the trainer's forward over them
    (training/batch.token_logprobs) in the model's dtype: KL and max |d| of the log-probs.
-b. ARPO RL steps composed from training/trainer.py's pieces exactly as `arpo train` runs them on one process
-   (rollout_step -> score_trees -> rollout_metrics -> build_batch -> token_logprobs ->
-   loss_and_backward -> clip -> AdamW), with the real python tool. Random weights never call tools,
+b. ARPO RL steps through training/trainer.py's own `setup` + `train_step`, as `arpo train` runs them on one
+   process (sample_groups: rollout_step, score_trees; policy_update: build_batch, old log-probs,
+   minibatch_step: loss + backward, clip, AdamW), with the real python tool. Random weights never call tools,
    so `arpo.testing.scripted_hook(free_tokens=n)` makes every segment n freely sampled tokens
    followed by a `<python>print(...)</python>` call (then an answer): tools run, entropies vary,
    trees branch. Rewards: `arpo.testing.toy_reward`. Time split: generation (engine steps, the

@@ -83,3 +83,14 @@ def test_print_config_lists_the_branch_rules(capsys):
     rules = json.loads(capsys.readouterr().out)["branch_rules"]
     assert set(rules) == {"auto"} | set(BRANCH_RULES)
     assert "largest ΔH" in rules["top_entropy"]
+
+
+def test_print_config_json_is_json(capsys):
+    """`arpo train --print-config --json` printed YAML (issue 42 item 8)."""
+    import json
+
+    assert main(["train", "--print-config", "--json", "rollout.group_size=8"]) == 0
+    cfg = json.loads(capsys.readouterr().out)
+    assert cfg["rollout"]["group_size"] == 8 and cfg["algo"]["preset"] == "arpo" and "memory_estimate" in cfg
+    assert main(["sft", "--print-config", "--json"]) == 0
+    assert "optim" in json.loads(capsys.readouterr().out)

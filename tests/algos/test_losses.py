@@ -16,7 +16,7 @@ from arpo.algos.losses import (
     gspo_loss,
     gspo_sequence_ratio,
     gspo_token_ratio,
-    kl_penalty,
+    kl_divergence,
     policy_loss,
     ppo_clip_loss,
 )
@@ -142,17 +142,20 @@ def test_kl_estimators_values():
     assert float(KL_ESTIMATORS["low_var_kl"](far_logp, far_ref)) == 10.0
 
 
-def test_kl_penalty_and_entropy_bonus():
+def test_kl_term_and_entropy_bonus():
     logp = torch.log(torch.tensor([[0.5, 0.5, 0.9]]))
     ref = torch.log(torch.tensor([[0.25, 0.5, 0.1]]))
     mask = torch.tensor([[1, 1, 0]])
-    # k1 per token [ln 2, 0, masked] -> token-mean ln2/2; × 0.1
-    assert math.isclose(float(kl_penalty(logp, ref, mask, "k1", 0.1)), 0.1 * math.log(2) / 2, rel_tol=1e-5)
-    assert float(kl_penalty(logp, None, mask, "low_var_kl", 0.0)) == 0.0  # no reference model needed
+    # k1 per token [ln 2, 0, masked] -> token-mean ln2/2
+    assert math.isclose(float(kl_divergence(logp, ref, mask, "k1")), math.log(2) / 2, rel_tol=1e-5)
+    adv = torch.zeros(1, 3)  # no policy term: the loss is the KL term alone
+    total, _ = policy_loss(logp, logp, adv, mask, kl_coef=0.1, kl_type="k1", ref_logp=ref)
+    assert math.isclose(float(total), 0.1 * math.log(2) / 2, rel_tol=1e-5)
+    assert float(policy_loss(logp, logp, adv, mask)[0]) == 0.0  # kl_coef 0: no reference model needed
     with pytest.raises(ValueError, match="ref_logp"):
-        kl_penalty(logp, None, mask, "k3", 0.1)
+        policy_loss(logp, logp, adv, mask, kl_coef=0.1)
     with pytest.raises(ValueError, match="k3"):
-        kl_penalty(logp, ref, mask, "k4", 0.1)
+        kl_divergence(logp, ref, mask, "k4")
     ent = torch.tensor([[1.0, 3.0, 50.0]])
     assert math.isclose(float(entropy_bonus(ent, mask, 0.01)), -0.02, rel_tol=1e-6)  # −0.01 · (1+3)/2
 
@@ -318,7 +321,7 @@ def test_extreme_log_ratios_are_clamped_and_finite():
         loss.backward()
         assert torch.isfinite(loss) and torch.isfinite(logp.grad).all(), loss_fn.__name__
         assert all(torch.isfinite(v).all() for v in diag.values())
-    kl = kl_penalty(logp, torch.zeros(1, 3), torch.ones(1, 3), coef=1.0, kind="low_var_kl")
+    kl = kl_divergence(logp, torch.zeros(1, 3), torch.ones(1, 3), "low_var_kl")
     assert torch.isfinite(kl) and kl.item() <= 10.0  # low_var_kl clamps each token to [-10, 10]
 
 

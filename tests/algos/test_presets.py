@@ -122,4 +122,4 @@ def test_each_preset_runs_its_advantage_and_loss(name):
     )  # fmt: skip
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(logp.grad).all()
-    assert p.to_dict()["name"] == name
+    assert dataclasses.asdict(p)["name"] == name

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 
 import pytest
 
@@ -113,7 +112,6 @@ def test_every_question_scripted_trajectory_1_first_page_and_snippets_0(tools):
     browse = lambda q: tools.run(ToolCall("browse", q))  # noqa: E731
     first_pages: dict[str, str] = {}
     n = guesses = 0
-    t0 = time.perf_counter()
     for split in webhop.SPLITS:
         for ex in load_examples(f"webhop:{split}"):
             text, spans, why = webhop_trajectory(ex, search, browse)
@@ -135,8 +133,7 @@ def test_every_question_scripted_trajectory_1_first_page_and_snippets_0(tools):
                 assert _reward(guess, ex, spans[:2]) == 0.0, (ex["id"], g)
                 guesses += 1
             n += 1
-    assert n == 360 and guesses >= 3 * 360
-    assert time.perf_counter() - t0 < 600
+    assert n == 360 and guesses >= 3 * 360  # (a hang: pytest's --timeout=600)
 
 
 def test_sft_data_command_writes_the_scripted_trajectories(web, tmp_path, capsys):

@@ -2,6 +2,7 @@
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -125,6 +126,8 @@ def test_quick_experiment_end_to_end(tmp_path):
     cfg = X.ExperimentConfig.quick(out=str(tmp_path / "q"), threads=2)
     res = X.run(cfg)
     data = json.loads((tmp_path / "q" / "results.json").read_text())
+    assert Path(data["settings"]["out"]).resolve() == (tmp_path / "q").resolve()  # recorded relative
+    assert not Path(data["settings"]["out"]).is_absolute()
     n_evals = cfg.steps // cfg.eval_every + 1
     for m in cfg.methods:
         assert len(data["runs"][m]) == cfg.seeds

@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from arpo.errors import ArpoError
-from arpo.experiments import branch_rules as X
+from arpo.experiments import branch_rules_study as X
 from arpo.experiments import budget_matched as M
 
 

@@ -57,7 +57,7 @@ def test_the_rl_studies_take_arms_and_check_their_rule(capsys):
     from arpo.config import from_dict
     from arpo.errors import ArpoError
     from arpo.experiments.arpo_vs_grpo import ExperimentConfig
-    from arpo.experiments.branch_rules import BranchRulesConfig
+    from arpo.experiments.branch_rules_study import BranchRulesConfig
 
     assert from_dict(BranchRulesConfig, {"methods": ["arpo@zscore", "grpo"]}).methods == ["arpo@zscore", "grpo"]
     with pytest.raises(ArpoError, match=r"methods: 'arpo@nope': unknown branch rule 'nope'"):
@@ -66,3 +66,19 @@ def test_the_rl_studies_take_arms_and_check_their_rule(capsys):
         from_dict(BranchRulesConfig, {"methods": ["nope@zscore", "grpo"]})
     with pytest.raises(ArpoError, match=r"methods: unknown algo preset 'arpo@zscore'"):
         from_dict(ExperimentConfig, {"methods": ["arpo@zscore", "grpo"]})
+
+
+# study modules that still share a name with a module of the library (to rename: issue 64 item 6)
+SHARED_NAMES = {"hop2.py": "data/hop2.py", "protocol.py": "tools/sandbox/protocol.py"}
+
+
+def test_study_modules_are_named_apart_from_the_librarys():
+    """experiments/branch_rules.py shared its name with rollout/branch_rules.py (issue 64): a study's
+    module is named apart from every module of the library it studies."""
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[2] / "src" / "arpo"
+    library = {p.name for p in src.rglob("*.py") if p.parts[len(src.parts)] != "experiments"}
+    clash = sorted(p.name for p in (src / "experiments").glob("*.py")
+                   if p.name != "__init__.py" and p.name in library and p.name not in SHARED_NAMES)
+    assert not clash, f"experiments/ modules named like library modules: {clash}"

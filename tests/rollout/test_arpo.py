@@ -7,11 +7,19 @@ import pytest
 
 from arpo.engine.hf import HFEngine
 from arpo.errors import ArpoError
-from arpo.rollout.arpo import ARPORollout, branch_probability, dynamic_initial_rollouts, segment_entropy
+from arpo.rollout.arpo import ARPORollout, dynamic_initial_rollouts, segment_entropy
+from arpo.rollout.branch_rules import BranchContext, get_branch_rule
 from arpo.settings import AgentConfig, RolloutConfig
 from arpo.testing import hook_rollout, scripted_hook
 from arpo.tools.base import ToolResult
 from arpo.tools.registry import ToolRegistry
+
+
+def branch_probability(delta_h: float, beta: float, tau: float, consecutive: int = 0, penalty: float = 0.0,
+                       mode: str = "paper") -> float:
+    """The probability of the rule `branch_rule: auto` picks for this mode and penalty."""
+    ctx = BranchContext(delta_h, beta, tau, consecutive=consecutive, penalty=penalty)
+    return get_branch_rule("auto", mode, penalty)(ctx)
 
 
 class Echo:

@@ -79,3 +79,17 @@ def test_a_set_false_or_zero_wins_over_the_aepo_preset():
     assert off.dynamic_budget is False and off.consecutive_branch_penalty == 0.0
     unset = resolved()
     assert unset.dynamic_budget is True and unset.consecutive_branch_penalty == 0.05
+
+
+def test_a_run_saved_before_the_aepo_options_became_null_resumes():
+    """A run saved `dynamic_budget: false`, `consecutive_branch_penalty: 0.0` when those meant "the
+    preset's" (issue 64): its config resumes under the new default null, while a value that differs
+    in effect (true, or a penalty of 0.1) is still a change."""
+    from arpo.training.rundir import unsafe_changes
+
+    saved = {"rollout": {"dynamic_budget": False, "consecutive_branch_penalty": 0.0, "group_size": 8}}
+    now = {"rollout": {"dynamic_budget": None, "consecutive_branch_penalty": None, "group_size": 8}}
+    assert unsafe_changes(saved, now) == []
+    changed = {"rollout": {"dynamic_budget": True, "consecutive_branch_penalty": 0.1, "group_size": 8}}
+    assert [k for k, _, _ in unsafe_changes(changed, now)] == ["rollout.consecutive_branch_penalty",
+                                                                "rollout.dynamic_budget"]

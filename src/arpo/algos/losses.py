@@ -337,24 +337,6 @@ def kl_divergence(
     return aggregate(_lookup(KL_ESTIMATORS, kind, "KL estimator")(logp, ref_logp), mask, agg, normalizer)
 
 
-def kl_penalty(
-    logp: torch.Tensor,
-    ref_logp: torch.Tensor | None,
-    mask: torch.Tensor,
-    kind: str = "low_var_kl",
-    coef: float = 0.0,
-    agg: str = "token-mean",
-    normalizer: float | None = None,
-) -> torch.Tensor:
-    """β_KL · KL(π_θ ‖ π_ref), the term added to the loss (spec §4). With coef 0 (ARPO's setting)
-    no reference model is needed: `ref_logp` may be None and the result is 0. (B, T) x3 -> ()"""
-    if coef == 0.0:
-        return logp.new_zeros(())
-    if ref_logp is None:
-        raise ValueError(f"kl_penalty with coef={coef} needs ref_logp (reference-model log-probs)")
-    return coef * kl_divergence(logp, ref_logp, mask, kind, agg, normalizer)
-
-
 def entropy_bonus(
     entropy: torch.Tensor, mask: torch.Tensor, coef: float = 0.0, agg: str = "token-mean",
     normalizer: float | None = None,

@@ -97,9 +97,6 @@ class AlgoPreset:
         """AEPO's stop-gradient clipping is selected through loss_type."""
         return self.loss_type == "entropy_balanced"
 
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
 
 _ARPO = AlgoPreset(
     name="arpo",
@@ -120,7 +117,7 @@ PRESETS: dict[str, AlgoPreset] = {
     ),
     # DAPO (arXiv 2503.14476): clip-higher 0.2/0.28, token-level loss, dynamic sampling (groups with
     # equal rewards are dropped and fresh prompts rolled out until prompts_per_step groups are kept, at
-    # most dynamic_sampling_max_rounds rounds per step: recipes/train.py), no KL, no dual clip. Its
+    # most dynamic_sampling_max_rounds rounds per step: training/trainer.py sample_groups), no KL, no dual clip. Its
     # overlong reward shaping is a reward-side feature and not part of this preset.
     "dapo": dataclasses.replace(
         _ARPO, name="dapo", source="DAPO, arXiv 2503.14476",

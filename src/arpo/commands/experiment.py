@@ -139,7 +139,7 @@ STUDIES: dict[str, Study] = {
     "branching": Study("branch rule settings on fixed models, no training (docs/branching.md)",
                        "arpo.experiments.branching", "BranchingConfig", _branching_summary, flags=("out", "threads")),
     "branch-rules": Study("branch rules on hop2 or webhop at equal trajectories and tool calls (docs/branch_rules.md)",
-                          "arpo.experiments.branch_rules", "BranchRulesConfig", _protocol_summary),
+                          "arpo.experiments.branch_rules_study", "BranchRulesConfig", _protocol_summary),
 }
 
 

@@ -1,7 +1,7 @@
 """Controlled experiments that run arpo's real pipeline end to end on small, fast tasks.
 
     common.py        what the studies share: the run preamble and record, the RL runs of svamp.py /
-                     hop2.py / branch_rules.py (train_config, run_rl, cached evaluations), the
+                     hop2.py / branch_rules_study.py (train_config, run_rl, cached evaluations), the
                      tool-call-ratio analysis (summarize)
     kbenv.py         a procedurally generated tool environment (multi-hop questions over a
                      fictional knowledge base: `<search>` for facts, `<python>` for arithmetic),
@@ -16,7 +16,8 @@
                      per-cluster sign test, the two-stage seed -> step ratio bootstrap)
     hop2_stats.py    hop2's `statistics` section, recomputable from its results.json
                      (`arpo experiment hop2-stats`); hop2_report.py renders its tables
-    branch_rules.py  branch rules on hop2 or webhop: `arpo experiment branch-rules`
+    branch_rules_study.py  branch rules on hop2 or webhop: `arpo experiment branch-rules` (named apart
+                     from rollout/branch_rules.py, the rules themselves)
     budget_matched.py  accuracy at equal executed tool calls (over all runs, and per seed pair)
 """
 

@@ -51,7 +51,15 @@ import arpo.models
 from arpo.errors import ArpoError, require
 from arpo.eval.evaluate import evaluate
 from arpo.experiments import kbenv
-from arpo.experiments.common import check_methods, log, run_dir_of, start_run, stop_if_signalled, summarize
+from arpo.experiments.common import (
+    check_methods,
+    log,
+    recorded_settings,
+    run_dir_of,
+    start_run,
+    stop_if_signalled,
+    summarize,
+)
 from arpo.provenance import provenance
 from arpo.rewards import arpo_reward
 from arpo.settings import (
@@ -376,7 +384,7 @@ def run(cfg: ExperimentConfig) -> dict:
     finally:
         env["tools"].close()
     results: dict[str, Any] = {
-        "settings": dataclasses.asdict(cfg),
+        "settings": recorded_settings(cfg),
         "environment": {"towns": cfg.n_towns, "sft_traces": len(env["sft_rows"]), "sft_dropped": env["sft_dropped"],
                         "kinds": list(kbenv.KINDS), "tools": ["search", "python"], "search_top_k": cfg.top_k},
         "sft": sft,

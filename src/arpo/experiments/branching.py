@@ -36,7 +36,7 @@ from typing import Any
 import arpo.models
 from arpo.data.datasets import load_examples
 from arpo.data.prompts import prompts_for
-from arpo.experiments.common import log, run_record, start_run
+from arpo.experiments.common import log, recorded_settings, run_record, start_run
 from arpo.rewards import get_reward_fn, score_trees
 from arpo.settings import AgentConfig, RewardConfig, RolloutConfig, ToolsConfig
 from arpo.tools import tools_from_config
@@ -200,7 +200,7 @@ def run(cfg: BranchingConfig) -> dict:
     out = start_run(cfg.out, cfg.threads)
     examples = load_examples(cfg.data)
     t0 = time.perf_counter()
-    results: dict[str, Any] = {"settings": dict(cfg.settings), "config": dataclasses.asdict(cfg),
+    results: dict[str, Any] = {"settings": dict(cfg.settings), "config": recorded_settings(cfg),
                "models": {m: measure(m, cfg, examples) for m in cfg.models}}
     results.update(run_record(t0))  # wall_seconds, load_average_at_end, provenance
     results["plot"] = str(plot(results, out))

@@ -1,5 +1,5 @@
 """What the studies share: the run preamble and record, the RL-run machinery of the studies that train
-with `configs/*_rl.yaml` (svamp.py, hop2.py, branch_rules.py), and the tool-call-ratio analysis.
+with `configs/*_rl.yaml` (svamp.py, hop2.py, branch_rules_study.py), and the tool-call-ratio analysis.
 
     start_run        TOKENIZERS_PARALLELISM, torch threads, the output dir
     run_record       wall seconds, load average and provenance, the tail of every results.json
@@ -79,6 +79,15 @@ checkpoints/
 *.safetensors
 *.pt
 """
+
+
+def recorded_settings(cfg: Any) -> dict:
+    """A study's config as its results.json records it: `out` relative to the working directory (as
+    one types it from the checkout; an absolute path named the folders of the machine that ran it)."""
+    settings = dataclasses.asdict(cfg)
+    if isinstance(settings.get("out"), str) and Path(settings["out"]).is_absolute():
+        settings["out"] = os.path.relpath(settings["out"])
+    return settings
 
 
 def run_record(t0: float) -> dict:

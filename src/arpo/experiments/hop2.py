@@ -304,7 +304,7 @@ def run(cfg: Hop2ExperimentConfig, make_rows: SftRows | None = None) -> dict:
         ledger.record(f"{mt}/accuracy_at_selected_step", dev_stats[mt]["accuracy_mean"], "dev",
                       step=selection[mt], data=cfg.eval_data)
     branching = branching_study(out, cfg)
-    results: dict[str, Any] = {"settings": dataclasses.asdict(cfg), "sft": sft, "start_dev": start["point"],
+    results: dict[str, Any] = {"settings": common.recorded_settings(cfg), "sft": sft, "start_dev": start["point"],
                                "runs": runs, "summary": common.summarize(runs, start["point"]["accuracy"])
                                if len(cfg.methods) >= 2 and {"arpo", "grpo"} <= set(cfg.methods) else {},
                                "dev": dev_stats, "branching": branching}

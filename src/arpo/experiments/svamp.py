@@ -37,6 +37,7 @@ from arpo.experiments.common import (
     cached_eval,
     log,
     point,
+    recorded_settings,
     run_record,
     run_rl,
     start_run,
@@ -215,7 +216,7 @@ def run(cfg: SvampExperimentConfig) -> dict:
     for seed in range(cfg.seeds):  # interleaved: a cut-short run still has both methods
         for mt in cfg.methods:
             runs[mt].append(run_rl(cfg, mt, seed, sft["model"], examples, start, out))
-    results: dict[str, Any] = {"settings": dataclasses.asdict(cfg), "train_config": json.loads(json.dumps(
+    results: dict[str, Any] = {"settings": recorded_settings(cfg), "train_config": json.loads(json.dumps(
                dataclasses.asdict(tc0), default=str)), "sft": sft, "eval_questions": len(examples),
                "start": start["point"], "runs": runs}
     results["summary"] = summarize(runs, start["point"]["accuracy"])

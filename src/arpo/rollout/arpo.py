@@ -63,7 +63,7 @@ from arpo.engine.base import Engine
 from arpo.engine.rng import fold_key, key_seed, key_uniform
 from arpo.errors import ArpoError
 from arpo.rollout.agent import AgentLoop, TrajState
-from arpo.rollout.branch_rules import BranchContext, get_branch_rule
+from arpo.rollout.branch_rules import BranchContext
 from arpo.rollout.staged_rules import (
     DecisionPoint,
     GroupContext,
@@ -84,17 +84,6 @@ def segment_entropy(entropies: list[float], k: int, reduction: str, normalize: b
         return 0.0
     h = sum(xs) if reduction == "sum" else sum(xs) / len(xs)
     return h / math.log(vocab_size) if normalize else h
-
-
-def branch_probability(delta_h: float, beta: float, tau: float, consecutive: int = 0, penalty: float = 0.0,
-                       mode: str = "paper") -> float:
-    """The probability of the built-in rule that `branch_rule: auto` picks (rollout/branch_rules.py):
-    paper: P(α + β·ΔH > τ) for α ~ U(0,1) = clip(1 − τ + β·ΔH, 0, 1);
-    reference (its code): P(U − β·ΔH ≤ τ) = clip(τ + β·ΔH, 0, 1);
-    penalty > 0, AEPO's code: the *score* α + β·ΔH is scaled by f = max(0, 1 − penalty·l) (not the
-    probability), P = clip(1 + β·ΔH − τ/f, 0, 1), 0 for f = 0."""
-    ctx = BranchContext(delta_h, beta, tau, consecutive=consecutive, penalty=penalty)
-    return get_branch_rule("auto", mode, penalty)(ctx)
 
 
 def _consecutive_rounds(branched_at: set[int], t: int) -> int:

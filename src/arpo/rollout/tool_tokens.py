@@ -51,6 +51,3 @@ def encode_pieces(tokenizer, pieces: Pieces) -> list[int]:
             out += encode_tool_text(tokenizer, text) if from_tool else tokenizer.encode(text, add_special_tokens=False)
     return out
 
-
-def pieces_text(pieces: Pieces) -> str:
-    return "".join(t for t, _ in pieces)

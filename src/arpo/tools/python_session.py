@@ -185,12 +185,6 @@ class PythonSessionTool(Tool):
             self._drop(sess.family, list(sess.states.values()))
             self._cond.notify_all()
 
-    def end_all(self) -> None:
-        with self._cond:
-            keys = list(self._sessions)
-        for k in keys:
-            self.end(k)
-
     def close(self) -> None:
         with self._cond:
             fams, self._families, self._sessions = self._families, [], {}

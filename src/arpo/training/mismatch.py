@@ -1,9 +1,11 @@
 """Train–inference mismatch: how far the log-probs the rollout engine recorded while sampling are
 from the training forward's log-probs of the same tokens under the same weights.
 
-arpo owns both the sampler and the trainer, so the two should agree to float rounding (fp32) — no
-importance correction needed. recipes/train.py logs, every step, over the generated tokens of the
-mini-batch trained before any update (all trees with `minibatches: 1`):
+arpo owns both the sampler and the trainer, so on-policy the two should agree to float rounding
+(fp32) and no importance correction is needed; a lagged tree (`rollout.max_off_policy_steps: 1`) gets
+the truncated weight min(π_old/π_behaviour, C) (training/step_batch.py `weight_lagged_tokens`).
+training/trainer.py's `policy_update` logs, every step, over the generated tokens of the mini-batch
+trained before any update (all trees with `minibatches: 1`):
 
 - `mismatch/kl`: mean of k3 = exp(d) − 1 − d, d = logp_train − logp_rollout, an unbiased, non-negative
   estimate of KL(rollout ‖ train) for tokens sampled from the rollout policy;

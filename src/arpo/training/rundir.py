@@ -78,10 +78,17 @@ def _flatten(d: dict, prefix: str = "") -> dict:
     return out
 
 
+# keys whose default became None ("the preset's"), with the value a run saved before meant the same: a
+# saved false / 0 was then ignored in favour of the preset's (issue 64 item 2), as None is now
+UNSET_ONCE = {"rollout.dynamic_budget": False, "rollout.consecutive_branch_penalty": 0.0}
+
+
 def config_changes(old: dict, new: dict) -> list[tuple[str, object, object]]:
-    """(key, old value, new value) for every dotted key whose value differs."""
+    """(key, old value, new value) for every dotted key whose value differs (a saved UNSET_ONCE value
+    and None do not)."""
     a, b = _flatten(old), _flatten(new)
-    return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)
+            and not (k in UNSET_ONCE and b.get(k) is None and a.get(k) == UNSET_ONCE[k])]
 
 
 def unsafe_changes(old: dict, new: dict) -> list[tuple[str, object, object]]:

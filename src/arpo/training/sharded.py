@@ -1,6 +1,6 @@
 """What a training step does differently on W ranks (torchrun, docs/scaling.md), kept out of the step.
 
-The trainer (training/trainer.py) talks to a `StepComm`. `LocalComm` (one process) makes every call
+The trainer (training/trainer.py) talks to a comm, `Trainer.comm`: `LocalComm` (one process) makes every call
 the identity, so the single-process step reads top to bottom; `ShardedComm` does the collectives
 that make a step on W ranks compute the one-process step:
 
