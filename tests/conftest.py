@@ -162,6 +162,11 @@ def tiny_run(tmp_path_factory):
 # out (pyproject addopts: -m "not timing"); CI runs them as a step of their own (`pytest -m timing`),
 # so a loaded machine fails a timing step, never the functional suite.
 TIMING = {
+    "tests/engine/test_weight_push.py::test_a_stalled_server_is_an_error_within_the_timeout_and_is_resumed":
+        "push error < 3.5 s",
+    "tests/eval/test_judge_reward.py::test_a_judge_that_does_not_answer_fails_the_step_in_one_line": "< 10 s",
+    "tests/test_chat_template_trust.py::test_with_the_flag_a_memory_bomb_is_a_one_line_error": "< 60 s",
+    "tests/test_chat_template_trust.py::test_with_the_flag_a_template_that_never_ends_is_stopped": "stopped < 10 s",
     "tests/test_cli_mistakes.py::test_a_prompt_past_the_context_is_refused_before_any_compute": "refused < 60 s",
     "tests/test_cli_mistakes.py::test_corrupt_weights_and_a_missing_vllm_are_one_line": "refused < 10 s",
     "tests/test_cli_mistakes.py::test_a_reward_that_raises_fails_before_the_model_loads": "refused < 20 s",

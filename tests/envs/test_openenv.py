@@ -112,7 +112,8 @@ def test_unreachable_and_malformed_servers_are_one_line(tmp_path):
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
                 break
             except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, "the websocket server did not start"
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail("the websocket server did not start")
                 time.sleep(0.2)
         with pytest.raises(EnvError, match="answered with malformed JSON"):
             next(iter_rows(f"openenv:http://127.0.0.1:{port}?n=1&field=number"))
