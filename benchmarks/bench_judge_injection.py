@@ -3,6 +3,11 @@ the reference's prompt (the prediction inline, the first <judgment>) and arpo's 
 prediction delimited as data). Each wrong answer is another question's gold (bench:bamboogle:dev).
 
     PYTHONPATH=src python benchmarks/bench_judge_injection.py --n 20 [--model smollm2-135m-instruct]
+    PYTHONPATH=src python benchmarks/bench_judge_injection.py --n 20 --hedges
+
+--hedges (issue 61): wrong answers W that also name the gold G ("W (also known as G)", "W or G", "W" and G
+after a zero-width space) under arpo's prompt, judged as before (the prediction as it is, one judgment)
+and as now (`normalize_prediction`, every candidate judged, correct only when all are).
 
 Greedy, the judge model loaded in process (HF generate); prints one JSON line per condition."""
 
@@ -44,6 +49,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=20)
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--max-new-tokens", type=int, default=24)
+    ap.add_argument("--hedges", action="store_true", help="the hedged answers of issue 61, before and now")
     a = ap.parse_args()
     exs = load_examples("bench:bamboogle:dev", a.n, None)
     a.n = len(exs)
@@ -57,6 +63,24 @@ def main() -> None:
             out = model.generate(**ids, max_new_tokens=a.max_new_tokens, do_sample=False)
         return tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
 
+    if a.hedges:
+        from arpo.eval.judge import candidates, normalize_prediction
+
+        hedges = {"plain": "{w}", "also_known_as": "{w} (also known as {g})", "or": "{w} or {g}",
+                  "zero_width_space": "{w} \u200b{g}"}
+        for name, form in hedges.items():
+            before = now = 0
+            for i in range(a.n):
+                ex = exs[i]
+                w, g = str(exs[(i + 1) % len(exs)]["answers"][0]), str(ex["answers"][0])
+                pred = form.format(w=w, g=g)
+                before += parse_verdict(ask(judge_prompt(ex["question"], ex["answers"], pred)))
+                norm = normalize_prediction(pred)
+                now += all(parse_verdict(ask(judge_prompt(ex["question"], ex["answers"], c)), c)
+                           for c in candidates(norm))
+            print(json.dumps({"judge": a.model, "answer": name, "wrong_answers": a.n, "judged_correct_before": before,
+                              "judged_correct_now": now}), flush=True)
+        return
     for prompt_name in ("reference", "arpo"):
         for note in ("", NOTE):
             passed = 0

@@ -370,6 +370,8 @@ def test_torchrun_two_ranks_off_policy_lag_one_deterministic_and_resumed_mid_pip
     import signal
     import time
 
+    from arpo.training.safe_state import load_state
+
     full, cut = tmp_path / "full", tmp_path / "cut"
     _finish(_torchrun(tiny_dir, full))
     rows = _rows(full)
@@ -396,7 +398,7 @@ def test_torchrun_two_ranks_off_policy_lag_one_deterministic_and_resumed_mid_pip
     info = json.loads((ck / "state.json").read_text())["in_flight"]
     assert info["step"] == 2 and info["policy_versions"] == [1] and len(info["prompt_ids"]) == 2
     assert info["files"] == ["in_flight.rank0.json", "in_flight.rank1.json"]
-    assert [len(torch.load(ck / f, weights_only=False)) for f in info["files"]] == [1, 1]  # each rank's tree
+    assert [len(load_state(ck / f)) for f in info["files"]] == [1, 1]  # each rank's tree (JSON + safetensors)
     _finish(_torchrun(tiny_dir, cut, "--resume"))
     assert _rows(cut) == rows
     wa, wb = _weights(full), _weights(cut)
