@@ -16,10 +16,13 @@ paragraph in another question's row) and is served once.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from arpo.data.sources import iter_rows
 from arpo.errors import ArpoError
-from arpo.retrieval.index import Doc, docs_of_row
+
+if TYPE_CHECKING:
+    from arpo.retrieval.index import Doc
 
 
 @dataclass
@@ -44,6 +47,8 @@ class Merged:
 def load_pages(specs: list[str]) -> tuple[list[Doc], Merged]:
     """(one Doc per page, the report of what was merged). A page's text is its sections' texts, in
     file order, separated by a blank line."""
+    from arpo.retrieval.index import Doc, docs_of_row  # noqa: PLC0415 - loads numpy; kept out of this light module's import
+
     pages: dict[str, Doc] = {}
     texts: dict[str, list[str]] = {}  # page key -> its sections' texts
     first: dict[str, str] = {}  # page key -> where its first text was read (plain rows)
