@@ -106,5 +106,5 @@ def run_sft_data(args) -> int:
     stats = build_deep_search_sft(args.data, args.out, web=web_options(args), limit=args.limit,
                                   max_pages=args.max_pages, progress=not args.quiet)
     print(json.dumps(stats))
-    return 0 if stats["written"] else 1
+    return 130 if stats.get("interrupted") else 0 if stats["written"] else 1
 
