@@ -35,6 +35,20 @@ def run_dir_of(model: str) -> Path | None:
     return d if (d / "config.yaml").is_file() or (d / "agent.yaml").is_file() else None
 
 
+def _known_keys(path: Path, section: str, sec: dict) -> None:
+    """A run's tools / agent keys are the sections' fields: an unknown one (a typo) is an error naming
+    the file, as `arpo train` makes it (chat / eval dropped it silently)."""
+    from dataclasses import fields
+
+    from arpo.settings.agent import AgentConfig, ToolsConfig
+
+    valid = {f.name for f in fields(AgentConfig if section == "agent" else ToolsConfig)}
+    bad = sorted(k for k in sec if k not in valid)
+    if bad:
+        raise ArpoError(f"{path}: unknown config key {', '.join(f'{section}.{k}' for k in bad)!s}; valid keys: "
+                        + ", ".join(f"{section}.{k}" for k in sorted(valid)))
+
+
 def run_settings(model: str) -> dict:
     """What the run says about its agent: {"tools": its tools section, "agent": its agent section,
     "template": data.template}, keys it lacks left out; {} for anything that is not a run dir or inside
@@ -58,6 +72,7 @@ def run_settings(model: str) -> dict:
         for section in ("tools", "agent"):
             sec = cfg.get(section)
             if isinstance(sec, dict):
+                _known_keys(p, section, sec)
                 out[section] = {**out.get(section, {}), **{k: v for k, v in sec.items() if v is not None}}
         data = cfg.get("data")
         if isinstance(data, dict) and data.get("template") is not None:
