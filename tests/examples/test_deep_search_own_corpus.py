@@ -85,8 +85,11 @@ def test_the_readme_recipe_on_a_musique_shaped_file(corpus, capsys):
         assert r["response"].count("<browse>") == 2 and f"\\boxed{{{src['answer']}}}" in r["response"]
     capsys.readouterr()
 
-    ev = d / "my_eval.json"
-    assert main(["eval", "--model", "tiny-random", "--data", str(f), "--tools", "web_search,browse", "--template",
+    assert main(["sft", "--config", str(ROOT / "examples/deep_search/sft.yaml"), "model.name=tiny-random",
+                 f"data.path=[{sft}]", "data.max_seq_len=4096", "steps=1", "prompts_per_step=2",
+                 f"run.dir={d / 'my_sft'}", "run.tensorboard=false", "--quiet"]) == 0
+    ev = d / "my_eval.json"  # the README evaluates the model trained on your corpus, not the example's
+    assert main(["eval", "--model", str(d / "my_sft"), "--data", str(f), "--tools", "web_search,browse", "--template",
                  "deep_search", *web, "--max-response-tokens", "16", "--quiet", "--out", str(ev)]) == 0
     out = json.loads(ev.read_text())
     res = out["results"][next(iter(out["results"]))]
@@ -94,9 +97,6 @@ def test_the_readme_recipe_on_a_musique_shaped_file(corpus, capsys):
     recs = out["records"][next(iter(out["records"]))]
     assert recs[0]["deep_search"]["supporting"] == ["Zorblax", "Quillcorp"]
 
-    assert main(["sft", "--config", str(ROOT / "examples/deep_search/sft.yaml"), "model.name=tiny-random",
-                 f"data.path=[{sft}]", "data.max_seq_len=4096", "steps=1", "prompts_per_step=2",
-                 f"run.dir={d / 'my_sft'}", "run.tensorboard=false", "--quiet"]) == 0
     assert main(["train", "--config", str(ROOT / "examples/deep_search/train.yaml"), f"model.name={d / 'my_sft'}",
                  "model.train_layers=1", f"data.path={f}", "data.template=deep_search", f"tools.web.url={url}",
                  "steps=1", "prompts_per_step=1", "rollout.group_size=2", "rollout.initial_rollouts=1",

@@ -333,6 +333,7 @@ def test_an_engine_failure_is_a_500_and_the_server_keeps_serving(client, served,
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, 400,
      "messages[0].content", None),
     ({"messages": [{"role": "wizard", "content": "hi"}]}, 400, "messages.0.role", "invalid_value"),
+    ({"messages": [{"role": "user", "content": None}]}, 400, "messages.0", "invalid_value"),  # was 200
 ])
 def test_bad_requests_get_4xx_in_openai_format(client, kwargs, status, param, code):
     args = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]} | kwargs

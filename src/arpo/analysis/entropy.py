@@ -31,8 +31,15 @@ def segments(loss_mask: list[int]) -> list[tuple[int, int]]:
 
 
 def read_dump(path: str | Path) -> list[dict]:
+    """The trajectories of an `arpo rollout` dump, or of a training run's saved trees
+    (RUN_DIR/rollouts/step_N.jsonl.gz, format arpo-rollouts/1: a tree per line; it was refused)."""
     rows = []
     for where, r in iter_jsonl(path, "rollout dump"):
+        if isinstance(r.get("trajectories"), list) and str(r.get("format", "")).startswith("arpo-rollouts/"):
+            # a trajectory stores its own tokens from its branch point: a global one (parent None) all of them
+            rows += [{"entropies": t.get("entropy") or [], "loss_mask": t.get("mask") or [],
+                      "parent_id": t.get("parent")} for t in r["trajectories"]]
+            continue
         for k in ("entropies", "loss_mask"):
             if not isinstance(r.get(k), list):
                 raise ArpoError(f"{where}: field {k!r} missing (is this an `arpo rollout` dump?)")

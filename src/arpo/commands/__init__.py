@@ -95,5 +95,8 @@ def check_engine_flags(args) -> None:
     """--servers goes with --engine vllm_server and the other way round (an error, not a silent default)."""
     from arpo.errors import ArpoError
 
-    if (args.engine == "vllm_server") != bool(args.servers):
+    if args.engine == "vllm_server" and not args.servers:  # it got the message of the opposite mistake
+        raise ArpoError("--engine vllm_server needs --servers URL ... (the servers that serve --model; "
+                        "`arpo rollout-servers` starts them)")
+    if args.servers and args.engine != "vllm_server":
         raise ArpoError("--servers goes with --engine vllm_server (the URLs of servers that serve --model)")

@@ -186,6 +186,9 @@ def read_tools_config(path: str | None) -> dict:
         data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
     except OSError as e:
         raise ArpoError(f"--tools-config {p}: cannot read it ({e.strerror or e})") from e
+    except UnicodeDecodeError as e:  # was a traceback
+        line = p.read_bytes()[: e.start].count(b"\n") + 1
+        raise ArpoError(f"--tools-config {p}:{line}: not UTF-8 text ({e.reason} at byte {e.start})") from e
     except yaml.YAMLError as e:
         raise ArpoError(f"--tools-config {p}: invalid YAML: {getattr(e, 'problem', e)}") from e
     if not isinstance(data, dict):

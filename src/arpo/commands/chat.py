@@ -51,7 +51,12 @@ def read_question(arg: str) -> str:
 
     from arpo.errors import ArpoError
 
-    question = sys.stdin.read() if arg == "-" else arg
+    try:
+        question = sys.stdin.read() if arg == "-" else arg
+        question.encode("utf-8")  # a byte that is not UTF-8 arrives as a lone surrogate: a tokenizer traceback
+    except (UnicodeDecodeError, UnicodeEncodeError) as e:
+        raise ArpoError(f"chat: the question is not UTF-8 text ({e.reason} at character {e.start}); "
+                        "save it as UTF-8") from None
     if not question.strip():
         raise ArpoError("chat: the question is empty" + (" (nothing on standard input)" if arg == "-" else "")
                         + ': give it as an argument, e.g. arpo chat "What is 17*23?", or - to read standard input')

@@ -188,18 +188,20 @@ def run(args) -> int:  # noqa: C901 - the command's steps in order (data, reward
                   file=sys.stderr)
     if judge is not None:
         judge.close()
+    kept_elsewhere = False
     if args.out:
         from arpo.commands.agent_flags import settings_of
 
-        write_out(Path(args.out), json.dumps({"model": args.model, "temperature": agent.temperature,
-                                              "settings": settings_of(r),
-                                              "results": results, "records": all_records,
-                                              **({"interrupted": True} if interrupted else {})}, indent=1))
+        text = json.dumps({"model": args.model, "temperature": agent.temperature, "settings": settings_of(r),
+                           "results": results, "records": all_records,
+                           **({"interrupted": True} if interrupted else {})}, indent=1)
+        kept_elsewhere = write_out(Path(args.out), text) != Path(args.out)
     if args.json:
         print(json.dumps({"model": args.model, "results": results}))
     else:
         print_table(results, args.model)
-    return 130 if interrupted else 0
+    # --out not written (a full disk): not a success, though the results are kept in a temporary file
+    return 130 if interrupted else 1 if kept_elsewhere else 0
 
 
 def write_out(path: Path, text: str) -> Path:

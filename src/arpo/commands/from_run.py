@@ -18,10 +18,25 @@ run's web key variables are still limited to their provider's own (settings/web.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from arpo.errors import ArpoError
 from arpo.runs import TRUST_FLAG as TRUST_FLAG  # re-exported: the commands' one definition lives with the runs
 from arpo.runs import run_dir_of as run_dir_of  # re-exported
+
+
+def _known_keys(path: Path, section: str, sec: dict) -> None:
+    """A run's tools / agent keys are the sections' fields: an unknown one (a typo) is an error naming
+    the file, as `arpo train` makes it (chat / eval dropped it silently)."""
+    from dataclasses import fields
+
+    from arpo.settings.agent import AgentConfig, ToolsConfig
+
+    valid = {f.name for f in fields(AgentConfig if section == "agent" else ToolsConfig)}
+    bad = sorted(k for k in sec if k not in valid)
+    if bad:
+        raise ArpoError(f"{path}: unknown config key {', '.join(f'{section}.{k}' for k in bad)!s}; valid keys: "
+                        + ", ".join(f"{section}.{k}" for k in sorted(valid)))
 
 
 def run_settings(model: str) -> dict:
@@ -47,6 +62,7 @@ def run_settings(model: str) -> dict:
         for section in ("tools", "agent"):
             sec = cfg.get(section)
             if isinstance(sec, dict):
+                _known_keys(p, section, sec)
                 out[section] = {**out.get(section, {}), **{k: v for k, v in sec.items() if v is not None}}
         data = cfg.get("data")
         if isinstance(data, dict) and data.get("template") is not None:

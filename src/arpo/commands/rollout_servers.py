@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from arpo.commands import HELP, POS_INT
+from arpo.commands import HELP, POS_INT, number
 
 EXAMPLES = """examples:
   arpo rollout-servers --model Qwen/Qwen2.5-7B-Instruct-dir --count 4 --gpus 0,1,2,3 --port 8000
@@ -21,7 +21,7 @@ def register(sub) -> None:
                        epilog=EXAMPLES, formatter_class=HELP)
     p.add_argument("--model", required=True, help="the model directory the policy starts from (model.name)")
     p.add_argument("--count", type=POS_INT, default=1, help="servers to start")
-    p.add_argument("--port", type=int, default=8000, help="port of the first server")
+    p.add_argument("--port", type=number(int, 1, 65535), default=8000, help="port of the first server")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 for other nodes)")
     p.add_argument("--gpus", default=None,
                    help="comma-separated CUDA devices, one group per server: '0,1,2,3' or with "
@@ -37,7 +37,8 @@ def register(sub) -> None:
                    "--weight-transfer-config, ipc also VLLM_ALLOW_INSECURE_SERIALIZATION=1")
     p.add_argument("--gpu-memory-utilization", type=float, default=None,
                    help="vLLM's share of each GPU (leave the trainer its part when they share GPUs, as IPC does)")
-    p.add_argument("--dry-run", action="store_true", help="print the command lines, start nothing")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the command lines, start nothing (nor check --model and vLLM here)")
     p.set_defaults(func=run)
 
 
@@ -62,6 +63,30 @@ def plan(args) -> list[tuple[dict, list[str]]]:
     return out
 
 
+def check_start(args) -> None:
+    """Before any server starts: --model is a model folder and vLLM imports in --python's environment
+    (each server died on its own, minutes later, in vLLM's log)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from arpo.engine.vllm import INSTALL_HINT
+    from arpo.errors import ArpoError
+
+    model = Path(args.model).expanduser()
+    if not (model / "config.json").is_file():
+        raise ArpoError(f"--model {args.model}: not a model folder (no config.json there); give the directory of "
+                        "the weights the policy starts from (model.name, e.g. runs/sft/final/model)")
+    py = args.python or sys.executable
+    try:
+        probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"
+        ok = subprocess.run([py, "-c", probe], capture_output=True, timeout=60).returncode == 0
+    except OSError as e:
+        raise ArpoError(f"--python {py}: cannot run it ({e.strerror or e})") from None
+    if not ok:
+        raise ArpoError(f"--python {py}: {INSTALL_HINT}; or --python the python of an environment with vLLM")
+
+
 def run(args) -> int:
     import os
     import shlex
@@ -69,6 +94,8 @@ def run(args) -> int:
     import time
 
     servers = plan(args)
+    if not args.dry_run:
+        check_start(args)
     urls = [f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{args.port + i}"
             for i in range(args.count)]
     for env, cmd in servers:

@@ -101,4 +101,4 @@ def run(args) -> int:
     stats = build_sft_dataset(args.source, args.data, args.out, args.limit, tools_cfg=r.tools,
                               progress=not args.quiet, style=args.style, max_calls=args.max_tool_calls)
     print(json.dumps(stats))
-    return 0
+    return 130 if stats.get("interrupted") else 0  # Ctrl-C: the rows made are written (sft/rows.py)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from arpo.commands import HELP, POS_INT
+from arpo.commands import HELP, POS_INT, number
 
 EXAMPLES = """examples:
   arpo web serve                                   # the built-in HotpotQA corpus on http://127.0.0.1:8090
@@ -69,7 +69,7 @@ def register(sub) -> None:
     sv.add_argument("--search-index", default=None, help="serve the documents of this index dir instead")
     sv.add_argument("--index-dir", default=None, help="where to build --corpus's index (default: a temporary dir)")
     sv.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    sv.add_argument("--port", type=int, default=8090, help="port to listen on")
+    sv.add_argument("--port", type=number(int, 0, 65535), default=8090, help="port to listen on (0: any free port)")
     sv.add_argument("--per-page", type=POS_INT, default=10, help="search results per page (SearXNG: 10)")
     sv.set_defaults(func=run_serve)
     sd = s.add_parser("sft-data", help="deep-search SFT trajectories through the real web tools",
@@ -106,5 +106,5 @@ def run_sft_data(args) -> int:
     stats = build_deep_search_sft(args.data, args.out, web=web_options(args), limit=args.limit,
                                   max_pages=args.max_pages, progress=not args.quiet)
     print(json.dumps(stats))
-    return 0 if stats["written"] else 1
+    return 130 if stats.get("interrupted") else 0 if stats["written"] else 1
 

@@ -111,7 +111,8 @@ def server_env(kv_cache_gib: float | None = None, transfer: str = "disk") -> dic
 
 
 def check_server_urls(urls, key: str = "rollout.servers") -> list[str]:
-    """The servers' base URLs (trailing slash removed), or an ArpoError naming `key`."""
+    """The servers' base URLs (trailing slash and an OpenAI-style `/v1` removed: `.../v1` became
+    `.../v1/v1/models`), or an ArpoError naming `key`."""
     if isinstance(urls, str):
         urls = [urls]
     if not isinstance(urls, (list, tuple)) or not urls:
@@ -120,7 +121,8 @@ def check_server_urls(urls, key: str = "rollout.servers") -> list[str]:
     for u in urls:
         if not isinstance(u, str) or not u.startswith(("http://", "https://")) or len(u.split("//", 1)[1]) == 0:
             raise ArpoError(f"{key}: {u!r} is not an http(s):// URL of a vllm serve endpoint")
-        out.append(u.rstrip("/"))
+        u = u.rstrip("/")
+        out.append(u[: -len("/v1")] if u.endswith("/v1") else u)
     if len(set(out)) != len(out):
         raise ArpoError(f"{key}: a server is listed twice ({out})")
     return out

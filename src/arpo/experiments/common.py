@@ -28,7 +28,7 @@ import yaml
 
 import arpo.models
 from arpo.config import load_config
-from arpo.errors import require
+from arpo.errors import ArpoError, require
 from arpo.eval.evaluate import evaluate
 from arpo.eval.paired import accuracy_interval, paired
 from arpo.provenance import provenance
@@ -110,8 +110,9 @@ def check_methods(methods: list[str], key: str = "methods", arms: bool = False) 
         require(preset in PRESETS, key, f"unknown algo preset {preset!r}; valid: {', '.join(sorted(PRESETS))}")
         require(not rule or rule in rule_summaries() or ":" in rule, key,
                 f"{m!r}: unknown branch rule {rule!r}; valid: {', '.join(rule_summaries())} or module:function")
-    twice = sorted({m for m in methods if methods.count(m) > 1})
-    require(not twice, key, f"{', '.join(twice)} given twice; each method once")
+    same = [m.rstrip("@") if arms else m for m in methods]  # `arpo@` (no rule) is `arpo`: one arm trained twice
+    twice = sorted({m for m in same if same.count(m) > 1})
+    require(not twice, key, f"{', '.join(twice)} given twice (`P@` is P); each method once")
 
 
 # ---- RL studies on a train config --------------------------------------------------------------------
@@ -146,6 +147,22 @@ class RLStudyConfig:
             require(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
         require(self.sampled >= 0, "sampled", f"must be >= 0 (0: greedy only), got {self.sampled}")
         check_methods(self.methods, arms=True)  # train_config runs an arm preset@rule
+        # from any directory (it read configs/... from the current one only, and failed after 15 s)
+        self.sft_config = repo_file(self.sft_config, "sft_config")
+        if self.train_config:
+            self.train_config = repo_file(self.train_config, "train_config")
+
+
+def repo_file(path: str, key: str) -> str:
+    """A study's config file: as given, else the arpo checkout's own (`configs/...`, `examples/...`
+    relative to the repository root), else an ArpoError naming `key`."""
+    p = Path(path).expanduser()
+    if p.is_file():
+        return str(p)
+    root = Path(__file__).resolve().parents[3]  # src/arpo/experiments/common.py -> the checkout
+    if not p.is_absolute() and (root / p).is_file():
+        return str(root / p)
+    raise ArpoError(f"{key}: {path} is not a file, neither from {Path.cwd()} nor from the arpo checkout {root}")
 
 
 def train_config(cfg: RLStudyConfig, sft_model: str, method: str, seed: int, run_dir: Path):

@@ -28,7 +28,7 @@ import json
 import time
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from arpo.engine.base import check_prompt_fits
 from arpo.errors import ArpoError
@@ -94,6 +94,15 @@ class Message(BaseModel):
     name: str | None = None
     tool_calls: list[MessageToolCall] | None = None
     tool_call_id: str | None = None
+
+    @model_validator(mode="after")
+    def _content_given(self):
+        """`content: null` only on an assistant message that made tool calls (OpenAI's rule): a user
+        message without content was answered 200, the model prompted with nothing."""
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise ValueError(f"a {self.role} message needs a 'content' (null only on an assistant message "
+                             "with tool_calls)")
+        return self
 
 
 class StreamOptions(BaseModel):

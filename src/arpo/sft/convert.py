@@ -28,6 +28,7 @@ from dataclasses import replace
 from arpo.data import hop2
 from arpo.data.datasets import supporting_titles as titles
 from arpo.data.prompts import system_prompt
+from arpo.errors import ArpoError
 from arpo.rewards.answer import normalize_answer
 from arpo.rollout.tool_formats import get_format, tool_schema
 from arpo.settings import ToolsConfig
@@ -275,6 +276,12 @@ def hop2_sft_rows(examples: list[dict], tools_cfg: ToolsConfig | None = None) ->
     """SFT rows (sft/rows.py's `system_prompt` form) of hop2's scripted trajectories through the real
     lookup tool, as RL builds them; the prompt is the one the rollouts render (template hop2).
     `arpo sft-data hop2` and `arpo experiment hop2-arpo-vs-grpo` write these rows."""
+    for ex in examples:  # rows that are not hop2's were a ValueError traceback
+        try:
+            hop2.parse_question(ex["question"])
+        except ValueError:
+            raise ArpoError(f"hop2: row {ex['id']}: {ex['question'][:80]!r} is not a hop2 question (\"What is the A of "
+                            "the R town of X?\", hop2:train); other rows: arpo sft-data hotpotqa / tools") from None
     reg = tools_from_config(replace(tools_cfg or ToolsConfig(), enabled=[hop2.TOOL], mcp=[], options={}))
     try:
         system = system_prompt(hop2.TEMPLATE, reg)

@@ -9,6 +9,7 @@ their own `system_prompt` (and `tools`, `tool_format`) are prompted with it.
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -133,20 +134,28 @@ def _result_pieces(row: dict, text: str, s: int, e: int) -> list[tuple[str, bool
 
 
 def convert_rows(items, convert, limit: int | None, progress: bool, label: str) -> tuple[list[dict], Counter]:
-    """Convert items until `limit` rows check out: (rows, Counter of reasons, "ok" included)."""
+    """Convert items until `limit` rows check out: (rows, Counter of reasons, "ok" included). Ctrl-C
+    stops it with the rows made so far (reasons[INTERRUPTED] = 1): they were thrown away."""
     reasons: Counter = Counter()
     rows = []
     with Bar(enabled=progress) as bar:
         t = bar.add_task(label, total=limit or len(items))
-        for item in items:
-            row, why = convert(item)
-            reasons[why] += 1
-            if row is not None:
-                rows.append(row)
-                bar.advance(t)
-            if limit is not None and len(rows) >= limit:
-                break
+        try:
+            for item in items:
+                row, why = convert(item)
+                reasons[why] += 1
+                if row is not None:
+                    rows.append(row)
+                    bar.advance(t)
+                if limit is not None and len(rows) >= limit:
+                    break
+        except KeyboardInterrupt:
+            reasons[INTERRUPTED] = 1
+            print(f"{label}: interrupted; the {len(rows)} rows made are kept", file=sys.stderr, flush=True)
     return rows, reasons
+
+
+INTERRUPTED = "interrupted (Ctrl-C)"  # convert_rows' mark in its reasons
 
 
 def write_rows(out_path, rows: list, reasons: Counter):
@@ -161,5 +170,7 @@ def write_rows(out_path, rows: list, reasons: Counter):
 
 
 def row_stats(rows: list, reasons: Counter, out) -> dict:
-    return {"written": len(rows), "read": sum(reasons.values()),
-            "dropped": {k: v for k, v in reasons.items() if k != "ok"}, "out": str(out)}
+    stopped = INTERRUPTED in reasons
+    return {"written": len(rows), "read": sum(v for k, v in reasons.items() if k != INTERRUPTED),
+            "dropped": {k: v for k, v in reasons.items() if k not in ("ok", INTERRUPTED)}, "out": str(out),
+            **({"interrupted": True} if stopped else {})}

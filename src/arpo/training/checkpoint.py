@@ -79,7 +79,24 @@ def save_checkpoint(run_dir: str | Path, step: int, model, tokenizer=None, optim
     final = root / f"step_{step:06d}"
     tmp = root / f".step_{step:06d}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    try:
+        tmp.mkdir()
+        _write_files(tmp, step, model, tokenizer, optimizer, scheduler, state, files)
+    except BaseException as e:  # a full disk: no half-written folder left behind (it was), one line
+        shutil.rmtree(tmp, ignore_errors=True)
+        from safetensors import SafetensorError  # noqa: PLC0415 - with the weights' writer
+
+        # torch.save reports a failed write as a RuntimeError, safetensors as a SafetensorError
+        if isinstance(e, (OSError, RuntimeError, SafetensorError)):
+            why = e.strerror if isinstance(e, OSError) and e.strerror else str(e).splitlines()[0][:200]
+            raise ArpoError(f"cannot write the checkpoint of step {step} in {root} ({why}); the earlier checkpoints "
+                            "are kept: free space (or set run.dir elsewhere) and resume with --resume") from None
+        raise
+    _publish(tmp, final, run_dir, keep)
+    return final
+
+
+def _write_files(tmp: Path, step: int, model, tokenizer, optimizer, scheduler, state, files) -> None:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
@@ -97,8 +114,6 @@ def save_checkpoint(run_dir: str | Path, step: int, model, tokenizer=None, optim
         json.dump({"step": step, **(state or {})}, f, indent=1)
         f.flush()
         os.fsync(f.fileno())
-    _publish(tmp, final, run_dir, keep)
-    return final
 
 
 def _publish(tmp: Path, final: Path, run_dir, keep: int) -> None:

@@ -47,7 +47,9 @@ class GracefulStop:
     def report(self, what: str, done: int, total: int, run_dir) -> None:
         argv = [a for a in sys.argv[1:] if a != "--overwrite"]
         argv = argv if "--resume" in argv else argv + ["--resume"]
-        cmd = shlex.join(["arpo", *argv]) if argv and argv[0] == what else f"arpo {what} ... --resume"
+        # run by another command (`arpo experiment`): the run's own config resumes it (it printed a placeholder)
+        cmd = shlex.join(["arpo", *argv]) if argv and argv[0] == what else \
+            shlex.join(["arpo", what, "--config", f"{run_dir}/config.yaml", "--resume"])
         print(f"arpo {what}: stopped after step {done}/{total} ({self.signal or 'a stop request'}); checkpoint "
               f"written to {run_dir}/checkpoints. Resume with:\n  {cmd}", file=sys.stderr, flush=True)
 

@@ -44,6 +44,7 @@ class Merged:
 def load_pages(specs: list[str]) -> tuple[list[Doc], Merged]:
     """(one Doc per page, the report of what was merged). A page's text is its sections' texts, in
     file order, separated by a blank line."""
+
     pages: dict[str, Doc] = {}
     texts: dict[str, list[str]] = {}  # page key -> its sections' texts
     first: dict[str, str] = {}  # page key -> where its first text was read (plain rows)
