@@ -64,8 +64,8 @@ def load_pages(specs: list[str]) -> tuple[list[Doc], Merged]:
                 elif d.text in texts[key]:
                     continue  # the same paragraph again (it appears in several questions' rows)
                 elif by_title:
-                    raise ArpoError(f"{where}: title {key!r} is already the title of {first[key]}, with another "
-                                    "text; give each row its own 'id' to keep both pages")
+                    raise ArpoError(f"{where}: title (its id when a row has none) {key!r} is already the title of "
+                                    f"{first[key]}, with another text; give each row its own 'id' to keep both pages")
                 elif plain:
                     continue  # the same id again: the first row wins (as `arpo index build`)
                 else:
