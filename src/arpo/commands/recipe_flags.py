@@ -23,6 +23,13 @@ def add_common(p, *, run_dir: bool = True) -> None:
     p.add_argument("overrides", nargs="*", help="dotted config overrides, e.g. optim.lr=1e-5 rollout.group_size=8")
 
 
+def _train_memory(cfg) -> bool:
+    """A config with train's memory section (sft's has only activation checkpointing: no estimate)."""
+    from arpo.settings.train import MemoryConfig
+
+    return isinstance(getattr(cfg, "memory", None), MemoryConfig)
+
+
 def print_config(cfg, as_json: bool = False) -> int:
     """The resolved config; an algorithm's fields left unset show the preset's values (they used to
     print as null). `as_json`: one JSON object (`--print-config --json`; it printed YAML), with train's
@@ -46,7 +53,7 @@ def print_config(cfg, as_json: bool = False) -> int:
         cfg, preset_name = dataclasses.replace(cfg, algo=dataclasses.replace(algo, **unset)), algo.preset
     if as_json:
         out = dataclasses.asdict(cfg)
-        if train_memory(cfg):  # train: the memory per GPU this config needs (training/memory.py)
+        if _train_memory(cfg):  # train: the memory per GPU this config needs (training/memory.py)
             from arpo.training.memory import config_estimate
 
             est, gpu, what = config_estimate(cfg)
@@ -63,7 +70,7 @@ def print_config(cfg, as_json: bool = False) -> int:
     if hasattr(cfg, "rollout"):
         lines = [f"#   {x}" for x in rule_lines()]
         print("\n".join(["# branch rules (rollout.branch_rule; docs/branch_rules.md):", *lines]))
-    if train_memory(cfg):  # train: the memory per GPU this config needs (training/memory.py)
+    if _train_memory(cfg):  # train: the memory per GPU this config needs (training/memory.py)
         from arpo.training.memory import report
 
         print(report(cfg))
@@ -87,11 +94,3 @@ def finish(what: str, out: dict, as_json: bool) -> int:
         print("\n".join(lines))
     sig = out.get("stopped_by")
     return 128 + int(getattr(signal, sig)) if sig else 0
-
-
-def train_memory(cfg) -> bool:
-    """Whether cfg has `arpo train`'s memory section, which the estimate reads (SFT's has only
-    activation checkpointing)."""
-    from arpo.settings import MemoryConfig
-
-    return isinstance(getattr(cfg, "memory", None), MemoryConfig)

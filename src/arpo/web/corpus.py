@@ -1,11 +1,11 @@
 """The pages of a user corpus for `arpo web serve`: every paragraph served. MuSiQue's paragraphs are
 sections of Wikipedia articles, so many share a title ("Green" four times, with four texts); keeping
 the first of each title (what a search index does, retrieval/index.py `load_corpus`) dropped 408 of
-3,141 distinct paragraphs of 200 dev questions, 78 of them supporting. Here a title is one page and
+3,141 distinct paragraphs of 200 dev questions, 78 of them supporting (issue 62's count). Here a title is one page and
 each distinct paragraph under it one of its sections, in the order the files give them:
 
     docs, merged = load_pages(["my_musique.jsonl"])
-    merged.line()  ->  "3,141 paragraphs on 2,733 pages: 408 paragraphs share a title ... (e.g. 'Green': 4)"
+    merged.line()  ->  "6 paragraphs on 5 pages: 1 paragraphs share a title ... (e.g. 'The Collegian': 2)"
 
 Rows `{id?, title, text}` are pages as they are (one page per id; two texts under one title without
 ids stay the error of `load_corpus`). HotpotQA rows (`context`) and MuSiQue rows (`paragraphs`) give
@@ -60,8 +60,8 @@ def load_pages(specs: list[str]) -> tuple[list[Doc], Merged]:
                 elif d.text in texts[key]:
                     continue  # the same paragraph again (it appears in several questions' rows)
                 elif by_title:
-                    raise ArpoError(f"{where}: title {key!r} is already the title of {first[key]}, with another "
-                                    "text; give each row its own 'id' to keep both pages")
+                    raise ArpoError(f"{where}: title (its id when a row has none) {key!r} is already the title of "
+                                    f"{first[key]}, with another text; give each row its own 'id' to keep both pages")
                 elif plain:
                     continue  # the same id again: the first row wins (as `arpo index build`)
                 else:
