@@ -136,8 +136,10 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
                     for name, msg in health.observe(metrics).items():
                         if main:
                             print(f"train: warning [{name}] at step {done}: {msg}", file=sys.stderr, flush=True)
-                    if cfg.monitor.guard == "stop":  # every rank has the same reduced metrics: the same decision
+                    if cfg.monitor.guard == "stop":  # rank 0's decision (only it has the held-out metrics), on all
                         guard_stop = health.should_stop()
+                        if multi:
+                            guard_stop = distributed.gather(guard_stop)[0]
                 last = metrics
                 stopping = stop.requested(multi) or guard_stop is not None
                 if done % cfg.run.log_every == 0 or done == cfg.steps or stopping:
