@@ -686,7 +686,8 @@ def test_torchrun_one_step_off_policy_on_the_shared_server(setup, tiny_tok, tmp_
         assert [r["policy_lag_max"] for r in rows] == [0, 1, 1] and all(r["stale_trees_rejected"] == 0 for r in rows)
         assert sorted({(t["step"], t["policy_version"]) for t in read_run_trees(run_dir)}) == [(1, 0), (2, 0), (3, 1)]
         info = json.loads((run_dir / "checkpoints" / "step_000002" / "state.json").read_text())["in_flight"]
-        assert info["files"] == ["in_flight.rank0.pt", "in_flight.rank1.pt"] and info["policy_versions"] == [1]
+        # JSON + safetensors, no pickle (issue 61)
+        assert info["files"] == ["in_flight.rank0.json", "in_flight.rank1.json"] and info["policy_versions"] == [1]
         step2 = load_file(str(run_dir / "checkpoints" / "step_000002" / "model" / "model.safetensors"))
         m2 = _model(tiny_tok, 0)
         m2.load_state_dict(step2, strict=False)
