@@ -19,7 +19,7 @@ def test_a_full_disk_is_one_line_and_eval_keeps_its_results(tmp_path, full_disk,
     the finished evaluation away."""
     import json
 
-    from arpo.commands.eval import write_out
+    from arpo.recipes.eval import write_out
 
     disk = full_disk
     ev = tmp_path / "a.json"

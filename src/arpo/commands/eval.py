@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
-from dataclasses import replace
 from pathlib import Path
 
-from arpo.commands import HELP, NONNEG, POS_INT, add_engine_flags, check_engine_flags
+from arpo.commands import HELP, NONNEG, POS_INT, add_engine_flags
 from arpo.commands.agent_flags import add_agent_flags
 from arpo.errors import ArpoError
 
@@ -16,6 +14,8 @@ EXAMPLES = """examples:
   arpo eval --data gsm8k:test --limit 50                     # greedy, default model
   arpo eval --model runs/train --data hotpotqa:dev --tools search --limit 50
   arpo eval --model runs/sft --data a.jsonl b.jsonl --samples 5 --temperature 0.6 --out eval.json
+  arpo eval --model runs/sft --data a.jsonl b.jsonl --samples 5 --temperature 0.6 --out eval.json --resume
+                                                             # after Ctrl-C / SIGTERM / a crash: the rest only
   arpo eval --data bench:bamboogle --out ev.json --judge --judge-url http://127.0.0.1:8001/v1 \
             --judge-model Qwen2.5-72B-Instruct          # LLM-as-judge (key: $OPENAI_API_KEY)
 
@@ -29,6 +29,9 @@ your own tools, search URL and web URLs and key variables only with --trust-run-
 data, not code: arpo lists what it leaves out, or with the flag what it will run); --tools-config FILE
 adds a tools section (e.g. `mcp: [{url: http://127.0.0.1:9000/mcp}]`).
 Greedy (--temperature 0, eval's default) with --samples 1 gives deterministic numbers.
+With --out, each finished batch of answers is appended to OUT.partial.jsonl; an interrupted evaluation
+continues from there when the same command is run again with --resume (without it, an existing partial
+file is an error, never silently recomputed), and OUT.partial.jsonl goes when OUT is written.
 pass@k uses the unbiased estimator 1 - C(n-c,k)/C(n,k) over the n = --samples samples."""
 
 
@@ -57,7 +60,12 @@ def register(sub) -> None:
     p.add_argument("--compile", action="store_true",
                    help="hf engine: run each decode step as one torch.compile graph (compiled once per process: "
                         "minutes on a 2-core CPU, so it pays on long evaluations only; BENCHMARKS.md)")
-    p.add_argument("--out", default=None, help="write the metrics (and per-sample records) as JSON here")
+    p.add_argument("--out", default=None, help="write the metrics (and per-sample records) as JSON here; while it "
+                   "runs, finished answers are appended to OUT.partial.jsonl (removed when OUT is written)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an interrupted `arpo eval --out OUT` (Ctrl-C, SIGTERM, a crash) from the answers in "
+                   "OUT.partial.jsonl, as `arpo train --resume` continues a run: the same command plus --resume; other "
+                   "settings (model, data, samples, sampling, tools, ...) are refused, naming the first that differs")
     j = p.add_argument_group("LLM-as-judge (the paper's equivalence prompt; the judge sees only the extracted "
                              "answer, delimited as data: docs/judge.md)")
     j.add_argument("--judge", action="store_true",
@@ -95,152 +103,44 @@ def register(sub) -> None:
     c.set_defaults(func=run_compare)
 
 
-def run(args) -> int:  # noqa: C901 - the command's steps in order (data, reward check, judge, engine, each dataset's tools, Ctrl-C), each a guard with its own message
-    from arpo.chat_templates import guard_tokenizer
-    from arpo.commands.agent_flags import resolve
+def run(args) -> int:
+    """The flags → EvalConfig → the recipe (recipes/eval.py) → the table or JSON."""
     from arpo.commands.from_run import template_line, tools_words
-    from arpo.data.datasets import load_examples
-    from arpo.data.prompts import templates_for
-    from arpo.engine import make_engine
-    from arpo.eval.evaluate import evaluate
-    from arpo.eval.judge_reward import reward_from_spec
-    from arpo.models import load_model
-    from arpo.tools import check_web, tools_from_config
-    from arpo.training.progress import Bar, Heartbeat
+    from arpo.recipes import eval as recipe
+
+    cfg = config_of(args)
+
+    def announce(path: str, templates: list[str], tcfg, names: list[str]) -> None:
+        if not args.quiet:
+            print(template_line("eval", args.model, ", ".join(templates), cfg.template_source,
+                                tools_words(tcfg, names)), file=sys.stderr)
+
+    outcome = recipe.run(cfg, announce)
+    if args.json:
+        print(json.dumps({"model": args.model, "results": outcome.results}))
+    else:
+        print_table(outcome.results, args.model)
+    # --out not written (a full disk): not a success, though the results are kept in a temporary file
+    return outcome.exit_code(args.out)
+
+
+def config_of(args):
+    """EvalConfig of the flags, the run dir of --model and the template (agent_flags.resolve)."""
+    from arpo.commands.agent_flags import resolve
+    from arpo.settings import EvalConfig
 
     r = resolve(args, "eval")  # flags, --tools-config, the run dir, the template, the defaults
-    agent = r.agent
-    if args.samples > 1 and agent.temperature == 0:
-        raise ArpoError("--samples > 1 with --temperature 0 gives identical samples; set --temperature > 0")
-    if args.engine == "vllm":
-        from arpo.engine.vllm import INSTALL_HINT, vllm_available
-
-        if not vllm_available():
-            raise ArpoError(f"--engine vllm: {INSTALL_HINT}")
-    reward_fn = reward_from_spec(args.reward)
-    judge = _make_judge(args)  # a bad judge flag fails before the model loads
-
-    datasets = {d: load_examples(d, args.limit, args.task) for d in args.data}
-    from arpo.rewards.custom import check_reward
-
-    for examples in datasets.values():  # a broken reward fails now, not after the model has loaded
-        check_reward(reward_fn, examples, args.math_scorer, args.reward)
-    for path, examples in datasets.items():  # a web provider's key and the local web, before the model loads
-        tcfg0 = _tools_for(r, path, examples)[0]
-        tcfg0.check_keys()
-        check_web(tcfg0)
-    if args.out:
-        from arpo.data.sources import input_paths
-        from arpo.jsonl import prepare_output
-
-        # before the long part: a bad --out must not lose the results
-        prepare_output(args.out, inputs=input_paths(args.data))
-    if args.compile and args.engine != "hf":
-        raise ArpoError("--compile: only for --engine hf (vLLM compiles its own graphs)")
-    check_engine_flags(args)
-    if args.engine == "vllm_server":  # the servers hold the weights: only the tokenizer is loaded here
-        engine = make_engine("vllm_server", None, None, model_dir=args.model, servers=args.servers)
-        tok = guard_tokenizer(engine.tokenizer, args.model, bool(getattr(args, "trust_run_config", False)), "eval")
-    else:
-        model, tok = load_model(args.model, device=args.device)
-        guard_tokenizer(tok, args.model, bool(getattr(args, "trust_run_config", False)), "eval")
-        engine = make_engine(args.engine, model, tok, model_dir=args.model,
-                             **({"compile": True} if args.compile else {}))
-    results, all_records = {}, {}
-    interrupted = False
-    with Bar(enabled=not (args.quiet or args.json)) as bar:
-        try:  # Ctrl-C keeps every finished answer (written to --out), as train keeps checkpoints
-            for path, examples in datasets.items():
-                tcfg, template = _tools_for(r, path, examples)
-                tools = tools_from_config(tcfg)
-                if not args.quiet:  # the templates and tools in use, not "default"
-                    used = ", ".join(templates_for(examples, tools, template))
-                    print(template_line("eval", args.model, used, r.source, tools_words(tcfg, tools.names)),
-                          file=sys.stderr)
-                task = bar.add_task(_label(path), total=len(examples) * args.samples)
-                recs: list = []
-                all_records[path] = recs  # filled as answers finish (also when interrupted)
-                try:
-                    results[path] = evaluate(
-                        engine, tools, tok, examples, reward_fn=reward_fn, agent=agent, samples=args.samples,
-                        temperature=agent.temperature, template=template, seed=args.seed,
-                        math_scorer=args.math_scorer, batch_size=args.batch_size,
-                        progress=lambda n, t=task: bar.advance(t, n), records_out=recs,
-                        heartbeat=Heartbeat(f"arpo eval {_label(path)}", enabled=not (args.quiet or args.json)),
-                    )
-                finally:
-                    tools.close()
-                results[path]["tools"] = list(tools.names)
-                if judge is not None:
-                    results[path].update(judge.judge_records(recs, {ex["id"]: ex["question"] for ex in examples},
-                                                             args.samples))
-                    _report_judge_failures(_label(path), results[path])
-                _paper_metric(path, results[path], judged=judge is not None)
-        except KeyboardInterrupt:
-            interrupted = True
-            from arpo.eval.evaluate import summarize
-
-            for path, recs in all_records.items():
-                if path not in results and recs:
-                    results[path] = summarize(recs, args.samples) | {"interrupted": True}
-            n = sum(len(r) for r in all_records.values())
-            print(f"arpo eval: interrupted; {n} finished answers kept" + (f" in {args.out}" if args.out else ""),
-                  file=sys.stderr)
-    if judge is not None:
-        judge.close()
-    kept_elsewhere = False
-    if args.out:
-        from arpo.commands.agent_flags import settings_of
-
-        text = json.dumps({"model": args.model, "temperature": agent.temperature, "settings": settings_of(r),
-                           "results": results, "records": all_records,
-                           **({"interrupted": True} if interrupted else {})}, indent=1)
-        kept_elsewhere = write_out(Path(args.out), text) != Path(args.out)
-    if args.json:
-        print(json.dumps({"model": args.model, "results": results}))
-    else:
-        print_table(results, args.model)
-    # --out not written (a full disk): not a success, though the results are kept in a temporary file
-    return 130 if interrupted else 1 if kept_elsewhere else 0
+    return EvalConfig(data=list(args.data), model=args.model, task=args.task, limit=args.limit, samples=args.samples,
+                      agent=r.agent, tools=r.tools, tools_chosen=r.tools_chosen, template=r.template,
+                      template_source=r.source, trust_run_config=bool(getattr(args, "trust_run_config", False)),
+                      seed=args.seed, reward=args.reward, math_scorer=args.math_scorer, batch_size=args.batch_size,
+                      device=args.device, engine=args.engine, servers=list(args.servers or []), compile=args.compile,
+                      out=args.out, resume=args.resume, judge=_judge_config(args), judge_cache=args.judge_cache,
+                      progress=not (args.quiet or args.json))
 
 
-def write_out(path: Path, text: str) -> Path:
-    """Write the finished evaluation to --out; when that fails (a full disk, a removed folder) keep it in
-    a temporary file and say where, instead of losing an evaluation that may have taken hours."""
-    import tempfile
-
-    from arpo.training.checkpoint import write_text_atomic
-
-    try:
-        write_text_atomic(path, text)
-        return path
-    except OSError as e:
-        fd, spare = tempfile.mkstemp(prefix="arpo-eval-", suffix=".json")
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
-        except OSError:
-            Path(spare).unlink(missing_ok=True)
-            raise e from None
-        print(f"arpo eval: could not write {path} ({e.strerror}); the evaluation is kept in {spare}", file=sys.stderr)
-        return Path(spare)
-
-
-def _tools_for(r, path: str, examples: list[dict]):
-    """(tools config, template) that dataset `path` is evaluated with: the flags', else the dataset's
-    own (hop2, webhop: the tools their task is posed with), else the task's ([] is a choice)."""
-    from arpo.data.sources import builtin_agent
-
-    tcfg = r.tools
-    own_tools, own_template = builtin_agent(path)
-    if not r.tools_chosen:
-        tcfg = replace(tcfg, enabled=list(own_tools) or (
-            ["python"] if all(ex["task"] == "math" for ex in examples) else ["search"]))
-    return tcfg, r.template or own_template
-
-
-def _make_judge(args):
-    """The judge of --judge (None without it), with its cache next to --out."""
+def _judge_config(args):
+    """The judge of --judge (None without it)."""
     import os
 
     if not args.judge:
@@ -248,51 +148,19 @@ def _make_judge(args):
             if getattr(args, flag):
                 raise ArpoError(f"--{flag.replace('_', '-')} needs --judge")
         return None
-    from arpo.eval.judge import Judge, JudgeCache, default_cache_path
     from arpo.settings import JudgeConfig
 
-    cfg = JudgeConfig(base_url=args.judge_url or os.environ.get("ARPO_JUDGE_URL", ""),
-                      model=args.judge_model or os.environ.get("ARPO_JUDGE_MODEL", ""),
-                      api_key_env=args.judge_api_key_env, timeout_s=float(args.judge_timeout),
-                      retries=args.judge_retries, workers=args.judge_workers, max_tokens=args.judge_max_tokens,
-                      temperature=args.judge_temperature, seed=args.judge_seed)
-    return Judge(cfg, JudgeCache(args.judge_cache or default_cache_path(args.out)))
-
-
-def _paper_metric(spec: str, r: dict, judged: bool) -> None:
-    """For the paper's benchmarks (bench:NAME): the metric the paper reports and its value here
-    (f1: the score; llm-judge: judge_pass@1, which needs --judge)."""
-    import sys
-
-    from arpo.data.benchmarks import metric_of
-
-    m = metric_of(spec)
-    if m is None:
-        return
-    r["paper_metric"] = m
-    if m == "f1":
-        r["paper_score"] = r["score"]
-    elif judged:
-        r["paper_score"] = r["judge_pass@1"]
-    else:
-        print(f"arpo eval: {spec}: the paper reports LLM-as-judge accuracy here; add --judge --judge-url URL "
-              "--judge-model NAME for it", file=sys.stderr)
-
-
-def _report_judge_failures(label: str, r: dict) -> None:
-    import sys
-
-    if r.get("judge_failures"):
-        print(f"arpo eval: {label}: {r['judge_failures']} of {r['judged'] + r['judge_failures']} judgments failed "
-              f"({r.get('judge_first_error')}); those samples count by the rule-based check", file=sys.stderr)
+    return JudgeConfig(base_url=args.judge_url or os.environ.get("ARPO_JUDGE_URL", ""),
+                       model=args.judge_model or os.environ.get("ARPO_JUDGE_MODEL", ""),
+                       api_key_env=args.judge_api_key_env, timeout_s=float(args.judge_timeout),
+                       retries=args.judge_retries, workers=args.judge_workers, max_tokens=args.judge_max_tokens,
+                       temperature=args.judge_temperature, seed=args.judge_seed)
 
 
 def _label(spec: str) -> str:
-    """A dataset's column title: a built-in or hf: name as given, a file as parent/name."""
-    from arpo.data.sources import describe
+    from arpo.recipes.eval import label
 
-    p = Path(spec)
-    return describe(spec) if describe(spec) != p.name else f"{p.parent.name}/{p.name}".lstrip("/")
+    return label(spec)
 
 
 def print_table(results: dict, model: str) -> None:

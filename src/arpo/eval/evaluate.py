@@ -84,10 +84,13 @@ def _batch_beat(heartbeat, k: int, n: int):
 def evaluate(engine, tools, tok, examples: list[dict], *, reward_fn, agent: AgentConfig | None = None,
              samples: int = 1, temperature: float = 0.0, template: str | None = None,
              tool_names: list[str] | None = None, seed: int = 0, math_scorer: str = "math_equal",
-             batch_size: int = 16, progress=None, records_out: list | None = None, heartbeat=None) -> dict:
+             batch_size: int = 16, progress=None, records_out: list | None = None, heartbeat=None,
+             done: list[dict] | None = None, on_batch=None) -> dict:
     """Metrics of one dataset. Greedy (temperature 0) with samples=1 gives deterministic numbers.
     `progress(n)`: n answers finished (per batch); `heartbeat`: a training.progress.Heartbeat told
-    how a batch's generation goes while it runs."""
+    how a batch's generation goes while it runs. `done`: the records of the first samples, finished
+    before (a resumed evaluation: those samples are skipped, each later one seeded as without them);
+    `on_batch(start, records)`: each finished batch's records, `start` its first sample's index."""
     from arpo.rollout.agent import AgentLoop  # noqa: PLC0415 - loads torch; kept out of this light module's import
 
     cfg = dataclasses.replace(agent or AgentConfig(), temperature=temperature)
@@ -100,9 +103,9 @@ def evaluate(engine, tools, tok, examples: list[dict], *, reward_fn, agent: Agen
         check_prompt_fits(len(p), engine.context_len, f"the prompt of {ex['id']}")
     jobs = [(i, s) for i in range(len(examples)) for s in range(samples)]
     web = any(n in tools.names for n in WEB_TOOLS)  # deep search: per-record search and reading metrics
-    records = []
+    records = list(done or [])
     try:  # an interrupted evaluation still hands over the answers it finished
-        for b in range(0, len(jobs), batch_size):
+        for b in range(len(records), len(jobs), batch_size):
             chunk = [(examples[i], s, rendered[i]) for i, s in jobs[b : b + batch_size]]
             prompts = [p for _, _, p in chunk]
             on_step = _batch_beat(heartbeat, b // batch_size + 1, -(-len(jobs) // batch_size))
@@ -126,6 +129,8 @@ def evaluate(engine, tools, tok, examples: list[dict], *, reward_fn, agent: Agen
                         [{"tool": c.tool, "input": c.input, "output": c.output, "ok": c.ok} for c in tr.tool_calls],
                         res.answer, ex.get("supporting"))
                 engine.release(tr.sid)
+            if on_batch is not None:
+                on_batch(b, records[-len(chunk):])
             if progress is not None:
                 progress(len(chunk))
     finally:

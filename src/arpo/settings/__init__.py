@@ -8,6 +8,7 @@ config.py), each field documented once, on its line. By command and topic:
     train.py     `arpo train`: algo, validation, memory, run and the step's own knobs (TrainConfig)
     sft.py       `arpo sft` (SFTConfig)
     serve.py     `arpo serve agent` (ServeConfig)
+    eval.py      `arpo eval` (EvalConfig)
     judge.py     the LLM judge of `arpo eval --judge-*` (JudgeConfig)
     web.py       the web tools, `tools.web` (WebConfig: provider, keys, browse's limits, the summarizer)
 
@@ -26,6 +27,7 @@ from arpo.settings.agent import (
     command_defaults,
     tools_defaults,
 )
+from arpo.settings.eval import EvalConfig
 from arpo.settings.judge import JudgeConfig
 from arpo.settings.rollout import (
     BRANCH_RULES,
@@ -47,7 +49,7 @@ from arpo.settings.web import WebConfig
 
 __all__ = [
     "BRANCH_RULES", "COMMAND_DEFAULTS", "MAX_REQUEST_BYTES", "RENAMED_BRANCH_RULES", "AgentConfig",
-    "AlgoConfig", "BranchRule", "DataConfig", "JudgeConfig", "LoraConfig", "MemoryConfig", "ModelConfig",
+    "AlgoConfig", "BranchRule", "DataConfig", "EvalConfig", "JudgeConfig", "LoraConfig", "MemoryConfig", "ModelConfig",
     "MonitorConfig", "OptimConfig", "RewardConfig", "RolloutConfig", "RolloutJobConfig", "RunConfig", "SFTConfig",
     "SFTDataConfig",
     "ServeConfig", "ToolsConfig", "TrainConfig", "TrainRunConfig", "ValidationConfig", "WebConfig", "agent_defaults",
