@@ -110,3 +110,13 @@ def test_resume_needs_out_and_an_empty_resume_starts_from_the_first_question(tmp
     q = _setup(tmp_path)
     assert main(["eval", "--model", "tiny-random", "--data", str(q), "--resume"]) == 2
     assert "--resume needs --out" in capsys.readouterr().err
+
+
+def test_a_full_disk_under_out_is_one_line_before_the_model_loads(tmp_path, full_disk, capsys):
+    """The partial file is written first: a disk with no room for it is said at once, in one line."""
+    q = _setup(tmp_path)
+    out = full_disk / "e.json"
+    assert main(["eval", "--model", "tiny-random", "--data", str(q), "--tools", "", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "e.partial.jsonl: cannot write the evaluation's partial file (No space left on device)" in err, err
+    assert err.count("\n") == 1 and not list(full_disk.glob(".e.partial.jsonl.tmp-*"))

@@ -110,8 +110,8 @@ class PartialRun:
     @classmethod
     def open(cls, out: str | Path, settings: dict, resume: bool) -> tuple[PartialRun, int]:
         """The partial file next to `out` and how many finished answers it holds. `settings`: this run's
-        (JSON values). Without `resume`, an existing file (an interrupted run's answers) is an error, as
-        is a file of other settings with it."""
+        (JSON values). Without `resume`, an existing file with answers (an interrupted run's) is an
+        error, as is a file of other settings with it; a file without any is started over."""
         path = partial_path(out)
         settings = json.loads(json.dumps(settings))  # as they read back: tuples are lists
         done: dict[str, list[dict]] = {}
@@ -119,11 +119,12 @@ class PartialRun:
             then, batches = _read(path)
             done = finished(batches)
             n = sum(len(r) for r in done.values())
-            if not resume:
+            if n == 0:  # a run that stopped before its first batch (a bad model, Ctrl-C while loading)
+                done = {}
+            elif not resume:
                 raise ArpoError(f"{path} holds {n} finished answers of an interrupted evaluation: add --resume to "
                                 "continue it, or delete that file to start over")
-            diff = mismatch(then, settings)
-            if diff is not None:
+            elif (diff := mismatch(then, settings)) is not None:
                 raise ArpoError(f"--resume: {path} is an evaluation with other settings ({diff}); run it with its "
                                 "settings, or delete that file to start over")
         return cls(path, settings, done), sum(len(r) for r in done.values())
