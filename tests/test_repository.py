@@ -269,7 +269,7 @@ HEAVY_MODULES = {
     "arpo.engine.base", "arpo.engine.graph", "arpo.engine.hf", "arpo.engine.kv", "arpo.engine.rng",
     "arpo.engine.sampling", "arpo.engine.static", "arpo.engine.vllm", "arpo.engine.vllm_server", "arpo.http_guard",
     "arpo.recipes.sft", "arpo.recipes.train", "arpo.retrieval.index", "arpo.rollout.agent", "arpo.rollout.arpo",
-    "arpo.rollout.tree", "arpo.serve.app", "arpo.serve.openai_format", "arpo.serve.scheduler",
+    "arpo.rollout.tree", "arpo.serve.app", "arpo.serve.openai_format", "arpo.serve.routes", "arpo.serve.scheduler",
     "arpo.tools.web.webnet", "arpo.training.batch", "arpo.training.checkpoint", "arpo.training.distributed",
     "arpo.training.mismatch", "arpo.training.optim", "arpo.training.packing", "arpo.training.pipeline",
     "arpo.training.safe_state", "arpo.training.sharded", "arpo.training.step_batch", "arpo.training.trainer",
