@@ -86,6 +86,33 @@ COUNT_ENV = textwrap.dedent('''
 ''')
 
 
+# A tool that takes its time: the worker's request limit (timeout_s) stops it.
+SLOW_ENV = textwrap.dedent('''
+    import time
+    import verifiers.v1 as vf
+
+    class Clock(vf.Toolset[vf.ToolsetConfig]):
+        TOOL_PREFIX = None
+
+        @vf.tool
+        def wait(self, s: float) -> str:
+            """Wait s seconds."""
+            time.sleep(s)
+            return "waited"
+
+    class SlowTask(vf.Task[vf.TaskData]):
+        @classmethod
+        def toolsets(cls, config):
+            return [Clock(vf.ToolsetConfig())]
+
+    class SlowTaskset(vf.Taskset[SlowTask]):
+        def load(self):
+            yield SlowTask(vf.TaskData(prompt="Wait."))
+
+    __all__ = ["SlowTaskset"]
+''')
+
+
 @pytest.fixture(scope="module")
 def envs(tmp_path_factory):
     """The environments' modules in the folder arpo runs in (the worker imports them from there)."""
@@ -94,6 +121,7 @@ def envs(tmp_path_factory):
     d = tmp_path_factory.mktemp("vf")
     (d / "vf_add.py").write_text(ADD_ENV)
     (d / "vf_count.py").write_text(COUNT_ENV)
+    (d / "vf_slow.py").write_text(SLOW_ENV)
     mp = pytest.MonkeyPatch()
     mp.chdir(d)
     yield d
@@ -157,6 +185,32 @@ def test_rows_tools_forks_and_the_rubric(envs):
 
     child = [r1, tool.run_session("b", '{"n": 0}')]  # b: total 5 (the target)
     assert reward(child) == 1.0 and reward([r1, r2]) == 0.0  # the State after the last call is scored
+
+    # the json tool format: the registry hands over the parsed arguments
+    from arpo.tools.base import ToolCall
+    from arpo.tools.registry import ToolRegistry
+
+    reg = ToolRegistry([tool])
+    tool.bind("c", row)
+    got = reg.run(ToolCall(tag="counter_add", input='{"n": 4}', arguments={"n": 4}, session="c"))
+    assert got.ok and got.output == "total=4"
+
+
+@needs_venv
+def test_a_worker_that_does_not_answer_in_time_is_one_line(envs):
+    from arpo.envs.verifiers import iter_rows, worker
+    from arpo.tools.plugins.verifiers import vf_tools
+
+    (tool,) = vf_tools("vf:vf_slow")
+    (row,) = [r for _, r in iter_rows("vf:vf_slow?n=1")]
+    tool.bind("a", row)
+    w = worker("vf_slow", {})
+    w.timeout_s = 1.0  # after the (slower) load
+    r = tool.run_session("a", '{"s": 30}')
+    assert not r.ok and "did not answer call within 1 s" in r.output and "\n" not in r.output
+    assert w.proc.poll() is not None  # stopped; the next request starts a fresh worker
+    w2 = worker("vf_slow", {})
+    assert w2 is not w and tool.run_session("a", '{"s": 0}').output == "waited"
 
 
 @needs_venv

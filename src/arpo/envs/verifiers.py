@@ -6,7 +6,8 @@ verifiers pins mcp 2.0.0, openai<3 and more that clash with arpo's, so it lives 
 
     vf:TASKSET?n=64&skip=0&KEY=VALUE     data: tasks skip..skip+n of the taskset (a module exporting its
                                          vf.Taskset in __all__, importable from the directory arpo runs
-                                         in); other keys are the taskset config's fields (JSON values)
+                                         in); `timeout_s` bounds each request to the worker (default
+                                         300); other keys are the taskset config's fields (JSON values)
     tools.enabled: ["vf:TASKSET"]        the tasks' vf.Toolset tools, as verifiers names them
                                          (`<server>_<tool>`, their MCP schemas)
     reward.fn: vf                        the task's own rubric: Task.score(trace) (its @vf.reward
@@ -29,6 +30,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import select
 import subprocess
 import tempfile
 import threading
@@ -42,6 +44,7 @@ PYTHON_ENV = "ARPO_VERIFIERS_PYTHON"
 VENV = ".venv-verifiers"
 WORKER = Path(__file__).with_name("verifiers_worker.py")
 DEFAULT_N = 64
+DEFAULT_TIMEOUT_S = 300.0  # one request (loading the taskset, a tool call, a score)
 
 
 def _value(text: str) -> Any:
@@ -52,13 +55,16 @@ def _value(text: str) -> Any:
 
 
 def parse(spec: str) -> tuple[str, int, int, dict]:
-    """'vf:my_env?n=8&skip=100&difficulty=2' -> ('my_env', 8, 100, {'difficulty': 2})."""
+    """'vf:my_env?n=8&skip=100&difficulty=2' -> ('my_env', 8, 100, {'difficulty': 2}); `timeout_s` stays
+    in the config dict (worker() takes it out)."""
     name, _, query = spec.removeprefix("vf:").partition("?")
     opts = {k: _value(v) for k, v in parse_qsl(query, keep_blank_values=True)}
     n, skip = opts.pop("n", DEFAULT_N), opts.pop("skip", 0)
-    if not name or not isinstance(n, int) or not isinstance(skip, int) or n < 1 or skip < 0:
-        raise ArpoError(f"{spec}: expected vf:TASKSET[?n=N&skip=K&KEY=VALUE...] with integers n >= 1 and skip >= 0 "
-                        "(e.g. vf:my_env?n=64)")
+    timeout = opts.get("timeout_s", DEFAULT_TIMEOUT_S)
+    if not name or not isinstance(n, int) or not isinstance(skip, int) or n < 1 or skip < 0 \
+            or isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise ArpoError(f"{spec}: expected vf:TASKSET[?n=N&skip=K&timeout_s=S&KEY=VALUE...] with integers n >= 1 and "
+                        "skip >= 0 and a number timeout_s > 0 (e.g. vf:my_env?n=64)")
     return name, n, skip, opts
 
 
@@ -80,14 +86,19 @@ def verifiers_python() -> str:
 class VerifiersWorker:
     """One worker process playing one taskset (module docstring); requests are serialized."""
 
-    def __init__(self, taskset: str, config: dict):
-        self.taskset, self.config = taskset, dict(config)
+    def __init__(self, taskset: str, config: dict, timeout_s: float = DEFAULT_TIMEOUT_S):
+        self.taskset, self.config, self.timeout_s = taskset, dict(config), timeout_s
         self.name = f"verifiers environment {taskset}"
         self._lock = threading.Lock()
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 - the worker writes its stderr to it while it lives
         env = dict(os.environ, PYTHONPATH=os.getcwd(), PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen([verifiers_python(), str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self._log, env=env, text=True)
+        python = verifiers_python()
+        try:
+            self.proc = subprocess.Popen([python, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=self._log, env=env, text=True)
+        except OSError as e:
+            raise ArpoError(f"cannot start the {self.name} worker with {python} ({e}); run "
+                            "scripts/install_verifiers.sh") from e
         atexit.register(self.close)
         self.request("load", taskset=taskset, config=self.config)
 
@@ -98,11 +109,17 @@ class VerifiersWorker:
                     assert self.proc.stdin is not None and self.proc.stdout is not None
                     self.proc.stdin.write(json.dumps({"op": op, **args}) + "\n")
                     self.proc.stdin.flush()
-                    line = self.proc.stdout.readline()
+                    # one reply line per request: nothing is left buffered between requests
+                    ready, _, _ = select.select([self.proc.stdout], [], [], self.timeout_s)
+                    line = self.proc.stdout.readline() if ready else None
                 except (OSError, ValueError):
                     line = ""
             else:
                 line = ""
+        if line is None:
+            self.close()
+            raise ArpoError(f"the {self.name} worker did not answer {op} within {self.timeout_s:g} s (stopped it); "
+                            "raise timeout_s in the vf: spec if its tools or rubric are slow")
         if not line:
             self.proc.wait(10)
             raise ArpoError(f"the {self.name} worker exited with status {self.proc.returncode} ({op}): "
@@ -134,11 +151,14 @@ _WORKERS_LOCK = threading.Lock()
 
 
 def worker(taskset: str, config: dict) -> VerifiersWorker:
-    """The run's worker for a taskset and config (data, tools and reward share it)."""
-    key = json.dumps([taskset, config], sort_keys=True)
+    """The run's worker for a taskset and config (data, tools and reward share it); `timeout_s` in the
+    config is arpo's (each request's limit), not the taskset's."""
+    cfg = dict(config)
+    timeout_s = float(cfg.pop("timeout_s", DEFAULT_TIMEOUT_S))
+    key = json.dumps([taskset, cfg], sort_keys=True)
     with _WORKERS_LOCK:
         if key not in _WORKERS or _WORKERS[key].proc.poll() is not None:
-            _WORKERS[key] = VerifiersWorker(taskset, config)
+            _WORKERS[key] = VerifiersWorker(taskset, cfg, timeout_s)
         return _WORKERS[key]
 
 
@@ -170,30 +190,31 @@ def _meta(call: Any) -> dict:
 
 def messages(response: str, vf: dict, tool_calls: list | None, tool_spans: list | None) -> tuple[list[dict], Any]:
     """The conversation as verifiers reads it (system, prompt, the model's turns with their tool calls,
-    the tool results) and the rollout State after the last call."""
+    the tool results: the text between and in `tool_spans`, the spans matched to the call records in
+    order) and the rollout State after the last call that returned one."""
     out: list[dict] = [{"role": "system", "content": vf["system"]}] if vf.get("system") else []
     out += [dict(m, sampled=False) if m.get("role") == "assistant" else dict(m) for m in vf["prompt"]]
+    records = list(tool_calls or [])
+    metas = [_meta(c) for c in records]
+    for m in metas:
+        if m.get("vf_error"):
+            raise ArpoError(m["vf_error"])
+    states = [m["vf_state"] for m in metas if "vf_state" in m]
     spans = sorted(tool_spans or [])
-    calls = [_meta(c) for c in tool_calls or []]
-    state, pos = None, 0
+    pos = 0
     for i, (a, b) in enumerate(spans):
-        call = calls[i] if len(calls) == len(spans) else {}
+        meta = metas[i] if len(metas) == len(spans) else {}
         turn: dict = {"role": "assistant", "content": response[pos:a]}
-        if "vf_args" in call:
-            call_id = f"call_{i}"
-            name = (tool_calls or [])[i]
-            name = name.get("tool") if isinstance(name, dict) else getattr(name, "tool", "tool")
-            turn["tool_calls"] = [{"id": call_id, "name": name, "arguments": json.dumps(call["vf_args"])}]
-            out += [turn, {"role": "tool", "tool_call_id": call_id, "name": name, "content": response[a:b]}]
-        else:
+        if "vf_args" in meta:
+            rec = records[i]
+            name = rec.get("tool") if isinstance(rec, dict) else getattr(rec, "tool", "tool")
+            turn["tool_calls"] = [{"id": f"call_{i}", "name": name, "arguments": json.dumps(meta["vf_args"])}]
+            out += [turn, {"role": "tool", "tool_call_id": f"call_{i}", "name": name, "content": response[a:b]}]
+        else:  # a call that reached no tool (malformed, refused): its error is what the model read
             out += [turn, {"role": "user", "content": response[a:b]}]
-        if call.get("vf_error"):
-            raise ArpoError(call["vf_error"])
-        if "vf_state" in call:
-            state = call["vf_state"]
         pos = b
     out.append({"role": "assistant", "content": response[pos:]})
-    return out, state
+    return out, states[-1] if states else None
 
 
 def score(vf: dict, msgs: list[dict], state: Any) -> dict:

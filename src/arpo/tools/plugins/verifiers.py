@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from arpo.envs.verifiers import VerifiersWorker, parse, worker
+from arpo.envs.verifiers import parse, worker
 from arpo.errors import ArpoError
 from arpo.tools.base import ToolResult
 from arpo.tools.plugins.function import SchemaArgs
@@ -66,7 +66,7 @@ def vf_tools(spec: str) -> list[VfTool]:
         raise ArpoError(f"{spec}: the taskset's tasks have no tools (a single-turn environment: leave it out of "
                         "tools.enabled)")
     sessions = _Sessions(taskset)
-    return [VfTool(w, sessions, s) for s in schemas]
+    return [VfTool(taskset, config, sessions, s) for s in schemas]
 
 
 class VfTool(SchemaArgs):
@@ -75,8 +75,8 @@ class VfTool(SchemaArgs):
     sessions = True
     cacheable = False
 
-    def __init__(self, w: VerifiersWorker, sessions: _Sessions, schema: dict):
-        self.worker, self._sessions, self.schema = w, sessions, schema
+    def __init__(self, taskset: str, config: dict, sessions: _Sessions, schema: dict):
+        self.taskset, self.config, self._sessions, self.schema = taskset, config, sessions, schema
         self.name = schema["function"]["name"]
         self.description = schema["function"].get("description", "")
 
@@ -99,17 +99,22 @@ class VfTool(SchemaArgs):
             t.calls.setdefault(self.name, []).append(len(t.states))
 
     def run_session(self, key: str, text: str) -> ToolResult:
+        """The tag format: the call's text is its JSON arguments (or the one string argument)."""
+        args, err = self.parse_text(text)
+        return self.run_session_args(key, args, err)
+
+    def run_session_args(self, key: str, args: Any, err: str | None = None) -> ToolResult:
+        """One call with its arguments (the json format gives them parsed) in trajectory `key`'s task."""
         t = self._sessions.by_key.get(str(key))
         if t is None:
             return ToolResult(f"Error: <{self.name}>: this trajectory plays no task of {self._sessions.taskset} (train "
                               "on the rows of its vf: data spec)", ok=False)
-        args, err = self.parse_text(text)
         err = err or self.validate(args)
         if err:
             t.calls.setdefault(self.name, []).append(len(t.states))
             return ToolResult(f"Error: tool {self.name}: {err}", ok=False)
         try:
-            r = self.worker.request("call", idx=t.idx, name=self.name, args=args, state=t.state())
+            r = worker(self.taskset, self.config).request("call", idx=t.idx, name=self.name, args=args, state=t.state())
         except ArpoError as e:
             t.calls.setdefault(self.name, []).append(len(t.states))
             return ToolResult(f"Error: {e}", ok=False, meta={"vf_error": str(e)})
