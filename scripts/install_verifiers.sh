@@ -6,7 +6,7 @@
 #   scripts/install_verifiers.sh                      # verifiers==0.4.0 from the package registry
 #   ARPO_VERIFIERS_SPEC="verifiers[ta]==0.4.0" scripts/install_verifiers.sh   # with an extra
 #
-# Idempotent: a second run only checks what is there. Takes ~1.5 min (about 200 packages, pure Python
+# Idempotent: a second run only checks what is there. Takes 1.5-3 min (100 distributions, mostly pure Python
 # wheels) the first time. Your environments' own dependencies go into this venv too:
 # .venv-verifiers/bin/python -m pip install ...  (arpo itself is not installed here: the worker,
 # src/arpo/envs/verifiers_worker.py, imports only verifiers and the standard library).
@@ -16,12 +16,13 @@ VENV="${ARPO_VERIFIERS_VENV:-.venv-verifiers}"
 SPEC="${ARPO_VERIFIERS_SPEC:-verifiers==0.4.0}"
 PY="${PYTHON:-python3}"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-if ! "$VENV/bin/python" -c "import verifiers.v1, mcp.server.mcpserver" 2>/dev/null; then
+# installed already: only its metadata is read here (importing verifiers takes seconds; the check below does once)
+if ! "$VENV/bin/python" -m pip show -q verifiers >/dev/null 2>&1; then
   "$VENV/bin/python" -m pip install -q --upgrade "pip>=24" >/dev/null
   "$VENV/bin/python" -m pip install -q "$SPEC"
 fi
 "$VENV/bin/python" - <<'PY'
 import sys
-import verifiers, verifiers.v1, mcp  # noqa: F401
+import verifiers, verifiers.v1, mcp.server.mcpserver  # noqa: F401 - what the worker imports
 print(f"verifiers {verifiers.__version__} (mcp {__import__('importlib.metadata').metadata.version('mcp')}) in", sys.prefix)
 PY
