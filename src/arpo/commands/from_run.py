@@ -107,7 +107,7 @@ def _run_plugin(name) -> bool:
     start's `arpo.data.hop2:lookup`) runs no code from the run: the package is imported already, so its
     submodules come from the installed arpo whatever the current directory holds."""
     name = str(name)
-    if name.startswith(("env:", "openenv:")):  # an environment (envs/spec.py): its module, or a server
+    if name.startswith(("env:", "openenv:", "vf:")):  # an environment (envs/): its module, or a server
         target = name.partition(":")[2].split("?")[0]
         return name.startswith("openenv:http") or target.partition(":")[0].split(".")[0] != "arpo"
     module = name.partition(":")[0]
@@ -138,7 +138,7 @@ def code_settings(tools: dict) -> list[tuple[str, str]]:
         if n.startswith("openenv:http"):  # an environment (envs/spec.py): a server it sends the actions to
             out.append(("tools.enabled", f"sends the model's actions to the OpenEnv server {target} (the tool {n})"))
             continue
-        mod, kind = (target.partition(":")[0], f"the environment {n}") if n.startswith(("env:", "openenv:")) \
+        mod, kind = (target.partition(":")[0], f"the environment {n}") if n.startswith(("env:", "openenv:", "vf:")) \
             else (n.partition(":")[0], f"the tool {n}")
         out.append(("tools.enabled", f"imports the module {mod} ({kind}) from the current directory {os.getcwd()} "
                     "or the Python path"))

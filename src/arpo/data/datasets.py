@@ -76,7 +76,7 @@ def _example(where: str, i: int, row: dict, task: str | None, id_prefix: str) ->
     if sup:
         ex["supporting"] = sup  # the pages a multi-hop answer rests on (deep-search metrics, eval/deep_search.py)
     # an environment's task (which episode a trajectory plays), a reasoning-gym entry (its grader's input)
-    ex.update({k: row[k] for k in ("env", "rg") if isinstance(row.get(k), dict)})
+    ex.update({k: row[k] for k in ("env", "rg", "vf") if isinstance(row.get(k), dict)})
     if row.get("cluster") is not None:  # questions that share all but a detail (experiments/clustered.py)
         ex["cluster"] = str(row["cluster"])
     return ex

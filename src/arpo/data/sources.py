@@ -14,6 +14,7 @@
     rg:countdown?size=200&seed=0     a reasoning-gym generator's tasks (envs/reasoning_gym.py)
     env:mypkg.envs:Counter?n=64      an environment's tasks: its resets' first observations
     openenv:http://127.0.0.1:8000    ... an OpenEnv server's (envs/spec.py, docs/environments.md)
+    vf:my_env?n=64                   a verifiers taskset's tasks, in verifiers' own venv (envs/verifiers.py)
 
 `iter_rows(spec)` yields `(where, row)` with `where` naming the file and line (or dataset and row)
 for error messages; `data_files(spec)` resolves a spec to local files (not for `hf:`).
@@ -194,7 +195,7 @@ def example_id_prefix(spec: str | Path, path_where: str) -> str:
 
 
 # ---- tasks made by a generator or an environment (envs/) ----------------------------------------------
-GENERATED = ("rg:", "env:", "openenv:")
+GENERATED = ("rg:", "env:", "openenv:", "vf:")
 
 
 def _generated_rows(spec: str) -> Iterator[tuple[str, dict]]:
@@ -202,6 +203,10 @@ def _generated_rows(spec: str) -> Iterator[tuple[str, dict]]:
         from arpo.envs.reasoning_gym import iter_rows as rg_rows  # noqa: PLC0415 - optional extra (reasoning-gym)
 
         return rg_rows(spec)
+    if spec.startswith("vf:"):
+        from arpo.envs.verifiers import iter_rows as vf_rows  # noqa: PLC0415 - a worker in verifiers' own venv
+
+        return vf_rows(spec)
     from arpo.envs.spec import iter_rows as env_rows  # noqa: PLC0415 - optional extra (openenv-core)
 
     return env_rows(spec)

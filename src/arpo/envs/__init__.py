@@ -7,6 +7,8 @@ trained with the same agent loop, branch rules and reward stage as the built-in 
                       data rows an environment's resets give (data/sources.py reads them)
     openenv.py        OpenEnv servers (openenv-core) over their own protocol, at a URL or started here
     reasoning_gym.py  `rg:NAME` data specs and reasoning-gym's own score_answer as the reward
+    verifiers.py      `vf:TASKSET` verifiers environments: tasks, tools and rubric from a worker process
+                      (verifiers_worker.py) run by verifiers' own venv (scripts/install_verifiers.sh)
 
 tools/plugins/env.py makes an environment a tool with sessions: an action is a call, the observation its
 result, the rewards ride on the call records; a fork replays the actions or restores a snapshot.

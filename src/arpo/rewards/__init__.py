@@ -39,7 +39,7 @@ from arpo.errors import ArpoError
 from arpo.rewards.answer import exact_match, extract_boxed, f1_score, math_equal, max_over_golds
 from arpo.rewards.budget import RewardShaping, failed_format_reward, shape_group
 from arpo.rewards.custom import UserReward
-from arpo.rewards.env import env_reward, rg_reward
+from arpo.rewards.env import env_reward, rg_reward, vf_reward
 from arpo.rewards.format import TOOL_TAGS, check_format, model_text, tool_calls_in
 from arpo.rewards.result import RewardResult, response_answer
 
@@ -130,8 +130,8 @@ def em_reward(response: str, example: dict, *, tools: Iterable[str] | None = Non
     return RewardResult(s, s, err is None, err, ans, s == 1.0)
 
 
-REWARDS: dict[str, RewardFn] = {"arpo": arpo_reward, "f1": f1_reward, "em": em_reward,
-                                "env": env_reward, "rg": rg_reward}  # rewards/env.py: environment-owned
+REWARDS: dict[str, RewardFn] = {"arpo": arpo_reward, "f1": f1_reward, "em": em_reward,  # rewards/env.py: env-owned
+                                "env": env_reward, "rg": rg_reward, "vf": vf_reward}
 
 
 def get_reward_fn(name: str, **options: Any) -> RewardFn:

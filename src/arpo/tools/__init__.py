@@ -8,7 +8,8 @@ a config's `tools:` section (settings.ToolsConfig, whose defaults and names this
     search.py        the `search` tool over a local index or a retriever (arpo/retrieval/)
     web/             `web_search` and `browse`, their settings in settings/web.py, and HTTP plumbing
     plugins/         your own functions and classes (`module.path:name`, plugins/function.py),
-                     MCP servers' tools (plugins/mcp.py) and environments (`env:`/`openenv:`, plugins/env.py)
+                     MCP servers' tools (plugins/mcp.py) and environments (`env:`/`openenv:`, plugins/env.py;
+                     `vf:`, plugins/verifiers.py)
     cache.py         one result for identical calls
 
 How a call is written and its result appended (tags or json) is rollout/tool_formats.py, beside the
@@ -62,6 +63,19 @@ def tools_from_config(cfg: ToolsConfig) -> ToolRegistry:
                        python_session=cfg.python_session, web=cfg.web)
 
 
+def _register_env(reg: ToolRegistry, spec: str) -> None:
+    """An environment's tools: `env:`/`openenv:` one tool with sessions (plugins/env.py), `vf:` a verifiers
+    task's tools (plugins/verifiers.py)."""
+    if spec.startswith("vf:"):
+        from arpo.tools.plugins.verifiers import vf_tools  # noqa: PLC0415 - only for vf: specs (a worker in its own venv)
+
+        tools: list = list(vf_tools(spec))
+    else:
+        tools = [env_tool(spec)]
+    for t in tools:
+        reg.register(t, f"the environment {spec!r} (tools.enabled)")
+
+
 def build_tools(names: list[str], *, python_timeout_s: float = PYTHON_TIMEOUT_S,
                 max_output_chars: int = MAX_OUTPUT_CHARS, search_index: str | None = None,
                 search_url: str | None = None, search_top_k: int = SEARCH_TOP_K,
@@ -102,8 +116,8 @@ def build_tools(names: list[str], *, python_timeout_s: float = PYTHON_TIMEOUT_S,
                     reg.register(SearchTool(index=index, top_k=search_top_k, max_chars=search_max_chars), builtin)
             elif n in ("web_search", "browse"):
                 reg.register((WebSearchTool if n == "web_search" else BrowseTool)(web), builtin)
-            elif n.startswith(("env:", "openenv:")):  # an environment as a tool (tools/plugins/env.py)
-                reg.register(env_tool(n), f"the environment {n!r} (tools.enabled)")
+            elif n.startswith(("env:", "openenv:", "vf:")):  # an environment's tools
+                _register_env(reg, n)
             elif ":" in n:
                 # `Sql` or `sql`: it used to miss the second
                 name = next((k for k in keys(n) if k in options), keys(n)[0])

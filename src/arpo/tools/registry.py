@@ -131,6 +131,8 @@ class ToolRegistry:
         try:
             tool = self._tools[call.tag]
             if has_sessions(tool) and call.session is not None:  # state per trajectory
+                if call.arguments is not None and hasattr(tool, "run_session_args"):  # json format, several args
+                    return tool.run_session_args(call.session, call.arguments)  # (plugins/verifiers.py)
                 text = call.input if call.arguments is None else str(next(iter(call.arguments.values()), ""))
                 return tool.run_session(call.session, text)
             if call.arguments is not None:  # json format (a tool without its own `call`: one string argument)
