@@ -136,8 +136,9 @@ def register(sub) -> None:
     studies = "\n".join(f"  {n:<20} {st.help}" for n, st in STUDIES.items())
     fields = "; ".join(f"{n}: {st.module}.{st.config}" for n, st in STUDIES.items() if st.config)
     p = sub.add_parser("experiment", help="controlled experiments, e.g. ARPO vs GRPO on a generated tool task",
-                       description="Run a controlled experiment end to end with arpo's own pipeline.\n\n"
-                                   f"studies:\n{studies}",
+                       description="Run a controlled experiment end to end with arpo's own pipeline.\nThe studies "
+                                   "are the repository's experiments/ package, not part of the installed one: run "
+                                   f"them from a clone.\n\nstudies:\n{studies}",
                        epilog=EXAMPLES.format(fields=fields), formatter_class=HELP)
     p.add_argument("name", choices=list(STUDIES), metavar="NAME", help="the study, one of those listed above")
     p.add_argument("--seeds", type=POS_INT, default=None, help="RL seeds per method (default 3; --quick: 1)")
