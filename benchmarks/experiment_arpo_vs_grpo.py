@@ -1,5 +1,5 @@
 """ARPO vs GRPO on the generated knowledge-base tool task: a thin wrapper over
-`arpo experiment arpo-vs-grpo` (src/arpo/experiments/arpo_vs_grpo.py; docs/experiment_arpo_vs_grpo.md).
+`arpo experiment arpo-vs-grpo` (experiments/arpo_vs_grpo.py; docs/experiment_arpo_vs_grpo.md).
 
     python benchmarks/experiment_arpo_vs_grpo.py [--seeds 3] [--steps 40] [--out DIR] [--quick] [key=value ...]
 """

@@ -163,12 +163,12 @@ def test_documented_commands_and_configs_exist():
 
 def test_parts_never_import_recipes():
     """Data flows one way and recipes are plain scripts over the parts: no module outside recipes/,
-    commands/, experiments/ and the CLI imports arpo.recipes (eval → recipes.rollout → recipes.train →
-    eval was a cycle)."""
+    commands/ and the CLI imports arpo.recipes (eval → recipes.rollout → recipes.train → eval was a
+    cycle); the studies (the repository's experiments/) are built from recipes."""
     import ast
 
     src = ROOT / "src" / "arpo"
-    allowed = {"recipes", "commands", "experiments"}
+    allowed = {"recipes", "commands"}
     bad = []
     for p in src.rglob("*.py"):
         rel = p.relative_to(src)
@@ -180,6 +180,51 @@ def test_parts_never_import_recipes():
             bad += [f"{rel}:{node.lineno} imports {n}" for n in names if n == "arpo.recipes" or
                     n.startswith("arpo.recipes.")]
     assert not bad, "\n".join(bad)
+
+
+def test_the_library_never_imports_the_studies():
+    """The studies (the repository's top-level experiments/, issue 64 item 6) import the library; no module
+    of src/arpo imports them (commands/experiment.py's STUDIES names their modules and imports one only
+    when `arpo experiment` runs it), and none of them is left inside the package."""
+    import ast
+
+    src = ROOT / "src" / "arpo"
+    assert (ROOT / "experiments" / "__init__.py").is_file()
+    # no module there (the folder itself may stay in an old checkout, holding an ignored __pycache__)
+    left = sorted(str(p.relative_to(ROOT)) for p in (src / "experiments").rglob("*.py"))
+    assert not left, f"studies inside the installed package: {left}"
+    bad = []
+    for p in src.rglob("*.py"):
+        for node in ast.walk(ast.parse(p.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            bad += [f"{p.relative_to(ROOT)}:{node.lineno} imports {n}" for n in names
+                    if n.split(".")[0] == "experiments" or n.startswith("arpo.experiments")]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_wheel_carries_the_library_not_the_studies(tmp_path):
+    """The wheel built from pyproject.toml holds arpo and its data, and neither the studies (experiments/)
+    nor an arpo/experiments/ package: built from a copy of what it is made of (no build/ in the checkout)."""
+    import shutil
+    import sys
+    import zipfile
+
+    pytest.importorskip("setuptools")
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    for name in ("src", "experiments"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=ignore)
+    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                          "-w", str(tmp_path / "dist"), str(tmp_path)],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    (wheel,) = (tmp_path / "dist").glob("arpo-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {n.split("/")[0] for n in names} == {"arpo", wheel.name.split("-py3")[0] + ".dist-info"}
+    assert "arpo/commands/experiment.py" in names and "arpo/cli.py" in names
+    assert not [n for n in names if n.startswith(("experiments/", "arpo/experiments/"))]
 
 
 def _import_edges(level: int) -> dict[str, dict[str, str]]:
@@ -434,8 +479,8 @@ def test_settings_import_only_what_they_check_against():
 
 
 def test_every_config_a_user_edits_is_in_settings():
-    """One place for the settings (issue 42 item 1): every `...Config` dataclass is in arpo/settings/,
-    but the studies' own configs, which stay beside their studies (experiments/). tools.web's
+    """One place for the settings (issue 42 item 1): every `...Config` dataclass is in arpo/settings/
+    (the studies' own configs stay beside their studies, in the repository's experiments/). tools.web's
     WebConfig sat in tools/web/web_config.py."""
     import ast
 
@@ -443,7 +488,7 @@ def test_every_config_a_user_edits_is_in_settings():
     outside = []
     for p in src.rglob("*.py"):
         rel = p.relative_to(src)
-        if rel.parts[0] in ("settings", "experiments"):
+        if rel.parts[0] == "settings":
             continue
         for node in ast.walk(ast.parse(p.read_text())):
             if isinstance(node, ast.ClassDef) and node.name.endswith("Config") and any(
@@ -489,7 +534,8 @@ def _defines(text: str, name: str) -> bool:
 
 def _doc_files() -> list[Path]:
     return [ROOT / "README.md", ROOT / "BENCHMARKS.md", *sorted((ROOT / "docs").rglob("*.md")),
-            *sorted((ROOT / "examples").rglob("*.md")), *sorted((ROOT / "src").rglob("*.py"))]
+            *sorted((ROOT / "examples").rglob("*.md")), *sorted((ROOT / "src").rglob("*.py")),
+            *sorted((ROOT / "experiments").rglob("*.py"))]
 
 
 def _missing_names(doc: Path, i: int, line: str) -> list[str]:

@@ -1,8 +1,10 @@
-"""Checks a server makes before it starts listening, and a free port to give one."""
+"""Checks a server makes before it starts listening, a free port to give one, and stopping a server
+that runs as a child process (`arpo web serve` for a study: web/process.py; an OpenEnv app: envs/openenv.py)."""
 
 from __future__ import annotations
 
 import socket
+import subprocess
 
 from arpo.errors import ArpoError
 
@@ -28,3 +30,16 @@ def free_port(host: str = "127.0.0.1") -> int:
     """A port nothing listens on now (the OS's choice for port 0)."""
     with listen(host, 0) as s:
         return int(s.getsockname()[1])
+
+
+def stop_process(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """Stop a child process and reap it: SIGTERM, up to grace_s seconds to exit (a server's shutdown),
+    then SIGKILL. Nothing when it has exited already."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -21,6 +21,7 @@ pytest.importorskip("trafilatura")
 from arpo.data import webhop3
 from arpo.data.datasets import load_examples
 from arpo.data.webhop import pick_url
+from arpo.jsonl import read_jsonl_gz
 from arpo.rewards import arpo_reward
 from arpo.sft.web import webhop3_trajectory
 from arpo.tools.base import ToolCall
@@ -54,7 +55,7 @@ def _reward(text: str, ex: dict, spans=None) -> float:
 
 
 def _rows() -> dict[str, list[dict]]:
-    return {s: webhop3.read_jsonl_gz(webhop3.data_dir() / f"{s}.jsonl.gz") for s in webhop3.SPLITS}
+    return {s: read_jsonl_gz(webhop3.data_dir() / f"{s}.jsonl.gz") for s in webhop3.SPLITS}
 
 
 def test_shipped_files_are_the_generators_output():

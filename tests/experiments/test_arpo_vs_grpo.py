@@ -1,4 +1,4 @@
-"""The knowledge-base tool environment and the ARPO-vs-GRPO experiment (src/arpo/experiments/)."""
+"""The knowledge-base tool environment and the ARPO-vs-GRPO experiment (experiments/)."""
 
 import json
 import re
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from arpo.experiments import arpo_vs_grpo as X
-from arpo.experiments import common, kbenv
+from experiments import arpo_vs_grpo as X
+from experiments import common, kbenv
 
 
 @pytest.fixture(scope="module")

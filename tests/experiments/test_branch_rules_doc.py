@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from arpo.data.datasets import load_examples
-from arpo.experiments import answer_signal as AS
-from arpo.experiments import budget_matched as B
-from arpo.experiments import hop2_behaviour as HB
-from arpo.experiments import hop2_report as R
-from arpo.experiments import hop2_stats as H
-from arpo.experiments import run_gains as G
+from experiments import answer_signal as AS
+from experiments import budget_matched as B
+from experiments import hop2_behaviour as HB
+from experiments import hop2_report as R
+from experiments import hop2_stats as H
+from experiments import run_gains as G
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "branch_rules.md"

@@ -7,8 +7,8 @@ import httpx
 import pytest
 
 from arpo.errors import ArpoError
-from arpo.experiments import branch_rules_study as X
-from arpo.experiments import budget_matched as M
+from experiments import branch_rules_study as X
+from experiments import budget_matched as M
 
 
 def _curve(*pts):
@@ -107,7 +107,7 @@ def test_quick_webhop_serves_its_web_and_resumes(tmp_path):
 
 
 def test_arms_name_a_preset_and_a_branch_rule(tmp_path):
-    from arpo.experiments import common
+    from experiments import common
 
     cfg = X.BranchRulesConfig()
     assert cfg.methods[-1] == "arpo" and cfg.seeds >= 5

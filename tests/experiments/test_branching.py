@@ -5,7 +5,7 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from arpo.experiments import branching as B
+from experiments import branching as B
 
 
 def traj(correct, parent=None, decisions=(), h0=0.1, post=(), at=None):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from arpo.experiments import clustered as C
-from arpo.experiments import protocol as P
+from experiments import blind_protocol as P
+from experiments import clustered as C
 
 
 def test_cluster_sums_and_the_resampled_mean():

@@ -3,7 +3,7 @@
 
 import json
 
-from arpo.experiments.hop2_behaviour import (
+from experiments.hop2_behaviour import (
     answers_by_calls,
     behaviour,
     behaviour_table,

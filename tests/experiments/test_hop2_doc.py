@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from arpo.experiments import hop2_report
+from experiments import hop2_report
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "experiment_hop2.md"

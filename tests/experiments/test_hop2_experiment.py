@@ -1,4 +1,4 @@
-"""experiments/hop2.py: the blind protocol's selection and statistics (hand values), and the plumbing
+"""experiments/hop2_study.py: the blind protocol's selection and statistics (hand values), and the plumbing
 end to end with the tiny random model: dev always, test once and only after the freeze."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from arpo.data.datasets import load_examples
 from arpo.errors import ArpoError
-from arpo.experiments import hop2 as X
+from experiments import hop2_study as X
 
 
 def _run(curve_accs, calls):
@@ -72,8 +72,8 @@ def test_quick_experiment_is_blind_end_to_end(tmp_path):
 def test_default_configs_load(tmp_path):
     """The full-size defaults: the SFT overrides and the RL config are valid (caught 'lr' vs 'optim.lr')."""
     from arpo.config import load_config
-    from arpo.experiments import common
     from arpo.settings import SFTConfig
+    from experiments import common
 
     cfg = X.Hop2ExperimentConfig()
     sc = load_config(SFTConfig, cfg.sft_config, list(cfg.sft_overrides))
@@ -90,9 +90,9 @@ def test_the_evaluation_prompt_is_the_training_prompt(tmp_path, monkeypatch):
     from arpo.data.datasets import load_examples
     from arpo.data.prompts import prompts_for
     from arpo.engine.hf import HFEngine
-    from arpo.experiments import common
     from arpo.models import TINY_MODEL, load_model
     from arpo.tools import tools_from_config
+    from experiments import common
 
     seen: list[list[int]] = []
     add = HFEngine.add
@@ -218,7 +218,7 @@ def test_select_is_dev_or_last(tmp_path):
 def test_a_run_config_moves_with_its_study_directory():
     from pathlib import Path
 
-    from arpo.experiments.common import relocated
+    from experiments.common import relocated
 
     old = {"model": {"name": "/a/b/out/sft/checkpoints/step_000008/model"}, "run": {"dir": "/a/b/out/rl/arpo_seed0"},
            "data": {"path": "hop2:train[120:240]"}, "tools": {"enabled": ["x"]}, "n": 3}

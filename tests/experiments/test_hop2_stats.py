@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from arpo.experiments import hop2 as X
-from arpo.experiments import hop2_stats as H
+from experiments import hop2_stats as H
+from experiments import hop2_study as X
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 COMMITTED = RESULTS / "hop2_arpo_vs_grpo.json"
@@ -114,7 +114,7 @@ def test_the_committed_statistics_section_is_what_the_code_computes(committed):
 
 def test_the_hop2_stats_command_rewrites_the_section_and_prints_the_tables(tmp_path, committed, capsys):
     from arpo.cli import main
-    from arpo.experiments import hop2_report
+    from experiments import hop2_report
 
     p = tmp_path / "results.json"
     p.write_text(json.dumps({k: v for k, v in committed.items() if k != "statistics"}))
@@ -132,7 +132,7 @@ def test_the_hop2_stats_command_rewrites_the_section_and_prints_the_tables(tmp_p
 
 
 def test_every_arm_keeps_one_distinct_color():
-    from arpo.experiments.hop2_figures import arm_colors, arm_label
+    from experiments.hop2_figures import arm_colors, arm_label
 
     arms = ["arpo@zscore", "arpo@top_entropy", "arpo@outcome_open", "aepo", "grpo", "arpo"]
     c = arm_colors(arms)
@@ -143,7 +143,7 @@ def test_every_arm_keeps_one_distinct_color():
 
 def test_the_figures_draw_when_no_arm_branched(committed, tmp_path):
     """A run whose arms never branched (GRPO alone, the tiny model's smoke tests) still gets both figures."""
-    from arpo.experiments.hop2_figures import plot
+    from experiments.hop2_figures import plot
 
     res = json.loads(json.dumps(committed))
     for arm in res["branching"].values():
@@ -154,7 +154,7 @@ def test_the_figures_draw_when_no_arm_branched(committed, tmp_path):
 def test_branching_table_by_hand():
     """Where branches went and whether they changed the outcome, per arm (pooled), with an arm that
     never branched."""
-    from arpo.experiments.hop2_report import branching_table
+    from experiments.hop2_report import branching_table
 
     def pooled(branches, decisions, by_result, differs, fresh, rising):
         return {"pooled": {"branches": branches, "branch_decisions": decisions,

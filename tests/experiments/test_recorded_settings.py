@@ -4,7 +4,7 @@ results named the folders of the machine that ran them (/work/study41/...)."""
 import os
 from pathlib import Path
 
-from arpo.experiments.common import RLStudyConfig, recorded_settings
+from experiments.common import RLStudyConfig, recorded_settings
 
 
 def test_an_absolute_out_is_recorded_relative(tmp_path, monkeypatch):

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from arpo.eval.paired import accuracy_interval, paired
-from arpo.experiments import answer_signal as AS
-from arpo.experiments import run_gains as G
+from experiments import answer_signal as AS
+from experiments import run_gains as G
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "docs" / "results"

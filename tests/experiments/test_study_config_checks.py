@@ -10,7 +10,7 @@ from arpo.cli import main
 
 def test_experiment_methods_are_checked_at_config_time(tmp_path, capsys):
     """`arpo experiment hop2-arpo-vs-grpo "methods=[]"` failed after the SFT with an IndexError."""
-    import arpo.experiments.hop2 as hop2
+    import experiments.hop2_study as hop2
 
     cases = {"methods=[]": "methods: needs at least one algo preset",
              "methods=[arpo,nope]": "methods: unknown algo preset 'nope'",

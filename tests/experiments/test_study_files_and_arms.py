@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from arpo.errors import ArpoError
-from arpo.experiments.common import check_methods
-from arpo.experiments.hop2 import Hop2ExperimentConfig
-from arpo.experiments.svamp import SvampExperimentConfig
+from experiments.common import check_methods
+from experiments.hop2_study import Hop2ExperimentConfig
+from experiments.svamp import SvampExperimentConfig
 
 
 @pytest.mark.parametrize("cls", [Hop2ExperimentConfig, SvampExperimentConfig])

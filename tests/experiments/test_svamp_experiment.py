@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from arpo.experiments import common
-from arpo.experiments import svamp as X
+from experiments import common
+from experiments import svamp as X
 
 
 def test_seed_spread():
@@ -88,7 +88,7 @@ def test_ctrl_c_ends_the_experiment(tmp_path, monkeypatch):
 
 def test_seed_curves_use_the_sample_sd():
     """Three seeds are a sample: the spread is the ddof-1 sd (the population sd is ≈ 22 % too small)."""
-    from arpo.experiments.common import mean_curve
+    from experiments.common import mean_curve
 
     runs = [{"curve": [{"step": 5, "accuracy": a, "tool_calls": c}]} for a, c in ((0.2, 10), (0.3, 20), (0.4, 60))]
     c = mean_curve(runs)

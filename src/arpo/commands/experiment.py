@@ -1,16 +1,25 @@
-"""`arpo experiment NAME`: controlled end-to-end experiments (src/arpo/experiments/), one entry of
-STUDIES each: its module's config class (whose quick() is the --quick smoke config) and run(), a
-one-line help, and what the command prints of its results."""
+"""`arpo experiment NAME`: controlled end-to-end experiments, one entry of STUDIES each: its module's
+config class (whose quick() is the --quick smoke config) and run(), a one-line help, and what the command
+prints of its results.
+
+The studies themselves are not part of the installed library: they live in the repository's top-level
+experiments/ package (they import the library; the library never imports them), so that the wheel
+carries only arpo. `study_module` finds them in the clone arpo runs from (an editable install, or
+PYTHONPATH=src), and otherwise says in one line that they need a clone."""
 
 from __future__ import annotations
 
 import importlib
 import json
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from arpo.commands import HELP, POS_INT
+from arpo.errors import ArpoError
 
 EXAMPLES = """examples:
   arpo experiment arpo-vs-grpo                       # the full run: 3 seeds per method \
@@ -61,47 +70,27 @@ def _branching_summary(res: dict, cfg) -> dict:
             "models": {m: {n: {k: r[k] for k in keys} for n, r in rs.items()} for m, rs in res["models"].items()}}
 
 
-def _hop2_stats(args) -> int:
-    """hop2-stats: recompute the statistics section of a hop2 results.json (experiments/hop2_stats.py)."""
-    import sys
-    from pathlib import Path
+STUDIES_PACKAGE = "experiments"  # the repository's top-level package of studies (not in the wheel)
 
-    from arpo.data.datasets import load_examples
-    from arpo.errors import ArpoError
-    from arpo.experiments.hop2_report import report
-    from arpo.experiments.hop2_stats import SPLIT_DATA, load, refresh, save
 
-    if not args.results:
-        raise ArpoError("hop2-stats needs --results PATH (a results.json of hop2-arpo-vs-grpo)")
-    results = load(args.results)
-    for sp in refresh(results, load_examples):  # webhop files written before question_cluster
-        print(f"{sp}: question clusters from the dataset's rows ({results['settings'][SPLIT_DATA[sp]]}; "
-              "hop2_stats.question_cluster)", file=sys.stderr)
-    save(args.results, results)
-    if args.out:  # the figures again, with this version's drawing code
-        from arpo.experiments.hop2_figures import plot
+def clone_root() -> Path | None:
+    """The repository arpo is imported from (ROOT/src/arpo), when it has the studies (ROOT/experiments/)."""
+    root = Path(__file__).absolute().parents[3]  # ROOT/src/arpo/commands/experiment.py
+    return root if (root / STUDIES_PACKAGE / "__init__.py").is_file() else None
 
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        for f in plot(results, Path(args.out)):
-            print(f"wrote {f}", file=sys.stderr)
-    print(report(results), end="")  # the tables docs/experiment_hop2.md quotes
-    if results.get("matched_calls"):  # branch-rules: accuracy at matched executed tool calls
-        from arpo.experiments.budget_matched import matched_report
 
-        print(matched_report(results), end="")
-    root = Path(args.results).parent
-    if (root / "rl").is_dir():  # the runs' eval records are there: what the policies do (experiments/hop2_behaviour.py)
-        from arpo.experiments.hop2_behaviour import behaviour, behaviour_table, most_calls, training, training_table
-
-        beh = behaviour(results, root)
-        for split in beh:
-            print(f"\nAnswers by tool calls, {split} (share of questions; accuracy among them; "
-                  "the most common answer):\n\n" + behaviour_table(beh, split, most_calls(results)))
-        steps = results["settings"]["steps"]
-        print(f"\nTraining samples by tool calls (pooled over seeds and steps 1–{steps}: format error / wrong / "
-              f"right; in brackets the samples at step 1 → step {steps}):\n\n"
-              + training_table(training(results, root), most_calls(results)))
-    return 0
+def study_module(module: str) -> ModuleType:
+    """Import a study's module (experiments.X) from the clone arpo runs from, or say that it needs one."""
+    root = clone_root()
+    if STUDIES_PACKAGE not in sys.modules and root is not None and str(root) not in sys.path:
+        sys.path.insert(0, str(root))  # before any other package of that name (the working directory's)
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name not in (STUDIES_PACKAGE, module):  # a study's own missing import: its error
+            raise
+        raise ArpoError(f"the studies ({module}) are not part of the installed arpo package: run `arpo experiment` "
+                        "from a clone of the repository (its experiments/ folder; ./install.sh there)") from None
 
 
 @dataclass(frozen=True)
@@ -109,14 +98,14 @@ class Study:
     """One `arpo experiment NAME`. Its module is imported only when the study is run."""
 
     help: str  # one line for `arpo experiment --help`
-    module: str  # arpo.experiments.X, with run(cfg) -> results
+    module: str  # experiments.X (the repository's studies), with run(cfg) -> results
     config: str | None = None  # the config class's name in module; its quick() is the --quick config
     printed: Callable[[dict, Any], dict] = _ratio_summary  # (results, cfg) -> what the command prints
     flags: tuple[str, ...] = ("seeds", "steps", "out", "threads")  # the command's flags the config takes
-    command: Callable[[Any], int] | None = None  # instead of config + run: the whole command (hop2-stats)
+    command: str | None = None  # instead of config + run: module's function(args) -> exit code (hop2-stats)
 
     def config_class(self) -> type:
-        return getattr(importlib.import_module(self.module), str(self.config))
+        return getattr(study_module(self.module), str(self.config))
 
     def quick(self):
         """The smoke-test config (plumbing, not a result), or None where the study has none."""
@@ -124,22 +113,22 @@ class Study:
         return quick() if quick is not None else None
 
     def run(self, cfg) -> dict:
-        return importlib.import_module(self.module).run(cfg)  # looked up now: a test may replace run
+        return study_module(self.module).run(cfg)  # looked up now: a test may replace run
 
 
 STUDIES: dict[str, Study] = {
     "arpo-vs-grpo": Study("ARPO vs GRPO on a generated knowledge-base tool task (docs/experiment_arpo_vs_grpo.md)",
-                          "arpo.experiments.arpo_vs_grpo", "ExperimentConfig"),
+                          "experiments.arpo_vs_grpo", "ExperimentConfig"),
     "svamp-arpo-vs-grpo": Study("ARPO vs GRPO on SVAMP with SmolLM2-135M (docs/experiment_svamp_arpo_vs_grpo.md)",
-                                "arpo.experiments.svamp", "SvampExperimentConfig"),
+                                "experiments.svamp", "SvampExperimentConfig"),
     "hop2-arpo-vs-grpo": Study("ARPO vs GRPO (vs AEPO) on hop2, blind: dev, test once (docs/experiment_hop2.md)",
-                               "arpo.experiments.hop2", "Hop2ExperimentConfig", _protocol_summary),
+                               "experiments.hop2_study", "Hop2ExperimentConfig", _protocol_summary),
     "hop2-stats": Study("recompute the statistics of a hop2 results.json (--results) and print its tables",
-                        "arpo.experiments.hop2_stats", command=_hop2_stats),
+                        "experiments.hop2_stats", command="command"),
     "branching": Study("branch rule settings on fixed models, no training (docs/branching.md)",
-                       "arpo.experiments.branching", "BranchingConfig", _branching_summary, flags=("out", "threads")),
+                       "experiments.branching", "BranchingConfig", _branching_summary, flags=("out", "threads")),
     "branch-rules": Study("branch rules on hop2 or webhop at equal trajectories and tool calls (docs/branch_rules.md)",
-                          "arpo.experiments.branch_rules_study", "BranchRulesConfig", _protocol_summary),
+                          "experiments.branch_rules_study", "BranchRulesConfig", _protocol_summary),
 }
 
 
@@ -147,8 +136,9 @@ def register(sub) -> None:
     studies = "\n".join(f"  {n:<20} {st.help}" for n, st in STUDIES.items())
     fields = "; ".join(f"{n}: {st.module}.{st.config}" for n, st in STUDIES.items() if st.config)
     p = sub.add_parser("experiment", help="controlled experiments, e.g. ARPO vs GRPO on a generated tool task",
-                       description="Run a controlled experiment end to end with arpo's own pipeline.\n\n"
-                                   f"studies:\n{studies}",
+                       description="Run a controlled experiment end to end with arpo's own pipeline.\nThe studies "
+                                   "are the repository's experiments/ package, not part of the installed one: run "
+                                   f"them from a clone.\n\nstudies:\n{studies}",
                        epilog=EXAMPLES.format(fields=fields), formatter_class=HELP)
     p.add_argument("name", choices=list(STUDIES), metavar="NAME", help="the study, one of those listed above")
     p.add_argument("--seeds", type=POS_INT, default=None, help="RL seeds per method (default 3; --quick: 1)")
@@ -168,11 +158,10 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from arpo.config import from_dict, parse_overrides
-    from arpo.errors import ArpoError
 
     study = STUDIES[args.name]
     if study.command is not None:
-        return study.command(args)
+        return int(getattr(study_module(study.module), study.command)(args))
     over = parse_overrides(list(args.overrides) + list(args.more))
     for key in study.flags:
         if getattr(args, key) is not None:

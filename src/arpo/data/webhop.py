@@ -44,6 +44,8 @@ import functools
 import random
 import re
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -183,28 +185,48 @@ def pick_url(result, title: str) -> str | None:
 
 
 # ---- files ---------------------------------------------------------------------------------------
-def data_dir() -> Path:
-    return BUILTIN_DIR / "webhop"
+@functools.lru_cache(maxsize=4)
+def _read_world(path: Path) -> list[dict]:
+    return read_jsonl_gz(path)
 
 
-@functools.lru_cache(maxsize=1)
-def world() -> list[dict]:
-    """The shipped world (world.jsonl.gz): every place's facts."""
-    return read_jsonl_gz(data_dir() / "world.jsonl.gz")
+@dataclass(frozen=True)
+class TownWeb:
+    """A generated web of towns (webhop here, data/webhop3.py): its folder under data/builtin/, its seed and
+    generators, and the files it ships (world.jsonl.gz, pages.jsonl.gz, one file per split), made or read."""
+
+    name: str
+    seed: int
+    make_world: Callable[..., list[dict]]  # (seed=) -> every place's facts
+    make_questions: Callable[[list[dict], int], dict[str, list[dict]]]  # (world, seed) -> split -> rows
+    pages: Callable[[list[dict]], list[dict]]  # world -> rows {id, title, text}
+
+    def data_dir(self) -> Path:
+        return BUILTIN_DIR / self.name
+
+    def world(self) -> list[dict]:
+        """The shipped world (world.jsonl.gz): every place's facts."""
+        return _read_world(self.data_dir() / "world.jsonl.gz")
+
+    def files(self, seed: int | None = None) -> dict[str, bytes]:
+        """The dataset's files (name -> bytes): world.jsonl.gz, pages.jsonl.gz and one file per split."""
+        seed = self.seed if seed is None else seed
+        w = self.make_world(seed=seed)
+        qs = self.make_questions(w, seed)
+        return {"world.jsonl.gz": jsonl_gz_bytes(w), "pages.jsonl.gz": jsonl_gz_bytes(self.pages(w)),
+                **{f"{s}.jsonl.gz": jsonl_gz_bytes(qs[s]) for s in SPLITS}}
+
+    def write(self, out_dir: str | Path, seed: int | None = None) -> list[Path]:
+        return write_files(self.files(seed), out_dir)
+
+    def main(self, argv: list[str]) -> None:
+        """python -m arpo.data.NAME [OUT_DIR]: regenerate the shipped files (into OUT_DIR)."""
+        for p in self.write(argv[1] if len(argv) > 1 else self.data_dir()):
+            print(p)
 
 
-def files(seed: int = SEED) -> dict[str, bytes]:
-    """The dataset's files (name -> bytes): world.jsonl.gz, pages.jsonl.gz and one file per split."""
-    w = make_world(seed=seed)
-    qs = make_questions(w, seed)
-    return {"world.jsonl.gz": jsonl_gz_bytes(w), "pages.jsonl.gz": jsonl_gz_bytes(pages(w)),
-            **{f"{s}.jsonl.gz": jsonl_gz_bytes(qs[s]) for s in SPLITS}}
-
-
-def write(out_dir: str | Path, seed: int = SEED) -> list[Path]:
-    return write_files(files(seed), out_dir)
-
+DATASET = TownWeb("webhop", SEED, make_world, make_questions, pages)
+data_dir, world, files, write = DATASET.data_dir, DATASET.world, DATASET.files, DATASET.write
 
 if __name__ == "__main__":  # python -m arpo.data.webhop [OUT_DIR]: regenerate the shipped files
-    for p in write(sys.argv[1] if len(sys.argv) > 1 else data_dir()):
-        print(p)
+    DATASET.main(sys.argv)

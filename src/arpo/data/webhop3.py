@@ -34,17 +34,13 @@ byte (gzip mtime 0); tests/data/test_webhop3.py checks that it does and runs the
 
 from __future__ import annotations
 
-import functools
 import random
 import re
 import sys
-from pathlib import Path
 from typing import Any
 
-from arpo.data.hop2 import SPLITS, derangement, town_names, write_files
-from arpo.data.sources import BUILTIN_DIR
-from arpo.data.webhop import ATTRIBUTES, RANGES
-from arpo.jsonl import jsonl_gz_bytes, read_jsonl_gz
+from arpo.data.hop2 import SPLITS, derangement, town_names
+from arpo.data.webhop import ATTRIBUTES, RANGES, TownWeb
 
 SEED = 59
 N_TOWNS = 200
@@ -205,28 +201,8 @@ def is_webhop3(row: dict) -> bool:
 
 
 # ---- files ---------------------------------------------------------------------------------------
-def data_dir() -> Path:
-    return BUILTIN_DIR / "webhop3"
-
-
-@functools.lru_cache(maxsize=1)
-def world() -> list[dict]:
-    """The shipped world (world.jsonl.gz): every place's facts."""
-    return read_jsonl_gz(data_dir() / "world.jsonl.gz")
-
-
-def files(seed: int = SEED) -> dict[str, bytes]:
-    """The dataset's files (name -> bytes): world.jsonl.gz, pages.jsonl.gz and one file per split."""
-    w = make_world(seed=seed)
-    qs = make_questions(w, seed)
-    return {"world.jsonl.gz": jsonl_gz_bytes(w), "pages.jsonl.gz": jsonl_gz_bytes(pages(w)),
-            **{f"{s}.jsonl.gz": jsonl_gz_bytes(qs[s]) for s in SPLITS}}
-
-
-def write(out_dir: str | Path, seed: int = SEED) -> list[Path]:
-    return write_files(files(seed), out_dir)
-
+DATASET = TownWeb("webhop3", SEED, make_world, make_questions, pages)
+data_dir, world, files, write = DATASET.data_dir, DATASET.world, DATASET.files, DATASET.write
 
 if __name__ == "__main__":  # python -m arpo.data.webhop3 [OUT_DIR]: regenerate the shipped files
-    for p in write(sys.argv[1] if len(sys.argv) > 1 else data_dir()):
-        print(p)
+    DATASET.main(sys.argv)

@@ -28,7 +28,7 @@ import urllib.request
 from typing import Any
 
 from arpo.envs.base import EnvError, Step, observation_text
-from arpo.ports import free_port
+from arpo.ports import free_port, stop_process
 
 
 def _get(url: str, timeout: float = 5.0) -> Any:
@@ -43,7 +43,7 @@ def start_server(app: str, timeout_s: float = 120.0) -> tuple[str, subprocess.Po
     log = tempfile.TemporaryFile()  # noqa: SIM115 - the server writes to it while it lives
     proc = subprocess.Popen([sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
                              "--log-level", "warning"], stdout=log, stderr=subprocess.STDOUT, env=env)
-    atexit.register(_stop, proc)
+    atexit.register(stop_process, proc)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -56,17 +56,8 @@ def start_server(app: str, timeout_s: float = 120.0) -> tuple[str, subprocess.Po
             return url, proc
         except (OSError, ValueError):
             time.sleep(0.2)
-    _stop(proc)
+    stop_process(proc)
     raise EnvError(f"the OpenEnv server {app} did not answer {url}/health within {timeout_s:.0f} s")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 class OpenEnvEnvironment:
@@ -101,7 +92,7 @@ class OpenEnvEnvironment:
 
     def close(self) -> None:
         if self.proc is not None:
-            _stop(self.proc)
+            stop_process(self.proc)
 
 
 def _client_class():

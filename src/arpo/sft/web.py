@@ -113,34 +113,7 @@ def webhop_trajectory(example: dict, search: Callable, browse: Callable) -> tupl
     return ToolResults (the registry's web_search and browse). The second search's query and the
     answer are read off the pages the tools return, never from the example's fields."""
     a, rel, x = parse_question(example["question"])
-    pieces: list[tuple[str, bool]] = [(f"<think>The {rel} town of {x}, then its {a}.</think>\n", True)]
-    town, query = x, f"{rel} town"
-    value = None
-    for hop in (1, 2):
-        found = search(town)
-        url = pick_url(found, town) if found.ok else None
-        pieces += [(f"<web_search>{town}</web_search>", True), (format_result(found.output), False)]
-        if url is None:
-            return None, [], f"hop {hop}: no search result titled {town}"
-        page = browse(f"{url} | {query}")
-        pieces += [(f"<browse>{url} | {query}</browse>", True), (format_result(page.output), False)]
-        if not page.ok:
-            return None, [], f"hop {hop}: browse failed"
-        if hop == 1:
-            nxt = read_relation(page.output, rel, x)
-            if nxt is None:
-                return None, [], f"hop 1: the {rel} town of {x} is not in the passages read"
-            # the model copies the line it follows before it searches: "The rival town of X is Y."
-            # matches the question's words, so the name comes from the asked line, not the other one
-            pieces.append((f"<think>The {rel} town of {x} is {nxt}.</think>\n", True))
-            town, query = nxt, a
-        else:
-            value = read_attribute(page.output, a, town)
-            if value is None:
-                return None, [], f"hop 2: the {a} of {town} is not in the passages read"
-    pieces.append((f"<answer>\\boxed{{{value}}}</answer>", True))
-    text, spans = assemble([(piece, "model" if generated else "result") for piece, generated in pieces])
-    return text, spans, "ok"
+    return town_chain_trajectory(x, (rel,), a, search, browse)
 
 
 def webhop3_trajectory(example: dict, search: Callable, browse: Callable) -> tuple[str | None, list[list[int]], str]:
@@ -149,10 +122,20 @@ def webhop3_trajectory(example: dict, search: Callable, browse: Callable) -> tup
     copy "The r2 town of Y is Z.", search Z, browse for the attribute, answer. Every name and the
     answer are read off the pages the tools return, never from the example's fields."""
     a, rels, x = webhop3.parse_question(example["question"])
-    pieces: list[tuple[str, bool]] = [(f"<think>The {rels[0]} town of {x}, then its {rels[1]} town, "
-                                       f"then its {a}.</think>\n", True)]
+    return town_chain_trajectory(x, rels, a, search, browse)
+
+
+def town_chain_trajectory(x: str, relations: tuple[str, ...], attribute: str, search: Callable,
+                          browse: Callable) -> tuple[str | None, list[list[int]], str]:
+    """The hop loop of webhop's and webhop3's trajectories, one page per hop: search the town, browse its
+    page for the next relation (the last page: for `attribute`), copy the line "The r town of X is Y."
+    the model follows, search Y, ..., answer with the number read off the last page. (response or None,
+    result spans, "ok" or "hop N: why not")."""
+    then = "".join(f", then its {r} town" for r in relations[1:])
+    pieces: list[tuple[str, bool]] = [(f"<think>The {relations[0]} town of {x}{then}, then its {attribute}.</think>\n",
+                                       True)]
     town = x
-    for hop, query in enumerate([f"{rels[0]} town", f"{rels[1]} town", a], 1):
+    for hop, query in enumerate([*(f"{r} town" for r in relations), attribute], 1):
         found = search(town)
         url = pick_url(found, town) if found.ok else None
         pieces += [(f"<web_search>{town}</web_search>", True), (format_result(found.output), False)]
@@ -162,16 +145,19 @@ def webhop3_trajectory(example: dict, search: Callable, browse: Callable) -> tup
         pieces += [(f"<browse>{url} | {query}</browse>", True), (format_result(page.output), False)]
         if not page.ok:
             return None, [], f"hop {hop}: browse failed"
-        if hop < 3:
-            nxt = read_relation(page.output, rels[hop - 1], town)
+        if hop <= len(relations):
+            rel = relations[hop - 1]
+            nxt = read_relation(page.output, rel, town)
             if nxt is None:
-                return None, [], f"hop {hop}: the {rels[hop - 1]} town of {town} is not in the passages read"
-            pieces.append((f"<think>The {rels[hop - 1]} town of {town} is {nxt}.</think>\n", True))
+                return None, [], f"hop {hop}: the {rel} town of {town} is not in the passages read"
+            # the model copies the line it follows before it searches: "The rival town of X is Y."
+            # matches the question's words, so the name comes from the asked line, not the other one
+            pieces.append((f"<think>The {rel} town of {town} is {nxt}.</think>\n", True))
             town = nxt
         else:
-            value = read_attribute(page.output, a, town)
+            value = read_attribute(page.output, attribute, town)
             if value is None:
-                return None, [], f"hop 3: the {a} of {town} is not in the passages read"
+                return None, [], f"hop {hop}: the {attribute} of {town} is not in the passages read"
             pieces.append((f"<answer>\\boxed{{{value}}}</answer>", True))
     text, spans = assemble([(piece, "model" if generated else "result") for piece, generated in pieces])
     return text, spans, "ok"

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from arpo.errors import ArpoError
-from arpo.ports import free_port
+from arpo.ports import free_port, stop_process
 
 
 @contextmanager
@@ -54,10 +54,4 @@ def served_web(corpus: str, port: int = 0, host: str = "127.0.0.1", timeout_s: f
                 time.sleep(0.1)
             yield url
         finally:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            stop_process(proc)

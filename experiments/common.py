@@ -1,5 +1,5 @@
 """What the studies share: the run preamble and record, the RL-run machinery of the studies that train
-with `configs/*_rl.yaml` (svamp.py, hop2.py, branch_rules_study.py), and the tool-call-ratio analysis.
+with `configs/*_rl.yaml` (svamp.py, hop2_study.py, branch_rules_study.py), and the tool-call-ratio analysis.
 
     start_run        TOKENIZERS_PARALLELISM, torch threads, the output dir
     run_record       wall seconds, load average and provenance, the tail of every results.json
@@ -159,7 +159,7 @@ def repo_file(path: str, key: str) -> str:
     p = Path(path).expanduser()
     if p.is_file():
         return str(p)
-    root = Path(__file__).resolve().parents[3]  # src/arpo/experiments/common.py -> the checkout
+    root = Path(__file__).resolve().parents[1]  # experiments/common.py -> the checkout
     if not p.is_absolute() and (root / p).is_file():
         return str(root / p)
     raise ArpoError(f"{key}: {path} is not a file, neither from {Path.cwd()} nor from the arpo checkout {root}")
@@ -173,7 +173,7 @@ def train_config(cfg: RLStudyConfig, sft_model: str, method: str, seed: int, run
     over += [f"rollout.branch_rule={rule}"] if rule else []
     tc = load_config(TrainConfig, cfg.train_config, over)
     tc.run.save_every = cfg.eval_every
-    tc.run.keep_checkpoints = getattr(cfg, "keep_checkpoints", 1)  # hop2.py keeps each eval step's
+    tc.run.keep_checkpoints = getattr(cfg, "keep_checkpoints", 1)  # hop2_study.py keeps each eval step's
     return tc
 
 

@@ -22,7 +22,7 @@ Every interval says what it resampled (`resampled`) and every test its independe
 
 `refresh` recomputes every section derived from the runs (question clusters a file was written
 without, `statistics`, and for branch-rules files the per-pair matched-calls reading); the command,
-`python -m arpo.experiments.hop2_stats FILE` and the doc tests all go through it.
+`python -m experiments.hop2_stats FILE` and the doc tests all go through it.
 """
 
 from __future__ import annotations
@@ -33,9 +33,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from arpo.errors import ArpoError
-from arpo.experiments import clustered as C
-from arpo.experiments.budget_matched import pair_matched_calls
-from arpo.experiments.common import summarize
+from experiments import clustered as C
+from experiments.budget_matched import matched_report, pair_matched_calls
+from experiments.common import summarize
+from experiments.hop2_behaviour import behaviour, behaviour_table, most_calls, training, training_table
+from experiments.hop2_figures import plot
+from experiments.hop2_report import report
 
 SPLIT_DATA = {"dev": "eval_data", "test": "test_data"}  # the settings key naming each split's dataset
 QUESTION_PAIRED = "question (as independent; per-question accuracy averaged over seeds)"
@@ -237,5 +240,38 @@ def recompute(path: str | Path) -> list[str]:
     return filled
 
 
-if __name__ == "__main__":  # python -m arpo.experiments.hop2_stats RESULTS.json
+def command(args) -> int:
+    """`arpo experiment hop2-stats --results FILE [--out DIR]`: refresh the results.json in place, draw its
+    figures into DIR with this version's drawing code, print the tables docs/experiment_hop2.md quotes
+    (and, where the runs' eval records sit beside the file, what the policies do: hop2_behaviour.py)."""
+    from arpo.data.datasets import load_examples  # noqa: PLC0415 - only for files written without clusters
+
+    if not args.results:
+        raise ArpoError("hop2-stats needs --results PATH (a results.json of hop2-arpo-vs-grpo)")
+    results = load(args.results)
+    for sp in refresh(results, load_examples):  # webhop files written before question_cluster
+        print(f"{sp}: question clusters from the dataset's rows ({results['settings'][SPLIT_DATA[sp]]}; "
+              "hop2_stats.question_cluster)", file=sys.stderr)
+    save(args.results, results)
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        for f in plot(results, Path(args.out)):
+            print(f"wrote {f}", file=sys.stderr)
+    print(report(results), end="")
+    if results.get("matched_calls"):  # branch-rules: accuracy at matched executed tool calls
+        print(matched_report(results), end="")
+    root = Path(args.results).parent
+    if (root / "rl").is_dir():  # the runs' eval records are there: what the policies do
+        beh = behaviour(results, root)
+        for split in beh:
+            print(f"\nAnswers by tool calls, {split} (share of questions; accuracy among them; "
+                  "the most common answer):\n\n" + behaviour_table(beh, split, most_calls(results)))
+        steps = results["settings"]["steps"]
+        print(f"\nTraining samples by tool calls (pooled over seeds and steps 1–{steps}: format error / wrong / "
+              f"right; in brackets the samples at step 1 → step {steps}):\n\n"
+              + training_table(training(results, root), most_calls(results)))
+    return 0
+
+
+if __name__ == "__main__":  # python -m experiments.hop2_stats RESULTS.json
     recompute(sys.argv[1])

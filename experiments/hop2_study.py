@@ -9,7 +9,7 @@ The pipeline (common.py's RL runs, as svamp.py's, on hop2's data, tool and templ
          hop2:train[sft_n:] (train_config, identical but for algo.preset and the seed), every
          `eval_every` steps greedy accuracy on **dev** (common.run_rl: exact resumes, cached evaluations)
       ─► selection on dev, per method: the eval step with the best seed-mean dev accuracy (ties: the
-         earlier step) ─► results.json: dev statistics (protocol.py: bootstrap intervals over questions,
+         earlier step) ─► results.json: dev statistics (blind_protocol.py: bootstrap intervals over questions,
          sample sd over seeds, paired wins / losses between arms, the training tool-call ratio with a
          bootstrap interval over RL steps), per-question correctness per seed, and the `statistics`
          section (hop2_stats.py: intervals over seeds and question clusters, seed-level tests, the
@@ -38,14 +38,14 @@ from arpo.analysis import branches
 from arpo.config import load_config
 from arpo.data.datasets import load_examples
 from arpo.errors import ArpoError
-from arpo.experiments import common, hop2_figures, hop2_report, hop2_stats
-from arpo.experiments import protocol as P
-from arpo.experiments.common import log
 from arpo.provenance import AVX2_ENV, cpu_state
 from arpo.settings import SFTConfig
 from arpo.sft.convert import hop2_sft_rows
 from arpo.training.rollout_log import read_run_trees
 from arpo.training.rundir import unsafe_changes
+from experiments import blind_protocol as P
+from experiments import common, hop2_figures, hop2_report, hop2_stats
+from experiments.common import log
 
 
 # ---- the experiment ------------------------------------------------------------------------------

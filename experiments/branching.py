@@ -36,11 +36,11 @@ from typing import Any
 import arpo.models
 from arpo.data.datasets import load_examples
 from arpo.data.prompts import prompts_for
-from arpo.experiments.common import log, recorded_settings, run_record, start_run
 from arpo.rewards import get_reward_fn, score_trees
 from arpo.settings import AgentConfig, RewardConfig, RolloutConfig, ToolsConfig
 from arpo.tools import tools_from_config
 from arpo.training.rollout_metrics import issued_calls
+from experiments.common import log, recorded_settings, run_record, start_run
 
 # name -> RolloutConfig overrides; the defaults of RolloutConfig are the paper's settings
 DEFAULT_SETTINGS: dict[str, dict] = {

@@ -14,7 +14,7 @@ tests against the base arm with a Holm correction over the arms compared.
 * **Holm** (Holm 1979): the m seed-level p values p₍₁₎ ≤ … ≤ p₍ₘ₎ become
   p̃₍ᵢ₎ = max_{j ≤ i} min(1, (m − j + 1)·p₍ⱼ₎), which controls the family-wise error over the m arms.
 
-    python -m arpo.experiments.run_gains docs/results/branch_rules_hop2   # prints the summary
+    python -m experiments.run_gains docs/results/branch_rules_hop2   # prints the summary
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from arpo.eval.paired import paired
-from arpo.experiments.common import eval_file, run_dir_of
+from experiments.common import eval_file, run_dir_of
 
 # the SFT start's test records, per task: (file relative to docs/results, dataset key in its records)
 SFT_TEST = {"hop2": ("quickstart_hop2_trial/eval_sft.json", "hop2"),
@@ -138,7 +138,7 @@ def gains_table(g: dict) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":  # python -m arpo.experiments.run_gains STUDY_DIR ...
+if __name__ == "__main__":  # python -m experiments.run_gains STUDY_DIR ...
     for d in sys.argv[1:]:
         g = study_gains(d)
         print(summary(g) + "\n\n" + gains_table(g) + "\n")

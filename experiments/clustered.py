@@ -28,7 +28,7 @@ import math
 import random
 from collections.abc import Sequence
 
-from arpo.experiments.protocol import percentile_interval, sign_test_p
+from experiments.blind_protocol import percentile_interval, sign_test_p
 
 Table = Sequence[Sequence[float]]  # x[s][q]: seed s, question q
 
@@ -154,7 +154,7 @@ def two_stage_ratio_ci(a: Table, b: Table, n_resamples: int = 2000, level: float
     step t; step t of seed s trains on the same prompts in both arms, so (s, t) pairs the arms). A
     replicate draws S seeds with replacement, then for each drawn seed T steps with replacement, and
     uses the same draws for a and b: R* = Σ_{s ∈ S*} Σ_{t ∈ T*_s} a[s][t] / Σ ... b[s][t]. With one seed
-    it is the step bootstrap of protocol.bootstrap_ratio_ci."""
+    it is the step bootstrap of blind_protocol.bootstrap_ratio_ci."""
     if len(a) != len(b) or not a or any(len(r) != len(q) or not r for r, q in zip(a, b, strict=True)):
         raise ValueError("two_stage_ratio_ci needs the same seeds and steps in both arms")
     rng = random.Random(seed)

@@ -50,16 +50,6 @@ from typing import Any
 import arpo.models
 from arpo.errors import ArpoError, require
 from arpo.eval.evaluate import evaluate
-from arpo.experiments import kbenv
-from arpo.experiments.common import (
-    check_methods,
-    log,
-    recorded_settings,
-    run_dir_of,
-    start_run,
-    stop_if_signalled,
-    summarize,
-)
 from arpo.provenance import provenance
 from arpo.rewards import arpo_reward
 from arpo.settings import (
@@ -79,6 +69,16 @@ from arpo.settings import (
 from arpo.tools import tools_from_config
 from arpo.tools.registry import ToolRegistry
 from arpo.training.logger import read_metrics
+from experiments import kbenv
+from experiments.common import (
+    check_methods,
+    log,
+    recorded_settings,
+    run_dir_of,
+    start_run,
+    stop_if_signalled,
+    summarize,
+)
 
 
 @dataclass

@@ -8,7 +8,7 @@ its own, never a shared prefix, so soft attribution leaves it the trajectory's o
 webhop k = 2 is "answer after the first page" (web_search, browse), never right; k = 4 is "answer
 after the second page", the worked trajectory.
 
-    python -m arpo.experiments.answer_signal docs/results/branch_rules_webhop   # prints the table
+    python -m experiments.answer_signal docs/results/branch_rules_webhop   # prints the table
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import json
 import sys
 from pathlib import Path
 
-from arpo.experiments.common import run_dir_of
 from arpo.training.rollout_log import read_run_trees
+from experiments.common import run_dir_of
 
 
 def last_advantage(t: dict) -> float:
@@ -62,7 +62,7 @@ def table(sig: dict[str, dict[int, dict]], k: int) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":  # python -m arpo.experiments.answer_signal STUDY_DIR
+if __name__ == "__main__":  # python -m experiments.answer_signal STUDY_DIR
     for depth in (2, 4):
         print(f"answer after call {depth}: share of the samples that reached it; summed advantage\n")
         print(table(study_signal(sys.argv[1], depth), depth) + "\n")

@@ -1,4 +1,4 @@
-"""The figures of `arpo experiment hop2-arpo-vs-grpo` and `branch-rules` (experiments/hop2.py), from
+"""The figures of `arpo experiment hop2-arpo-vs-grpo` and `branch-rules` (experiments/hop2_study.py), from
 their results.json (`arpo experiment hop2-stats --results FILE` draws them again):
 
 * `hop2_accuracy.png`: dev accuracy against RL steps and against the tool calls training issued,

@@ -32,7 +32,9 @@ from typing import Any
 
 from arpo.config import load_config
 from arpo.data.datasets import load_examples
-from arpo.experiments.common import (
+from arpo.recipes.sft_data import build_sft_dataset
+from arpo.settings import SFTConfig
+from experiments.common import (
     RLStudyConfig,
     cached_eval,
     log,
@@ -45,8 +47,6 @@ from arpo.experiments.common import (
     summarize,
     train_config,
 )
-from arpo.recipes.sft_data import build_sft_dataset
-from arpo.settings import SFTConfig
 
 
 @dataclass

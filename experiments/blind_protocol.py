@@ -1,6 +1,6 @@
 """The blind protocol of `arpo experiment` (issue 32, Build 2): statistics and a split ledger.
 
-Statistics (pure functions, math in the docstrings, tests/experiments/test_protocol.py checks them
+Statistics (pure functions, math in the docstrings, tests/experiments/test_blind_protocol.py checks them
 against hand-computed values):
 
     sample_sd          s = sqrt( Σ (x_i − x̄)² / (n − 1) )                       (ddof = 1)

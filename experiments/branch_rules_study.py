@@ -4,8 +4,8 @@ calls (issue 41; docs/branch_rules.md):
     arpo experiment branch-rules [--seeds 5] [--steps 20] [--out DIR] [report_test=true]
     arpo experiment branch-rules task=webhop [--seeds 5] [--steps 6] [--out DIR] [report_test=true]
 
-It is hop2's experiment (experiments/hop2.py: SFT, RL per seed and arm, dev curves, the step chosen
-on dev, test once through protocol.Ledger, the seed- and cluster-aware `statistics` of hop2_stats.py,
+It is hop2's experiment (experiments/hop2_study.py: SFT, RL per seed and arm, dev curves, the step chosen
+on dev, test once through blind_protocol.Ledger, the seed- and cluster-aware `statistics` of hop2_stats.py,
 calls to reach an accuracy, and analysis/branches.py's branch placement and outcome changes per arm)
 with arms `preset@rule`: the preset with `rollout.branch_rule: rule` (experiments/common.train_config).
 Every arm has the same M trajectories per prompt and the same prompts at each step (same seeds).
@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from arpo.errors import ArpoError
-from arpo.experiments import hop2
-from arpo.experiments import protocol as P
-from arpo.experiments.budget_matched import matched_calls, matched_report, pair_matched_calls
-from arpo.experiments.hop2_stats import bootstrap_opts
+from experiments import blind_protocol as P
+from experiments import hop2_study
+from experiments.budget_matched import matched_calls, matched_report, pair_matched_calls
+from experiments.hop2_stats import bootstrap_opts
 
 # what task=webhop changes (where the setting still has hop2's value): examples/deep_search's SFT
 # (scripted trajectories of webhop:train[0:120] through the real tools; sft.yaml as it is) and RL
@@ -39,7 +39,7 @@ WEB_CORPUS = "webhop:pages"
 
 
 @dataclass
-class BranchRulesConfig(hop2.Hop2ExperimentConfig):
+class BranchRulesConfig(hop2_study.Hop2ExperimentConfig):
     out: str = "runs/experiments/branch_rules"
     task: str = "hop2"  # hop2 | webhop (docs/branch_rules.md)
     # task=webhop: the port of the local web the experiment serves on 127.0.0.1 for its SFT data,
@@ -57,7 +57,7 @@ class BranchRulesConfig(hop2.Hop2ExperimentConfig):
     @classmethod
     def quick(cls, **over) -> BranchRulesConfig:
         """A smoke-test size on the tiny random model (plumbing, not a result)."""
-        base = {k: getattr(hop2.Hop2ExperimentConfig.quick(), k) for k in
+        base = {k: getattr(hop2_study.Hop2ExperimentConfig.quick(), k) for k in
                 ("sft_data", "eval_data", "test_data", "sft_overrides", "train_overrides")}
         base.update(seeds=1, steps=1, eval_every=1, methods=["arpo@top_entropy", "arpo"],
                     out="runs/experiments/branch_rules_quick")
@@ -110,7 +110,7 @@ def webhop_sft_rows(data: str, url: str) -> list[dict]:
 
 
 def run(cfg: BranchRulesConfig) -> dict:
-    """hop2.run with these arms (task=webhop: on a local web served for the run), then the
+    """hop2_study.run with these arms (task=webhop: on a local web served for the run), then the
     budget-matched section (recorded as dev in the ledger)."""
     cfg = with_task(cfg)
     if cfg.task == "webhop" and own_web_url(cfg) is None:
@@ -122,7 +122,7 @@ def run(cfg: BranchRulesConfig) -> dict:
 
     def webhop_rows() -> tuple[str, list[dict]]:
         return "sft_webhop.jsonl", webhop_sft_rows(cfg.sft_data, str(web_url))
-    res = hop2.run(cfg, webhop_rows if cfg.task == "webhop" else None)
+    res = hop2_study.run(cfg, webhop_rows if cfg.task == "webhop" else None)
     opts = bootstrap_opts(res["settings"])
     res["matched_calls"] = matched_calls(res["runs"], list(cfg.budget_fractions), opts)
     res["matched_calls_per_pair"] = pair_matched_calls(res["runs"], opts)

@@ -1,4 +1,4 @@
-"""experiments/protocol.py against hand-computed values (issue 32, Build 2)."""
+"""experiments/blind_protocol.py against hand-computed values (issue 32, Build 2)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import random
 import pytest
 
 from arpo.errors import ArpoError
-from arpo.experiments import protocol as P
+from experiments import blind_protocol as P
 
 
 def test_sample_sd_is_ddof_1():

@@ -17,8 +17,8 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from arpo.experiments.common import eval_file, run_dir_of
 from arpo.training.rollout_log import read_run_trees
+from experiments.common import eval_file, run_dir_of
 
 # the tool calls of a correct trajectory, per task (results["settings"]["task"]; hop2 files have none)
 CALLS_NEEDED = {"hop2": 2, "webhop": 4}

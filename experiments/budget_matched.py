@@ -17,8 +17,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from arpo.experiments import clustered as C
-from arpo.experiments.hop2_report import _ci, _f, _p
+from experiments import clustered as C
+from experiments.hop2_report import _ci, _f, _p
 
 
 def accuracy_at(curve: list[dict], calls: float) -> float:
