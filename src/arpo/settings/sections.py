@@ -46,7 +46,7 @@ class OptimConfig:
     weight_decay: float = 0.01  # AdamW decoupled weight decay
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # AdamW (β1, β2)
     schedule: str = "constant"  # constant | cosine | linear (after warmup)
-    warmup_steps: int = 0  # linear warmup from 0 to lr over this many steps
+    warmup_steps: int = 0  # linear warmup from 0 to lr over this many optimizer steps (minibatches × epochs a step)
     min_lr_ratio: float = 0.0  # cosine/linear decay down to lr * this
     grad_clip: float = 1.0  # max global gradient norm (0 disables)
 
