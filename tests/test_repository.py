@@ -470,11 +470,12 @@ def test_the_layout_lists_the_parts_in_import_order():
 
 def test_settings_import_only_what_they_check_against():
     """arpo.settings (every config a user edits) sits below the parts that use it: besides arpo's leaves
-    (errors, plugins) it reads defaults and registries from models, engine and algos, never the tools,
+    (errors, plugins, and config, the loader that parses a library caller's dict of tools.web or
+    tools.options) it reads defaults and registries from models, engine and algos, never the tools,
     rollout, training, serve, eval or recipes (a config loads and is checked without them; the tools
     read their defaults from it)."""
     found = set(_import_edges(2).get("arpo.settings", {}))
-    allowed = {"arpo.errors", "arpo.plugins", "arpo.models", "arpo.engine", "arpo.algos"}
+    allowed = {"arpo.errors", "arpo.plugins", "arpo.config", "arpo.models", "arpo.engine", "arpo.algos"}
     assert found <= allowed, f"arpo.settings imports {sorted(found - allowed)}"
 
 
@@ -495,6 +496,105 @@ def test_every_config_a_user_edits_is_in_settings():
                     "dataclass" in ast.unparse(d) for d in node.decorator_list):
                 outside.append(f"src/arpo/{rel}:{node.lineno} {node.name}")
     assert not outside, "config dataclasses outside arpo/settings/:\n" + "\n".join(outside)
+
+
+# config fields whose values are free-form on purpose, each with its reason; any other dict or Any is a
+# section to type (tools.web, tools.options and engine_options were plain dicts, issue 64 item 3)
+FREE_FORM = {
+    "ToolsConfig.mcp": "an MCP server's spec ({command, args, env, cwd} or {url}) is the MCP SDK's to read",
+    "EngineOptions.extra": "vllm.LLM's own keywords arpo does not name, passed to vLLM as they are",
+}
+# fields with no default, each with its reason
+REQUIRED = {"JudgeConfig.base_url": "the judge's endpoint is the user's (--judge-url)",
+            "JudgeConfig.model": "the judge's model is the user's (--judge-model)"}
+
+
+def _config_dataclasses() -> dict[type, str]:
+    """{dataclass: the key it sits at} for every dataclass reachable from a config a user edits (each
+    `...Config` of arpo.settings) through its fields' annotations (dict values and list items too)."""
+    import dataclasses
+    import typing
+
+    import arpo.settings as settings
+
+    found: dict[type, str] = {}
+
+    def walk(cls: type, key: str) -> None:
+        if cls in found:
+            return
+        found[cls] = key
+        for f in dataclasses.fields(cls):
+            stack = [typing.get_type_hints(cls)[f.name]]
+            while stack:
+                t = stack.pop()
+                stack += typing.get_args(t)
+                if isinstance(t, type) and dataclasses.is_dataclass(t):
+                    walk(t, f"{key}.{f.name}")
+
+    for name in settings.__all__:
+        obj = getattr(settings, name)
+        if name.endswith("Config") and isinstance(obj, type) and dataclasses.is_dataclass(obj):
+            walk(obj, name)
+    return found
+
+
+def _untyped(t) -> bool:
+    """A bare dict, Any, or a dict / list of those: a value the loader cannot check."""
+    import typing
+
+    if t is dict or t is typing.Any:
+        return True
+    return any(_untyped(a) for a in typing.get_args(t) if a is not type(None))
+
+
+def test_every_dataclass_a_config_reaches_is_typed_and_documented():
+    """Every dataclass reachable from a config field (issue 64 item 3: tools.web's WebConfig was re-parsed
+    from a dict at five call sites, tools.options' ToolOptions lived in tools/plugins/function.py,
+    engine_options was a dict, and `--print-config` showed `web: {}`) lives in arpo/settings/, documents
+    every field on its line or above it (what --print-config prints), gives each a default, and types
+    each value: no dict or Any but FREE_FORM's (a dict keyed by the user's names, like tools.options,
+    has typed values)."""
+    import dataclasses
+    import typing
+
+    from arpo.config import field_docs
+
+    found = _config_dataclasses()
+    assert {"WebConfig", "ToolOptions", "EngineOptions"} <= {c.__name__ for c in found}
+    bad = []
+    for cls, key in found.items():
+        if not cls.__module__.startswith("arpo.settings."):
+            bad.append(f"{key}: {cls.__name__} is defined in {cls.__module__}, not in arpo/settings/")
+        docs, hints = field_docs(cls), typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            name = f"{cls.__name__}.{f.name}"
+            if not docs.get(f.name):
+                bad.append(f"{key}.{f.name} ({name}): no comment documents it")
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and name not in REQUIRED:
+                bad.append(f"{key}.{f.name} ({name}): no default")
+            if _untyped(hints[f.name]) and name not in FREE_FORM:
+                bad.append(f"{key}.{f.name} ({name}): untyped {hints[f.name]}; type it, or add it to FREE_FORM "
+                           "with the reason")
+    stale = sorted((set(FREE_FORM) | set(REQUIRED)) - {f"{c.__name__}.{f.name}" for c in found
+                                                        for f in dataclasses.fields(c)})
+    assert not stale, f"FREE_FORM / REQUIRED name fields that are gone: {stale}"
+    assert not bad, "\n".join(bad)
+
+
+def test_the_config_dataclass_check_sees_a_bare_dict():
+    """The check above is not vacuous: a bare dict field and an undocumented one are what it looks for."""
+    import dataclasses
+
+    from arpo.config import field_docs
+
+    @dataclasses.dataclass
+    class Loose:
+        web: dict = dataclasses.field(default_factory=dict)  # a section
+        n: int = 0
+
+    assert _untyped(dict) and _untyped(list[dict]) and not _untyped(dict[str, int])
+    assert [f.name for f in dataclasses.fields(Loose) if _untyped(f.type if f.type != "dict" else dict)] == ["web"]
+    assert "n" not in field_docs(Loose)
 
 
 def test_require_port_free_names_the_address_of_a_taken_port():

@@ -17,6 +17,7 @@ import yaml
 
 from arpo.cli import build_parser, main
 from arpo.errors import ArpoError
+from arpo.settings.web import WebConfig
 
 PLUGIN = textwrap.dedent('''
     import pathlib
@@ -151,12 +152,12 @@ def test_a_runs_key_variable_and_url_are_not_taken(tmp_path, recorder, monkeypat
     r, res = _search(["chat", "--model", str(run), "--web-url", url, "hi"])
     assert res.ok and "2+2 is 4" in res.output and len(seen) == 1
     assert not any("aws-secret-123" in v for v in seen[0].values()) and "Authorization" not in seen[0]
-    assert r.tools.web == {"provider": "local", "top_k": 1, "url": url}  # the run's plain top_k is kept
+    assert r.tools.web == WebConfig(provider="local", top_k=1, url=url)  # the run's plain top_k is kept
     err = capsys.readouterr().err
     assert "tools.web.api_key_env: web_search sends the value of $AWS_SECRET_ACCESS_KEY" in err and "NOT loaded" in err
     # without the user's URL the run's is not used either
     r = resolve_only(run)
-    assert "url" not in r.tools.web and "api_key_env" not in r.tools.web
+    assert r.tools.web.url is None and r.tools.web.api_key_env is None
     # with the opt-in a run still may not name a key that is not its provider's: refused before any request
     with pytest.raises(ArpoError, match=r"tools.web.api_key_env: 'AWS_SECRET_ACCESS_KEY' is not a key variable of "
                                         r"provider local"):
@@ -172,10 +173,10 @@ def test_a_runs_url_the_command_line_replaces_is_not_reported_as_left_out(tmp_pa
     run = _web_run(tmp_path, {"provider": "local", "url": "http://10.0.0.9:8090", "top_k": 2})
     mine = "http://127.0.0.1:8091"
     r = resolve(build_parser().parse_args(["chat", "--model", str(run), "--web-url", mine, "hi"]), "chat")
-    assert r.tools.web == {"provider": "local", "top_k": 2, "url": mine}
+    assert r.tools.web == WebConfig(provider="local", top_k=2, url=mine)
     assert "NOT loaded" not in capsys.readouterr().err
     r = resolve_only(run)  # without --web-url the run's URL is still left out, and said so
-    assert "url" not in r.tools.web
+    assert r.tools.web.url is None
     assert "tools.web.url: web_search (local) sends its queries and its key to http://10.0.0.9:8090" in \
         capsys.readouterr().err
 

@@ -76,9 +76,10 @@ def _coerce(value, tp, key: str, where: str):  # noqa: C901 - one branch per ann
             return str(value)
         raise ArpoError(f"{where}{key}: expected a string, got {value!r}")
     if tp is dict or origin is dict:
-        if isinstance(value, dict):
-            return value
-        raise ArpoError(f"{where}{key}: expected a mapping, got {value!r}")
+        if not isinstance(value, dict):
+            raise ArpoError(f"{where}{key}: expected a mapping, got {value!r}")
+        (_, inner) = typing.get_args(tp) or (str, typing.Any)
+        return {k: _coerce(v, inner, f"{key}.{k}", where) for k, v in value.items()}
     raise ArpoError(f"{where}{key}: unsupported field type {_type_name(tp)}")
 
 
@@ -95,8 +96,11 @@ def from_dict(cls, data: dict, prefix: str = "", where: str = ""):
                             f"{', '.join(sorted(prefix + n for n in names))}")
     kwargs = {k: _coerce(v, hints[k], prefix + k, where) for k, v in data.items()}
     obj = cls(**kwargs)
-    if hasattr(obj, "validate"):
-        obj.validate()
+    validate = getattr(obj, "validate", None)
+    if validate is not None and prefix and "key" in inspect.signature(validate).parameters:
+        validate(prefix[:-1])  # a section whose errors name its key wherever it sits (tools.options.NAME)
+    elif validate is not None:
+        validate()
     return obj
 
 
@@ -220,6 +224,15 @@ def field_docs(cls) -> dict[str, str]:
     return {k: " ".join(v.split("\n")) for k, (v, _) in field_comments(cls).items()}
 
 
+def _plain(v):
+    """`v` with the dataclasses inside it (tools.options' ToolOptions) as dicts, as YAML dumps them."""
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return dataclasses.asdict(v)
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    return [_plain(x) for x in v] if isinstance(v, list) else v
+
+
 def explain(obj, indent: int = 0) -> str:
     """The resolved config as YAML, each field with its documentation as a comment: on its line, or
     (a longer one) on the lines above it. A section's own line carries the parent's comment on it."""
@@ -236,6 +249,6 @@ def explain(obj, indent: int = 0) -> str:
             out.append(f"{pad}{f.name}:{doc}")
             out.append(explain(v, indent + 1))
         else:
-            text = yaml.safe_dump({f.name: v}, default_flow_style=True, sort_keys=False, width=10**6).strip()
+            text = yaml.safe_dump({f.name: _plain(v)}, default_flow_style=True, sort_keys=False, width=10**6).strip()
             out.append(f"{pad}{text[1:-1] if text.startswith('{') else text}{doc}")
     return "\n".join(out)

@@ -14,8 +14,9 @@ SEARCHER = """
 import sys, time
 from pathlib import Path
 import httpx  # imported before the burst, so the first request is not late by an import
+from arpo.settings.web import web_config
 from arpo.tools.web.web_search import WebSearchTool
-tool = WebSearchTool({"provider": "searxng", "url": sys.argv[1], "rate_limit": float(sys.argv[2])})
+tool = WebSearchTool(web_config({"provider": "searxng", "url": sys.argv[1], "rate_limit": float(sys.argv[2])}))
 print("ready", flush=True)
 while not Path(sys.argv[3]).exists():  # both processes start their burst together
     time.sleep(0.01)

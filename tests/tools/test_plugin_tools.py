@@ -10,8 +10,9 @@ import time
 
 import pytest
 
+from arpo.settings import ToolOptions
 from arpo.tools import ToolRegistry, build_tools
-from arpo.tools.plugins.function import FunctionTool, ToolOptions, as_tool
+from arpo.tools.plugins.function import FunctionTool, as_tool
 
 
 def lookup_order(order_id: str, verbose: bool = False) -> str:

@@ -18,7 +18,7 @@ def test_a_plug_in_tool_that_blocks_does_not_keep_the_process_alive(tmp_path):
     script = tmp_path / "blocker.py"
     script.write_text(
         "import threading\n"
-        "from arpo.tools.plugins.function import FunctionTool, ToolOptions\n"
+        "from arpo.settings import ToolOptions\nfrom arpo.tools.plugins.function import FunctionTool\n"
         "def stuck(x: str) -> str:\n"
         "    '''Never returns.\n\n    Args:\n        x: anything\n    '''\n"
         "    threading.Event().wait()\n"

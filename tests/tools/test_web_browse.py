@@ -13,6 +13,7 @@ pytest.importorskip("trafilatura")
 from web_servers import scripted_server, uvicorn_app
 
 from arpo.ports import free_port
+from arpo.settings.web import web_config
 from arpo.tools import build_tools
 from arpo.tools.base import ToolCall
 from arpo.tools.web.browse import BrowseTool, excerpt, parse_input, windows
@@ -37,7 +38,7 @@ def local_web(tmp_path_factory):
 
 
 def local(url, **kw):
-    return BrowseTool({"provider": "local", "url": url, **kw})
+    return BrowseTool(web_config({"provider": "local", "url": url, **kw}))
 
 
 def test_parse_input_and_windows():
@@ -82,16 +83,16 @@ def test_browse_local_page_windows_and_excerpt(local_web):
 
 def test_loopback_refused_unless_configured(local_web):
     page = f"{local_web}/wiki/Tim_Burton"
-    plain = BrowseTool({"provider": "ddgs"})  # the internet setting: no private addresses
+    plain = BrowseTool(web_config({"provider": "ddgs"}))  # the internet setting: no private addresses
     r = plain(page)
     assert not r.ok and "refused to fetch 127.0.0.1: it resolves to the loopback address" in r.output
     assert not plain("http://localhost:1/").ok and "loopback" in plain("http://localhost:1/").output
     assert "only http:// and https://" in plain("file:///etc/passwd").output
     assert "only http:// and https://" in plain("ftp://example.org/x").output
     port = local_web.rsplit(":", 1)[1]
-    assert BrowseTool({"provider": "ddgs", "allow_hosts": [f"127.0.0.1:{port}"]})(page).ok
-    assert not BrowseTool({"provider": "ddgs", "allow_hosts": ["127.0.0.1:1"]})(page).ok  # another port
-    assert BrowseTool({"provider": "ddgs", "allow_private": True})(page).ok
+    assert BrowseTool(web_config({"provider": "ddgs", "allow_hosts": [f"127.0.0.1:{port}"]}))(page).ok
+    assert not BrowseTool(web_config({"provider": "ddgs", "allow_hosts": ["127.0.0.1:1"]}))(page).ok  # another port
+    assert BrowseTool(web_config({"provider": "ddgs", "allow_private": True}))(page).ok
     assert local(local_web)(page).ok  # the local web as the search provider: allowed
 
 
@@ -106,12 +107,13 @@ def test_redirects_are_followed_checked_and_capped():
 
     with scripted_server(handle) as srv:
         host = srv.url.split("//")[1]
-        ok = BrowseTool({"allow_hosts": [host], "max_redirects": 3})(f"{srv.url}/0")
+        ok = BrowseTool(web_config({"allow_hosts": [host], "max_redirects": 3}))(f"{srv.url}/0")
         assert ok.ok and ok.output == f"URL: {srv.url}/3\n[page 1 of 1]\narrived at 3"
-        capped = BrowseTool({"allow_hosts": [host], "max_redirects": 2})(f"{srv.url}/0")
+        capped = BrowseTool(web_config({"allow_hosts": [host], "max_redirects": 2}))(f"{srv.url}/0")
         assert not capped.ok and "more than 2 redirects" in capped.output
         srv.requests.clear()
-        hop = BrowseTool({"allow_hosts": [host]})(f"{srv.url}/to-localhost")  # a redirect into a refused host
+        # a redirect into a refused host
+        hop = BrowseTool(web_config({"allow_hosts": [host]}))(f"{srv.url}/to-localhost")
         assert not hop.ok and "refused to fetch localhost" in hop.output and len(srv.requests) == 1
 
 
@@ -133,15 +135,15 @@ def test_size_time_and_type_caps():
 
     with scripted_server(handle) as srv:
         cfg = {"allow_hosts": [srv.url.split("//")[1]], "max_bytes": 1000, "window_chars": 5000}
-        big = BrowseTool(cfg)(f"{srv.url}/big")
+        big = BrowseTool(web_config(cfg))(f"{srv.url}/big")
         assert big.ok and "cut at its size limit" in big.output
         assert big.output.count("x") == 1000 + big.output[:80].count("x")
         t0 = time.monotonic()
-        slow = BrowseTool(cfg | {"browse_timeout_s": 0.5})(f"{srv.url}/slow")
+        slow = BrowseTool(web_config(cfg | {"browse_timeout_s": 0.5}))(f"{srv.url}/slow")
         assert not slow.ok and "0.5s" in slow.output and time.monotonic() - t0 < 3
-        pdf = BrowseTool(cfg)(f"{srv.url}/pdf")
+        pdf = BrowseTool(web_config(cfg))(f"{srv.url}/pdf")
         assert not pdf.ok and "cannot read content type application/pdf" in pdf.output
-        js = BrowseTool(cfg)(f"{srv.url}/json")
+        js = BrowseTool(web_config(cfg))(f"{srv.url}/json")
         assert js.ok and js.output.endswith('{"answer": 42}')
 
 
@@ -149,7 +151,7 @@ def test_429_then_200_is_retried():
     answers = iter([(429, {"retry-after": "0.3"}, "slow down"),
                     (200, {"content-type": "text/html"}, "<html><body><p>Finally here.</p></body></html>")])
     with scripted_server(lambda req: next(answers)) as srv:
-        r = BrowseTool({"allow_hosts": [srv.url.split("//")[1]], "retries": 1})(f"{srv.url}/p")
+        r = BrowseTool(web_config({"allow_hosts": [srv.url.split("//")[1]], "retries": 1}))(f"{srv.url}/p")
         assert r.ok and "Finally here." in r.output
         assert len(srv.requests) == 2 and srv.requests[1].t - srv.requests[0].t >= 0.25
 

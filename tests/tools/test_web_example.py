@@ -22,17 +22,17 @@ def test_example_configs_load_and_validate():
     train = load_config(TrainConfig, str(EX / "train.yaml"))
     train.validate()
     assert train.tools.enabled == ["web_search", "browse"] and train.model.name == "runs/deep_search/sft"
-    assert train.tools.web["provider"] == "local" and train.tools.web["url"] == "http://127.0.0.1:8090"
+    assert train.tools.web.provider == "local" and train.tools.web.url == "http://127.0.0.1:8090"
     port = load_config(TrainConfig, str(EX / "train.yaml"), ["tools.web.url=http://127.0.0.1:9999"])
-    assert port.tools.web["url"] == "http://127.0.0.1:9999"
-    assert port.tools.web["top_k"] == train.tools.web["top_k"]  # merged, not replaced
+    assert port.tools.web.url == "http://127.0.0.1:9999"
+    assert port.tools.web.top_k == train.tools.web.top_k == 2  # merged, not replaced
 
 
 def test_bad_web_key_is_refused_with_its_name():
     from arpo.settings import TrainConfig
 
-    with pytest.raises(ArpoError, match=r"tools.web: unknown key\(s\) windowchars"):
-        load_config(TrainConfig, str(EX / "train.yaml"), ["tools.web.windowchars=3"]).validate()
+    with pytest.raises(ArpoError, match=r"unknown config key 'tools.web.windowchars' \(did you mean tools.web.wind"):
+        load_config(TrainConfig, str(EX / "train.yaml"), ["tools.web.windowchars=3"])
 
 
 def test_gpu_deep_search_configs_are_the_papers_recipe():
@@ -43,7 +43,7 @@ def test_gpu_deep_search_configs_are_the_papers_recipe():
         cfg.validate()
         assert (cfg.rollout.group_size, cfg.rollout.initial_rollouts) == (16, 8)
         assert cfg.agent.max_response_tokens == 10000 and cfg.tools.enabled == ["web_search", "browse"]
-        assert cfg.tools.web["summarizer_model"] == f"Qwen3-{size[:-1]}B"
+        assert cfg.tools.web.summarizer_model == f"Qwen3-{size[:-1]}B"
 
 
 def test_run_sh_is_valid_bash():

@@ -18,6 +18,7 @@ from web_servers import uvicorn_app
 
 from arpo.cli import main
 from arpo.ports import free_port
+from arpo.settings.web import WebConfig
 
 ROWS = [{"id": "a", "title": "Alpha Centauri", "text": "Alpha Centauri is the closest star system to the Sun.",
          "url": "https://stars.example/systems/alpha-centauri"},
@@ -197,7 +198,8 @@ def test_serve_agent_takes_web_settings_from_flags_over_the_run(tmp_path):
         {"tools": {"enabled": ["web_search", "browse"], "web": {"url": "http://127.0.0.1:1", "top_k": 2}}}))
     args = build_parser().parse_args(["serve", "agent", "--model", str(tmp_path), "--web-url", "http://127.0.0.1:2"])
     cfg = agent_config(args, run_settings(str(tmp_path)))
-    assert cfg.tools.enabled == ["web_search", "browse"] and cfg.tools.web == {"url": "http://127.0.0.1:2", "top_k": 2}
+    assert cfg.tools.enabled == ["web_search", "browse"]
+    assert cfg.tools.web == WebConfig(url="http://127.0.0.1:2", top_k=2)
 
 
 def test_arpo_training_steps_with_web_tools_on_the_local_web(user_web, tmp_path, scripted_training):

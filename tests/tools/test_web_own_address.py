@@ -56,6 +56,7 @@ def getaddrinfo(host, port, *a, **k):  # a public name for this machine's public
     return real(V4 if host == "public.test" else host, port, *a, **k)
 socket.getaddrinfo = getaddrinfo
 
+from arpo.settings.web import web_config
 from arpo.tools.web.browse import BrowseTool
 out = {}
 for nonlocal_bind in ("0", "1"):
@@ -68,7 +69,7 @@ for nonlocal_bind in ("0", "1"):
                              ("route", f"http://{IN_ROUTE}:{PORT}/secret", {}),
                              ("redirect", f"http://public.test:{PORT}/start",
                               {"allow_hosts": [f"public.test:{PORT}"]})):
-        r = BrowseTool(cfg | extra)(url)
+        r = BrowseTool(web_config(cfg | extra))(url)
         out[f"{name}/nonlocal={nonlocal_bind}"] = [r.ok, r.output[-300:]]
 print(json.dumps(out))
 '''

@@ -84,7 +84,7 @@ def test_each_provider_request_and_response(provider, monkeypatch):
     if provider in KEYS:
         monkeypatch.setenv(KEYS[provider], f"k-{provider}")
     with scripted_server(provider_api(provider)) as srv:
-        tool = WebSearchTool({"provider": provider, "url": srv.url, "top_k": 2, "snippet_chars": 20})
+        tool = WebSearchTool(web_config({"provider": provider, "url": srv.url, "top_k": 2, "snippet_chars": 20}))
         r = tool("  who directed   Ed Wood ")
         assert r.ok, r.output
         assert r.output == ("1. Ed Wood (film)\nURL: https://example.org/wiki/Ed_Wood_(film)\nA 1994 film directed…\n\n"
@@ -100,7 +100,7 @@ def test_each_provider_request_and_response(provider, monkeypatch):
 def test_missing_or_refused_key_is_an_error_result(provider, monkeypatch):
     monkeypatch.delenv(KEYS[provider], raising=False)
     with scripted_server(provider_api(provider)) as srv:
-        tool = WebSearchTool({"provider": provider, "url": srv.url})
+        tool = WebSearchTool(web_config({"provider": provider, "url": srv.url}))
         r = tool("x")
         assert not r.ok and r.output == f"Error: web search failed: no API key for {provider}: set the environment " \
                                         f"variable {KEYS[provider]}"
@@ -116,7 +116,7 @@ def test_api_key_env_names_another_variable(monkeypatch):
     monkeypatch.delenv("SERPER_API_KEY", raising=False)
     monkeypatch.setenv("MY_SERPER", "k-serper")
     with scripted_server(provider_api("serper")) as srv:
-        r = WebSearchTool({"provider": "serper", "url": srv.url, "api_key_env": "MY_SERPER"})("q")
+        r = WebSearchTool(web_config({"provider": "serper", "url": srv.url, "api_key_env": "MY_SERPER"}))("q")
         assert r.ok and r.output.startswith("1. Ed Wood (film)")
 
 
@@ -124,7 +124,8 @@ def test_429_then_200_is_retried_after_retry_after():
     answers = iter([(429, {"retry-after": "0.4"}, {"message": "Too many requests"}),
                     (200, {}, {"results": [{"title": "T", "url": "https://e.org/t", "content": "c"}]})])
     with scripted_server(lambda req: next(answers)) as srv:
-        tool = WebSearchTool({"provider": "searxng", "url": srv.url, "retries": 2, "backoff_s": 0.01, "rate_limit": 0})
+        tool = WebSearchTool(web_config({"provider": "searxng", "url": srv.url, "retries": 2, "backoff_s": 0.01,
+                                         "rate_limit": 0}))
         r = tool("q")
         assert r.ok and r.output == "1. T\nURL: https://e.org/t\nc"
         assert len(srv.requests) == 2
@@ -133,7 +134,8 @@ def test_429_then_200_is_retried_after_retry_after():
 
 def test_5xx_retried_with_exponential_backoff_then_an_error_result():
     with scripted_server(lambda req: (503, {}, {"error": "upstream down"})) as srv:
-        tool = WebSearchTool({"provider": "searxng", "url": srv.url, "retries": 2, "backoff_s": 0.1, "rate_limit": 0})
+        tool = WebSearchTool(web_config({"provider": "searxng", "url": srv.url, "retries": 2, "backoff_s": 0.1,
+                                         "rate_limit": 0}))
         r = tool("q")
         assert not r.ok and r.output.startswith("Error: web search failed: HTTP 503 from searxng")
         assert "upstream down" in r.output and "after 3 attempts" in r.output
@@ -143,20 +145,21 @@ def test_5xx_retried_with_exponential_backoff_then_an_error_result():
 
 def test_a_4xx_other_than_429_is_not_retried():
     with scripted_server(lambda req: (400, {}, {"error": "bad q"})) as srv:
-        r = WebSearchTool({"provider": "searxng", "url": srv.url, "retries": 3, "rate_limit": 0})("q")
+        r = WebSearchTool(web_config({"provider": "searxng", "url": srv.url, "retries": 3, "rate_limit": 0}))("q")
         assert not r.ok and "HTTP 400" in r.output and len(srv.requests) == 1
 
 
 def test_rate_limit_spaces_requests_per_provider():
     ok = (200, {}, {"results": [{"title": "T", "url": "https://e.org/t", "content": "c"}]})
     with scripted_server(lambda req: ok) as srv:
-        tool = WebSearchTool({"provider": "searxng", "url": srv.url, "rate_limit": 5.0})
+        tool = WebSearchTool(web_config({"provider": "searxng", "url": srv.url, "rate_limit": 5.0}))
         t0 = time.monotonic()
         for j in range(4):
             assert tool(f"q{j}").ok
         gaps = [b.t - a.t for a, b in zip(srv.requests, srv.requests[1:], strict=False)]  # consecutive pairs
         assert min(gaps) >= 0.14 and time.monotonic() - t0 >= 0.59  # 5 per second: 0.2 s apart (server-side jitter)
-        other = WebSearchTool({"provider": "searxng", "url": srv.url, "rate_limit": 5.0})  # same endpoint: shared
+        # the same endpoint: a shared limiter
+        other = WebSearchTool(web_config({"provider": "searxng", "url": srv.url, "rate_limit": 5.0}))
         assert other.limiter is tool.limiter
 
 
@@ -183,16 +186,16 @@ def test_retry_delay():
 def test_unreachable_provider_and_bad_response_are_error_results():
     from arpo.ports import free_port
 
-    down = WebSearchTool({"provider": "searxng", "url": f"http://127.0.0.1:{free_port()}", "retries": 1,
-                          "backoff_s": 0.01})("q")
+    down = WebSearchTool(web_config({"provider": "searxng", "url": f"http://127.0.0.1:{free_port()}", "retries": 1,
+                                     "backoff_s": 0.01}))("q")
     assert not down.ok and down.output.startswith("Error: web search failed: cannot reach searxng")
     with scripted_server(lambda req: (200, {}, "<html>not json</html>")) as srv:
-        bad = WebSearchTool({"provider": "searxng", "url": srv.url})("q")
+        bad = WebSearchTool(web_config({"provider": "searxng", "url": srv.url}))("q")
         assert not bad.ok and "bad response from searxng" in bad.output
     with scripted_server(lambda req: (200, {}, {"results": []})) as srv:
-        none = WebSearchTool({"provider": "local", "url": srv.url})("zzqx")
+        none = WebSearchTool(web_config({"provider": "local", "url": srv.url}))("zzqx")
         assert none.ok and none.output == "No results found for 'zzqx'. Try other keywords."
-        empty = WebSearchTool({"provider": "local", "url": srv.url})("   ")
+        empty = WebSearchTool(web_config({"provider": "local", "url": srv.url}))("   ")
         assert not empty.ok and "empty search query" in empty.output and len(srv.requests) == 1
 
 
@@ -212,7 +215,7 @@ def test_cache_answers_identical_queries_once_and_json_format():
 def test_config_errors_name_the_key():
     with pytest.raises(ArpoError, match=r"tools.web.provider: 'bing'"):
         web_config({"provider": "bing"})
-    with pytest.raises(ArpoError, match=r"tools.web: unknown key\(s\) topk"):
+    with pytest.raises(ArpoError, match=r"unknown config key 'tools.web.topk' \(did you mean tools.web.top_k\?\)"):
         web_config({"topk": 3})
     with pytest.raises(ArpoError, match=r"tools.web.url"):
         web_config({"url": "ftp://x"})
@@ -234,8 +237,8 @@ def test_a_provider_that_never_answers_times_out_into_an_error_result():
     srv.bind(("127.0.0.1", 0))
     srv.listen(8)
     try:
-        tool = WebSearchTool({"provider": "searxng", "url": f"http://127.0.0.1:{srv.getsockname()[1]}",
-                              "timeout_s": 0.3, "retries": 1, "backoff_s": 0.01})
+        tool = WebSearchTool(web_config({"provider": "searxng", "url": f"http://127.0.0.1:{srv.getsockname()[1]}",
+                                         "timeout_s": 0.3, "retries": 1, "backoff_s": 0.01}))
         t0 = time.monotonic()
         r = tool("anything")
         assert not r.ok and "no answer from searxng" in r.output and "within 0.3s" in r.output

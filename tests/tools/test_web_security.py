@@ -19,6 +19,7 @@ pytest.importorskip("trafilatura")
 
 from web_servers import scripted_server
 
+from arpo.settings.web import web_config
 from arpo.tools.web.browse import BrowseTool
 from arpo.tools.web.extract_worker import pool
 from arpo.tools.web.web_search import WebSearchTool
@@ -55,7 +56,7 @@ def test_nested_gzip_bomb_is_cut_at_the_decoded_cap():
     assert len(bomb) < 4000
     with scripted_server(lambda req: (200, {"content-type": "text/plain", "content-encoding": "gzip, gzip"},
                                       bomb)) as srv:
-        tool = BrowseTool(allow(srv) | {"max_bytes": 2_000_000, "browse_timeout_s": 60})
+        tool = BrowseTool(web_config(allow(srv) | {"max_bytes": 2_000_000, "browse_timeout_s": 60}))
         tool._http()  # the client built before measuring
         tracemalloc.start()
         try:
@@ -76,7 +77,7 @@ def test_unknown_content_encoding_refused_and_deflate_read():
                "/chain": ({"content-encoding": "deflate, gzip"}, gzip.compress(zlib.compress(text)))}
     with scripted_server(lambda req: (200, {"content-type": "text/plain", **answers[req.path][0]},
                                       answers[req.path][1])) as srv:
-        tool = BrowseTool(allow(srv) | {"window_chars": 5000})
+        tool = BrowseTool(web_config(allow(srv) | {"window_chars": 5000}))
         br = tool(f"{srv.url}/br")
         assert not br.ok and "cannot decode Content-Encoding br" in br.output
         for path in ("/deflate", "/raw-deflate", "/chain"):
@@ -100,9 +101,10 @@ def test_only_globally_routable_addresses(addr, ok):
 
 def test_cloud_metadata_in_shared_address_space_refused():
     """100.100.100.200 (100.64.0.0/10) passed the old private/reserved check."""
-    r = BrowseTool({"provider": "ddgs", "browse_timeout_s": 3})("http://100.100.100.200/latest/meta-data/")
+    r = BrowseTool(web_config({"provider": "ddgs", "browse_timeout_s": 3}))("http://100.100.100.200/latest/meta-data/")
     assert not r.ok and "refused to fetch 100.100.100.200" in r.output, r.output
-    r = BrowseTool({"provider": "ddgs", "browse_timeout_s": 3})("http://[64:ff9b::7f00:1]:80/")  # NAT64 of 127.0.0.1
+    # NAT64 of 127.0.0.1
+    r = BrowseTool(web_config({"provider": "ddgs", "browse_timeout_s": 3}))("http://[64:ff9b::7f00:1]:80/")
     assert not r.ok and "refused to fetch" in r.output, r.output
 
 
@@ -131,7 +133,7 @@ def test_dns_rebinding_cannot_reach_a_local_server(monkeypatch):
     with scripted_server(lambda req: (200, {"content-type": "text/plain"}, "the local secret")) as srv:
         port = srv.url.rsplit(":", 1)[1]
         with fake_dns(monkeypatch, {"rebind.test": [PUBLIC, "127.0.0.1"]}) as lookups:
-            r = BrowseTool({"provider": "ddgs", "browse_timeout_s": 2, "retries": 0})(f"http://rebind.test:{port}/")
+            r = BrowseTool(web_config({"provider": "ddgs", "browse_timeout_s": 2, "retries": 0}))(f"http://rebind.test:{port}/")
         assert not r.ok and "the local secret" not in r.output, r.output
         assert srv.requests == [] and lookups == {"rebind.test": 1}
 
@@ -146,7 +148,7 @@ def test_redirects_to_non_public_addresses_refused(monkeypatch):
         return 200, {"content-type": "text/plain"}, "the page"
 
     with scripted_server(handle) as srv, fake_dns(monkeypatch, {"private.test": ["10.0.0.7"]}):
-        tool = BrowseTool(allow(srv) | {"browse_timeout_s": 3, "retries": 0})
+        tool = BrowseTool(web_config(allow(srv) | {"browse_timeout_s": 3, "retries": 0}))
         assert tool(f"{srv.url}/ok").output.endswith("the page")
         for path, host in (("/meta", "100.100.100.200"), ("/name", "private.test"), ("/v6", "::ffff:10.0.0.1")):
             r = tool(f"{srv.url}{path}")
@@ -156,9 +158,10 @@ def test_redirects_to_non_public_addresses_refused(monkeypatch):
 
 def test_the_local_web_stays_reachable_when_opted_in():
     with scripted_server(lambda req: (200, {"content-type": "text/plain"}, "local page")) as srv:
-        assert BrowseTool({"provider": "local", "url": srv.url})(f"{srv.url}/x").output.endswith("local page")
-        assert BrowseTool({"provider": "ddgs", "allow_private": True})(f"{srv.url}/x").ok
-        assert not BrowseTool({"provider": "ddgs"})(f"{srv.url}/x").ok
+        local = BrowseTool(web_config({"provider": "local", "url": srv.url}))
+        assert local(f"{srv.url}/x").output.endswith("local page")
+        assert BrowseTool(web_config({"provider": "ddgs", "allow_private": True}))(f"{srv.url}/x").ok
+        assert not BrowseTool(web_config({"provider": "ddgs"}))(f"{srv.url}/x").ok
 
 
 
@@ -169,7 +172,7 @@ def test_a_url_whose_host_is_no_host_name_is_a_clear_tool_error(monkeypatch, hos
     WebError that names the host, and no thread dies."""
     died: list = []
     monkeypatch.setattr(threading, "excepthook", died.append)
-    r = BrowseTool({"provider": "ddgs"})(f"http://{host}/page")
+    r = BrowseTool(web_config({"provider": "ddgs"}))(f"http://{host}/page")
     assert not r.ok and f"cannot resolve {host} (not a valid host name" in r.output, r.output
     assert not died
 
@@ -213,7 +216,8 @@ def dripping_server(step_s: float = 0.2, n: int = 100):
 def test_slow_headers_end_at_the_deadline():
     """Before, each byte renewed httpx's read timeout: 20 s of headers at a 1 s limit took 20 s."""
     with dripping_server() as url:
-        tool = ready(BrowseTool({"allow_hosts": [url.split("//")[1]], "browse_timeout_s": 1.0, "retries": 0}))
+        tool = ready(BrowseTool(web_config({"allow_hosts": [url.split("//")[1]], "browse_timeout_s": 1.0,
+                                            "retries": 0})))
         t0 = time.monotonic()
         r = tool(url + "/")
         dt = time.monotonic() - t0
@@ -228,7 +232,7 @@ def test_slow_extraction_ends_at_the_deadline():
     html = "<html><body>" + "<table><tr><td>a b c</td></tr></table>" * 12000 + "</body></html>"
     pages = {"/slow": html, "/fine": "<html><body><article><p>A fine page about harbours.</p></article></body></html>"}
     with scripted_server(lambda req: (200, {"content-type": "text/html"}, pages[req.path])) as srv:
-        tool = ready(BrowseTool(allow(srv) | {"browse_timeout_s": 2.0}))
+        tool = ready(BrowseTool(web_config(allow(srv) | {"browse_timeout_s": 2.0})))
         killed = pool().killed
         t0 = time.monotonic()
         r = tool(f"{srv.url}/slow")
@@ -246,7 +250,7 @@ def test_a_slow_charset_is_not_used():
     the web's text encodings are used, others decode as UTF-8."""
     body = b"a-" + b"b" * 80_000
     with scripted_server(lambda req: (200, {"content-type": "text/plain; charset=punycode"}, body)) as srv:
-        tool = ready(BrowseTool(allow(srv) | {"browse_timeout_s": 30.0}))
+        tool = ready(BrowseTool(web_config(allow(srv) | {"browse_timeout_s": 30.0})))
         t0 = time.monotonic()
         r = tool(f"{srv.url}/p")
         dt = time.monotonic() - t0
@@ -265,7 +269,7 @@ def test_search_key_never_follows_a_redirect_to_another_server(monkeypatch, prov
             return 307, {"location": other.url + req.path}, ""
 
         with scripted_server(provider_handle) as prov:
-            tool = WebSearchTool({"provider": provider, "url": prov.url, "retries": 0})
+            tool = WebSearchTool(web_config({"provider": provider, "url": prov.url, "retries": 0}))
             r = tool("lighthouse")
             assert not r.ok and "redirect to another server" in r.output, r.output
             assert all(header not in q.headers for q in other.requests) and other.requests == []
@@ -282,7 +286,7 @@ def test_search_follows_a_redirect_on_the_same_server(monkeypatch):
         return 200, {}, {"organic": [{"title": "Pharos", "link": "https://example.org/pharos", "snippet": "tall"}]}
 
     with scripted_server(handle) as prov:
-        r = WebSearchTool({"provider": "serper", "url": prov.url})("lighthouse")
+        r = WebSearchTool(web_config({"provider": "serper", "url": prov.url}))("lighthouse")
         assert r.ok and "Pharos" in r.output
         assert [q.path for q in prov.requests] == ["/search", "/v2/search"]
         assert prov.requests[1].headers["x-api-key"] == "sk-secret" and prov.requests[1].json()["q"] == "lighthouse"

@@ -117,6 +117,7 @@ def _run_plugin(name) -> bool:
 def code_settings(tools: dict) -> list[tuple[str, str]]:
     """(key, what it does) for each setting of a run's tools section that runs code or reaches the
     network: what TRUST_FLAG admits and what arpo prints before using it."""
+    import dataclasses
     import os
     import shlex
 
@@ -155,7 +156,9 @@ def code_settings(tools: dict) -> list[tuple[str, str]]:
             "summarizer_key_env": f"browse sends the value of ${web.get('summarizer_key_env')} to the summarizer",
             "allow_private": f"browse may fetch private and loopback addresses ({web.get('allow_private')})",
             "allow_hosts": f"browse may fetch these private hosts: {web.get('allow_hosts')}"}
-    out += [(f"tools.web.{k}", what[k]) for k in RUN_TRUST_KEYS if web.get(k) is not None]
+    # a run saves its whole tools.web (issue 64): a key at its default sends nothing anywhere
+    default = dataclasses.asdict(WebConfig())
+    out += [(f"tools.web.{k}", what[k]) for k in RUN_TRUST_KEYS if web.get(k) not in (None, default[k])]
     return out
 
 

@@ -101,9 +101,10 @@ def run_sft_data(args) -> int:
     from arpo.data.sources import input_paths
     from arpo.jsonl import prepare_output
     from arpo.recipes.web_sft_data import build_deep_search_sft
+    from arpo.settings.web import web_config
 
     prepare_output(args.out, inputs=input_paths([args.data]))  # --out equal to --data emptied the data
-    stats = build_deep_search_sft(args.data, args.out, web=web_options(args), limit=args.limit,
+    stats = build_deep_search_sft(args.data, args.out, web=web_config(web_options(args)), limit=args.limit,
                                   max_pages=args.max_pages, progress=not args.quiet)
     print(json.dumps(stats))
     return 130 if stats.get("interrupted") else 0 if stats["written"] else 1

@@ -11,10 +11,9 @@ Both implement the interface in engine/base.py. Importing this package imports n
 from __future__ import annotations
 
 import arpo.models
+from arpo.engine.names import ENGINES as ENGINES  # re-exported: the engines' names
 from arpo.errors import ArpoError
 from arpo.models import resolve_model_dir
-
-ENGINES = ("hf", "vllm", "vllm_server")
 
 
 def make_engine(kind: str = "hf", model=None, tokenizer=None, model_dir=None, **opts):

@@ -53,11 +53,9 @@ from collections.abc import Callable
 from typing import Any
 
 from arpo.engine.base import SamplingParams, Sequence, StepOutput, check_new, fork_point
+from arpo.engine.names import PAUSE_MODES, TRANSFERS
 from arpo.engine.vllm import RequestSequences, _cpu_tensors, _mix, hf_state_dict
 from arpo.errors import ArpoError
-
-TRANSFERS = ("disk", "nccl", "ipc")
-PAUSE_MODES = ("wait", "abort", "keep")  # vLLM's /pause modes: finish, drop or freeze other clients' requests
 
 
 def server_command(model_dir: str, port: int, *, host: str = "127.0.0.1", python: str | None = None,

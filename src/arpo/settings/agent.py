@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from arpo.config import from_dict
 from arpo.errors import ArpoError, require
-from arpo.settings.web import require_web_keys, web_config
+from arpo.settings.web import WebConfig, require_web_keys
 
 KNOWN_TOOLS = ("python", "search", "web_search", "browse")  # the built-in tools (tools.build_tools makes them)
 
@@ -17,6 +18,29 @@ PYTHON_TIMEOUT_S = 5.0  # wall-clock limit of one python call
 MAX_OUTPUT_CHARS = 2000  # python output cut to this many characters (marked)
 SEARCH_TOP_K = 3  # passages per search (the reference's 10 x 1000 is set in configs/gpu/)
 SEARCH_MAX_CHARS = 300  # characters per passage
+
+
+@dataclass
+class ToolOptions:
+    """The options of one of your own tools (`tools.options.NAME`, NAME its function's or class's name or
+    its snake_case tool name; tools/plugins/function.py runs them)."""
+
+    timeout_s: float = 30.0  # a call running longer becomes an error result (the thread is abandoned)
+    max_concurrency: int = 8  # calls of this tool that may run at once (others wait their turn)
+    max_output_chars: int = 4000  # the result is cut here, with a marker
+    cache: bool = False  # answer identical calls once (tools.cache must be on; only tools without side effects)
+
+    def validate(self, key: str = "tools.options.NAME") -> None:
+        for name in ("timeout_s", "max_concurrency", "max_output_chars"):
+            v = getattr(self, name)
+            require(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0, f"{key}.{name}",
+                    f"must be a number > 0, got {v!r}")
+
+
+def tool_options(value: dict | None, key: str = "tools.options.NAME") -> ToolOptions:
+    """ToolOptions from a library caller's dict of its keys (a config file's are parsed with the rest of
+    its config): unknown keys and wrong types are errors naming `key`.<name>."""
+    return from_dict(ToolOptions, dict(value or {}), prefix=f"{key}.")
 
 
 @dataclass
@@ -31,12 +55,13 @@ class ToolsConfig:
     search_max_chars: int = SEARCH_MAX_CHARS  # characters per passage (reference 1000)
     cache: bool = True  # answer identical calls once (successful results only; tools/cache.py)
     cache_path: str | None = None  # persist the cache here (JSON) across runs
-    # per tool of yours: {name: {timeout_s, max_concurrency, max_output_chars, cache}} (tools/plugins/function.py)
-    options: dict = field(default_factory=dict)
+    # your own tools' options by tool name: {NAME: {timeout_s, max_concurrency, max_output_chars, cache}}
+    # (ToolOptions above; a name that is none of your enabled tools is an error)
+    options: dict[str, ToolOptions] = field(default_factory=dict)
     mcp: list[dict] = field(default_factory=list)  # MCP servers: {command: ..., args: [...], env: {...}} or {url: ...}
-    # web_search / browse: {provider, url, top_k, window_chars, summarizer_url, ...} (settings/web.py);
-    # empty: the local web of `arpo web serve` at http://127.0.0.1:8090
-    web: dict = field(default_factory=dict)
+    # web_search / browse: the provider, its limits, browse's and the summarizer's (settings/web.py);
+    # the defaults: the local web of `arpo web serve` at http://127.0.0.1:8090
+    web: WebConfig = field(default_factory=WebConfig)
 
     def validate(self) -> None:
         for t in self.enabled:
@@ -47,7 +72,9 @@ class ToolsConfig:
             require(isinstance(m, dict) and ("command" in m or "url" in m), f"tools.mcp[{i}]",
                     "needs a command (stdio server) or a url (HTTP server)")
 
-        web_config(self.web)  # errors name tools.web.<key>
+        for name, opts in self.options.items():
+            opts.validate(f"tools.options.{name}")
+        self.web.validate()  # errors name tools.web.<key>
         require(self.python_timeout_s > 0, "tools.python_timeout_s", f"must be > 0, got {self.python_timeout_s}")
         for key in ("max_output_chars", "search_top_k", "search_max_chars"):
             require(getattr(self, key) >= 1, f"tools.{key}", f"must be >= 1, got {getattr(self, key)}")

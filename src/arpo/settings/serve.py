@@ -17,16 +17,16 @@ class ServeConfig:
     # the agent and its tools: the sections of settings/agent.py, with serve's defaults (settings.COMMAND_DEFAULTS:
     # sampling of a request that sets none; max_response_tokens: the budget of a request without max_tokens)
     agent: AgentConfig = field(default_factory=lambda: agent_defaults("serve"))
-    tools: ToolsConfig = field(default_factory=lambda: tools_defaults("serve"))
+    tools: ToolsConfig = field(default_factory=lambda: tools_defaults("serve"))  # the tools it may call (no cache)
     template: str | None = None  # system-prompt template (default: from the tools)
     trust_run_config: bool = False  # a run dir's chat template renders (bounded) only with --trust-run-config
     engine: str = "hf"  # hf | vllm | vllm_server (running vLLM servers that serve `model`: `servers`)
     servers: list[str] = field(default_factory=list)  # vllm_server: the servers' base URLs
-    device: str = "auto"
+    device: str = "auto"  # auto | cpu | cuda | cuda:N (hf: where the model runs)
     max_batch: int = 64  # conversations decoded together; more wait in a queue
     max_waiting: int = 1024  # beyond this many queued conversations, requests get HTTP 503
     api_key: str | None = None  # if set, requests need `Authorization: Bearer <api_key>`
     max_request_bytes: int = MAX_REQUEST_BYTES  # larger request bodies get HTTP 413
-    host: str = "127.0.0.1"
-    port: int = 8000
-    log_level: str = "info"
+    host: str = "127.0.0.1"  # the address the HTTP server listens on (0.0.0.0: every interface)
+    port: int = 8000  # its port
+    log_level: str = "info"  # uvicorn's log level: critical | error | warning | info | debug | trace

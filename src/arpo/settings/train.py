@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from arpo.engine import ENGINES
 from arpo.errors import ArpoError, require
 from arpo.settings.agent import AgentConfig, ToolsConfig
+from arpo.settings.engine import EngineOptions
 from arpo.settings.rollout import RolloutConfig
 from arpo.settings.sections import DataConfig, LoraConfig, ModelConfig, OptimConfig, RewardConfig, RunConfig
 
@@ -158,8 +159,9 @@ class TrainConfig:
     old_logprobs: str = "auto"
     engine: str = "hf"  # rollout engine: hf (transformers; decodes with the policy itself) | vllm (arpo[vllm]) |
     # vllm_server (stock `vllm serve` endpoints at rollout.servers)
-    # keyword options of the engine, e.g. vllm: {max_model_len: 4096, kv_cache_gib: 20, enable_sleep_mode: true}
-    engine_options: dict = field(default_factory=dict)
+    # the engine's keywords, each read by the engines it names (settings/engine.py), e.g. vllm:
+    # {max_model_len: 4096, gpu_memory_utilization: 0.5, enable_sleep_mode: true, extra: {swap_space: 4}}
+    engine_options: EngineOptions = field(default_factory=EngineOptions)
 
     def validate(self) -> None:
         self.optim.validate()
@@ -192,7 +194,8 @@ class TrainConfig:
                 "engine vllm_server needs the URLs of its `vllm serve` endpoints, e.g. [http://127.0.0.1:8000]")
         require(self.engine == "vllm_server" or not self.rollout.servers, "rollout.servers",
                 f"only engine vllm_server uses servers (engine is {self.engine!r})")
-        require("servers" not in self.engine_options, "engine_options.servers", "set the servers in rollout.servers")
+        self.engine_options.validate()
+        self.engine_options.check(self.engine)
         require(self.engine not in ("vllm", "vllm_server") or self.rollout.entropy_estimator == "topk",
                 "rollout.entropy_estimator", f"full needs every token's logits, which engine {self.engine} does not "
                 "return (vLLM returns engine_options.topk_entropy log-probs a token): set rollout.entropy_estimator="

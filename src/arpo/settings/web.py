@@ -22,8 +22,9 @@ and flags may name any variable.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
+from arpo.config import from_dict
 from arpo.errors import ArpoError, require
 
 LOCAL_WEB_URL = "http://127.0.0.1:8090"  # `arpo web serve`'s default address
@@ -57,13 +58,12 @@ SUMMARIZER_KEY_ENVS = ("OPENAI_API_KEY", "ARPO_API_KEY")  # an OpenAI-compatible
 RUN_TRUST_KEYS = ("url", "api_key_env", "summarizer_url", "summarizer_key_env", "allow_private", "allow_hosts")
 
 
-def require_web_keys(enabled, web, where: str = "tools.web") -> None:
+def require_web_keys(enabled, cfg: WebConfig, where: str = "tools.web") -> None:
     """Before anything loads (train, eval, chat, serve agent, web sft-data): when `enabled` has
     web_search and its provider needs a key, the key's environment variable must be set (a run with
     serper and no key trained on, every search an error). ArpoError naming the variable."""
     if "web_search" not in enabled:
         return
-    cfg = web_config(web, where)
     if cfg.provider in KEY_REQUIRED and not os.environ.get(cfg.key_env or ""):
         raise ArpoError(f"{where}.provider {cfg.provider} needs an API key: set the environment variable "
                         f"{cfg.key_env} (or use --web-provider local with `arpo web serve`, or ddgs: no key)")
@@ -100,7 +100,7 @@ class WebConfig:
     # browse
     window_chars: int = 2000  # characters per page window ("page k of n")
     max_bytes: int = 2_000_000  # stop reading a response after this many bytes
-    max_redirects: int = 5
+    max_redirects: int = 5  # redirects browse follows (each target checked again) before it gives up
     browse_timeout_s: float = 15.0  # the whole fetch, redirects and body included
     allow_private: bool = False  # fetch private / loopback / link-local addresses (the local web is always allowed)
     allow_hosts: list[str] = field(default_factory=list)  # host or host:port allowed even when private
@@ -112,7 +112,7 @@ class WebConfig:
     summarizer_model: str | None = None  # model name sent to the endpoint
     summarizer_key_env: str = "OPENAI_API_KEY"  # the key, if the endpoint needs one
     summarize_min_chars: int = 3000  # summarize pages longer than this (shorter ones are shown as they are)
-    summarizer_max_tokens: int = 400
+    summarizer_max_tokens: int = 400  # the summary's length cap (max_tokens sent to the endpoint)
     summarizer_input_chars: int = 12000  # page text sent to the summarizer
 
     def validate(self, key: str = "tools.web") -> WebConfig:
@@ -149,13 +149,7 @@ class WebConfig:
         return PROVIDERS[self.provider].rate if self.rate_limit is None else self.rate_limit
 
 
-def web_config(value, key: str = "tools.web") -> WebConfig:
-    """A validated WebConfig from a WebConfig, a dict of its keys (unknown keys named) or None."""
-    if isinstance(value, WebConfig):
-        return value.validate(key)
-    value = dict(value or {})
-    known = {f.name for f in fields(WebConfig)}
-    bad = sorted(set(value) - known)
-    if bad:
-        raise ArpoError(f"{key}: unknown key(s) {', '.join(bad)}; valid: {', '.join(sorted(known))}")
-    return WebConfig(**value).validate(key)
+def web_config(value: dict | None = None, key: str = "tools.web") -> WebConfig:
+    """A WebConfig from a dict of its keys (a library caller's; a config file's `tools.web` is parsed with
+    the rest of its config): unknown keys and wrong types are errors naming `key`.<name>."""
+    return from_dict(WebConfig, dict(value or {}), prefix=f"{key}.")

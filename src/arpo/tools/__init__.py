@@ -18,6 +18,8 @@ a ToolRegistry, and the rollout imports this package, not the other way round.""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from arpo.errors import ArpoError
 from arpo.retrieval import load_index
 from arpo.settings.agent import (
@@ -26,12 +28,15 @@ from arpo.settings.agent import (
     PYTHON_TIMEOUT_S,
     SEARCH_MAX_CHARS,
     SEARCH_TOP_K,
+    ToolOptions,
     ToolsConfig,
+    tool_options,
 )
+from arpo.settings.web import WebConfig, web_config
 from arpo.tools.base import Tool, ToolResult  # noqa: F401
 from arpo.tools.cache import CachedTool, ToolCache
 from arpo.tools.plugins.env import env_tool
-from arpo.tools.plugins.function import ToolOptions, as_tool, load_tool, snake_case
+from arpo.tools.plugins.function import as_tool, load_tool, snake_case
 from arpo.tools.plugins.mcp import MCPServerTools
 from arpo.tools.python import PythonTool
 from arpo.tools.python_session import PythonSessionTool
@@ -79,24 +84,29 @@ def _register_env(reg: ToolRegistry, spec: str) -> None:
 def build_tools(names: list[str], *, python_timeout_s: float = PYTHON_TIMEOUT_S,
                 max_output_chars: int = MAX_OUTPUT_CHARS, search_index: str | None = None,
                 search_url: str | None = None, search_top_k: int = SEARCH_TOP_K,
-                search_max_chars: int = SEARCH_MAX_CHARS, cache=None, options: dict | None = None,
-                mcp: list | None = None, python_session: bool = False, web=None) -> ToolRegistry:
+                search_max_chars: int = SEARCH_MAX_CHARS, cache=None,
+                options: Mapping[str, ToolOptions | dict] | None = None, mcp: list | None = None,
+                python_session: bool = False, web: WebConfig | dict | None = None) -> ToolRegistry:
     """A registry with the named tools, configured from plain options (CLI flags / config keys).
     `names`: built-in tools (python, search) and your own as `module.path:function_or_class`;
-    `options`: {tool name: {timeout_s, max_concurrency, max_output_chars, cache}} for your tools;
+    `options`: {tool name: ToolOptions or a dict of its keys (timeout_s, max_concurrency, max_output_chars,
+    cache)} for your tools;
     `mcp`: MCP servers whose tools join the registry ({command, args, env} or {url}, tools/plugins/mcp.py);
     `cache`: a tools.cache.ToolCache shared by the cacheable tools (identical calls answered once);
     `python_session`: python keeps its state per trajectory and forks with the tree (tools/python_session.py);
     `web`: the web tools' settings, a settings.web.WebConfig or a dict of its keys (None: defaults,
-    the local web of `arpo web serve`)."""
-    options = options or {}
+    the local web of `arpo web serve`). A dict is parsed here, once (settings.web.web_config); both
+    web tools get the one WebConfig."""
+    own_options = {k: v if isinstance(v, ToolOptions) else tool_options(v, f"tools.options.{k}")
+                   for k, v in (options or {}).items()}
+    web = web if isinstance(web, WebConfig) else web_config(web)
 
     def keys(spec: str) -> list[str]:  # a tool's options may be keyed by its attribute or its tool name
         attr = spec.rsplit(":", 1)[1].rsplit(".", 1)[-1]
         return list(dict.fromkeys([attr, snake_case(attr)]))
 
     own = [k for n in names if ":" in n for k in keys(n)]
-    stray = [k for k in options if k not in own]
+    stray = [k for k in own_options if k not in own]
     if stray:  # a misspelt name used to be ignored, and the tool ran with the defaults
         raise ArpoError(f"tools.options: {', '.join(map(repr, stray))} is none of your enabled tools "
                         f"({', '.join(own) or 'none: tools.options applies to module.path:function tools'})")
@@ -120,17 +130,11 @@ def build_tools(names: list[str], *, python_timeout_s: float = PYTHON_TIMEOUT_S,
                 _register_env(reg, n)
             elif ":" in n:
                 # `Sql` or `sql`: it used to miss the second
-                name = next((k for k in keys(n) if k in options), keys(n)[0])
-                opts = dict(options.get(name) or {})
-                cacheable = bool(opts.pop("cache", False))
-                try:
-                    topts = ToolOptions(**opts)
-                except TypeError as e:
-                    raise ArpoError(f"tools.options.{name}: {e}; valid: timeout_s, max_concurrency, "
-                                    "max_output_chars, cache") from e
-                topts.check(f"tools.options.{name}")
+                name = next((k for k in keys(n) if k in own_options), keys(n)[0])
+                topts = own_options.get(name) or ToolOptions()
+                topts.validate(f"tools.options.{name}")
                 tool = load_tool(n, topts)
-                tool.cacheable = cacheable
+                tool.cacheable = topts.cache
                 reg.register(tool, f"your tool {n!r} (tools.enabled)")
             else:
                 raise ArpoError(f"unknown tool {n!r}; available: {', '.join(KNOWN_TOOLS)} or your own as "

@@ -306,13 +306,13 @@ def estimate(cfg, a: Arch, ranks: int, on_gpu: bool = True, shard_group: int | N
     if cfg.engine == "vllm":
         t["engine_weights"] = weights_bytes(n, b)
         if on_gpu and gpu_gib:  # vLLM takes gpu_memory_utilization of the GPU's total for weights + cache
-            util = float(opts.get("gpu_memory_utilization", VLLM_GPU_UTILIZATION))
+            util = VLLM_GPU_UTILIZATION if opts.gpu_memory_utilization is None else opts.gpu_memory_utilization
             t["kv_cache"] = max(util * gpu_gib * GIB - t["engine_weights"], 0.0)
         elif not on_gpu:  # CPU: VLLM_CPU_KVCACHE_SPACE
-            t["kv_cache"] = float(opts.get("kv_cache_gib", VLLM_CPU_KV_GIB)) * GIB
+            t["kv_cache"] = (VLLM_CPU_KV_GIB if opts.kv_cache_gib is None else opts.kv_cache_gib) * GIB
         else:
             t["kv_cache"] = kv_cache_bytes(a, seqs, length, b)
-        if not (opts.get("enable_sleep_mode") and on_gpu):  # vLLM keeps its memory while the policy trains
+        if not (opts.enable_sleep_mode and on_gpu):  # vLLM keeps its memory while the policy trains
             phases = {"resident": ("weights", "optimizer", "replica", "reference", "overhead", "engine_weights",
                                    "kv_cache"), "generation": ()}
     else:  # hf (and engines that decode elsewhere hold no cache here: vllm_server)

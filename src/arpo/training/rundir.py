@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import fnmatch
 import hashlib
@@ -40,6 +41,7 @@ from arpo.data.sources import input_paths
 from arpo.errors import ArpoError
 from arpo.provenance import provenance
 from arpo.runs import latest_checkpoint, write_text_atomic
+from arpo.settings.web import WebConfig
 
 # run artefacts that belong to one run (moved aside by --overwrite)
 RUN_FILES = ("checkpoints", "metrics.jsonl", "errors.log", "tensorboard", "wandb_id", "rollouts", "plots")
@@ -65,6 +67,15 @@ def _new_names(saved: dict, config: dict) -> dict:
         if old in out and new not in out and new in config and old not in config:
             out[new] = out.pop(old)
     return out
+
+
+def _typed_web(saved: dict) -> dict:
+    """A config saved before tools.web was typed (issue 64) holds only the web keys its run set: the
+    others had their defaults, which a resumed run's whole tools.web now names."""
+    tools = saved.get("tools")
+    if not (isinstance(tools, dict) and isinstance(tools.get("web"), dict)):
+        return saved
+    return {**saved, "tools": {**tools, "web": {**dataclasses.asdict(WebConfig()), **tools["web"]}}}
 
 
 def _flatten(d: dict, prefix: str = "") -> dict:
@@ -195,7 +206,7 @@ class RunDir:
             old = yaml.safe_load(saved.read_text()) or {}
         except (OSError, yaml.YAMLError) as e:
             raise ArpoError(f"{saved}: cannot read the run's saved config ({e})") from e
-        old = _new_names(old, config)
+        old = _typed_web(_new_names(old, config))
         bad = unsafe_changes(old, config)
         ckpt = self.checkpoint
         done = int(ckpt.name.rpartition("_")[2]) if ckpt is not None and ckpt.name.rpartition("_")[2].isdigit() else 0

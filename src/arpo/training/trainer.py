@@ -162,7 +162,9 @@ def setup(cfg: TrainConfig, preset, examples: list, reward_fn, ckpt=None, multi:
     # weights pushed in after every update, before the next rollout (Trainer.engine_ready)
     # vllm_server: the servers of rollout.servers, which start from the model directory; the policy's
     # weights (a resumed checkpoint, merged LoRA) are pushed before the first rollout (stale)
-    opts = dict(cfg.engine_options, **({"servers": cfg.rollout.servers} if cfg.engine == "vllm_server" else {}))
+    opts = cfg.engine_options.kwargs(cfg.engine)  # the keys the config sets (settings/engine.py)
+    if cfg.engine == "vllm_server":
+        opts["servers"] = cfg.rollout.servers
     # one step off-policy: the engine generates while the policy trains, so hf decodes with a snapshot:
     # under FSDP the generation replica is one (only sync_rollout writes it), else a copy of the policy
     off = cfg.rollout.max_off_policy_steps > 0

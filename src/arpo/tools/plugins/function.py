@@ -14,8 +14,8 @@ the docstring (`transformers.utils.get_json_schema`, the same schema a chat temp
 takes). A function may be sync or `async`. A class is instantiated once per run; its `__call__`
 (or `run`) is the tool, its optional `setup()` runs before the first call and `close()` when the
 run's tools are closed — that is where per-run state (a database connection, a browser) lives.
-Per tool: a timeout, a limit on concurrent calls and an output cap (`ToolOptions`). An exception
-or a timeout becomes an error result and the trajectory goes on.
+Per tool: a timeout, a limit on concurrent calls and an output cap (`ToolOptions`, `tools.options.NAME`,
+in settings/agent.py). An exception or a timeout becomes an error result and the trajectory goes on.
 
 A tool is called with a dict of arguments (`call(arguments)`: the JSON function-calling format) or
 with the text between its tags (`__call__(text)`: the paper's tag format, rollout/tool_formats.py): a tool
@@ -36,26 +36,11 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
 from typing import Any
 
-from arpo.errors import ArpoError, require
+from arpo.errors import ArpoError
+from arpo.settings.agent import ToolOptions
 from arpo.tools.base import Tool, ToolResult, as_protocol_tool
-
-
-@dataclass
-class ToolOptions:
-    timeout_s: float = 30.0  # a call running longer becomes an error result (the thread is abandoned)
-    max_concurrency: int = 8  # calls of this tool that may run at once (others wait their turn)
-    max_output_chars: int = 4000  # the result is cut here, with a marker
-
-    def check(self, where: str) -> None:
-        """Range checks, naming the key (`where`: tools.options.NAME)."""
-        for key, kind in (("timeout_s", (int, float)), ("max_concurrency", int), ("max_output_chars", int)):
-            v = getattr(self, key)
-            require(isinstance(v, kind) and not isinstance(v, bool) and v > 0, f"{where}.{key}",
-                    f"must be a number > 0, got {v!r}")
-
 
 _TYPES: dict[str, type | tuple[type, ...]] = {"string": str, "integer": int, "number": (int, float), "boolean": bool,
                                               "array": list, "object": dict}

@@ -35,7 +35,7 @@ import time
 from typing import TYPE_CHECKING
 from urllib.parse import urljoin
 
-from arpo.settings.web import WebConfig, web_config
+from arpo.settings.web import WebConfig
 from arpo.tools.base import Tool, ToolResult
 from arpo.tools.web.extract_worker import ExtractTimeout, pool
 from arpo.tools.web.webdecode import ACCEPT_ENCODING, read_decoded
@@ -142,8 +142,8 @@ class BrowseTool(Tool):
             "query": {"type": "string", "description": "show the passages about this question instead"}},
             "required": ["url"]}}}
 
-    def __init__(self, config: WebConfig | dict | None = None):
-        self.cfg = web_config(config)
+    def __init__(self, config: WebConfig | None = None):
+        self.cfg = config or WebConfig()  # parsed and checked with its config (a dict: settings.web.web_config)
         self.allow_hosts = list(self.cfg.allow_hosts)
         if self.cfg.provider == "local" and self.cfg.browse_local_web:  # the local web is part of the configured world
             h, p = host_port(self.cfg.base_url)

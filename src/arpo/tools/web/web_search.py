@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
 
 from arpo.errors import ArpoError
-from arpo.settings.web import KEY_REQUIRED, WebConfig, web_config
+from arpo.settings.web import KEY_REQUIRED, WebConfig
 from arpo.tools.base import Tool, ToolResult
 from arpo.tools.web.webhttp import WebError, limiter_for, request, retry_delay
 
@@ -43,13 +43,12 @@ FAILED = "Error: web search failed"
 MAX_REDIRECTS = 3
 
 
-def require_local_web(web, where: str = "tools.web") -> None:
+def require_local_web(cfg: WebConfig) -> None:
     """With provider local: one search request to the local web, which must answer (a run with it
     down searched in silence for minutes, then wrote nothing). ArpoError naming the URL and how to
     start it."""
     import httpx
 
-    cfg = web_config(web, where)
     if cfg.provider != "local":
         return
     try:
@@ -133,8 +132,8 @@ class WebSearchTool(Tool):
         "parameters": {"type": "object", "required": ["query"],
                        "properties": {"query": {"type": "string", "description": "what to search for"}}}}}
 
-    def __init__(self, config: WebConfig | dict | None = None):
-        self.cfg = web_config(config)
+    def __init__(self, config: WebConfig | None = None):
+        self.cfg = config or WebConfig()  # parsed and checked with its config (a dict: settings.web.web_config)
         self.limiter = limiter_for(self.cfg.provider, self.cfg.base_url, self.cfg.requests_per_s)
         self.calls = self.failures = 0
         self._lock = threading.Lock()
