@@ -64,12 +64,13 @@ def _generating(err: str) -> list[tuple[int, int, int]]:
 def test_train_lines_within_the_generation(tmp_path):
     """A step's generation tells how it goes while it runs (a step printed nothing until it ended): with
     initial_rollouts=2 of group_size=4 the two fill-up samples start once the first two finished, so the
-    finished count climbs 0 → 2 → 4 before "rollouts generated"; --quiet prints none of it."""
+    finished count climbs 0 → 2 → 4 before "rollouts generated"; then each micro-batch of the backward;
+    --quiet prints none of it."""
     data = tmp_path / "q.jsonl"
     data.write_text(json.dumps({"question": "What is 2+2?", "answer": "4", "task": "math"}) + "\n")
     argv = ["train", "model.name=tiny-random", f"data.path={data}", "steps=1", "prompts_per_step=1",
             "rollout.group_size=4", "rollout.initial_rollouts=2", "agent.max_response_tokens=5",
-            "run.tensorboard=false", "run.save_every=0"]
+            "run.tensorboard=false", "run.save_every=0", "micro_tokens=16"]
     err = _arpo(*argv, f"run.dir={tmp_path / 'run'}")
     beats = _generating(err)
     assert beats, err[-3000:]
@@ -79,6 +80,10 @@ def test_train_lines_within_the_generation(tmp_path):
     lines = err.splitlines()
     last = max(i for i, x in enumerate(lines) if x.startswith("train: step 1/1: generating, "))
     assert last < next(i for i, x in enumerate(lines) if x.startswith("train: step 1/1: rollouts generated"))
+    # the policy update's backward, micro-batch by micro-batch (a 285 s backward said nothing)
+    micro = [x for x in lines if x.startswith("train: step 1/1: forward + backward of micro-batch")]
+    done, of = micro[-1].split("micro-batch ")[1].split()[0].split("/") if micro else ("", "")
+    assert len(micro) >= 2 and done == of, micro
     assert not _generating(_arpo(*argv, f"run.dir={tmp_path / 'quiet'}", "--quiet"))
 
 

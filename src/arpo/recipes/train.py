@@ -119,6 +119,8 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
         tr.on_lap = step_phases(tr.on_lap, beat, now, start, cfg.steps)
         tr.on_generate = generation_beat(beat, cfg.steps, cfg.rollout.group_size,
                                          " (rank 0's prompts)" if multi else "")
+        tr.on_micro = lambda i, n: beat.beat(lambda: f"step {now['step'] + 1}/{cfg.steps}: forward + backward of "
+                                             f"micro-batch {i}/{n} done")
         if start < cfg.steps:
             phase(f"step {start + 1}/{cfg.steps}: generating the rollouts of {cfg.prompts_per_step} prompts × "
                   f"{cfg.rollout.group_size}")

@@ -91,6 +91,7 @@ class Trainer:
     on_lap: Callable[[str], None] | None = None  # called as each phase of a step ends (benchmarks: sync, memory)
     # (step, prompts, states) after each engine step of a step's rollout (arpo train: its heartbeat)
     on_generate: Callable[[int, int, Mapping], None] | None = None
+    on_micro: Callable[[int, int], None] | None = None  # (done, of) after each micro-batch's backward (heartbeat)
     pipe: RolloutPipeline | None = None  # rollout.max_off_policy_steps > 0: the trees of the next step (pipeline.py)
     version: int = 0  # the policy's version: steps trained so far (step n trains version n)
 
@@ -439,7 +440,7 @@ def minibatch_step(tr: Trainer, batch, local: list[int], first: bool, behav_lp: 
     scale, norm, share = comm.loss_share(sub, preset)  # one process: 1, the preset's normalizer
     out = par.run(sub, lambda sub=sub: loss_and_backward(
         par.train, sub, make_loss_fn(sub, preset, norm), need_entropy=True, current=cur, scale=scale,
-        record=record, **lp_kw), grad=True, **lp_kw)
+        record=record, on_micro=tr.on_micro, **lp_kw), grad=True, **lp_kw)
     mismatch = {}
     if first:  # every rank joins the gather, with or without trees here
         sums = (mismatch_sums(behav_lp[rows][:, : sub.width], record, sub.mask)
