@@ -162,3 +162,32 @@ def test_answer_aliases_must_be_strings(tmp_path):
     f.write_text(json.dumps({"question": "Q?", "answer": "A", "answer_aliases": "A."}) + "\n")
     with pytest.raises(ArpoError, match=r"bad.jsonl:1: field 'answer_aliases' must be a list of strings"):
         load_examples(str(f))
+
+
+def test_a_decomposition_whose_last_page_writes_an_alias_is_kept(tmp_path):
+    """MuSiQue's last sub-answer is the row's answer; a page that writes it as one of `answer_aliases`
+    holds the answer (the recipe on a MuSiQue-shaped file dropped such rows: "a hop's answer not in
+    its page read"). An earlier hop's answer still has to be on its page as written."""
+    from arpo.recipes.web_sft_data import build_deep_search_sft
+    from arpo.web.server import create_app
+    from arpo.web.site import Site
+
+    row = {"id": "a1", "question": "Who founded the company that makes the Zorblax phone?", "answer": "Ada Quill",
+           "answer_aliases": ["A. Quill"],
+           "paragraphs": [_p("Zorblax", "The Zorblax phone is made by Quillcorp.", True),
+                          _p("Quillcorp", "Quillcorp was founded by A. Quill in a garage.", True)],
+           "question_decomposition": [
+               {"id": 1, "question": "Zorblax >> manufacturer", "answer": "Quillcorp", "paragraph_support_idx": 0},
+               {"id": 2, "question": "Who founded #1?", "answer": "Ada Quill", "paragraph_support_idx": 1}]}
+    wrong = {**row, "id": "a2", "question_decomposition": [  # the first hop's answer is not on its page
+        {**row["question_decomposition"][0], "answer": "Zorbcorp"}, row["question_decomposition"][1]]}
+    f = tmp_path / "alias.jsonl"
+    f.write_text(json.dumps(row) + "\n" + json.dumps(wrong) + "\n")
+    site = Site.from_corpus([str(f)], tmp_path / "index")
+    out = tmp_path / "sft.jsonl"
+    with uvicorn_app(create_app(site)) as url:
+        stats = build_deep_search_sft(str(f), str(out), web={"url": url, "top_k": 2, "window_chars": 400},
+                                      progress=False)
+    assert stats["written"] == 1 and stats["dropped"] == {"a hop's answer not in its page read": 1}, stats
+    got = json.loads(out.read_text())
+    assert got["id"] == "a1" and "\\boxed{Ada Quill}" in got["response"] and got["answers"] == ["Ada Quill", "A. Quill"]

@@ -49,3 +49,64 @@ def test_train_names_its_phases_before_the_first_step_ends(tmp_path):
             "train: step 1/1: rollouts generated", "train: step 1/1: optimizer step done", "train step 1/1"]
     at = [next((i for i, x in enumerate(lines) if x.startswith(w)), None) for w in want]
     assert None not in at and at == sorted(at), (at, err[-3000:])
+
+
+def _generating(err: str) -> list[tuple[int, int, int]]:
+    """(finished, of, tool calls) of each "train: step 1/1: generating, ..." line."""
+    got = []
+    for x in err.splitlines():
+        if x.startswith("train: step 1/1: generating, "):
+            done, rest = x.split("generating, ")[1].split(" trajectories finished, ")
+            got.append((*map(int, done.split("/")), int(rest.split(" tool calls")[0])))
+    return got
+
+
+def test_train_lines_within_the_generation(tmp_path):
+    """A step's generation tells how it goes while it runs (a step printed nothing until it ended): with
+    initial_rollouts=2 of group_size=4 the two fill-up samples start once the first two finished, so the
+    finished count climbs 0 → 2 → 4 before "rollouts generated"; then each micro-batch of the backward;
+    --quiet prints none of it."""
+    data = tmp_path / "q.jsonl"
+    data.write_text(json.dumps({"question": "What is 2+2?", "answer": "4", "task": "math"}) + "\n")
+    argv = ["train", "model.name=tiny-random", f"data.path={data}", "steps=1", "prompts_per_step=1",
+            "rollout.group_size=4", "rollout.initial_rollouts=2", "agent.max_response_tokens=5",
+            "run.tensorboard=false", "run.save_every=0", "micro_tokens=16"]
+    err = _arpo(*argv, f"run.dir={tmp_path / 'run'}")
+    beats = _generating(err)
+    assert beats, err[-3000:]
+    done = [d for d, _, _ in beats]
+    assert done == sorted(done) and done[0] < done[-1] == 4 and 2 in done, beats
+    assert {n for _, n, _ in beats} == {4} and all(c == 0 for _, _, c in beats), beats  # no tool calls: math
+    lines = err.splitlines()
+    last = max(i for i, x in enumerate(lines) if x.startswith("train: step 1/1: generating, "))
+    assert last < next(i for i, x in enumerate(lines) if x.startswith("train: step 1/1: rollouts generated"))
+    # the policy update's backward, micro-batch by micro-batch (a 285 s backward said nothing)
+    micro = [x for x in lines if x.startswith("train: step 1/1: forward + backward of micro-batch")]
+    done, of = micro[-1].split("micro-batch ")[1].split()[0].split("/") if micro else ("", "")
+    assert len(micro) >= 2 and done == of, micro
+    assert not _generating(_arpo(*argv, f"run.dir={tmp_path / 'quiet'}", "--quiet"))
+
+
+def test_generation_lines_count_a_branch_inherited_calls_once():
+    """The tool calls said within the generation are those the rollout ran: a branch forked after its
+    parent's first call inherits it (as tool_calls_issued counts); later calls of either count."""
+    import io
+
+    from arpo.rollout.agent import ToolCallRecord
+    from arpo.rollout.arpo import _Traj
+    from arpo.training.progress import Heartbeat, generation_beat
+
+    out = io.StringIO()
+    on_generate = generation_beat(Heartbeat("train", every_s=0, stream=out), 3, 4)
+    call = ToolCallRecord("search", "q", "r", True, 0.1)
+    states = {0: _Traj(seg_start=5, calls=[call])}
+    on_generate(1, 1, states)
+    states[1] = _Traj(seg_start=9, calls=[call], parent_sid=0)  # forked after call 1: inherits it
+    on_generate(1, 1, states)
+    states[1].calls.append(call)
+    states[0].finish_reason = "eos"
+    on_generate(1, 1, states)
+    lines = [x.split(" (elapsed")[0] for x in out.getvalue().splitlines()]
+    assert lines == ["train: step 2/3: generating, 0/4 trajectories finished, 1 tool calls",
+                     "train: step 2/3: generating, 0/4 trajectories finished, 1 tool calls",
+                     "train: step 2/3: generating, 1/4 trajectories finished, 2 tool calls"], lines

@@ -43,7 +43,7 @@ from arpo.training.health import HealthMonitor
 from arpo.training.logger import MetricsLogger, read_metrics
 from arpo.training.memory import check_fits
 from arpo.training.pipeline import check_off_policy, in_flight_checkpoint, restore_in_flight
-from arpo.training.progress import Heartbeat, Phases, StepProgress, step_phases
+from arpo.training.progress import Heartbeat, Phases, StepProgress, generation_beat, step_phases
 from arpo.training.rollout_log import RolloutLog
 from arpo.training.rundir import RunDir
 from arpo.training.sharded import LOSS_DENOMINATORS
@@ -115,7 +115,12 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
         last: dict = {}
         guard_stop = None
         now = {"step": start}
-        tr.on_lap = step_phases(tr.on_lap, Heartbeat("train", enabled=main and not quiet), now, start, cfg.steps)
+        beat = Heartbeat("train", enabled=main and not quiet)  # one for the phases and within the generation
+        tr.on_lap = step_phases(tr.on_lap, beat, now, start, cfg.steps)
+        tr.on_generate = generation_beat(beat, cfg.steps, cfg.rollout.group_size,
+                                         " (rank 0's prompts)" if multi else "")
+        tr.on_micro = lambda i, n: beat.beat(lambda: f"step {now['step'] + 1}/{cfg.steps}: forward + backward of "
+                                             f"micro-batch {i}/{n} done")
         if start < cfg.steps:
             phase(f"step {start + 1}/{cfg.steps}: generating the rollouts of {cfg.prompts_per_step} prompts × "
                   f"{cfg.rollout.group_size}")

@@ -215,10 +215,12 @@ class ARPORollout:
         self.nodes = self.cfg.mode == "tree_grpo"  # Tree-GRPO's random node expansion instead of entropy decisions
 
     def run(self, prompts: list[list[int]], prompt_ids: list[str] | None = None, seed: int | None = None,
-            group_offset: int = 0, examples: list[dict] | None = None) -> list[RolloutTree]:
+            group_offset: int = 0, examples: list[dict] | None = None, on_step=None) -> list[RolloutTree]:
         """One tree per prompt. Group i keys its randomness with (seed, group_offset + i) (rollout_key),
         so a rank that rolls out prompts[k:] of a step's list with group_offset=k gets the trees the
-        whole list gives for them (a distributed step does not depend on the number of ranks)."""
+        whole list gives for them (a distributed step does not depend on the number of ranks).
+        `on_step(outs, states)`: called after each engine step, once this rollout took its decisions
+        (arpo train's heartbeat within the generation: training/progress.py generation_beat)."""
         c = self.cfg
         base = c.seed if seed is None else seed
         groups = [_Group(p, int(base), group_offset + i) for i, p in enumerate(prompts)]
@@ -232,7 +234,12 @@ class ARPORollout:
             for _ in range(g.target_globals):
                 self._add_global(gi, g, states)
         try:
-            self.loop.drive(states, on_step=lambda outs, st: self._on_step(outs, st, groups))
+            def step(outs, st) -> None:
+                self._on_step(outs, st, groups)
+                if on_step is not None:
+                    on_step(outs, st)
+
+            self.loop.drive(states, on_step=step)
         finally:  # python sessions end with their trajectories (also when the rollout raised)
             self.loop.tools.end_sessions(list(states))
         trees = []

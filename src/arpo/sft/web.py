@@ -53,6 +53,13 @@ def gold_answers(row: dict) -> list[str]:
     return list(dict.fromkeys(a for a in out if a))
 
 
+def hop_answers(answer: str, golds: list[str]) -> list[str]:
+    """The spellings of a decomposition hop's answer a page may write: the row's answer is also its
+    `answer_aliases` (MuSiQue's last sub-answer is the row's answer; its page may write an alias)."""
+    norm = normalize_answer(answer)
+    return golds if any(normalize_answer(g) == norm for g in golds) else [answer]
+
+
 def _search_hop(hop: Hop, seen: str, search_tool) -> tuple[str, ToolResult, str] | str:
     """(query, search result, url of the hop's page) for the first candidate query whose results hold
     the page, else the reason it failed."""
@@ -92,7 +99,8 @@ def hotpotqa_to_deep_search(row: dict, search_tool, browse_tool, max_pages: int 
             return None, "browse failed"
         parts += [(f"<think> I open the page about {hop.name} and look for what the question asks. </think>\n"
                    f"<browse> {url} | {question} </browse>", "model"), (format_result(page.output), "result")]
-        if hop.answer is not None and normalize_answer(hop.answer) not in normalize_answer(page.output):
+        if hop.answer is not None and not any(normalize_answer(a) in normalize_answer(page.output)
+                                              for a in hop_answers(hop.answer, golds)):
             return None, "a hop's answer not in its page read"
         seen += " " + page.output
         found = found or any(normalize_answer(g) in normalize_answer(page.output) for g in golds)

@@ -78,6 +78,32 @@ def step_phases(inner, beat: Heartbeat, now: dict, start: int, total: int):
     return on_lap
 
 
+def generation_beat(beat: Heartbeat, total: int, group_size: int, share: str = ""):
+    """An `on_generate(step, prompts, states)` for Trainer: while a step's rollouts generate, at most every
+    `beat.every_s`, "step 3/10: generating, 12/32 trajectories finished, 5 tool calls" (a step whose
+    generation took 23 min printed nothing until it ended). The trajectories are max(started, prompts ×
+    group_size); the tool calls those the rollout ran (a branch's inherited prefix calls once, as the
+    step's tool_calls_issued). `share`: said after the counts (" (rank 0's prompts)" under torchrun)."""
+    seen: dict = {"of": None, "base": {}}  # the rollout's states dict -> each branch's inherited calls
+
+    def on_generate(step: int, prompts: int, states) -> None:
+        if seen["of"] is not states:  # a new rollout (a step, a dynamic-sampling round, a retried prompt)
+            seen["of"], seen["base"] = states, {}
+        base = seen["base"]
+        if len(base) != len(states):  # a fork is made before its first call of its own: it inherits these
+            for sid in states.keys() - base.keys():
+                st = states[sid]
+                base[sid] = len(st.calls) if getattr(st, "parent_sid", None) is not None else 0
+
+        def line() -> str:
+            done = sum(st.finish_reason is not None for st in states.values())
+            calls = sum(len(st.calls) - base.get(sid, 0) for sid, st in states.items())
+            n = max(len(states), prompts * group_size)
+            return f"step {step + 1}/{total}: generating, {done}/{n} trajectories finished, {calls} tool calls{share}"
+        beat.beat(line)
+    return on_generate
+
+
 class StepProgress:
     def __init__(self, name: str, total: int, start: int = 0, enabled: bool = True, stream=None):
         self.name, self.total, self.start, self.enabled = name, total, start, enabled

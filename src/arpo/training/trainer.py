@@ -20,7 +20,7 @@ import dataclasses
 import statistics
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,6 +89,9 @@ class Trainer:
     log_error: Callable[[str], None] = print  # (message) -> None: errors.log
     stale: bool = False  # the policy changed since the engine last received its weights
     on_lap: Callable[[str], None] | None = None  # called as each phase of a step ends (benchmarks: sync, memory)
+    # (step, prompts, states) after each engine step of a step's rollout (arpo train: its heartbeat)
+    on_generate: Callable[[int, int, Mapping], None] | None = None
+    on_micro: Callable[[int, int], None] | None = None  # (done, of) after each micro-batch's backward (heartbeat)
     pipe: RolloutPipeline | None = None  # rollout.max_off_policy_steps > 0: the trees of the next step (pipeline.py)
     version: int = 0  # the policy's version: steps trained so far (step n trains version n)
 
@@ -179,18 +182,19 @@ def setup(cfg: TrainConfig, preset, examples: list, reward_fn, ckpt=None, multi:
                    pipe=RolloutPipeline() if off else None)
 
 
-def rollout_step(ro, prompts, examples, seed: int, log_error, offset: int = 0) -> list:
+def rollout_step(ro, prompts, examples, seed: int, log_error, offset: int = 0, on_step=None) -> list:
     """Roll out all prompts together; if that raises, retry one prompt at a time and drop (and log)
     the groups that still fail, so one bad rollout never kills the run. `offset`: the global index
-    of prompts[0] in the step's prompt list (a rank's slice)."""
+    of prompts[0] in the step's prompt list (a rank's slice); `on_step(outs, states)`: ARPORollout.run's."""
     ids = [ex["id"] for ex in examples]
     try:
-        trees = ro.run(prompts, prompt_ids=ids, seed=seed, group_offset=offset, examples=examples)
+        trees = ro.run(prompts, prompt_ids=ids, seed=seed, group_offset=offset, examples=examples, on_step=on_step)
     except Exception:  # noqa: BLE001 - one bad rollout must not kill the run: retry one prompt at a time
         trees = []
         for k, (p, ex) in enumerate(zip(prompts, examples, strict=True)):
             try:
-                trees += ro.run([p], prompt_ids=[ex["id"]], seed=seed + 7919 * (offset + k + 1), examples=[ex])
+                trees += ro.run([p], prompt_ids=[ex["id"]], seed=seed + 7919 * (offset + k + 1), examples=[ex],
+                                on_step=on_step)
             except Exception as e:  # noqa: BLE001 - contained: logged with its traceback, group dropped
                 log_error(f"rollout of prompt {ex['id']} failed, group dropped: {type(e).__name__}: {e}\n"
                           + traceback.format_exc())
@@ -263,8 +267,10 @@ def round_trees(tr: Trainer, step: int, rnd: int, used: set[int]) -> tuple[list,
     mine = comm.shard(len(picked))  # this rank's slice of the round's prompts (one process: all)
     batch_ex = [tr.examples[picked[k]] for k in mine]
     prompts = prompts_for(batch_ex, tr.tok, tr.tools, cfg.data.template, cfg.agent.tool_format)
+    hook = tr.on_generate
+    on_step = None if hook is None else (lambda outs, states: hook(step, len(prompts), states))
     got = rollout_step(tr.ro, prompts, batch_ex, cfg.run.seed * 100_003 + step + 1_000_003 * rnd, tr.log_error,
-                       offset=mine.start)
+                       offset=mine.start, on_step=on_step)
     return got, picked
 
 
@@ -436,7 +442,7 @@ def minibatch_step(tr: Trainer, batch, local: list[int], first: bool, behav_lp: 
     scale, norm, share = comm.loss_share(sub, preset)  # one process: 1, the preset's normalizer
     out = par.run(sub, lambda sub=sub: loss_and_backward(
         par.train, sub, make_loss_fn(sub, preset, norm), need_entropy=True, current=cur, scale=scale,
-        record=record, **lp_kw), grad=True, **lp_kw)
+        record=record, on_micro=tr.on_micro, **lp_kw), grad=True, **lp_kw)
     mismatch = {}
     if first:  # every rank joins the gather, with or without trees here
         sums = (mismatch_sums(behav_lp[rows][:, : sub.width], record, sub.mask)
