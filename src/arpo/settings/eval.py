@@ -19,8 +19,8 @@ class EvalConfig:
     limit: int | None = None  # questions per dataset (None: all)
     samples: int = 1  # samples per question, the k of pass@k
     # the agent and its tools: the sections of settings/agent.py, with eval's defaults (settings.COMMAND_DEFAULTS)
-    agent: AgentConfig = field(default_factory=lambda: agent_defaults("eval"))
-    tools: ToolsConfig = field(default_factory=lambda: tools_defaults("eval"))
+    agent: AgentConfig = field(default_factory=lambda: agent_defaults("eval"))  # agent.*, eval's defaults
+    tools: ToolsConfig = field(default_factory=lambda: tools_defaults("eval"))  # tools.*, eval's defaults
     tools_chosen: bool = False  # the tools were chosen (flag, file, run, template); else each dataset's task's
     template: str | None = None  # the prompt template (None: chosen from the tools and the task)
     template_source: str = "chosen from the tools and the task"  # where the template comes from (said on stderr)
