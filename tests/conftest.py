@@ -207,11 +207,25 @@ TIMING = {
 }
 
 
+# Whole pipelines run end to end (several commands, minutes each on 2 cores): the `pipeline` marker. The
+# default run leaves them out (pyproject addopts: -m "not timing and not pipeline") so that it stays a
+# ten-minute suite; CI runs them as a step of their own (`pytest -m pipeline`), before the timing step.
+PIPELINE = {
+    "tests/experiments/test_arpo_vs_grpo.py::test_quick_experiment_end_to_end":
+        "the ARPO-vs-GRPO study at smoke size: SFT, 2 methods x 4 steps, evaluations, plots (~280 s)",
+    "tests/examples/test_own_corpus_recipe.py::test_the_recipe_block_runs_as_written":
+        "docs/own_corpus.md's bash block as written: serve, sft-data, SFT, eval, ARPO, eval",
+}
+
+
 def pytest_collection_modifyitems(config, items):
-    """`timing` for the tests in TIMING; `slow` for every test that loads the real default model."""
+    """`timing` for the tests in TIMING, `pipeline` for those in PIPELINE; `slow` for every test that loads
+    the real default model."""
     for item in items:
         if item.nodeid.split("[")[0] in TIMING:
             item.add_marker(pytest.mark.timing)
+        if item.nodeid.split("[")[0] in PIPELINE:
+            item.add_marker(pytest.mark.pipeline)
         if "default_lm" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
 

@@ -1,5 +1,6 @@
-"""The markers: `timing` (tests that time the machine, listed in conftest.TIMING; CI runs them as a
-step of their own) and `slow` (tests that load the real default model)."""
+"""The markers: `timing` (tests that time the machine, listed in conftest.TIMING), `pipeline` (whole
+pipelines end to end, conftest.PIPELINE; CI runs both as steps of their own) and `slow` (tests that load
+the real default model)."""
 
 import ast
 import importlib.util
@@ -8,23 +9,25 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _timing() -> dict[str, str]:
-    """tests/conftest.py's TIMING, loaded by path: `from conftest import` gets whichever conftest.py was
-    imported first (tests/training/conftest.py when a session collects tests/training first)."""
+def _conftest_list(name: str) -> dict[str, str]:
+    """A list of tests/conftest.py (TIMING, PIPELINE), loaded by path: `from conftest import`
+    gets whichever conftest.py was imported first (tests/training/conftest.py when a session collects
+    tests/training first)."""
     spec = importlib.util.spec_from_file_location("_tests_conftest", ROOT / "tests" / "conftest.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.TIMING
+    return getattr(module, name)
 
 
-TIMING = _timing()
+TIMING = _conftest_list("TIMING")
+PIPELINE = _conftest_list("PIPELINE")
 
 
-def test_every_timing_test_exists():
-    """A renamed test would silently leave the timing step (and run in the default one again)."""
+def test_every_timing_and_pipeline_test_exists():
+    """A renamed test would silently leave the timing or pipeline step (and run in the default one again)."""
     missing = []
-    for nodeid in TIMING:
+    for nodeid in [*TIMING, *PIPELINE]:
         path, name = nodeid.split("::")
         tree = ast.parse((ROOT / path).read_text())
         if not any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name for n in ast.walk(tree)):
@@ -36,6 +39,8 @@ def test_every_timing_test_exists():
 # guard far beyond any run (pytest's own --timeout=600 is the same guard).
 CLOCK_GUARDS = {
     "tests/engine/test_vllm.py::test_serve_scheduler_batches_and_cancels_on_vllm": "polls until a deadline",
+    "tests/eval/test_eval_resume.py::test_an_interrupted_eval_resumes_where_it_stopped_and_equals_an_uninterrupted_one":
+        "polls the eval's answers until a 300 s deadline",
 }
 _CLOCKS = {"perf_counter", "monotonic", "time"}
 
