@@ -21,8 +21,9 @@ declare -A ARMS=(
   [lr3e-6_mb2]="optim.lr=3e-6 minibatches=2"
   [lr1e-5_wu3_mb2]="optim.lr=1e-5 optim.warmup_steps=3 minibatches=2"
 )
-for run in arpo_seed2 arpo@top_entropy_seed4; do
-  for arm in ${ARMS_ORDER:-lr3e-6_mb2 lr1e-5_wu3_mb2 lr3e-6}; do
+# ARMS_ORDER / RUNS_ORDER: which (run, arm) pairs first (the default: one arm on every run, then the next arm)
+for arm in ${ARMS_ORDER:-lr3e-6_mb2 lr1e-5_wu3_mb2 lr3e-6}; do
+  for run in ${RUNS_ORDER:-arpo_seed2 arpo@top_entropy_seed4}; do
     d="$OUT/rl/${run}__$arm"
     keep="$HERE/rl/${run}__$arm"
     [ -f "$keep/dev.json" ] && continue
