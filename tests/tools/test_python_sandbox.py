@@ -656,8 +656,8 @@ def test_protections_are_reported(isolated, capsys):
 def test_a_venv_under_tmp_is_visible_to_sandboxed_code(tmp_path):
     """The interpreter's prefix is bound read-only wherever it lives: a venv under /tmp worked for
     the trainer but its python was invisible inside the sandbox (FileNotFoundError)."""
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    venv = tmp_path / "venv"  # arpo's dependencies (yaml, ...) visible, as in a venv arpo is installed in
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True)
     src = Path(__import__("arpo").__file__).parents[1]
     code = (f"import sys; sys.path.insert(0, {str(src)!r})\nfrom arpo.tools.python import PythonTool\n"
             "with PythonTool(pool_size=1, preimport=()) as t:\n"
