@@ -212,7 +212,7 @@ TIMING = {
 # ten-minute suite; CI runs them as a step of their own (`pytest -m pipeline`), before the timing step.
 PIPELINE = {
     "tests/experiments/test_arpo_vs_grpo.py::test_quick_experiment_end_to_end":
-        "the ARPO-vs-GRPO study at smoke size: SFT, 2 methods x 4 steps, evaluations, plots (~280 s)",
+        "the ARPO-vs-GRPO study at smoke size: SFT, 2 methods x 4 steps, evaluations, plots",
     "tests/examples/test_own_corpus_recipe.py::test_the_recipe_block_runs_as_written":
         "docs/own_corpus.md's bash block as written: serve, sft-data, SFT, eval, ARPO, eval",
 }
