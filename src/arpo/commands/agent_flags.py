@@ -282,14 +282,3 @@ def keep_browse_off_the_local_web(tools: dict, model: str | None, trusted: bool,
     print(f"arpo {command}: browse does not fetch the local web at {web.get('url') or LOCAL_WEB_URL} for this run "
           f"(its provider local is the run's setting, not yours): pass --web-provider local, or {TRUST_FLAG}",
           file=sys.stderr)
-
-
-def settings_of(r: Resolved) -> dict:
-    """What a result file records about the agent that produced it."""
-    a = r.agent
-    return {"template": r.template, "tools": list(r.tools.enabled) if r.tools_chosen else None,
-            "mcp": list(r.tools.mcp),
-            "max_tool_calls": a.max_tool_calls, "max_response_tokens": a.max_response_tokens,
-            "temperature": a.temperature, "top_p": a.top_p, "top_k": a.top_k,
-            "repetition_penalty": a.repetition_penalty, "result_template": a.result_template,
-            "tool_format": a.tool_format}

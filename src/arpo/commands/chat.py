@@ -116,9 +116,9 @@ def run(args) -> int:
         tools.close()
     t_run = time.perf_counter() - t1
     if shown is None:  # --json
-        from arpo.commands.agent_flags import settings_of
+        from arpo.settings.agent import agent_record
 
-        settings = settings_of(r) | {"tools": names}
+        settings = agent_record(r.template, r.tools, r.tools_chosen, r.agent) | {"tools": names}
         out = traj.to_dict() | {"model": args.model, "seed": args.seed, "settings": settings,
                                 "load_s": round(t_load, 2),
                                 "generate_s": round(t_run, 2),

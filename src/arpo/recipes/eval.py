@@ -37,6 +37,7 @@ from arpo.jsonl import prepare_output
 from arpo.models import load_model, resolve_model_dir
 from arpo.rewards.custom import check_reward
 from arpo.settings import EvalConfig, ToolsConfig
+from arpo.settings.agent import agent_record
 from arpo.tools import check_web, tools_from_config
 from arpo.training.progress import Bar, Heartbeat
 
@@ -86,7 +87,8 @@ def run(cfg: EvalConfig, announce: Announce | None = None) -> EvalOutcome:
         engine, tok = load_engine(cfg, stack)
         outcome = evaluate_all(cfg, datasets, engine, tok, reward_fn, judge, partial, announce)
     if cfg.out:
-        text = json.dumps({"model": cfg.model, "temperature": cfg.agent.temperature, "settings": settings_of(cfg),
+        settings = agent_record(cfg.template, cfg.tools, cfg.tools_chosen, cfg.agent)
+        text = json.dumps({"model": cfg.model, "temperature": cfg.agent.temperature, "settings": settings,
                            "results": outcome.results, "records": outcome.records,
                            **({"interrupted": True} if outcome.interrupted else {})}, indent=1)
         outcome.written = write_out(Path(cfg.out), text)
@@ -164,17 +166,6 @@ def tools_for(cfg: EvalConfig, path: str, examples: list[dict]) -> tuple[ToolsCo
         tcfg = replace(tcfg, enabled=list(own_tools) or (
             ["python"] if all(ex["task"] == "math" for ex in examples) else ["search"]))
     return tcfg, cfg.template or own_template
-
-
-def settings_of(cfg: EvalConfig) -> dict:
-    """What the result file records about the agent that produced it."""
-    a = cfg.agent
-    return {"template": cfg.template, "tools": list(cfg.tools.enabled) if cfg.tools_chosen else None,
-            "mcp": list(cfg.tools.mcp),
-            "max_tool_calls": a.max_tool_calls, "max_response_tokens": a.max_response_tokens,
-            "temperature": a.temperature, "top_p": a.top_p, "top_k": a.top_k,
-            "repetition_penalty": a.repetition_penalty, "result_template": a.result_template,
-            "tool_format": a.tool_format}
 
 
 def identity(cfg: EvalConfig, datasets: dict[str, list[dict]]) -> dict:

@@ -142,6 +142,15 @@ COMMAND_DEFAULTS: dict[str, dict[str, dict]] = {
 }
 
 
+def agent_record(template: str | None, tools: ToolsConfig, tools_chosen: bool, agent: AgentConfig) -> dict:
+    """What a result file (`arpo eval --out`, `arpo chat --json`) records about the agent that produced it."""
+    return {"template": template, "tools": list(tools.enabled) if tools_chosen else None, "mcp": list(tools.mcp),
+            "max_tool_calls": agent.max_tool_calls, "max_response_tokens": agent.max_response_tokens,
+            "temperature": agent.temperature, "top_p": agent.top_p, "top_k": agent.top_k,
+            "repetition_penalty": agent.repetition_penalty, "result_template": agent.result_template,
+            "tool_format": agent.tool_format}
+
+
 def command_defaults(command: str, section: str) -> dict:
     """{field: value} where `command`'s default of `section` (agent | tools) differs from the dataclass's."""
     return dict(COMMAND_DEFAULTS[command].get(section, {}))
