@@ -24,6 +24,10 @@ def test_rg_specs_are_seeded_tasks_with_their_entries():
     assert all(e["question"].count(" ") <= 4 for e in cfg)  # the generator's own config keys: two terms
     with pytest.raises(ArpoError, match="reasoning-gym cannot make it"):
         load_examples("rg:no_such_task")
+    # a `+` in an option is a plus, not form encoding's space: it used to fail as "unsupported operator:  "
+    plus = load_examples('rg:basic_arithmetic?size=6&seed=0&operators=["+","-"]&allow_parentheses=false')
+    assert all("*" not in e["question"] and "/" not in e["question"] for e in plus)
+    assert any("+" in e["question"] for e in plus)
     with pytest.raises(ArpoError, match="integer size"):
         load_examples("rg:countdown?size=zero")
 

@@ -29,11 +29,11 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import parse_qsl
 
 from arpo.data.benchmarks import iter_rows as bench_rows
 from arpo.errors import ArpoError
 from arpo.jsonl import iter_jsonl
+from arpo.spec_query import query_pairs
 
 BUILTIN_DIR = Path(__file__).parent / "builtin"
 
@@ -224,7 +224,7 @@ def parse_hf(spec: str) -> tuple[str, str | None, str, dict]:
     else:
         raise ArpoError(f"{spec}: expected hf:NAME:SPLIT or hf:NAME:CONFIG:SPLIT "
                         "(e.g. hf:openai/gsm8k:main:test)")
-    fields = dict(parse_qsl(query, strict_parsing=False)) if query else {}
+    fields = {k: v for k, v in query_pairs(query) if v} if query else {}
     bad = set(fields) - {"question", "answer", "answers", "id", "task"}
     if bad:
         raise ArpoError(f"{spec}: unknown field option(s) {', '.join(sorted(bad))}; "

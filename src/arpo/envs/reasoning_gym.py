@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from urllib.parse import parse_qsl
 
 from arpo.errors import ArpoError
+from arpo.spec_query import query_pairs
 
 DEFAULT_SIZE = 500
 
@@ -31,7 +31,7 @@ def _value(text: str):
 def parse(spec: str) -> tuple[str, int, int, dict]:
     """'rg:countdown?size=8&seed=1&min_numbers=3' -> ('countdown', 8, 1, {'min_numbers': 3})."""
     name, _, query = spec[3:].partition("?")
-    opts = {k: _value(v) for k, v in parse_qsl(query, keep_blank_values=True)}
+    opts = {k: _value(v) for k, v in query_pairs(query)}
     size, seed = opts.pop("size", DEFAULT_SIZE), opts.pop("seed", 0)
     if not name or not isinstance(size, int) or not isinstance(seed, int) or size < 1:
         raise ArpoError(f"{spec}: expected rg:NAME[?size=N&seed=S&KEY=VALUE...] with integer size >= 1 and seed "

@@ -21,10 +21,10 @@ import os
 import sys
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import parse_qsl
 
 from arpo.envs.base import EnvError, Environment, Episode, as_step
 from arpo.errors import ArpoError
+from arpo.spec_query import query_pairs
 
 PREFIXES = ("env:", "openenv:")
 OPTIONS = {"n", "seed", "tag", "on_mismatch", "field", "timeout_s"}
@@ -38,7 +38,7 @@ def parse(spec: str) -> tuple[str, str, dict[str, str]]:
     """'openenv:http://h:1?n=8' -> ('openenv', 'http://h:1', {'n': '8'})."""
     kind, _, rest = spec.partition(":")
     target, _, query = rest.partition("?")
-    opts = dict(parse_qsl(query, keep_blank_values=True))
+    opts = dict(query_pairs(query))
     bad = set(opts) - OPTIONS
     if bad:
         raise ArpoError(f"{spec}: unknown option(s) {', '.join(sorted(bad))}; use {', '.join(sorted(OPTIONS))}")

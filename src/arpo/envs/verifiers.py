@@ -36,9 +36,9 @@ import tempfile
 import threading
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl
 
 from arpo.errors import ArpoError
+from arpo.spec_query import query_pairs
 
 PYTHON_ENV = "ARPO_VERIFIERS_PYTHON"
 VENV = ".venv-verifiers"
@@ -58,7 +58,7 @@ def parse(spec: str) -> tuple[str, int, int, dict]:
     """'vf:my_env?n=8&skip=100&difficulty=2' -> ('my_env', 8, 100, {'difficulty': 2}); `timeout_s` stays
     in the config dict (worker() takes it out)."""
     name, _, query = spec.removeprefix("vf:").partition("?")
-    opts = {k: _value(v) for k, v in parse_qsl(query, keep_blank_values=True)}
+    opts = {k: _value(v) for k, v in query_pairs(query)}
     n, skip = opts.pop("n", DEFAULT_N), opts.pop("skip", 0)
     timeout = opts.get("timeout_s", DEFAULT_TIMEOUT_S)
     if not name or not isinstance(n, int) or not isinstance(skip, int) or n < 1 or skip < 0 \

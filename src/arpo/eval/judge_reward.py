@@ -28,7 +28,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-from urllib.parse import parse_qsl
 
 from arpo.errors import ArpoError
 from arpo.eval.judge import Judge, JudgeCache, gold_text, prediction_tag, prediction_text
@@ -36,6 +35,7 @@ from arpo.rewards import get_reward_fn
 from arpo.rewards.result import RewardResult, response_answer
 from arpo.rewards.weighted import WeightedReward
 from arpo.settings import JudgeConfig
+from arpo.spec_query import query_pairs
 
 OPTIONS = {"model": str, "workers": int, "timeout_s": float, "retries": int, "max_tokens": int, "temperature": float,
            "seed": int, "cache": str, "api_key_env": str, "group": int}
@@ -70,7 +70,7 @@ def reward_from_spec(spec: str, **options: Any):
 def parse_judge_spec(spec: str) -> tuple[JudgeConfig, bool, str | None]:
     url, _, query = spec.removeprefix("judge:").partition("?")
     opts: dict[str, Any] = {}
-    for k, v in parse_qsl(query, keep_blank_values=True):
+    for k, v in query_pairs(query):
         if k not in OPTIONS:
             raise ArpoError(f"{spec}: unknown option {k!r}; use {', '.join(OPTIONS)}")
         try:
