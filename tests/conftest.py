@@ -215,6 +215,8 @@ PIPELINE = {
         "the ARPO-vs-GRPO study at smoke size: SFT, 2 methods x 4 steps, evaluations, plots",
     "tests/examples/test_own_corpus_recipe.py::test_the_recipe_block_runs_as_written":
         "docs/own_corpus.md's bash block as written: serve, sft-data, SFT, eval, ARPO, eval",
+    "tests/examples/test_reasoning_gym_example.py::test_run_sh_runs_the_whole_pipeline_per_seed":
+        "examples/reasoning_gym/run.sh: worked examples, SFT, 2 evals, then ARPO and 2 evals per seed (2 seeds)",
 }
 
 
