@@ -215,6 +215,8 @@ PIPELINE = {
         "the ARPO-vs-GRPO study at smoke size: SFT, 2 methods x 4 steps, evaluations, plots",
     "tests/examples/test_own_corpus_recipe.py::test_the_recipe_block_runs_as_written":
         "docs/own_corpus.md's bash block as written: serve, sft-data, SFT, eval, ARPO, eval",
+    "tests/examples/test_openenv_counter_example.py::test_run_sh_runs_the_whole_pipeline_on_a_tiny_model":
+        "examples/openenv_counter/run.sh: 4 OpenEnv server starts, sft data, SFT, eval, ARPO, eval, compare",
 }
 
 
