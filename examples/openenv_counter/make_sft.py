@@ -30,7 +30,7 @@ from arpo.tools.base import ToolCall, format_result
 
 SPEC = "openenv:examples.openenv_counter.counter_env:app"
 _NEED = re.compile(r"need (\d+) more")
-_TARGET = re.compile(r"Reach exactly (\d+)")
+_TASK = re.compile(r"Reach exactly (\d+) .* The total starts at (\d+)\.")
 
 
 def greedy_action(missing: int) -> int:
@@ -41,8 +41,11 @@ def greedy_action(missing: int) -> int:
 def play(reg, key: str, row: dict) -> dict:
     """One row's greedy trajectory through the registry's env tool -> an SFT row."""
     reg.bind_sessions({key: row})
-    t = int(_TARGET.match(row["question"]).group(1))  # type: ignore[union-attr]
-    missing, parts = t, []
+    m = _TASK.match(row["question"])
+    if m is None:
+        raise ArpoError(f"{row['id']}: not a counter task: {row['question'][:80]!r}")
+    t, start = int(m.group(1)), int(m.group(2))
+    missing, parts = t - start, []
     try:
         for _ in range(t):  # at most t additions of at least 1
             n = greedy_action(missing)
@@ -54,10 +57,10 @@ def play(reg, key: str, row: dict) -> dict:
                 if r.meta.get("env_reward") != 1.0:
                     raise ArpoError(f"{row['id']}: the greedy trajectory was paid {r.meta.get('env_reward')}, not 1")
                 break
-            m = _NEED.search(r.output)
-            if m is None:
+            need = _NEED.search(r.output)
+            if need is None:
                 raise ArpoError(f"{row['id']}: no 'need N more' in the observation {r.output!r}")
-            missing = int(m.group(1))
+            missing = int(need.group(1))
     finally:
         reg.end_sessions([key])
     parts.append((f"<answer> \\boxed{{{t}}} </answer>", "model"))

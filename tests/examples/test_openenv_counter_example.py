@@ -19,8 +19,8 @@ from arpo.tools.plugins.env import env_tool
 ROOT = Path(__file__).resolve().parents[2]
 EX = ROOT / "examples" / "openenv_counter"
 SPEC = "openenv:examples.openenv_counter.counter_env:app"
-PROMPT_23 = ("Reach exactly 23 by adding whole numbers from 1 to 9, one per <env> call: write <env> N </env>. "
-             "The total starts at 0. When it is 23, answer <answer> \\boxed{23} </answer>.")
+PROMPT_1 = ("Reach exactly 30 by adding whole numbers from 1 to 9, one per <env> call: write <env> N </env>. "
+            "The total starts at 7. When it is 30, answer <answer> \\boxed{30} </answer>.")
 
 
 @pytest.fixture(scope="module")
@@ -34,36 +34,42 @@ def at_root():
     mp.undo()
 
 
-def test_the_targets_are_seeded_and_cover_10_to_30():
-    from examples.openenv_counter.counter_env import target
+def test_the_tasks_are_seeded_and_the_held_out_ones_are_new():
+    from examples.openenv_counter.counter_env import task
 
-    assert [target(s) for s in range(4)] == [10, 23, 15, 28]  # 10 + 13 s mod 21
-    assert sorted(target(s) for s in range(5000, 5021)) == list(range(10, 31))
+    assert [task(s) for s in range(5)] == [(0, 10), (7, 30), (14, 29), (21, 49), (3, 23)]  # S = 7s mod 25
+    assert sorted({t - s for s, t in map(task, range(5000, 5021))}) == list(range(10, 31))  # 2 to 4 additions
+
+    def tasks(seeds):
+        return {task(s) for s in seeds}
+
+    held_out = tasks(range(5000, 5100))  # run.sh's seed ranges: held-out, SFT and RL tasks are distinct
+    assert len(held_out) == 100 and not held_out & (tasks(range(200)) | tasks(range(1000, 1200)))
 
 
 def test_the_servers_rules(at_root):
     rows = [r for _, r in iter_rows(f"{SPEC}?n=2&seed=0")]
-    assert rows[1]["question"] == PROMPT_23 and rows[1]["env"]["reset"] == {"seed": 1}
+    assert rows[1]["question"] == PROMPT_1 and rows[1]["env"]["reset"] == {"seed": 1}
     t = env_tool(SPEC)
-    t.bind("a", rows[1])  # target 23
+    t.bind("a", rows[1])  # from 7 to 30
     seen = [(r.output, r.meta) for r in (t.run_session("a", a) for a in ("9", "twelve", "0", "10", "9", "4"))]
     assert seen == [
-        ("total 9 (need 14 more)", {"env_reward": None, "env_done": False}),
-        ("Error: write one whole number from 1 to 9, not 'twelve'; total 9 (need 14 more)",
+        ("total 16 (need 14 more)", {"env_reward": None, "env_done": False}),
+        ("Error: write one whole number from 1 to 9, not 'twelve'; total 16 (need 14 more)",
          {"env_reward": None, "env_done": False}),  # a bad action: an error observation, the episode goes on
-        ("Error: write one whole number from 1 to 9, not '0'; total 9 (need 14 more)",
+        ("Error: write one whole number from 1 to 9, not '0'; total 16 (need 14 more)",
          {"env_reward": None, "env_done": False}),
-        ("Error: write one whole number from 1 to 9, not '10'; total 9 (need 14 more)",
+        ("Error: write one whole number from 1 to 9, not '10'; total 16 (need 14 more)",
          {"env_reward": None, "env_done": False}),
-        ("total 18 (need 5 more)", {"env_reward": None, "env_done": False}),
-        ("total 22 (need 1 more)", {"env_reward": None, "env_done": False}),
+        ("total 25 (need 5 more)", {"env_reward": None, "env_done": False}),
+        ("total 29 (need 1 more)", {"env_reward": None, "env_done": False}),
     ]
-    assert t.run_session("a", "2").output == "total 24: past 23, failed"  # overshoot: reward 0, done
+    assert t.run_session("a", "2").output == "total 31: past 30, failed"  # overshoot: reward 0, done
     t.bind("b", rows[0])  # target 10
     assert [(r.output, r.meta["env_reward"], r.meta["env_done"]) for r in (t.run_session("b", a) for a in "73")] == [
         ("total 7 (need 3 more)", None, False), ("total 10: exactly 10, done", 1.0, True)]
     assert "the episode is over" in t.run_session("b", "1").output
-    t.fork("a", "c", 5)  # a fork after a's 5th call continues its episode at total 18: replayed on the server
+    t.fork("a", "c", 5)  # a fork after a's 5th call continues its episode at total 25: replayed on the server
     assert t.run_session("c", "5").meta == {"env_reward": 1.0, "env_done": True}
     assert t.stats["replays"] == 1
     t.close()
@@ -77,23 +83,23 @@ def test_make_sft_plays_the_greedy_strategy_on_the_server(at_root):
     from examples.openenv_counter.make_sft import greedy_action, make_rows
 
     assert [greedy_action(m) for m in (23, 10, 9, 5, 1)] == [9, 9, 9, 5, 1]
-    rows = make_rows(2, 3)  # seeds 3 and 4: targets 28 and 20
+    rows = make_rows(2, 3)  # seeds 3 and 4: from 21 to 49, from 3 to 23
     assert rows[0]["response"] == (
-        "<env> 9 </env>\n<result>\ntotal 9 (need 19 more)\n</result>\n"
-        "<env> 9 </env>\n<result>\ntotal 18 (need 10 more)\n</result>\n"
-        "<env> 9 </env>\n<result>\ntotal 27 (need 1 more)\n</result>\n"
-        "<env> 1 </env>\n<result>\ntotal 28: exactly 28, done\n</result>\n"
-        "<answer> \\boxed{28} </answer>")
+        "<env> 9 </env>\n<result>\ntotal 30 (need 19 more)\n</result>\n"
+        "<env> 9 </env>\n<result>\ntotal 39 (need 10 more)\n</result>\n"
+        "<env> 9 </env>\n<result>\ntotal 48 (need 1 more)\n</result>\n"
+        "<env> 1 </env>\n<result>\ntotal 49: exactly 49, done\n</result>\n"
+        "<answer> \\boxed{49} </answer>")
     assert rows[1]["response"] == (
-        "<env> 9 </env>\n<result>\ntotal 9 (need 11 more)\n</result>\n"
-        "<env> 9 </env>\n<result>\ntotal 18 (need 2 more)\n</result>\n"
-        "<env> 2 </env>\n<result>\ntotal 20: exactly 20, done\n</result>\n"
-        "<answer> \\boxed{20} </answer>")
+        "<env> 9 </env>\n<result>\ntotal 12 (need 11 more)\n</result>\n"
+        "<env> 9 </env>\n<result>\ntotal 21 (need 2 more)\n</result>\n"
+        "<env> 2 </env>\n<result>\ntotal 23: exactly 23, done\n</result>\n"
+        "<answer> \\boxed{23} </answer>")
     r = rows[1]
     assert [r["response"][a:b] for a, b in r["tool_results"]] == [
-        "\n<result>\ntotal 9 (need 11 more)\n</result>\n", "\n<result>\ntotal 18 (need 2 more)\n</result>\n",
-        "\n<result>\ntotal 20: exactly 20, done\n</result>\n"]
-    assert r["answers"] == ["20"] and r["id"] == f"{SPEC}#1" and r["task"] == "qa"
+        "\n<result>\ntotal 12 (need 11 more)\n</result>\n", "\n<result>\ntotal 21 (need 2 more)\n</result>\n",
+        "\n<result>\ntotal 23: exactly 23, done\n</result>\n"]
+    assert r["answers"] == ["23"] and r["id"] == f"{SPEC}#1" and r["task"] == "qa"
     assert "<env> action </env>" in r["system_prompt"] and r["tool_format"] == "tags"
     assert r["tools"][0]["function"]["name"] == "env"
     # arpo sft's prompt for the row is the one the rollout and eval render (prompts_for), token for token
