@@ -7,7 +7,7 @@
 # each run seed has its own folder runs/openenv_counter/seed<RUN_SEED>/.
 # Knobs (the test uses them to run it on a tiny model): ARPO_BIN, ARPO_PYTHON, ARPO_RUN_DIR (the
 # folder), SFT_ROWS, HELDOUT_N, and extra `key=value` overrides in SFT_OVERRIDES / TRAIN_OVERRIDES and
-# extra eval flags in EVAL_FLAGS (all word-split).
+# extra eval flags in EVAL_FLAGS (all word-split; empty arrays written for bash 3.2, macOS's).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 A="${ARPO_BIN:-.venv/bin/arpo}"
@@ -20,7 +20,7 @@ read -r -a TRAIN_OV <<< "${TRAIN_OVERRIDES:-}"
 read -r -a EVAL_EXTRA <<< "${EVAL_FLAGS:-}"
 # the held-out tasks, greedy, with train.yaml's budgets and reward
 EVAL=(--data "$SPEC?n=${HELDOUT_N:-100}&seed=5000" --tools "$SPEC" --reward env --max-tool-calls 5
-      --max-response-tokens 192 --quiet "${EVAL_EXTRA[@]}")
+      --max-response-tokens 192 --quiet ${EVAL_EXTRA[@]+"${EVAL_EXTRA[@]}"})
 mkdir -p "$Q"
 stage() { echo "[openenv_counter seed $SEED] ${SECONDS} s: $*"; }
 
@@ -28,12 +28,12 @@ stage "worked trajectories"
 $PY -m examples.openenv_counter.make_sft --n "${SFT_ROWS:-200}" --seed 0 --out "$Q/sft_data.jsonl"
 stage "SFT"
 $A sft --config examples/openenv_counter/sft.yaml "data.path=[$Q/sft_data.jsonl]" "run.dir=$Q/sft" \
-  "run.seed=$SEED" "${SFT_OV[@]}" --overwrite --quiet
+  "run.seed=$SEED" ${SFT_OV[@]+"${SFT_OV[@]}"} --overwrite --quiet
 stage "eval SFT"
 $A eval --model "$Q/sft" "${EVAL[@]}" --out "$Q/eval_sft.json"
 stage "ARPO"
 $A train --config examples/openenv_counter/train.yaml "model.name=$Q/sft" "run.dir=$Q/arpo" "run.seed=$SEED" \
-  "${TRAIN_OV[@]}" --overwrite --quiet
+  ${TRAIN_OV[@]+"${TRAIN_OV[@]}"} --overwrite --quiet
 stage "eval ARPO"
 $A eval --model "$Q/arpo" "${EVAL[@]}" --out "$Q/eval_arpo.json"
 $A compare sft="$Q/eval_sft.json" arpo="$Q/eval_arpo.json" --out "$Q/compare.json"
