@@ -217,6 +217,8 @@ PIPELINE = {
         "docs/own_corpus.md's bash block as written: serve, sft-data, SFT, eval, ARPO, eval",
     "tests/examples/test_reasoning_gym_example.py::test_run_sh_runs_the_whole_pipeline_per_seed":
         "examples/reasoning_gym/run.sh: worked examples, SFT, 2 evals, then ARPO and 2 evals per seed (2 seeds)",
+    "tests/examples/test_openenv_counter_example.py::test_run_sh_runs_the_whole_pipeline_on_a_tiny_model":
+        "examples/openenv_counter/run.sh: 4 OpenEnv server starts, sft data, SFT, eval, ARPO, eval, compare",
 }
 
 
