@@ -128,16 +128,18 @@ def test_run_sh_runs_the_whole_pipeline_on_a_tiny_model(tmp_path):
            "TRAIN_OVERRIDES": "steps=1 prompts_per_step=2 agent.max_response_tokens=24 rollout.group_size=2 "
                               "rollout.initial_rollouts=1",
            "EVAL_FLAGS": "--max-response-tokens 16"}
-    p = subprocess.run(["bash", str(EX / "run.sh"), "7"], env=env, capture_output=True, text=True, timeout=600)
+    env["SEEDS"] = "7 8"
+    p = subprocess.run(["bash", str(EX / "run.sh")], env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-4000:])
-    assert "[openenv_counter seed 7]" in p.stdout and "done" in p.stdout
+    assert "[openenv_counter]" in p.stdout and "ARPO seed 8" in p.stdout and "done" in p.stdout
     sft = [json.loads(x) for x in (q / "sft_data.jsonl").read_text().splitlines()]
     assert [r["id"] for r in sft] == [f"{SPEC}#{i}" for i in range(4)]  # seeds 0..3
-    for name in ("eval_sft.json", "eval_arpo.json"):
+    for name in ("eval_sft.json", "eval_sft_t1.json", "eval_arpo_s7.json", "eval_arpo_s8_t1.json"):
         res = json.loads((q / name).read_text())["results"]
         (key,) = res
         assert key == f"{SPEC}?n=2&seed=5000" and res[key]["questions"] == 2, res
-    run_cfg = (q / "arpo" / "config.yaml").read_text()
-    assert "seed: 7" in run_cfg and "seed=1000" in run_cfg  # the run seed, and RL's task seeds
-    rows = json.loads((q / "compare.json").read_text())
-    assert rows, rows
+    run_cfg = (q / "arpo_s8" / "config.yaml").read_text()
+    assert "seed: 8" in run_cfg and "seed=1000" in run_cfg  # the run seed, and RL's task seeds
+    assert json.loads((q / "compare_s7.json").read_text())
+    res = json.loads((q / "results.json").read_text())
+    assert res["seeds"] == 2 and res["start"]["questions"] == 2 and "sampled_pass@1" in res["runs"][0]
