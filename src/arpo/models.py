@@ -88,6 +88,23 @@ def resolve_model_dir(name_or_path: str) -> Path:
     return out
 
 
+def model_source(name_or_path: str) -> dict:
+    """What `--model NAME` named and what it resolved to, for a result file (`arpo eval --out`):
+    {"model": NAME as given, "model_dir": the directory loaded (resolve_model_dir: a run dir's latest
+    checkpoint, a built-in name's converted folder), "checkpoint": the checkpoint that directory is the
+    model of, or None, "checkpoint_step": that checkpoint's step (its state.json), or None}."""
+    d = resolve_model_dir(name_or_path)
+    ck = d.parent if d.name == "model" and (d.parent / "state.json").is_file() else None
+    step = None
+    if ck is not None:
+        try:
+            step = json.loads((ck / "state.json").read_text()).get("step")
+        except (OSError, ValueError, AttributeError):
+            step = None  # a state.json that is not a JSON object: the checkpoint is still named
+    return {"model": name_or_path, "model_dir": str(d), "checkpoint": None if ck is None else str(ck),
+            "checkpoint_step": step if isinstance(step, int) else None}
+
+
 def _convert_gguf(src: Path, fname: str, out: Path) -> None:
     from rich.console import Console
     from transformers import AutoModelForCausalLM, AutoTokenizer

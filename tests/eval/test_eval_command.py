@@ -49,3 +49,29 @@ def test_eval_of_hop2_asks_with_hop2s_tool_and_prompt(capsys):
                "--tools", "python"])
     err = capsys.readouterr().err
     assert rc == 0 and "tools python," in err, err[-800:]
+
+
+def test_eval_out_records_the_checkpoint_a_run_dir_resolved_to(tmp_path, capsys):
+    """`arpo eval --model RUN_DIR --out` recorded only the string RUN_DIR, not which of its checkpoints
+    was evaluated: it records both, with the checkpoint's step (the latest: 2 of 2); `arpo compare`
+    reads the file as before."""
+    import json
+
+    from arpo.testing import save_tiny_model
+
+    run = tmp_path / "run"
+    for k in (1, 2):
+        ck = run / "checkpoints" / f"step_{k:06d}"
+        save_tiny_model(ck / "model")
+        (ck / "state.json").write_text(json.dumps({"step": k}))
+    out = tmp_path / "ev.json"
+    rc = main(["eval", "--model", str(run), "--data", "svamp:test[0:1]", "--max-response-tokens", "4",
+               "--out", str(out), "--quiet"])
+    assert rc == 0, capsys.readouterr().err[-2000:]
+    got = json.loads(out.read_text())
+    ck = run / "checkpoints" / "step_000002"
+    assert got["model"] == str(run), got["model"]
+    assert got["model_dir"] == str(ck / "model") and got["checkpoint"] == str(ck) and got["checkpoint_step"] == 2, got
+    capsys.readouterr()
+    assert main(["compare", f"a={out}", f"b={out}", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"][0]["label"] == "a"

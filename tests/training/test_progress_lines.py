@@ -13,8 +13,8 @@ from arpo.testing import save_tiny_model
 ENV = dict(os.environ, OMP_NUM_THREADS="1", ARPO_PROGRESS_EVERY_S="0")
 
 
-def _arpo(*argv):
-    p = subprocess.run([sys.executable, "-m", "arpo", *map(str, argv)], capture_output=True, text=True, env=ENV,
+def _arpo(*argv, env=ENV):
+    p = subprocess.run([sys.executable, "-m", "arpo", *map(str, argv)], capture_output=True, text=True, env=env,
                        timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     return p.stderr
@@ -110,3 +110,71 @@ def test_generation_lines_count_a_branch_inherited_calls_once():
     assert lines == ["train: step 2/3: generating, 0/4 trajectories finished, 1 tool calls",
                      "train: step 2/3: generating, 0/4 trajectories finished, 1 tool calls",
                      "train: step 2/3: generating, 1/4 trajectories finished, 2 tool calls"], lines
+
+
+def test_sft_step_of_one_micro_batch_says_it_runs(tmp_path):
+    """An SFT step of a single micro-batch printed nothing inside it (its one line came when the micro-batch
+    ended; a 130 s step was silent): while a micro-batch runs, a line every ARPO_PROGRESS_EVERY_S on a
+    timer; --quiet prints none."""
+    save_tiny_model(tmp_path / "m")
+    data = tmp_path / "sft.jsonl"
+    long = " ".join(f"w{i}" for i in range(300))  # a micro-batch of some hundred ms on the tiny model
+    data.write_text("".join(json.dumps({"question": f"{i}+1? {long}", "response": f"{long} <answer> {i + 1} </answer>"})
+                            + "\n" for i in range(2)))
+    argv = ["sft", f"model.name={tmp_path / 'm'}", f"data.path=[{data}]", "prompts_per_step=2", "steps=1",
+            "micro_tokens=100000", "data.max_seq_len=100000", "run.tensorboard=false"]
+    env = dict(ENV, ARPO_PROGRESS_EVERY_S="0.01")
+    err = _arpo(*argv, f"run.dir={tmp_path / 'run'}", env=env)
+    lines = err.splitlines()
+    running = [x for x in lines if x.startswith("sft: step 1/1: forward + backward of micro-batch 1/1 running for ")]
+    assert running, err[-3000:]
+    done = next(i for i, x in enumerate(lines) if x.startswith("sft: step 1/1: forward + backward of micro-batch 1/1 "
+                                                               "done"))
+    assert lines.index(running[-1]) < done  # while it ran, not after
+    quiet = _arpo(*argv, f"run.dir={tmp_path / 'quiet'}", "--quiet", env=env)
+    assert "micro-batch" not in quiet, quiet[-2000:]
+
+
+def test_train_says_each_phase_once_per_step(tmp_path):
+    """"rollouts generated; scoring them" was printed twice per on-policy step (a second lap of the
+    generation after the rewards were computed); each phase line is said once per step, in order."""
+    data = tmp_path / "q.jsonl"
+    data.write_text(json.dumps({"question": "What is 2+2?", "answer": "4", "task": "math"}) + "\n")
+    err = _arpo("train", "model.name=tiny-random", f"data.path={data}", "steps=2", "prompts_per_step=1",
+                "rollout.group_size=2", "rollout.initial_rollouts=2", "agent.max_response_tokens=4",
+                f"run.dir={tmp_path / 'run'}", "run.tensorboard=false", "run.save_every=0")
+    from arpo.training.progress import NEXT_PHASE
+
+    for k in (1, 2):
+        said = [x.split(": ", 2)[2].split(" (elapsed")[0] for x in err.splitlines()
+                if x.startswith(f"train: step {k}/2: ") and "micro-batch" not in x and "generating" not in x]
+        assert said == list(NEXT_PHASE.values()), (k, said, err[-3000:])
+
+
+def test_ticking_fills_the_silences_of_a_micro_batch():
+    """Heartbeat.ticking: a line every `every_s` while a micro-batch runs and this heartbeat said nothing,
+    none between micro-batches, none when disabled; each line whole (one write)."""
+    import io
+    import time
+
+    from arpo.training.progress import Heartbeat, MicroBatches
+
+    out = io.StringIO()
+    beat = Heartbeat("sft", every_s=0.02, stream=out)
+    micro = MicroBatches(beat, lambda: "step 1/1")
+    with beat.ticking(micro.running):
+        time.sleep(0.1)  # no micro-batch yet: nothing to say
+        assert out.getvalue() == ""
+        micro(0, 1)
+        time.sleep(0.2)
+        micro(1, 1)
+        n = len(out.getvalue().splitlines())
+        time.sleep(0.1)  # after the last one: nothing
+    lines = out.getvalue().splitlines()
+    assert len(lines) == n and n >= 3, lines
+    assert all(x.startswith("sft: step 1/1: forward + backward of micro-batch 1/1 running for ") for x in lines[:-1])
+    assert lines[-1].startswith("sft: step 1/1: forward + backward of micro-batch 1/1 done (elapsed"), lines
+    off = Heartbeat("sft", enabled=False, every_s=0.01, stream=out)
+    with off.ticking(lambda: "x"):
+        time.sleep(0.05)
+    assert out.getvalue().splitlines() == lines

@@ -34,7 +34,7 @@ from arpo.eval.judge import Judge, JudgeCache, default_cache_path
 from arpo.eval.judge_reward import reward_from_spec
 from arpo.eval.partial import PartialRun
 from arpo.jsonl import prepare_output
-from arpo.models import load_model, resolve_model_dir
+from arpo.models import load_model, model_source, resolve_model_dir
 from arpo.rewards.custom import check_reward
 from arpo.settings import EvalConfig, ToolsConfig
 from arpo.settings.agent import agent_record
@@ -84,11 +84,12 @@ def run(cfg: EvalConfig, announce: Announce | None = None) -> EvalOutcome:
         if cfg.judge is not None:
             judge = stack.enter_context(closing(Judge(cfg.judge, JudgeCache(cfg.judge_cache
                                                                            or default_cache_path(cfg.out)))))
-        engine, tok = load_engine(cfg, stack)
+        source = model_source(cfg.model)  # resolved once: a run dir's latest checkpoint may change meanwhile
+        engine, tok = load_engine(cfg, stack, source["model_dir"])
         outcome = evaluate_all(cfg, datasets, engine, tok, reward_fn, judge, partial, announce)
     if cfg.out:
         settings = agent_record(cfg.template, cfg.tools, cfg.tools_chosen, cfg.agent)
-        text = json.dumps({"model": cfg.model, "temperature": cfg.agent.temperature, "settings": settings,
+        text = json.dumps({**source, "temperature": cfg.agent.temperature, "settings": settings,
                            "results": outcome.results, "records": outcome.records,
                            **({"interrupted": True} if outcome.interrupted else {})}, indent=1)
         outcome.written = write_out(Path(cfg.out), text)
@@ -145,15 +146,17 @@ def check_engine(cfg: EvalConfig) -> None:
             raise ArpoError(f"--engine vllm: {INSTALL_HINT}")
 
 
-def load_engine(cfg: EvalConfig, stack: ExitStack):
-    """(engine, tokenizer); the engine is closed when `stack` ends."""
+def load_engine(cfg: EvalConfig, stack: ExitStack, model_dir: str | None = None):
+    """(engine, tokenizer) of `model_dir` (default: cfg.model resolved); the engine is closed when
+    `stack` ends."""
+    model_dir = model_dir or str(resolve_model_dir(cfg.model))
     if cfg.engine == "vllm_server":  # the servers hold the weights: only the tokenizer is loaded here
-        engine = stack.enter_context(closing(make_engine("vllm_server", None, None, model_dir=cfg.model,
+        engine = stack.enter_context(closing(make_engine("vllm_server", None, None, model_dir=model_dir,
                                                          servers=cfg.servers)))
         return engine, guard_tokenizer(engine.tokenizer, cfg.model, cfg.trust_run_config, "eval")
-    model, tok = load_model(cfg.model, device=cfg.device)
+    model, tok = load_model(model_dir, device=cfg.device)
     guard_tokenizer(tok, cfg.model, cfg.trust_run_config, "eval")
-    engine = make_engine(cfg.engine, model, tok, model_dir=cfg.model, **({"compile": True} if cfg.compile else {}))
+    engine = make_engine(cfg.engine, model, tok, model_dir=model_dir, **({"compile": True} if cfg.compile else {}))
     return stack.enter_context(closing(engine)), tok
 
 

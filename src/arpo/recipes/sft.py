@@ -40,7 +40,7 @@ from arpo.training.optim import (
     load_policy,
     master_compute,
 )
-from arpo.training.progress import Heartbeat, Phases, StepProgress
+from arpo.training.progress import Heartbeat, MicroBatches, Phases, StepProgress
 from arpo.training.rundir import RunDir
 from arpo.training.signals import GracefulStop
 
@@ -123,8 +123,12 @@ def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False, overwrite: bo
         if start < total:
             phase(f"step {start + 1}/{total} running")
         beat = Heartbeat("sft", enabled=not quiet)  # within a step: its micro-batches
-        with GracefulStop() as stop, StepProgress("sft", total, start, enabled=not quiet) as bar:
+        now = {"step": start}
+        micro = MicroBatches(beat, lambda: f"step {now['step'] + 1}/{total}")  # each done; on a timer while one runs
+        with GracefulStop() as stop, StepProgress("sft", total, start, enabled=not quiet) as bar, \
+                beat.ticking(micro.running):
             for step in range(start, total):
+                now["step"] = step
                 t0 = time.perf_counter()
                 items = [data[i] for i in batch_indices(len(data), cfg.prompts_per_step, cfg.run.seed, step)]
                 trees = [{"prompt": p, "responses": [ids], "parent": [-1], "branch_at": [0]} for p, ids, _ in items]
@@ -132,8 +136,7 @@ def run(cfg: SFTConfig, resume: bool = False, quiet: bool = False, overwrite: bo
                 with autocast(model, compute):  # 16-bit compute over float32 master weights
                     loss, _ = loss_and_backward(
                         model, batch, nll_loss(batch.mask), packed=False, max_tokens=cfg.micro_tokens, pad_id=pad,
-                        linear=True, on_micro=lambda i, n, k=step + 1: beat.beat(
-                            f"step {k}/{total}: forward + backward of micro-batch {i}/{n} done"))
+                        linear=True, on_micro=micro)
                 gnorm = clip_gradients(model, cfg.optim.grad_clip)
                 opt.step()
                 sched.step()

@@ -43,7 +43,7 @@ from arpo.training.health import HealthMonitor
 from arpo.training.logger import MetricsLogger, read_metrics
 from arpo.training.memory import check_fits
 from arpo.training.pipeline import check_off_policy, in_flight_checkpoint, restore_in_flight
-from arpo.training.progress import Heartbeat, Phases, StepProgress, generation_beat, step_phases
+from arpo.training.progress import Heartbeat, MicroBatches, Phases, StepProgress, generation_beat, step_phases
 from arpo.training.rollout_log import RolloutLog
 from arpo.training.rundir import RunDir
 from arpo.training.sharded import LOSS_DENOMINATORS
@@ -119,12 +119,13 @@ def run(cfg: TrainConfig, resume: bool = False, quiet: bool = False, overwrite: 
         tr.on_lap = step_phases(tr.on_lap, beat, now, start, cfg.steps)
         tr.on_generate = generation_beat(beat, cfg.steps, cfg.rollout.group_size,
                                          " (rank 0's prompts)" if multi else "")
-        tr.on_micro = lambda i, n: beat.beat(lambda: f"step {now['step'] + 1}/{cfg.steps}: forward + backward of "
-                                             f"micro-batch {i}/{n} done")
+        micro = MicroBatches(beat, lambda: f"step {now['step'] + 1}/{cfg.steps}")  # each done; timed while one runs
+        tr.on_micro = micro
         if start < cfg.steps:
             phase(f"step {start + 1}/{cfg.steps}: generating the rollouts of {cfg.prompts_per_step} prompts × "
                   f"{cfg.rollout.group_size}")
-        with GracefulStop() as stop, StepProgress("train", cfg.steps, start, enabled=main and not quiet) as bar:
+        with GracefulStop() as stop, StepProgress("train", cfg.steps, start, enabled=main and not quiet) as bar, \
+                beat.ticking(micro.running):
             for step in range(start, cfg.steps):
                 now["step"] = step
                 metrics, trees = train_step(tr, step)

@@ -177,7 +177,8 @@ def loss_and_backward(model, batch: TreeBatch, loss_fn, *, packed: bool = True, 
     `linear`: loss_fn is linear in logp and ignores the entropy (SFT's NLL), so dL/dlogp is the same at
     any logp: it is taken at logp = 0, the no-grad forward is skipped (a quarter of an SFT step) and the
     loss is evaluated on the log-probs of the training forward itself.
-    `on_micro(done, total)`: called after each micro-batch's backward (progress within a step)."""
+    `on_micro(done, total)`: called with done=0 before the first micro-batch's forward, then after each
+    micro-batch's backward (progress within a step: training/progress.py MicroBatches)."""
     if linear:
         if need_entropy or current is not None:
             raise ValueError("linear=True takes no `current` and no entropy")
@@ -199,6 +200,8 @@ def loss_and_backward(model, batch: TreeBatch, loss_fn, *, packed: bool = True, 
     g_lp = grads[0] if grads[0] is not None else torch.zeros_like(lp)
     g_en = grads[1] if en is not None else None
     groups = list(_micro_packs(batch, packed, max_tokens))
+    if on_micro is not None:
+        on_micro(0, len(groups))
     for i, group in enumerate(groups, 1):
         with use_tree_attention(model):  # also for layers recomputed in the backward (activation checkpointing)
             _backward_group(model, batch, group, g_lp, g_en, chunk_size, temperature, pad_id, record)

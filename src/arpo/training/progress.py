@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
@@ -44,20 +46,87 @@ class Heartbeat:
     generation, an SFT step's micro-batches, a training step's phases): "arpo eval hotpotqa:dev: batch
     1/2: 5/16 answers finished, 7 tool calls (elapsed 60 s)". An eval of 20 questions printed nothing
     for 54 min (progress came per finished batch), an SFT step 21.5 min under one line. `beat` takes
-    the text or a function that makes it (called only when a line is due). Silent when not `enabled`."""
+    the text or a function that makes it (called only when a line is due); `ticking` adds a line on a
+    timer for work that has no beats of its own (one long micro-batch). Silent when not `enabled`."""
 
     def __init__(self, name: str, enabled: bool = True, every_s: float | None = None, stream=None):
         self.name, self.enabled, self._stream = name, enabled, stream
         self.every_s = float(os.environ.get(EVERY_S_ENV, 30)) if every_s is None else every_s
         self._t0 = self._last = time.perf_counter()
+        self._lock = threading.Lock()  # the timer's thread and the caller's beats print one line at a time
 
     def beat(self, what: str | Callable[[], str], force: bool = False) -> None:
-        now = time.perf_counter()
-        if not self.enabled or (not force and now - self._last < self.every_s):
-            return
+        with self._lock:
+            now = time.perf_counter()
+            if not self.enabled or (not force and now - self._last < self.every_s):
+                return
+            self._emit(now, what() if callable(what) else what)
+
+    def _emit(self, now: float, text: str) -> None:
         self._last = now
-        text = what() if callable(what) else what
-        print(f"{self.name}: {text} (elapsed {now - self._t0:.0f} s)", file=self._stream or sys.stderr, flush=True)
+        stream = self._stream or sys.stderr
+        stream.write(f"{self.name}: {text} (elapsed {now - self._t0:.0f} s)\n")  # one write: no torn lines
+        stream.flush()
+
+    @contextmanager
+    def ticking(self, what: Callable[[], str | None]) -> Iterator[None]:
+        """While inside, a thread prints `what()` whenever this heartbeat said nothing for `every_s`
+        seconds (1 s when `every_s` is 0); `what()` returns None when there is nothing to say (between
+        micro-batches). A step of one micro-batch that ran 130 s printed nothing inside it."""
+        if not self.enabled:
+            yield
+            return
+        tick = self.every_s if self.every_s > 0 else 1.0
+        stop = threading.Event()
+
+        def run() -> None:
+            wait = tick
+            while not stop.wait(wait):
+                with self._lock:
+                    now = time.perf_counter()
+                    wait = self._last + tick - now
+                    if wait > 0:
+                        continue
+                    wait = tick
+                    text = what()
+                    if text is not None:
+                        self._emit(now, text)
+
+        thread = threading.Thread(target=run, name=f"{self.name}-heartbeat", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
+
+class MicroBatches:
+    """The micro-batches of a step's forward + backward, told to a Heartbeat. Called as `on_micro(done,
+    of)` (training/batch.py loss_and_backward: done=0 before the first, then after each), it says each
+    one done ("step 2/10: forward + backward of micro-batch 3/4 done", at most every `every_s`, and always
+    after one the timer spoke of); `running` is the line for Heartbeat.ticking while one runs ("... of
+    micro-batch 1/1 running for 40 s"), None between them. `step()`: the step's label ("step 2/10")."""
+
+    def __init__(self, beat: Heartbeat, step: Callable[[], str]):
+        self.beat, self.step = beat, step
+        self._now: tuple[int, int, float] | None = None  # (the running one, of, its start)
+        self._told = False  # the timer said the running one runs: its end is said too
+
+    def __call__(self, done: int, of: int) -> None:
+        with self.beat._lock:  # the timer's thread reads both under it
+            told, self._told = self._told, False
+            self._now = (done + 1, of, time.perf_counter()) if done < of else None
+        if done:
+            self.beat.beat(lambda: f"{self.step()}: forward + backward of micro-batch {done}/{of} done", force=told)
+
+    def running(self) -> str | None:
+        now = self._now  # called under the heartbeat's lock (Heartbeat.ticking)
+        if now is None:
+            return None
+        i, of, t0 = now
+        self._told = True
+        return f"{self.step()}: forward + backward of micro-batch {i}/{of} running for {time.perf_counter() - t0:.0f} s"
 
 
 # what a training step does after each of its laps (training/trainer.py train_step)

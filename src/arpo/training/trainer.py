@@ -91,7 +91,7 @@ class Trainer:
     on_lap: Callable[[str], None] | None = None  # called as each phase of a step ends (benchmarks: sync, memory)
     # (step, prompts, states) after each engine step of a step's rollout (arpo train: its heartbeat)
     on_generate: Callable[[int, int, Mapping], None] | None = None
-    on_micro: Callable[[int, int], None] | None = None  # (done, of) after each micro-batch's backward (heartbeat)
+    on_micro: Callable[[int, int], None] | None = None  # (done, of): 0 before the first micro-batch, then after each
     pipe: RolloutPipeline | None = None  # rollout.max_off_policy_steps > 0: the trees of the next step (pipeline.py)
     version: int = 0  # the policy's version: steps trained so far (step n trains version n)
 
@@ -205,14 +205,16 @@ def rollout_step(ro, prompts, examples, seed: int, log_error, offset: int = 0, o
 
 
 class _Laps:
-    """Wall time per phase of a step: lap(name) adds the time since the previous lap to `name`."""
+    """Wall time per phase of a step: lap(name) adds the time since the previous lap to `name` and
+    tells `on_lap` that phase ended; lap(name, announce=False) only adds the time (a phase that already
+    ended once this step: on-policy, the engine's sleep after the rewards counts as generation)."""
 
     def __init__(self, on_lap=None):
         self.on_lap, self.times, self.t0 = on_lap, {}, time.perf_counter()
         self._last = self.t0
 
-    def __call__(self, name: str) -> None:
-        if self.on_lap is not None:
+    def __call__(self, name: str, announce: bool = True) -> None:
+        if announce and self.on_lap is not None:
             self.on_lap(name)
         now = time.perf_counter()
         self.times[name] = self.times.get(name, 0.0) + now - self._last
@@ -230,12 +232,13 @@ def train_step(tr: Trainer, step: int) -> tuple[dict, list]:
     lagged: dict = {}
     if tr.pipe is None:
         tr.engine_ready()
-        trees, stats, n_rolled, sampling = sample_groups(tr, step, lap)
+        trees, stats, n_rolled, sampling = sample_groups(tr, step, lap)  # lapped generation, then rewards
         tr.engine.sleep(level=1)  # vllm on GPU with enable_sleep_mode frees its memory for training; else a no-op
+        lap("time_generation", announce=False)  # said once: sample_groups named it (it was said twice)
     else:  # one step off-policy: the trees of step+1 generate while this step trains
         trees, stats, n_rolled, lagged = off_policy_groups(tr, step)
         sampling = {}
-    lap("time_generation")
+        lap("time_generation")
     tr.version = step + 1  # the weights this step leaves (unchanged if it skips)
     if not n_rolled:
         return {"skipped": 1, "reason": "every rollout failed"}, trees
