@@ -54,6 +54,7 @@ COUNTER_ENV = textwrap.dedent('''
             return State(step_count=self.steps)
 
     app = create_app(CounterEnv, AddAction, CountObservation, env_name="counter", max_concurrent_envs=64)
+    one = create_app(CounterEnv, AddAction, CountObservation, env_name="counter", max_concurrent_envs=1)
 ''')
 
 SPEC = "openenv:counter_env:app"
@@ -92,6 +93,22 @@ def test_arpo_starts_the_server_and_a_fork_replays_over_it(served):
     # the same server at its URL
     url_rows = [r for _, r in iter_rows(f"openenv:{env.url}?n=1&seed=1")]
     assert url_rows[0]["question"] == rows[0]["question"]
+
+
+def test_a_server_at_capacity_is_one_line_naming_its_limit(served):
+    """More episodes at once than the server's max_concurrent_envs: an eval of 100 tasks at batch 100 on a
+    64-session server failed with a bare 'raised ConnectionClosedOK: received 1000 (OK)'."""
+    env = load_env("openenv:counter_env:one")
+    first = env.open()
+    try:
+        assert first.reset(seed=0).observation.startswith("Reach exactly 5")
+        second = env.open()
+        with pytest.raises(EnvError, match=r"refused an episode .*max_concurrent_envs=N.*--batch-size"):
+            second.reset(seed=1)
+        second.close()
+    finally:
+        first.close()
+        close_all()
 
 
 def test_unreachable_and_malformed_servers_are_one_line(tmp_path):

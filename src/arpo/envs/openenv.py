@@ -130,17 +130,28 @@ class OpenEnvEpisode:
             raise EnvError(f"cannot reach the OpenEnv server at {env.url} ({str(e).splitlines()[0]})") from e
 
     def _result(self, call, what: str) -> Step:
+        from websockets.exceptions import ConnectionClosed  # noqa: PLC0415 - openenv-core's dependency
+
         try:
             r = call()
         except EnvError:
             raise
         except RuntimeError as e:
+            if "CAPACITY_REACHED" in str(e):  # not the model's mistake: the server has no session for it
+                raise EnvError(self._capacity(str(e).removeprefix("Server error: "))) from e
             if str(e).startswith("Server error"):  # the server refused this action: the model reads why
                 return Step(f"Error: {e}")
             raise EnvError(f"OpenEnv server {self.env.url}: {what} failed ({e})") from e
+        except ConnectionClosed as e:  # a server at capacity sends its error, then closes the session
+            raise EnvError(self._capacity(f"it closed the session during {what}: {e}")) from e
         except (OSError, TimeoutError) as e:
             raise EnvError(f"OpenEnv server {self.env.url}: {what} failed ({type(e).__name__}: {e})") from e
         return Step(observation_text(r.observation), r.reward, bool(r.done))
+
+    def _capacity(self, said: str) -> str:
+        return (f"OpenEnv server {self.env.url} refused an episode ({said}); a server holds at most its "
+                "create_app(..., max_concurrent_envs=N) sessions at once: run fewer episodes at a time (arpo eval "
+                "--batch-size; train: prompts_per_step x rollout.group_size) or raise N")
 
     def reset(self, **task: Any) -> Step:
         return self._result(lambda: self.client.reset(**task), f"reset({task})")
