@@ -187,3 +187,31 @@ def test_the_readme_lists_one_line_per_item_with_a_link(heading):
         links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", ln)
         assert links, ln
         assert all((ROOT / link).exists() for link in links), ln
+
+
+@pytest.mark.parametrize("example", ["reasoning_gym_example", "openenv_counter_example"])
+def test_the_laptop_examples_line_is_the_committed_runs(example):
+    """Issue 63 item 7: the README's line, the example's results.json and its committed eval files agree."""
+    d = RESULTS / example
+    r = json.loads((d / "results.json").read_text())
+
+    def records(name: str) -> list[dict]:
+        (recs,) = json.loads((d / name).read_text())["records"].values()
+        return recs
+
+    start = records("eval_sft.json")
+    assert accuracy_interval(start)["accuracy"] == pytest.approx(r["start"]["accuracy"])
+    for i, run in enumerate(r["runs"]):
+        now = records(f"eval_arpo_s{i}.json")
+        p = paired(start, now)
+        assert (p["wins"], p["losses"]) == (run["wins"], run["losses"])
+        assert run["beats_start"] == (p["net"] > p["noise"])
+    line = _readme_line("- **Laptop examples**")
+    lo, hi = r["accuracy_range_over_seeds"]
+    assert lo == hi  # the line gives one accuracy for the runs
+    told = f"{r['start']['accuracy']:.3f} → {hi:.3f}"
+    assert told in line, (told, line)
+    if r["seeds"] > 1:
+        assert f"({r['seeds_beating_start']} of {r['seeds']} seeds beat the start)" in line
+    else:
+        assert f"{told} (one seed)" in line
